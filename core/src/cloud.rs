@@ -1,0 +1,351 @@
+//! The provider interface: what a cloud must answer for the controllers to work.
+//!
+//! This is the Rust shape of upstream `k8s.io/cloud-provider`'s `cloud.go`. A provider
+//! implements [`CloudProvider`] and returns the capabilities it supports; every capability is
+//! optional, and a controller whose capability is missing is not started (it logs why).
+//!
+//! ```text
+//! CloudProvider ─┬─ instances_v2()  → InstancesV2   (cloud-node, cloud-node-lifecycle)
+//!                ├─ load_balancer() → LoadBalancer  (service)
+//!                ├─ routes()        → Routes        (route)
+//!                ├─ zones()         → Zones         (PV labelling; unused with InstancesV2)
+//!                └─ clusters()      → Clusters
+//! ```
+//!
+//! Scale: upstream asks the cloud once per node. Here [`InstancesV2`] has batch methods
+//! (`*_batch`) with a per-node default, and the controllers never call the single methods
+//! directly: they go through [`crate::batch::Coalescer`], which merges concurrent lookups
+//! into one batch call. A provider that overrides the batch methods answers many nodes with
+//! one cloud request; one that does not still works, one call per node.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use k8s_openapi::api::core::v1::{LoadBalancerStatus, Node, NodeAddress, Service};
+
+/// A cloud provider: its name and the capabilities it supports.
+pub trait CloudProvider: Send + Sync + 'static {
+    /// The provider name, as given to `--cloud-provider` (e.g. `aws`).
+    fn name(&self) -> &str;
+
+    /// Whether the provider knows which cluster it serves (e.g. from ownership tags).
+    /// Without one the manager refuses to start unless `--allow-untagged-cloud` is set.
+    fn has_cluster_id(&self) -> bool {
+        true
+    }
+
+    /// Node metadata and existence; `None` when unsupported.
+    fn instances_v2(&self) -> Option<Arc<dyn InstancesV2>> {
+        None
+    }
+
+    /// Load balancers for `type: LoadBalancer` Services; `None` when unsupported.
+    fn load_balancer(&self) -> Option<Arc<dyn LoadBalancer>> {
+        None
+    }
+
+    /// Routes for pod CIDRs; `None` when unsupported.
+    fn routes(&self) -> Option<Arc<dyn Routes>> {
+        None
+    }
+
+    /// Zones (deprecated; never used for nodes when InstancesV2 is supported).
+    fn zones(&self) -> Option<Arc<dyn Zones>> {
+        None
+    }
+
+    /// Cluster enumeration; `None` when unsupported.
+    fn clusters(&self) -> Option<Arc<dyn Clusters>> {
+        None
+    }
+}
+
+/// What the cloud knows about the instance behind a Node.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct InstanceMetadata {
+    /// Written to `spec.providerID` if that is empty (never changed afterwards).
+    /// Conventionally `<provider>://<instance-id>`.
+    pub provider_id: String,
+    /// Written to `node.kubernetes.io/instance-type` and the deprecated beta label.
+    pub instance_type: String,
+    /// Written to `status.addresses` (order matters: it is kept).
+    pub node_addresses: Vec<NodeAddress>,
+    /// Written to `topology.kubernetes.io/zone` and the deprecated beta label.
+    pub zone: String,
+    /// Written to `topology.kubernetes.io/region` and the deprecated beta label.
+    pub region: String,
+    /// Extra labels; keys in the `kubernetes.io`/`k8s.io` namespaces are dropped and
+    /// existing labels are never overwritten.
+    pub additional_labels: BTreeMap<String, String>,
+}
+
+/// Existence and power state of an instance, as the lifecycle controller needs them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InstanceStatus {
+    /// The instance is gone: the Node may be deleted.
+    NotFound,
+    /// The instance exists and is running (or in any state that is not shut down).
+    Running,
+    /// The instance exists but is shut down (stopped, powered off).
+    Shutdown,
+}
+
+/// Node metadata and existence, for providers running outside the Kubernetes tree.
+///
+/// Implementations should identify the instance by `node.spec.providerID` first, and fall
+/// back to the node name (or labels/annotations) when it is empty, because a new node may
+/// not have a providerID yet.
+#[async_trait]
+pub trait InstancesV2: Send + Sync + 'static {
+    /// Whether the instance exists. `Ok(false)` means "gone": the lifecycle controller will
+    /// delete the Node, so return an error whenever the answer is not certain. A stopped
+    /// instance exists.
+    async fn instance_exists(&self, node: &Node) -> Result<bool, ProviderError>;
+
+    /// Whether the instance is shut down. Only asked for instances that exist.
+    async fn instance_shutdown(&self, node: &Node) -> Result<bool, ProviderError>;
+
+    /// The metadata to stamp on the Node. [`ProviderError::InstanceNotFound`] when the
+    /// instance is not (yet) known: the node stays tainted and is retried with backoff.
+    async fn instance_metadata(&self, node: &Node) -> Result<InstanceMetadata, ProviderError>;
+
+    /// Metadata for many nodes, one result per node in the same order. The default asks
+    /// one node at a time; override it to answer with one cloud request.
+    async fn instance_metadata_batch(
+        &self,
+        nodes: &[Node],
+    ) -> Vec<Result<InstanceMetadata, ProviderError>> {
+        let calls = nodes.iter().map(|n| self.instance_metadata(n));
+        futures::future::join_all(calls).await
+    }
+
+    /// Existence and shutdown state for many nodes, one result per node in the same order.
+    /// The default combines [`Self::instance_exists`] and [`Self::instance_shutdown`] per
+    /// node; override it to answer with one cloud request.
+    async fn instance_status_batch(
+        &self,
+        nodes: &[Node],
+    ) -> Vec<Result<InstanceStatus, ProviderError>> {
+        let calls = nodes.iter().map(|n| async move {
+            if !self.instance_exists(n).await? {
+                return Ok(InstanceStatus::NotFound);
+            }
+            Ok(if self.instance_shutdown(n).await? {
+                InstanceStatus::Shutdown
+            } else {
+                InstanceStatus::Running
+            })
+        });
+        futures::future::join_all(calls).await
+    }
+}
+
+/// Cloud load balancers for `type: LoadBalancer` Services.
+///
+/// Implementations must treat the Service and Nodes as read-only. If another controller
+/// handles a Service (e.g. by annotation), `ensure`/`update` return
+/// [`ProviderError::ImplementedElsewhere`]; the finalizer is still managed.
+#[async_trait]
+pub trait LoadBalancer: Send + Sync + 'static {
+    /// The status of the load balancer if it exists. Only load balancers this controller
+    /// created count as existing.
+    async fn get_load_balancer(
+        &self,
+        cluster_name: &str,
+        service: &Service,
+    ) -> Result<Option<LoadBalancerStatus>, ProviderError>;
+
+    /// The cloud name of the load balancer for this Service. The default is upstream's
+    /// legacy name: `a` + the UID without dashes, at most 32 characters.
+    fn load_balancer_name(&self, _cluster_name: &str, service: &Service) -> String {
+        default_load_balancer_name(service)
+    }
+
+    /// Creates or updates the load balancer so it serves `service` on `nodes`; returns its
+    /// status. May return [`ProviderError::RetryAfter`] to ask for a fixed-delay retry.
+    async fn ensure_load_balancer(
+        &self,
+        cluster_name: &str,
+        service: &Service,
+        nodes: &[Node],
+    ) -> Result<LoadBalancerStatus, ProviderError>;
+
+    /// Updates the backend hosts of an existing load balancer.
+    async fn update_load_balancer(
+        &self,
+        cluster_name: &str,
+        service: &Service,
+        nodes: &[Node],
+    ) -> Result<(), ProviderError>;
+
+    /// Deletes the load balancer and everything created for it. `Ok` when it is gone or
+    /// never existed. Must not return `ImplementedElsewhere`.
+    async fn ensure_load_balancer_deleted(
+        &self,
+        cluster_name: &str,
+        service: &Service,
+    ) -> Result<(), ProviderError>;
+}
+
+/// Upstream's legacy load balancer name: `a` + UID without dashes, cut to 32 bytes.
+pub fn default_load_balancer_name(service: &Service) -> String {
+    let uid = service.metadata.uid.as_deref().unwrap_or_default();
+    let mut name: String = std::iter::once('a').chain(uid.chars().filter(|c| *c != '-')).collect();
+    name.truncate(32);
+    name
+}
+
+/// A route sending a pod CIDR to a node.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Route {
+    /// Provider-assigned name (ignored on create).
+    pub name: String,
+    /// The node the traffic goes to; empty when the cloud's route has no known target.
+    pub target_node: String,
+    /// The node's addresses, for providers that route by address ([`Route::enable_node_addresses`]).
+    pub target_node_addresses: Vec<NodeAddress>,
+    /// Whether `target_node_addresses` is meaningful for this provider.
+    pub enable_node_addresses: bool,
+    /// The pod CIDR.
+    pub destination_cidr: String,
+    /// The target no longer exists; the route leads nowhere.
+    pub blackhole: bool,
+}
+
+/// Routes for pod CIDRs in the cloud network.
+#[async_trait]
+pub trait Routes: Send + Sync + 'static {
+    /// All routes of the cluster.
+    async fn list_routes(&self, cluster_name: &str) -> Result<Vec<Route>, ProviderError>;
+
+    /// Creates a route. `name_hint` is the node UID; a dual-stack node gets two routes with
+    /// the same hint, so the provider must make names unique.
+    async fn create_route(
+        &self,
+        cluster_name: &str,
+        name_hint: &str,
+        route: &Route,
+    ) -> Result<(), ProviderError>;
+
+    /// Deletes a route.
+    async fn delete_route(&self, cluster_name: &str, route: &Route) -> Result<(), ProviderError>;
+}
+
+/// A failure domain.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Zone {
+    /// The zone.
+    pub failure_domain: String,
+    /// The region.
+    pub region: String,
+}
+
+/// Zone lookups (deprecated upstream; used for volume labelling).
+#[async_trait]
+pub trait Zones: Send + Sync + 'static {
+    /// The zone of the instance with this providerID.
+    async fn zone_by_provider_id(&self, provider_id: &str) -> Result<Zone, ProviderError>;
+    /// The zone of the instance backing this node name.
+    async fn zone_by_node_name(&self, node_name: &str) -> Result<Zone, ProviderError>;
+}
+
+/// Cluster enumeration.
+#[async_trait]
+pub trait Clusters: Send + Sync + 'static {
+    /// Names of all clusters.
+    async fn list_clusters(&self) -> Result<Vec<String>, ProviderError>;
+    /// The address of the control plane of a cluster.
+    async fn master(&self, cluster_name: &str) -> Result<String, ProviderError>;
+}
+
+/// A boxed error source.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// Errors a provider returns, with the meanings the controllers act on.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ProviderError {
+    /// The instance does not exist (upstream `instance not found`).
+    #[error("instance not found")]
+    InstanceNotFound,
+    /// The provider does not implement this call (upstream `unimplemented`).
+    #[error("unimplemented")]
+    NotImplemented,
+    /// Another controller handles this object (upstream
+    /// `implemented by alternate to cloud provider`).
+    #[error("implemented by alternate to cloud provider")]
+    ImplementedElsewhere,
+    /// Retry after a fixed delay, without growing the backoff (upstream `RetryError`).
+    #[error("{message} (retry after {delay:?})")]
+    RetryAfter {
+        /// What is pending.
+        message: String,
+        /// When to retry.
+        delay: Duration,
+    },
+    /// The cloud throttled us; retried with backoff, never taken as "not found".
+    #[error("throttled by the cloud API: {0}")]
+    Throttled(String),
+    /// Bad input (a Service annotation, a config value): retrying will not help until the
+    /// object changes. The message names what is wrong.
+    #[error("invalid {what}: {message}")]
+    Invalid {
+        /// What was invalid (e.g. the annotation key).
+        what: String,
+        /// Why.
+        message: String,
+    },
+    /// Any other failure (network, authentication, cloud error), with context.
+    #[error("{message}")]
+    Other {
+        /// What was being done and what failed.
+        message: String,
+        /// The underlying error.
+        #[source]
+        source: Option<BoxError>,
+    },
+}
+
+impl ProviderError {
+    /// An [`ProviderError::Other`] with a message and no source.
+    pub fn other(message: impl Into<String>) -> Self {
+        ProviderError::Other { message: message.into(), source: None }
+    }
+
+    /// An [`ProviderError::Other`] with a message and a source error.
+    pub fn with_source(message: impl Into<String>, source: impl Into<BoxError>) -> Self {
+        ProviderError::Other { message: message.into(), source: Some(source.into()) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::api::ObjectMeta;
+
+    #[test]
+    fn default_lb_name_strips_dashes_and_truncates() {
+        let svc = Service {
+            metadata: ObjectMeta {
+                uid: Some("6f7f1b2c-1234-5678-9abc-def012345678".into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let name = default_load_balancer_name(&svc);
+        assert_eq!(name, "a6f7f1b2c123456789abcdef01234567");
+        assert_eq!(name.len(), 32);
+    }
+
+    #[test]
+    fn error_messages_match_upstream() {
+        assert_eq!(ProviderError::InstanceNotFound.to_string(), "instance not found");
+        assert_eq!(ProviderError::NotImplemented.to_string(), "unimplemented");
+        assert_eq!(
+            ProviderError::ImplementedElsewhere.to_string(),
+            "implemented by alternate to cloud provider"
+        );
+    }
+}

@@ -1,0 +1,476 @@
+//! The local testbed: a real etcd + kube-apiserver on loopback, for tests and the demo.
+//!
+//! Never shipped. It owns:
+//! - finding the Kubernetes tools built by `ci/install-tools` ([`tools`]),
+//! - generating the CAs and certificates envtest would (serving, service-account signer and a
+//!   client CA that mints an identity for any user/groups) ([`pki`]),
+//! - starting, health-checking and stopping the two processes ([`ControlPlane`]).
+//!
+//! ```text
+//!   test / demo ──kube::Client (client cert)──▶ kube-apiserver :random ──▶ etcd :random
+//!        │                                          ▲ RBAC authorizer, real admission
+//!        └── stdin pipe ──▶ supervisor (sh) ────────┘ kills both when the pipe closes
+//! ```
+//!
+//! The supervisor is a small `sh` process that owns both servers and reads a pipe from us:
+//! when this process ends for any reason (normal exit, a test panic with `panic=abort`,
+//! SIGKILL), the pipe closes and the supervisor stops the servers and removes the data
+//! directory. Server logs are kept when a test asked for it ([`ControlPlane::keep_logs`],
+//! done automatically by [`LogGuard`] on panic) or when a server died on its own.
+
+pub mod pki;
+pub mod tools;
+
+use std::io::Write as _;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use kube::config::{KubeConfigOptions, Kubeconfig};
+
+pub use pki::Identity;
+
+/// Errors of the testbed. Each names what failed and where to look.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The Kubernetes tools were not found or not built.
+    #[error("Kubernetes tools not available: {0}")]
+    Tools(String),
+    /// Certificate generation failed.
+    #[error("generating certificates: {0}")]
+    Pki(#[from] rcgen::Error),
+    /// A file operation in the run directory failed.
+    #[error("{what} ({path}): {source}")]
+    Io {
+        /// What was being done.
+        what: &'static str,
+        /// The path involved.
+        path: PathBuf,
+        /// The underlying error.
+        source: std::io::Error,
+    },
+    /// The control plane did not become ready.
+    #[error("control plane not ready after {waited:?}: {detail}; server logs kept in {logs}")]
+    NotReady {
+        /// How long we waited.
+        waited: Duration,
+        /// The last error seen.
+        detail: String,
+        /// Where the logs are.
+        logs: PathBuf,
+    },
+    /// Building a client failed.
+    #[error("building a client for {user}: {detail}")]
+    Client {
+        /// The identity.
+        user: String,
+        /// What failed.
+        detail: String,
+    },
+    /// The shared control plane failed to start (for an earlier test of this binary).
+    #[error("the shared control plane failed to start: {0}")]
+    Shared(String),
+    /// An identity cannot be expressed as a client certificate.
+    #[error("identity {user}: {detail}")]
+    Identity {
+        /// The identity.
+        user: String,
+        /// What is wrong.
+        detail: String,
+    },
+}
+
+fn io_err<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> Error + 'a {
+    move |source| Error::Io { what, path: path.to_path_buf(), source }
+}
+
+/// The admin identity: in `system:masters`, so it bypasses RBAC (as envtest's default user).
+pub const ADMIN_USER: &str = "testbed-admin";
+/// The group of the admin identity.
+pub const ADMIN_GROUP: &str = "system:masters";
+
+/// How long to wait for `/readyz`. Cold starts on a 2-core machine take ~10 s.
+const READY_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// A running etcd + kube-apiserver pair on loopback.
+pub struct ControlPlane {
+    run_dir: PathBuf,
+    server: String,
+    ca_pem: String,
+    pki: pki::Pki,
+    tools: tools::Tools,
+    admin_kubeconfig: PathBuf,
+    supervisor: Mutex<Option<(Child, ChildStdin)>>,
+}
+
+impl std::fmt::Debug for ControlPlane {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ControlPlane")
+            .field("server", &self.server)
+            .field("run_dir", &self.run_dir)
+            .finish_non_exhaustive()
+    }
+}
+
+static SHARED: tokio::sync::OnceCell<Result<ControlPlane, String>> =
+    tokio::sync::OnceCell::const_new();
+static RUN_COUNTER: AtomicU64 = AtomicU64::new(0);
+static NAME_COUNTER: AtomicU64 = AtomicU64::new(0);
+
+/// A name unique within this process and across concurrent test processes, for isolating
+/// tests that share one control plane: `<prefix>-<pid>-<n>`, lowercase and DNS-1123 safe.
+pub fn unique_name(prefix: &str) -> String {
+    let n = NAME_COUNTER.fetch_add(1, Ordering::Relaxed);
+    format!("{prefix}-{}-{n}", std::process::id())
+}
+
+fn free_port() -> Result<u16, Error> {
+    let l = TcpListener::bind("127.0.0.1:0")
+        .map_err(io_err("binding a free port", Path::new("127.0.0.1:0")))?;
+    let port =
+        l.local_addr().map_err(io_err("reading the bound port", Path::new("127.0.0.1:0")))?.port();
+    Ok(port)
+}
+
+fn sh_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', r"'\''"))
+}
+
+fn write_file(path: &Path, contents: &str) -> Result<(), Error> {
+    std::fs::write(path, contents).map_err(io_err("writing", path))
+}
+
+/// The supervisor script: starts both servers, waits for our pipe to close (or a `stop`
+/// line), then stops them and cleans up. Logs are kept when `KEEP` exists, when
+/// `CCM_TESTBED_KEEP` is set, or when a server had died by itself.
+const SUPERVISOR: &str = r#"
+dir=$1
+"$dir/etcd.sh" >"$dir/logs/etcd.log" 2>&1 </dev/null & etcd=$!
+"$dir/kube-apiserver.sh" >"$dir/logs/kube-apiserver.log" 2>&1 </dev/null & api=$!
+echo "$etcd" >"$dir/etcd.pid"; echo "$api" >"$dir/kube-apiserver.pid"
+read -r _line
+for p in $api $etcd; do kill -0 "$p" 2>/dev/null || echo "a server exited early" >"$dir/KEEP"; done
+kill -TERM $api 2>/dev/null; wait $api 2>/dev/null
+kill -TERM $etcd 2>/dev/null; wait $etcd 2>/dev/null
+rm -rf "$dir/etcd-data" "$dir/pki"
+if [ -e "$dir/KEEP" ] || [ -n "${CCM_TESTBED_KEEP:-}" ]; then exit 0; fi
+rm -rf "$dir"
+"#;
+
+impl ControlPlane {
+    /// The control plane shared by every test of this test binary (started on first use).
+    /// Tests isolate themselves with [`unique_name`]; they must not assume an empty cluster.
+    /// A failed start is remembered, so the other tests fail at once with the same error.
+    pub async fn shared() -> Result<&'static ControlPlane, Error> {
+        let started =
+            SHARED.get_or_init(|| async { Self::start().await.map_err(|e| e.to_string()) });
+        match started.await {
+            Ok(cp) => Ok(cp),
+            Err(e) => Err(Error::Shared(e.clone())),
+        }
+    }
+
+    /// Starts a new control plane with the tools from `ci/install-tools`.
+    pub async fn start() -> Result<ControlPlane, Error> {
+        let tools = tools::Tools::locate()?;
+        Self::start_with(tools).await
+    }
+
+    /// Starts a new control plane with the given tools.
+    pub async fn start_with(tools: tools::Tools) -> Result<ControlPlane, Error> {
+        let base = std::env::var_os("CCM_TESTBED_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| std::env::temp_dir().join("ccm-testbed"));
+        let run_dir = base.join(format!(
+            "run-{}-{}",
+            std::process::id(),
+            RUN_COUNTER.fetch_add(1, Ordering::Relaxed)
+        ));
+        for d in ["logs", "pki", "etcd-data"] {
+            let p = run_dir.join(d);
+            std::fs::create_dir_all(&p).map_err(io_err("creating the run directory", &p))?;
+        }
+        let pki_dir = run_dir.join("pki");
+        let pki = pki::Pki::generate()?;
+        pki.write_server_files(&pki_dir)?;
+
+        let etcd_port = free_port()?;
+        let etcd_peer_port = free_port()?;
+        let api_port = free_port()?;
+        let server = format!("https://127.0.0.1:{api_port}");
+        let etcd_url = format!("http://127.0.0.1:{etcd_port}");
+        let peer_url = format!("http://127.0.0.1:{etcd_peer_port}");
+
+        let etcd_args = [
+            "--name=testbed".to_string(),
+            format!("--data-dir={}", run_dir.join("etcd-data").display()),
+            format!("--listen-client-urls={etcd_url}"),
+            format!("--advertise-client-urls={etcd_url}"),
+            format!("--listen-peer-urls={peer_url}"),
+            format!("--initial-advertise-peer-urls={peer_url}"),
+            format!("--initial-cluster=testbed={peer_url}"),
+            // Test data is throwaway: skip fsync, which dominates etcd latency on slow disks.
+            "--unsafe-no-fsync=true".to_string(),
+            "--log-level=warn".to_string(),
+        ];
+        let p = |f: &str| pki_dir.join(f).display().to_string();
+        let api_args = [
+            format!("--etcd-servers={etcd_url}"),
+            format!("--secure-port={api_port}"),
+            "--bind-address=127.0.0.1".to_string(),
+            // Needed offline: without it the apiserver looks for a default route and dies.
+            "--advertise-address=127.0.0.1".to_string(),
+            format!("--cert-dir={}", p("")),
+            format!("--tls-cert-file={}", p("apiserver.crt")),
+            format!("--tls-private-key-file={}", p("apiserver.key")),
+            format!("--client-ca-file={}", p("client-ca.crt")),
+            format!("--service-account-key-file={}", p("sa-signer.pub")),
+            format!("--service-account-signing-key-file={}", p("sa-signer.key")),
+            format!("--service-account-issuer={server}"),
+            "--service-cluster-ip-range=10.0.0.0/24".to_string(),
+            // RBAC on, as in production.
+            "--authorization-mode=RBAC".to_string(),
+            "--allow-privileged=true".to_string(),
+            "--enable-priority-and-fairness=false".to_string(),
+            "--v=1".to_string(),
+        ];
+        let script = |bin: &Path, args: &[String]| {
+            let mut s = String::from("#!/bin/sh\nexec ");
+            s.push_str(&sh_quote(&bin.display().to_string()));
+            for a in args {
+                s.push_str(" \\\n  ");
+                s.push_str(&sh_quote(a));
+            }
+            s.push('\n');
+            s
+        };
+        for (name, bin, args) in [
+            ("etcd.sh", &tools.etcd, &etcd_args[..]),
+            ("kube-apiserver.sh", &tools.kube_apiserver, &api_args[..]),
+        ] {
+            let path = run_dir.join(name);
+            write_file(&path, &script(bin, args))?;
+            set_executable(&path)?;
+        }
+
+        let mut child = Command::new("sh")
+            .arg("-c")
+            .arg(SUPERVISOR)
+            .arg("ccm-testbed-supervisor")
+            .arg(&run_dir)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(io_err("spawning the supervisor (sh)", Path::new("sh")))?;
+        let Some(stdin) = child.stdin.take() else {
+            return Err(Error::Tools("the supervisor's stdin pipe was not created".into()));
+        };
+
+        let admin_kubeconfig = run_dir.join("admin.kubeconfig");
+        let cp = ControlPlane {
+            ca_pem: pki.server_ca_pem(),
+            run_dir,
+            server,
+            pki,
+            tools,
+            admin_kubeconfig,
+            supervisor: Mutex::new(Some((child, stdin))),
+        };
+        cp.write_kubeconfig(&cp.admin_kubeconfig, &Identity::admin())?;
+        if let Err(e) = cp.wait_ready().await {
+            cp.keep_logs("start-up failed");
+            return Err(e);
+        }
+        tracing::info!(server = %cp.server, run_dir = %cp.run_dir.display(), "control plane ready");
+        Ok(cp)
+    }
+
+    async fn wait_ready(&self) -> Result<(), Error> {
+        let start = tokio::time::Instant::now();
+        let client = self.client(&Identity::admin()).await?;
+        let mut last = String::from("not polled yet");
+        while start.elapsed() < READY_TIMEOUT {
+            if let Some(dead) = self.dead_server() {
+                last = dead;
+                break;
+            }
+            let req = http::Request::get("/readyz").body(Vec::new()).map_err(|e| {
+                Error::Client { user: crate::ADMIN_USER.into(), detail: e.to_string() }
+            })?;
+            match client.request_text(req).await {
+                Ok(body) if body.trim() == "ok" => return Ok(()),
+                Ok(body) => last = body,
+                Err(e) => last = e.to_string(),
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        Err(Error::NotReady { waited: start.elapsed(), detail: last, logs: self.log_dir() })
+    }
+
+    /// If a server process has exited, says which, with the end of its log.
+    fn dead_server(&self) -> Option<String> {
+        for server in ["etcd", "kube-apiserver"] {
+            let Ok(pid) = std::fs::read_to_string(self.run_dir.join(format!("{server}.pid")))
+            else {
+                continue;
+            };
+            if !Path::new("/proc").join(pid.trim()).exists() {
+                let log = self.log_dir().join(format!("{server}.log"));
+                let text = std::fs::read_to_string(&log).unwrap_or_default();
+                let tail: Vec<&str> = text.lines().rev().take(5).collect();
+                let tail: Vec<&str> = tail.into_iter().rev().collect();
+                return Some(format!("{server} exited; the end of its log:\n{}", tail.join("\n")));
+            }
+        }
+        None
+    }
+
+    /// The apiserver URL (`https://127.0.0.1:<port>`).
+    pub fn server(&self) -> &str {
+        &self.server
+    }
+
+    /// PEM of the CA that signed the apiserver's serving certificate.
+    pub fn ca_pem(&self) -> &str {
+        &self.ca_pem
+    }
+
+    /// The directory with the servers' logs (`etcd.log`, `kube-apiserver.log`).
+    pub fn log_dir(&self) -> PathBuf {
+        self.run_dir.join("logs")
+    }
+
+    /// The tools the control plane runs with (kubectl, kube-controller-manager are there too).
+    pub fn tools(&self) -> &tools::Tools {
+        &self.tools
+    }
+
+    /// A kubeconfig file for the admin identity.
+    pub fn admin_kubeconfig_path(&self) -> &Path {
+        &self.admin_kubeconfig
+    }
+
+    /// Keeps the server logs after this process ends, and says where they are on stderr.
+    pub fn keep_logs(&self, why: &str) {
+        let marker = self.run_dir.join("KEEP");
+        let _ = std::fs::write(&marker, why);
+        eprintln!("ccm-testbed: {why}; control plane logs kept in {}", self.log_dir().display());
+    }
+
+    /// A guard that keeps the logs if the current test panics while it is alive.
+    pub fn log_guard(&self) -> LogGuard<'_> {
+        LogGuard { cp: self }
+    }
+
+    /// The kubeconfig (as JSON, which is valid YAML) for an identity.
+    pub fn kubeconfig_json(&self, id: &Identity) -> Result<serde_json::Value, Error> {
+        let (cert, key) = self.pki.client_cert(id)?;
+        Ok(serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "testbed", "cluster": {
+                "server": self.server,
+                "certificate-authority-data": b64(self.ca_pem.as_bytes()),
+            }}],
+            "users": [{"name": id.user, "user": {
+                "client-certificate-data": b64(cert.as_bytes()),
+                "client-key-data": b64(key.as_bytes()),
+            }}],
+            "contexts": [{"name": "testbed", "context": {"cluster": "testbed", "user": id.user}}],
+            "current-context": "testbed",
+        }))
+    }
+
+    /// Writes a kubeconfig file for an identity (mode 0600).
+    pub fn write_kubeconfig(&self, path: &Path, id: &Identity) -> Result<(), Error> {
+        let json = self.kubeconfig_json(id)?;
+        let text = serde_json::to_string_pretty(&json)
+            .map_err(|e| Error::Client { user: id.user.clone(), detail: e.to_string() })?;
+        write_file(path, &text)?;
+        set_mode(path, 0o600)
+    }
+
+    /// A client authenticated as `id` with a client certificate from the cluster's client CA.
+    pub async fn client(&self, id: &Identity) -> Result<kube::Client, Error> {
+        let json = self.kubeconfig_json(id)?;
+        let err = |detail: String| Error::Client { user: id.user.clone(), detail };
+        let kubeconfig: Kubeconfig =
+            serde_json::from_value(json).map_err(|e| err(e.to_string()))?;
+        let config =
+            kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+                .await
+                .map_err(|e| err(e.to_string()))?;
+        kube::Client::try_from(config).map_err(|e| err(e.to_string()))
+    }
+
+    /// A client for the admin identity (`system:masters`).
+    pub async fn admin_client(&self) -> Result<kube::Client, Error> {
+        self.client(&Identity::admin()).await
+    }
+
+    /// Stops both servers and waits for the supervisor; cleans up unless logs are kept.
+    /// Idempotent. Dropping the control plane does the same.
+    pub fn stop(&self) {
+        let taken = self.supervisor.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some((mut child, mut stdin)) = taken {
+            let _ = stdin.write_all(b"stop\n");
+            drop(stdin);
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for ControlPlane {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Keeps the control plane logs if the test panics while the guard is alive.
+#[derive(Debug)]
+pub struct LogGuard<'a> {
+    cp: &'a ControlPlane,
+}
+
+impl Drop for LogGuard<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.cp.keep_logs("a test failed");
+        }
+    }
+}
+
+fn b64(bytes: &[u8]) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
+#[cfg(unix)]
+fn set_mode(path: &Path, mode: u32) -> Result<(), Error> {
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+        .map_err(io_err("setting permissions", path))
+}
+
+fn set_executable(path: &Path) -> Result<(), Error> {
+    set_mode(path, 0o755)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shell_quoting_survives_single_quotes() {
+        assert_eq!(sh_quote("a'b"), r"'a'\''b'");
+    }
+
+    #[test]
+    fn unique_names_differ() {
+        assert_ne!(unique_name("n"), unique_name("n"));
+    }
+}
