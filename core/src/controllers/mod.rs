@@ -1,0 +1,148 @@
+//! The controllers, one module each, and the contract the manager uses to start them.
+//!
+//! ```text
+//!  manager ──(ControllerContext: client, cloud, config, metrics registry, shutdown)──▶
+//!     node            cloud-node-controller            (InstancesV2)
+//!     node_lifecycle  cloud-node-lifecycle-controller  (InstancesV2)
+//!     service         service-lb-controller            (LoadBalancer)
+//!     route           node-route-controller            (Routes)
+//!     node_ipam       node-ipam-controller             (Routes-free; CloudAllocator asks the cloud)
+//! ```
+//!
+//! Each controller module exposes `pub fn start(ctx: &ControllerContext) ->
+//! Result<Started, StartError>`: it checks its prerequisites (a missing capability is
+//! [`Started::Skipped`] with the reason, logged by the manager, as upstream), registers its
+//! metrics, and returns the future that runs the controller until `ctx.shutdown` fires.
+//! A controller never returns early on one bad object: errors are logged, evented and retried.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use tokio_util::sync::CancellationToken;
+
+use crate::cloud::CloudProvider;
+use crate::names::controllers as names;
+
+pub mod node;
+pub mod node_lifecycle;
+
+/// Settings the controllers read, with upstream's defaults (see `--help` of the manager for
+/// the flags that set them).
+#[derive(Debug, Clone)]
+pub struct ControllerConfig {
+    /// `--cluster-name`: passed to LoadBalancer and Routes calls.
+    pub cluster_name: String,
+    /// `--cluster-cidr`, parsed (empty when not set).
+    pub cluster_cidrs: Vec<ipnet::IpNet>,
+    /// `--service-cluster-ip-range`, parsed (at most two, one per family).
+    pub service_cidrs: Vec<ipnet::IpNet>,
+    /// `--allocate-node-cidrs`.
+    pub allocate_node_cidrs: bool,
+    /// `--cidr-allocator-type` (`RangeAllocator` or `CloudAllocator`).
+    pub cidr_allocator_type: String,
+    /// `--node-cidr-mask-size-ipv4` (24 when unset).
+    pub node_cidr_mask_size_ipv4: u8,
+    /// `--node-cidr-mask-size-ipv6` (64 when unset).
+    pub node_cidr_mask_size_ipv6: u8,
+    /// `--configure-cloud-routes`.
+    pub configure_cloud_routes: bool,
+    /// `--concurrent-service-syncs`.
+    pub concurrent_service_syncs: usize,
+    /// `--concurrent-node-syncs`.
+    pub concurrent_node_syncs: usize,
+    /// `--concurrent-node-status-updates` (0: use `concurrent_node_syncs`).
+    pub concurrent_node_status_updates: usize,
+    /// `--node-monitor-period` (lifecycle controller pass interval).
+    pub node_monitor_period: Duration,
+    /// `--node-status-update-frequency` (address refresh of initialised nodes).
+    pub node_status_update_frequency: Duration,
+    /// `--route-reconciliation-period`.
+    pub route_reconciliation_period: Duration,
+}
+
+impl Default for ControllerConfig {
+    fn default() -> Self {
+        ControllerConfig {
+            cluster_name: "kubernetes".into(),
+            cluster_cidrs: Vec::new(),
+            service_cidrs: Vec::new(),
+            allocate_node_cidrs: false,
+            cidr_allocator_type: "RangeAllocator".into(),
+            node_cidr_mask_size_ipv4: 24,
+            node_cidr_mask_size_ipv6: 64,
+            configure_cloud_routes: true,
+            concurrent_service_syncs: 1,
+            concurrent_node_syncs: 1,
+            concurrent_node_status_updates: 0,
+            node_monitor_period: Duration::from_secs(5),
+            node_status_update_frequency: Duration::from_secs(5 * 60),
+            route_reconciliation_period: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Everything a controller needs to start.
+#[derive(Clone)]
+pub struct ControllerContext {
+    /// The client this controller acts with (its own ServiceAccount with
+    /// `--use-service-account-credentials`).
+    pub client: kube::Client,
+    /// The cloud.
+    pub cloud: Arc<dyn CloudProvider>,
+    /// Settings.
+    pub config: Arc<ControllerConfig>,
+    /// Where the controller registers its metrics (shared by the whole process).
+    pub metrics: Arc<std::sync::Mutex<prometheus_client::registry::Registry>>,
+    /// Cancelled when the controller must stop (shutdown or lost leadership).
+    pub shutdown: CancellationToken,
+}
+
+/// The result of starting a controller.
+pub enum Started {
+    /// Running: drive this future to completion (it ends when `shutdown` fires).
+    Running(BoxFuture<'static, ()>),
+    /// Not started, for this reason (logged by the manager; not an error, as upstream).
+    Skipped(String),
+}
+
+/// A controller could not be configured; the manager treats this as fatal, as upstream.
+#[derive(Debug, thiserror::Error)]
+#[error("{controller}: {message}")]
+pub struct StartError {
+    /// The canonical controller name.
+    pub controller: &'static str,
+    /// What is wrong (names the flag or setting).
+    pub message: String,
+}
+
+/// A known controller: its names and how to start it.
+#[derive(Debug, Clone, Copy)]
+pub struct ControllerDescriptor {
+    /// Canonical `--controllers` name, e.g. `cloud-node-controller`.
+    pub name: &'static str,
+    /// Upstream alias, e.g. `cloud-node` (also the `running_managed_controllers` name).
+    pub alias: &'static str,
+    /// The ServiceAccount used with `--use-service-account-credentials`.
+    pub client_name: &'static str,
+    /// Starts it.
+    pub start: fn(&ControllerContext) -> Result<Started, StartError>,
+}
+
+/// Every controller this core provides, in a fixed order.
+pub fn all() -> Vec<ControllerDescriptor> {
+    vec![
+        ControllerDescriptor {
+            name: names::CLOUD_NODE,
+            alias: names::CLOUD_NODE_ALIAS,
+            client_name: "node-controller",
+            start: node::start,
+        },
+        ControllerDescriptor {
+            name: names::CLOUD_NODE_LIFECYCLE,
+            alias: names::CLOUD_NODE_LIFECYCLE_ALIAS,
+            client_name: "node-controller",
+            start: node_lifecycle::start,
+        },
+    ]
+}
