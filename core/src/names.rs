@@ -48,6 +48,10 @@ pub mod reasons {
     pub const DELETING_NODE: &str = "DeletingNode";
     /// Deleting a node failed (lifecycle controller).
     pub const DELETING_NODE_FAILED: &str = "DeletingNodeFailed";
+    /// The provided-node-ip annotation matches no address the cloud reports, so the node
+    /// stays tainted. Not upstream (upstream only logs); added so `kubectl describe node`
+    /// explains why a node does not become schedulable.
+    pub const PROVIDED_NODE_IP_INVALID: &str = "ProvidedNodeIPInvalid";
 }
 
 /// Controller names: canonical `--controllers` IDs, their upstream aliases, the names the

@@ -24,8 +24,10 @@ use tokio_util::sync::CancellationToken;
 use crate::cloud::CloudProvider;
 use crate::names::controllers as names;
 
+pub mod backoff;
 pub mod node;
 pub mod node_lifecycle;
+pub mod node_util;
 
 /// Settings the controllers read, with upstream's defaults (see `--help` of the manager for
 /// the flags that set them).

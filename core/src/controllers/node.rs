@@ -1,8 +1,374 @@
-//! placeholder
+//! The cloud-node controller: stamps new Nodes with what the cloud knows, then lifts the
+//! `node.cloudprovider.kubernetes.io/uninitialized` taint.
+//!
+//! ```text
+//!  Node watch ──▶ reconcile(node) ── tainted? ──no──▶ fill GA labels from beta twins
+//!                        │yes
+//!                        ▼
+//!          Coalescer ──▶ InstancesV2::instance_metadata_batch (one cloud call, many nodes)
+//!                        ▼
+//!   PUT Node: providerID (if empty), instance-type/zone/region labels (GA + beta),
+//!             additional labels, taint removed      (≤ --concurrent-node-syncs at once)
+//!                        ▼
+//!   PATCH nodes/status addresses ──▶ event Synced
+//!
+//!  every --node-status-update-frequency: addresses of initialised nodes, in batches
+//! ```
+//!
+//! Scale: cloud lookups of all pending nodes are coalesced into batch calls; only the Node
+//! writes are bounded by `--concurrent-node-syncs` (upstream's worker count), so 1000 joining
+//! nodes cost a handful of cloud calls instead of 1000. A node whose instance is not found
+//! yet stays tainted and is retried with per-node exponential backoff; this controller never
+//! deletes Nodes.
 
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{Patch, PatchParams, PostParams};
+use kube::runtime::controller::{Action, Config as ControllerRuntimeConfig, Controller};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::reflector::Store;
+use kube::runtime::watcher;
+use kube::{Api, Resource, ResourceExt};
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use tokio::sync::Semaphore;
+
+use super::backoff::FailureBackoff;
+use super::node_util::{self, has_taint};
 use super::{ControllerContext, StartError, Started};
+use crate::batch::Coalescer;
+use crate::cloud::{InstanceMetadata, InstancesV2, ProviderError};
+use crate::names::{self, controllers as cnames, reasons};
 
-/// Starts the controller.
-pub fn start(_ctx: &ControllerContext) -> Result<Started, StartError> {
-    Ok(Started::Skipped("not implemented yet".into()))
+/// How long concurrent lookups are gathered before one batch call.
+const LOOKUP_WINDOW: Duration = Duration::from_millis(100);
+/// The most nodes in one batch call (providers chunk further to their API limits).
+const LOOKUP_MAX_BATCH: usize = 500;
+/// How many nodes may wait on a cloud lookup at once. Lookups are cheap to wait on, and
+/// this is what lets one batch call answer many nodes.
+const RECONCILE_CONCURRENCY: u16 = 1024;
+/// Per-node retry delays when initialisation fails (upstream: 5 ms doubling to 1000 s).
+const RETRY_BASE: Duration = Duration::from_millis(5);
+const RETRY_MAX: Duration = Duration::from_secs(1000);
+/// Retry delay after a write conflict (the watch cache catches up in moments).
+const CONFLICT_RETRY: Duration = Duration::from_millis(100);
+
+/// Why a node could not be initialised (the node keeps its taint and is retried).
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The cloud lookup failed.
+    #[error("failed to get instance metadata for node {node}: {source}")]
+    Metadata {
+        /// The node.
+        node: String,
+        /// The provider's error.
+        source: ProviderError,
+    },
+    /// The lookup batching task stopped.
+    #[error("failed to get instance metadata for node {node}: {source}")]
+    Lookup {
+        /// The node.
+        node: String,
+        /// Why.
+        source: crate::batch::Closed,
+    },
+    /// The provider returned no providerID and the node has none.
+    #[error("cloud provider does not set node provider ID for node {0}")]
+    NoProviderId(String),
+    /// The provided-node-ip annotation matches no cloud address.
+    #[error("provided node ip for node {node:?} is not valid: {message}")]
+    ProvidedNodeIp {
+        /// The node.
+        node: String,
+        /// Why.
+        message: String,
+    },
+    /// A Kubernetes API call failed.
+    #[error("updating node {node}: {source}")]
+    Kube {
+        /// The node.
+        node: String,
+        /// The API error.
+        source: kube::Error,
+    },
+}
+
+/// Metrics with upstream's names (histograms, seconds; buckets 1, 4, 16, 64, 256, 1024).
+#[derive(Clone)]
+struct Metrics {
+    taint_removal_delay: Histogram,
+    initial_sync_delay: Histogram,
+}
+
+impl Metrics {
+    fn register(ctx: &ControllerContext) -> Self {
+        let m = Metrics {
+            taint_removal_delay: Histogram::new(exponential_buckets(1.0, 4.0, 6)),
+            initial_sync_delay: Histogram::new(exponential_buckets(1.0, 4.0, 6)),
+        };
+        let mut reg = ctx.metrics.lock().unwrap_or_else(|p| p.into_inner());
+        reg.register(
+            "node_controller_cloud_provider_taint_removal_delay_seconds",
+            "Seconds from node creation until the cloud-provider taint was removed",
+            m.taint_removal_delay.clone(),
+        );
+        reg.register(
+            "node_controller_initial_node_sync_delay_seconds",
+            "Seconds from node creation until its first successful sync",
+            m.initial_sync_delay.clone(),
+        );
+        m
+    }
+}
+
+struct Ctx {
+    nodes: Api<Node>,
+    lookup: Coalescer<Node, Result<InstanceMetadata, ProviderError>>,
+    writes: Semaphore,
+    backoff: FailureBackoff<String>,
+    recorder: Recorder,
+    metrics: Metrics,
+}
+
+/// Starts the cloud-node controller; skipped when the cloud has no InstancesV2.
+pub fn start(ctx: &ControllerContext) -> Result<Started, StartError> {
+    let Some(instances) = ctx.cloud.instances_v2() else {
+        return Ok(Started::Skipped("cloud provider does not support instances".into()));
+    };
+    let metrics = Metrics::register(ctx);
+    let ctx = ctx.clone();
+    Ok(Started::Running(Box::pin(run(ctx, instances, metrics))))
+}
+
+fn lookup_coalescer(
+    instances: Arc<dyn InstancesV2>,
+) -> Coalescer<Node, Result<InstanceMetadata, ProviderError>> {
+    Coalescer::new(LOOKUP_WINDOW, LOOKUP_MAX_BATCH, move |nodes: Vec<Node>| {
+        let instances = Arc::clone(&instances);
+        async move { instances.instance_metadata_batch(&nodes).await }
+    })
+}
+
+async fn run(ctx: ControllerContext, instances: Arc<dyn InstancesV2>, metrics: Metrics) {
+    let nodes: Api<Node> = Api::all(ctx.client.clone());
+    let reporter =
+        Reporter { controller: cnames::COMPONENT_CLOUD_NODE.into(), instance: Some(hostname()) };
+    let state = Arc::new(Ctx {
+        nodes: nodes.clone(),
+        lookup: lookup_coalescer(Arc::clone(&instances)),
+        writes: Semaphore::new(ctx.config.concurrent_node_syncs.max(1)),
+        backoff: FailureBackoff::new(RETRY_BASE, RETRY_MAX),
+        recorder: Recorder::new(ctx.client.clone(), reporter),
+        metrics,
+    });
+    let controller = Controller::new(nodes, watcher::Config::default().any_semantic())
+        .with_config(ControllerRuntimeConfig::default().concurrency(RECONCILE_CONCURRENCY));
+    let store = controller.store();
+    let shutdown = ctx.shutdown.clone();
+    let refresh = refresh_addresses_loop(
+        store,
+        instances,
+        Arc::clone(&state),
+        ctx.config.node_status_update_frequency,
+        ctx.config.concurrent_node_status_updates.max(ctx.config.concurrent_node_syncs).max(1),
+    );
+    let main = controller
+        .graceful_shutdown_on(shutdown.clone().cancelled_owned())
+        .run(reconcile, error_policy, state)
+        .for_each(|res| async move {
+            if let Err(e) = res {
+                tracing::debug!(error = %e, "cloud-node controller");
+            }
+        });
+    tokio::select! {
+        _ = main => {}
+        _ = refresh => {}
+        _ = shutdown.cancelled() => {}
+    }
+    tracing::info!("cloud-node controller stopped");
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_else(|_| "cloud-controller-manager".into())
+}
+
+fn error_policy(node: Arc<Node>, err: &Error, ctx: Arc<Ctx>) -> Action {
+    let name = node.name_any();
+    let delay = ctx.backoff.failed(&name);
+    tracing::warn!(node = %name, error = %err, retry_in = ?delay, "error syncing node, requeuing");
+    Action::requeue(delay)
+}
+
+async fn reconcile(node: Arc<Node>, ctx: Arc<Ctx>) -> Result<Action, Error> {
+    let name = node.name_any();
+    if node.meta().deletion_timestamp.is_some() {
+        return Ok(Action::await_change());
+    }
+    if !has_taint(&node, names::TAINT_UNINITIALIZED) {
+        reconcile_labels(&node, &ctx).await?;
+        ctx.backoff.succeeded(&name);
+        return Ok(Action::await_change());
+    }
+    tracing::info!(node = %name, "initializing node with cloud provider");
+    let meta = ctx
+        .lookup
+        .call((*node).clone())
+        .await
+        .map_err(|source| Error::Lookup { node: name.clone(), source })?
+        .map_err(|source| Error::Metadata { node: name.clone(), source })?;
+    if meta.provider_id.is_empty() && node_util::provider_id(&node).is_empty() {
+        return Err(Error::NoProviderId(name));
+    }
+    let provided_ip = node.annotations().get(names::ANNOTATION_PROVIDED_NODE_IP);
+    if let Some(Err(message)) =
+        provided_ip.map(|ann| node_util::addresses_for_provided_ip(ann, &meta.node_addresses))
+    {
+        let err = Error::ProvidedNodeIp { node: name.clone(), message };
+        let note = err.to_string();
+        publish(&ctx, &node, EventType::Warning, reasons::PROVIDED_NODE_IP_INVALID, note).await;
+        return Err(err);
+    }
+
+    let mut updated = (*node).clone();
+    let spec = updated.spec.get_or_insert_with(Default::default);
+    if spec.provider_id.as_deref().unwrap_or_default().is_empty() && !meta.provider_id.is_empty() {
+        spec.provider_id = Some(meta.provider_id.clone());
+    }
+    if let Some(taints) = spec.taints.as_mut() {
+        taints.retain(|t| t.key != names::TAINT_UNINITIALIZED);
+    }
+    updated.metadata.labels = Some(node_util::labels_with_metadata(node.labels(), &meta));
+    updated.status = None;
+
+    let replaced = {
+        let _slot = ctx.writes.acquire().await;
+        ctx.nodes.replace(&name, &PostParams::default(), &updated).await
+    };
+    let replaced = match replaced {
+        Ok(n) => n,
+        Err(kube::Error::Api(s)) if s.code == 409 => {
+            tracing::debug!(node = %name, "conflict writing node; retrying from a fresher copy");
+            return Ok(Action::requeue(CONFLICT_RETRY));
+        }
+        Err(kube::Error::Api(s)) if s.code == 404 => return Ok(Action::await_change()),
+        Err(source) => return Err(Error::Kube { node: name, source }),
+    };
+    let since_creation = age(&replaced);
+    ctx.metrics.taint_removal_delay.observe(since_creation);
+
+    if let Some(addrs) = node_util::updated_addresses(&replaced, &meta.node_addresses) {
+        patch_addresses(&ctx, &name, addrs).await;
+    }
+    publish(&ctx, &node, EventType::Normal, reasons::SYNCED, "Node synced successfully".into())
+        .await;
+    ctx.metrics.initial_sync_delay.observe(age(&replaced));
+    ctx.backoff.succeeded(&name);
+    tracing::info!(node = %name, "node initialized");
+    Ok(Action::await_change())
+}
+
+/// Seconds since the node was created (0 when unknown).
+fn age(node: &Node) -> f64 {
+    node.metadata
+        .creation_timestamp
+        .as_ref()
+        .map(|Time(t)| {
+            let d = jiff::Timestamp::now().duration_since(*t);
+            d.as_secs_f64().max(0.0)
+        })
+        .unwrap_or(0.0)
+}
+
+async fn reconcile_labels(node: &Node, ctx: &Ctx) -> Result<(), Error> {
+    let missing = node_util::missing_ga_labels(node.labels());
+    if missing.is_empty() {
+        return Ok(());
+    }
+    let name = node.name_any();
+    let patch = serde_json::json!({"metadata": {"labels": missing}});
+    ctx.nodes
+        .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map(|_| ())
+        .map_err(|source| Error::Kube { node: name, source })
+}
+
+async fn patch_addresses(
+    ctx: &Ctx,
+    name: &str,
+    addrs: Vec<k8s_openapi::api::core::v1::NodeAddress>,
+) {
+    // A merge patch replaces the whole list, which is what upstream's `$patch: replace` does.
+    let patch = serde_json::json!({"status": {"addresses": addrs}});
+    if let Err(e) =
+        ctx.nodes.patch_status(name, &PatchParams::default(), &Patch::Merge(&patch)).await
+    {
+        tracing::warn!(node = %name, error = %e, "error patching node with cloud ip addresses");
+    }
+}
+
+async fn publish(ctx: &Ctx, node: &Node, type_: EventType, reason: &str, note: String) {
+    let ev = Event {
+        type_,
+        reason: reason.into(),
+        note: Some(note),
+        action: "InitializeNode".into(),
+        secondary: None,
+    };
+    if let Err(e) = ctx.recorder.publish(&ev, &node.object_ref(&())).await {
+        tracing::warn!(node = ?node.metadata.name, reason, error = %e, "failed to record event");
+    }
+}
+
+/// Every `period`, refreshes the addresses of initialised nodes in batch calls (upstream's
+/// `UpdateNodeStatus`). Errors skip the node until the next pass; never labels or providerID.
+async fn refresh_addresses_loop(
+    store: Store<Node>,
+    instances: Arc<dyn InstancesV2>,
+    ctx: Arc<Ctx>,
+    period: Duration,
+    parallel_batches: usize,
+) {
+    if store.wait_until_ready().await.is_err() {
+        return;
+    }
+    let mut tick = tokio::time::interval(period);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let nodes: Vec<Node> = store
+            .state()
+            .into_iter()
+            .filter(|n| {
+                !has_taint(n, names::TAINT_UNINITIALIZED) && n.meta().deletion_timestamp.is_none()
+            })
+            .map(|n| (*n).clone())
+            .collect();
+        let chunks: Vec<Vec<Node>> = nodes.chunks(LOOKUP_MAX_BATCH).map(<[Node]>::to_vec).collect();
+        futures::stream::iter(chunks)
+            .for_each_concurrent(parallel_batches, |chunk| {
+                let instances = Arc::clone(&instances);
+                let ctx = Arc::clone(&ctx);
+                async move {
+                    let results = instances.instance_metadata_batch(&chunk).await;
+                    for (node, res) in chunk.iter().zip(results) {
+                        let name = node.name_any();
+                        match res {
+                            Ok(meta) => {
+                                if let Some(addrs) = node_util::updated_addresses(node, &meta.node_addresses) {
+                                    patch_addresses(&ctx, &name, addrs).await;
+                                }
+                            }
+                            Err(e) => tracing::warn!(node = %name, error = %e, "refreshing node addresses"),
+                        }
+                    }
+                }
+            })
+            .await;
+    }
 }

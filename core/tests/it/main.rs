@@ -1,2 +1,4 @@
 //! Integration tests of the core controllers against a real kube-apiserver.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod node;
