@@ -9,7 +9,8 @@
 //!                ├─ load_balancer() → LoadBalancer  (service)
 //!                ├─ routes()        → Routes        (route)
 //!                ├─ zones()         → Zones         (PV labelling; unused with InstancesV2)
-//!                └─ clusters()      → Clusters
+//!                ├─ clusters()      → Clusters
+//!                └─ node_cidrs()    → NodeCidrs     (nodeipam with CloudAllocator)
 //! ```
 //!
 //! Scale: upstream asks the cloud once per node. Here [`InstancesV2`] has batch methods
@@ -58,6 +59,12 @@ pub trait CloudProvider: Send + Sync + 'static {
 
     /// Cluster enumeration; `None` when unsupported.
     fn clusters(&self) -> Option<Arc<dyn Clusters>> {
+        None
+    }
+
+    /// Pod CIDRs decided by the cloud, for node-IPAM's `CloudAllocator`; `None` when
+    /// unsupported.
+    fn node_cidrs(&self) -> Option<Arc<dyn NodeCidrs>> {
         None
     }
 }
@@ -249,6 +256,15 @@ pub trait Zones: Send + Sync + 'static {
     async fn zone_by_provider_id(&self, provider_id: &str) -> Result<Zone, ProviderError>;
     /// The zone of the instance backing this node name.
     async fn zone_by_node_name(&self, node_name: &str) -> Result<Zone, ProviderError>;
+}
+
+/// Pod CIDRs the cloud assigned to instances (e.g. GCE alias IP ranges), for node-IPAM's
+/// `CloudAllocator`.
+#[async_trait]
+pub trait NodeCidrs: Send + Sync + 'static {
+    /// The pod CIDRs of the instance behind `node`: at most one per IP family, in any order
+    /// (the controller orders them). Empty when the cloud has none for it yet.
+    async fn node_pod_cidrs(&self, node: &Node) -> Result<Vec<ipnet::IpNet>, ProviderError>;
 }
 
 /// Cluster enumeration.

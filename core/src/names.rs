@@ -48,6 +48,35 @@ pub mod reasons {
     pub const DELETING_NODE: &str = "DeletingNode";
     /// Deleting a node failed (lifecycle controller).
     pub const DELETING_NODE_FAILED: &str = "DeletingNodeFailed";
+
+    /// Service controller: about to create or update a load balancer.
+    pub const ENSURING_LOAD_BALANCER: &str = "EnsuringLoadBalancer";
+    /// Service controller: the load balancer is in place.
+    pub const ENSURED_LOAD_BALANCER: &str = "EnsuredLoadBalancer";
+    /// Service controller: about to delete a load balancer.
+    pub const DELETING_LOAD_BALANCER: &str = "DeletingLoadBalancer";
+    /// Service controller: the load balancer is gone (also sent when none existed).
+    pub const DELETED_LOAD_BALANCER: &str = "DeletedLoadBalancer";
+    /// Service controller: a sync failed (Warning).
+    pub const SYNC_LOAD_BALANCER_FAILED: &str = "SyncLoadBalancerFailed";
+    /// Service controller: deleting the load balancer of a vanished Service failed (Warning).
+    pub const DELETE_LOAD_BALANCER_FAILED: &str = "DeleteLoadBalancerFailed";
+    /// Service controller: backend hosts updated after a node-set change.
+    pub const UPDATED_LOAD_BALANCER: &str = "UpdatedLoadBalancer";
+    /// Service controller: updating backend hosts failed (Warning).
+    pub const UPDATE_LOAD_BALANCER_FAILED: &str = "UpdateLoadBalancerFailed";
+    /// Service controller: no node qualifies as a backend (Warning; upstream spelling).
+    pub const UNAVAILABLE_LOAD_BALANCER: &str = "UnAvailableLoadBalancer";
+    /// Route controller: creating a route failed (Warning, on the Node).
+    pub const FAILED_TO_CREATE_ROUTE: &str = "FailedToCreateRoute";
+    /// Route controller: `NetworkUnavailable=False` condition reason.
+    pub const ROUTE_CREATED: &str = "RouteCreated";
+    /// Route controller: `NetworkUnavailable=True` condition reason.
+    pub const NO_ROUTE_CREATED: &str = "NoRouteCreated";
+    /// Node IPAM: the cluster CIDR is exhausted.
+    pub const CIDR_NOT_AVAILABLE: &str = "CIDRNotAvailable";
+    /// Node IPAM: writing `spec.podCIDRs` failed.
+    pub const CIDR_ASSIGNMENT_FAILED: &str = "CIDRAssignmentFailed";
     /// The provided-node-ip annotation matches no address the cloud reports, so the node
     /// stays tainted. Not upstream (upstream only logs); added so `kubectl describe node`
     /// explains why a node does not become schedulable.

@@ -26,8 +26,11 @@ use crate::names::controllers as names;
 
 pub mod backoff;
 pub mod node;
+pub mod node_ipam;
 pub mod node_lifecycle;
 pub mod node_util;
+pub mod route;
+pub mod service;
 
 /// Settings the controllers read, with upstream's defaults (see `--help` of the manager for
 /// the flags that set them).
@@ -145,6 +148,24 @@ pub fn all() -> Vec<ControllerDescriptor> {
             alias: names::CLOUD_NODE_LIFECYCLE_ALIAS,
             client_name: "node-controller",
             start: node_lifecycle::start,
+        },
+        ControllerDescriptor {
+            name: names::SERVICE_LB,
+            alias: names::SERVICE_LB_ALIAS,
+            client_name: "service-controller",
+            start: service::start,
+        },
+        ControllerDescriptor {
+            name: names::NODE_ROUTE,
+            alias: names::NODE_ROUTE_ALIAS,
+            client_name: "route-controller",
+            start: route::start,
+        },
+        ControllerDescriptor {
+            name: names::NODE_IPAM,
+            alias: names::NODE_IPAM_ALIAS,
+            client_name: "node-controller",
+            start: node_ipam::start,
         },
     ]
 }

@@ -5,12 +5,18 @@
 //! they made ([`Calls`]).
 
 mod instances;
+mod load_balancer;
+mod node_cidrs;
+mod routes;
 
 use std::sync::Arc;
 
 pub use instances::{Calls, Fault, ScriptedInstance, TestInstances};
+pub use load_balancer::{LbCalls, LbFault, ScriptedLoadBalancer, TestLoadBalancers};
+pub use node_cidrs::TestNodeCidrs;
+pub use routes::{RouteCalls, RouteFault, TestRoutes};
 
-use crate::cloud::{CloudProvider, InstancesV2};
+use crate::cloud::{CloudProvider, InstancesV2, LoadBalancer, NodeCidrs, Routes};
 
 /// The provider name of the test cloud; providerIDs look like `test://<instance-id>`.
 pub const PROVIDER_NAME: &str = "test";
@@ -20,12 +26,18 @@ pub const PROVIDER_NAME: &str = "test";
 pub struct TestCloud {
     /// Scripted instances (InstancesV2).
     pub instances: Option<Arc<TestInstances>>,
+    /// Scripted load balancers.
+    pub load_balancers: Option<Arc<TestLoadBalancers>>,
+    /// Scripted routes.
+    pub routes: Option<Arc<TestRoutes>>,
+    /// Scripted cloud-assigned pod CIDRs.
+    pub node_cidrs: Option<Arc<TestNodeCidrs>>,
 }
 
 impl TestCloud {
     /// A cloud with scripted instances only.
     pub fn with_instances(instances: Arc<TestInstances>) -> Self {
-        TestCloud { instances: Some(instances) }
+        TestCloud { instances: Some(instances), ..Default::default() }
     }
 }
 
@@ -36,5 +48,17 @@ impl CloudProvider for TestCloud {
 
     fn instances_v2(&self) -> Option<Arc<dyn InstancesV2>> {
         self.instances.clone().map(|i| i as Arc<dyn InstancesV2>)
+    }
+
+    fn load_balancer(&self) -> Option<Arc<dyn LoadBalancer>> {
+        self.load_balancers.clone().map(|l| l as Arc<dyn LoadBalancer>)
+    }
+
+    fn routes(&self) -> Option<Arc<dyn Routes>> {
+        self.routes.clone().map(|r| r as Arc<dyn Routes>)
+    }
+
+    fn node_cidrs(&self) -> Option<Arc<dyn NodeCidrs>> {
+        self.node_cidrs.clone().map(|c| c as Arc<dyn NodeCidrs>)
     }
 }

@@ -2,4 +2,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod node;
+mod node_ipam;
 mod rbac;
+mod route;
+mod service;

@@ -1,0 +1,251 @@
+//! `CloudAllocator`: the cloud decides each Node's pod CIDRs (GCE alias IP ranges upstream);
+//! this copies them to `spec.podCIDR(s)` and marks the node's network as ready
+//! (`NetworkUnavailable=False`, reason `RouteCreated`, since the cloud routes implicitly).
+//!
+//! Queue `cloudCIDRAllocator`: per-node backoff 250 ms doubling to 15 s, 30 workers, a node
+//! is dropped after 20 failed attempts (until its next qualifying update). Deleted nodes
+//! need nothing: the cloud releases their ranges.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use ipnet::IpNet;
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::Resource;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use serde_json::json;
+use tokio::sync::mpsc::UnboundedReceiver;
+use tokio_util::sync::CancellationToken;
+
+use super::super::service::{Change, Informer, WorkQueue};
+use crate::cloud::{NodeCidrs, ProviderError};
+use crate::names::{self, controllers as cnames, reasons};
+
+const WORKERS: usize = 30;
+const MAX_RETRIES: u32 = 20;
+
+/// Why one node could not be synced.
+#[derive(Debug, thiserror::Error)]
+enum SyncError {
+    #[error("node {0} doesn't have providerID")]
+    NoProviderId(String),
+    #[error("failed to get pod CIDRs of node {node} from the cloud: {source}")]
+    Cloud {
+        node: String,
+        #[source]
+        source: ProviderError,
+    },
+    #[error("the cloud has no pod CIDR for node {0}")]
+    NoCidr(String),
+    #[error(
+        "the cloud returned invalid pod CIDRs for node {node}: {cidrs:?} (at most two, one per IP family)"
+    )]
+    BadCidrs { node: String, cidrs: Vec<IpNet> },
+    #[error("failed to update node {node}: {source}")]
+    Patch {
+        node: String,
+        #[source]
+        source: kube::Error,
+    },
+}
+
+pub(super) struct CloudAllocator {
+    pub(super) client: kube::Client,
+    pub(super) cloud: Arc<dyn NodeCidrs>,
+    /// Service CIDRs: the first one's family comes first in `podCIDRs`.
+    pub(super) service_cidrs: Vec<IpNet>,
+    pub(super) shutdown: CancellationToken,
+}
+
+fn needs_sync(node: &Node) -> bool {
+    let spec = node.spec.as_ref();
+    let no_cidr = spec.and_then(|s| s.pod_cidr.as_deref()).unwrap_or_default().is_empty();
+    let net_ok = node
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|c| c.iter().find(|c| c.type_ == names::CONDITION_NETWORK_UNAVAILABLE))
+        .is_some_and(|c| c.status == "False");
+    let tainted = spec.and_then(|s| s.taints.as_ref()).is_some_and(|t| {
+        t.iter().any(|t| t.key == names::TAINT_NETWORK_UNAVAILABLE && t.effect == "NoSchedule")
+    });
+    no_cidr || !net_ok || tainted
+}
+
+/// Orders the cloud's CIDRs: the family of the first service CIDR first (IPv4 by default).
+fn order(cidrs: &mut [IpNet], service_cidrs: &[IpNet]) {
+    let v6_first = matches!(service_cidrs.first(), Some(IpNet::V6(_)));
+    cidrs.sort_by_key(|c| matches!(c, IpNet::V6(_)) != v6_first);
+}
+
+impl CloudAllocator {
+    pub(super) async fn run(
+        self: Arc<Self>,
+        nodes: Arc<Informer<Node>>,
+        mut changes: UnboundedReceiver<Change<Node>>,
+    ) {
+        let queue = WorkQueue::new(
+            Duration::from_millis(250),
+            Duration::from_secs(15),
+            self.shutdown.clone(),
+        );
+        let recorder =
+            Arc::new(Recorder::new(self.client.clone(), Reporter::from(cnames::COMPONENT_IPAM)));
+        let q = queue.clone();
+        tokio::spawn(async move {
+            while let Some(change) = changes.recv().await {
+                match change {
+                    Change::Added(n) => q.add(&n.metadata.name.clone().unwrap_or_default()),
+                    Change::Updated { new, .. } if needs_sync(&new) => {
+                        q.add(&new.metadata.name.clone().unwrap_or_default())
+                    }
+                    _ => {}
+                }
+            }
+        });
+        tokio::select! {
+            _ = self.shutdown.cancelled() => return,
+            _ = nodes.wait_synced() => {}
+        }
+        let mut workers = Vec::new();
+        for _ in 0..WORKERS {
+            let (this, queue, nodes, recorder) =
+                (self.clone(), queue.clone(), nodes.clone(), recorder.clone());
+            workers.push(tokio::spawn(async move {
+                while let Some(key) = queue.get().await {
+                    match this.sync(&nodes, &recorder, &key).await {
+                        Ok(()) => queue.forget(&key),
+                        Err(e) if queue.failures(&key) < MAX_RETRIES => {
+                            tracing::warn!(node = %key, error = %e, "CIDR from the cloud not applied; retrying");
+                            queue.add_rate_limited(&key);
+                        }
+                        Err(e) => {
+                            tracing::error!(node = %key, error = %e, "dropping node out of the CIDR queue after {MAX_RETRIES} attempts");
+                            queue.forget(&key);
+                        }
+                    }
+                    queue.done(&key);
+                }
+            }));
+        }
+        for w in workers {
+            let _ = w.await;
+        }
+    }
+
+    async fn event(&self, recorder: &Recorder, node: &Node, status: &str) {
+        let name = node.metadata.name.as_deref().unwrap_or_default();
+        let ev = Event {
+            type_: EventType::Normal,
+            reason: status.into(),
+            note: Some(format!("Node {name} status is now: {status}")),
+            action: "AllocateCIDR".into(),
+            secondary: None,
+        };
+        if let Err(e) = recorder.publish(&ev, &node.object_ref(&())).await {
+            tracing::warn!(error = %e, "failed to record event");
+        }
+    }
+
+    async fn sync(
+        &self,
+        nodes: &Informer<Node>,
+        recorder: &Recorder,
+        name: &str,
+    ) -> Result<(), SyncError> {
+        let Some(node) = nodes.get(name) else { return Ok(()) };
+        let spec = node.spec.clone().unwrap_or_default();
+        if spec.provider_id.as_deref().unwrap_or_default().is_empty() {
+            return Err(SyncError::NoProviderId(name.into()));
+        }
+        let mut cidrs = self
+            .cloud
+            .node_pod_cidrs(&node)
+            .await
+            .map_err(|source| SyncError::Cloud { node: name.into(), source })?;
+        if cidrs.is_empty() {
+            self.event(recorder, &node, reasons::CIDR_NOT_AVAILABLE).await;
+            return Err(SyncError::NoCidr(name.into()));
+        }
+        order(&mut cidrs, &self.service_cidrs);
+        let dual =
+            matches!(cidrs.as_slice(), [IpNet::V4(_), IpNet::V6(_)] | [IpNet::V6(_), IpNet::V4(_)]);
+        if cidrs.len() > 2 || (cidrs.len() == 2 && !dual) {
+            self.event(recorder, &node, reasons::CIDR_ASSIGNMENT_FAILED).await;
+            return Err(SyncError::BadCidrs { node: name.into(), cidrs });
+        }
+        let want: Vec<String> = cidrs.iter().map(ToString::to_string).collect();
+        let api = Api::<Node>::all(self.client.clone());
+        let patch_err = |source| SyncError::Patch { node: name.into(), source };
+        let now = Time(k8s_openapi::jiff::Timestamp::now());
+        let cond = json!({"status": {"conditions": [{
+            "type": names::CONDITION_NETWORK_UNAVAILABLE,
+            "status": "False",
+            "reason": reasons::ROUTE_CREATED,
+            "message": "NodeController create implicit route",
+            "lastHeartbeatTime": now,
+            "lastTransitionTime": now,
+        }]}});
+        api.patch_status(name, &PatchParams::default(), &Patch::Strategic(cond))
+            .await
+            .map_err(patch_err)?;
+        let have = spec.pod_cidrs.clone().unwrap_or_default();
+        if have == want {
+            return Ok(());
+        }
+        if !have.is_empty() {
+            tracing::warn!(
+                node = name,
+                ?have,
+                ?want,
+                "node has other pod CIDRs than the cloud; left alone (they are immutable)"
+            );
+            return Ok(());
+        }
+        let patch = json!({"spec": {"podCIDR": want[0], "podCIDRs": want}});
+        if let Err(e) = api.patch(name, &PatchParams::default(), &Patch::Strategic(patch)).await {
+            self.event(recorder, &node, reasons::CIDR_ASSIGNMENT_FAILED).await;
+            return Err(patch_err(e));
+        }
+        tracing::info!(node = name, cidrs = ?want, "set node pod CIDRs from the cloud");
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn family_order_follows_the_first_service_cidr() {
+        let v4: IpNet = "10.0.0.0/24".parse().unwrap();
+        let v6: IpNet = "fd00::/64".parse().unwrap();
+        let mut c = vec![v6, v4];
+        order(&mut c, &[]);
+        assert_eq!(c, vec![v4, v6]);
+        order(&mut c, &["fd00:96::/112".parse().unwrap()]);
+        assert_eq!(c, vec![v6, v4]);
+    }
+
+    #[test]
+    fn nodes_need_sync_until_they_have_a_cidr_and_a_ready_network() {
+        let mut n = Node::default();
+        assert!(needs_sync(&n));
+        n.spec = Some(k8s_openapi::api::core::v1::NodeSpec {
+            pod_cidr: Some("10.0.0.0/24".into()),
+            ..Default::default()
+        });
+        assert!(needs_sync(&n), "NetworkUnavailable not False yet");
+        n.status = Some(k8s_openapi::api::core::v1::NodeStatus {
+            conditions: Some(vec![k8s_openapi::api::core::v1::NodeCondition {
+                type_: "NetworkUnavailable".into(),
+                status: "False".into(),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        });
+        assert!(!needs_sync(&n));
+    }
+}

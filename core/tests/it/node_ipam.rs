@@ -1,0 +1,246 @@
+//! The node-IPAM controller (RangeAllocator) against a real kube-apiserver. Each test scopes
+//! the controller to Nodes carrying its own group label.
+
+use std::collections::{BTreeMap, HashSet};
+use std::time::{Duration, Instant};
+
+use ccm_core::controllers::ControllerConfig;
+use ccm_core::controllers::node_ipam::{self, IpamOptions};
+use ccm_core::testing::{TestCloud, TestNodeCidrs};
+use ccm_testbed::ControlPlane;
+use futures::StreamExt;
+use ipnet::IpNet;
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::{Api, Client};
+use serde_json::json;
+
+use crate::service::{GROUP_LABEL, Running, event_reasons, run, wait_for};
+
+fn start(client: &Client, group: &str, config: ControllerConfig) -> Running {
+    let opts = IpamOptions { node_selector: Some(format!("{GROUP_LABEL}={group}")) };
+    let config = ControllerConfig { allocate_node_cidrs: true, ..config };
+    run(client, TestCloud::default(), config, move |ctx| node_ipam::start_with(ctx, opts))
+}
+
+async fn create_nodes(client: &Client, group: &str, names: &[String]) {
+    let api = Api::<Node>::all(client.clone());
+    futures::stream::iter(names)
+        .for_each_concurrent(20, |name| {
+            let api = api.clone();
+            let node = Node {
+                metadata: ObjectMeta {
+                    name: Some(name.clone()),
+                    labels: Some(BTreeMap::from([(GROUP_LABEL.to_string(), group.to_string())])),
+                    ..Default::default()
+                },
+                ..Default::default()
+            };
+            async move {
+                api.create(&PostParams::default(), &node).await.unwrap();
+            }
+        })
+        .await;
+}
+
+/// Nodes of the group, by name → pod CIDRs.
+async fn pod_cidrs(client: &Client, group: &str) -> BTreeMap<String, Vec<String>> {
+    let lp = ListParams::default().labels(&format!("{GROUP_LABEL}={group}"));
+    Api::<Node>::all(client.clone())
+        .list(&lp)
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .map(|n| {
+            let spec = n.spec.unwrap_or_default();
+            if let Some(first) = spec.pod_cidrs.as_ref().and_then(|c| c.first()) {
+                assert_eq!(spec.pod_cidr.as_ref(), Some(first), "podCIDR is podCIDRs[0]");
+            }
+            (n.metadata.name.unwrap(), spec.pod_cidrs.unwrap_or_default())
+        })
+        .collect()
+}
+
+async fn delete_group(client: &Client, group: &str) {
+    let lp = ListParams::default().labels(&format!("{GROUP_LABEL}={group}"));
+    let _ = Api::<Node>::all(client.clone()).delete_collection(&DeleteParams::default(), &lp).await;
+}
+
+fn names(prefix: &str, n: usize) -> Vec<String> {
+    (0..n).map(|_| ccm_testbed::unique_name(prefix)).collect()
+}
+
+#[tokio::test]
+async fn hundreds_of_nodes_get_distinct_dual_stack_cidrs_and_a_restart_reuses_them() {
+    let cp = ControlPlane::shared().await.unwrap();
+    let _g = cp.log_guard();
+    let client = cp.admin_client().await.unwrap();
+    let group = ccm_testbed::unique_name("g");
+    let v4: IpNet = "10.128.0.0/15".parse().unwrap();
+    let v6: IpNet = "fd00:128::/48".parse().unwrap();
+    let svc: IpNet = "10.128.0.0/20".parse().unwrap();
+    let config = ControllerConfig {
+        cluster_cidrs: vec![v4, v6],
+        service_cidrs: vec![svc],
+        ..Default::default()
+    };
+
+    // Half the nodes exist before the controller starts, half arrive while it runs.
+    let first = names("ipam-node", 150);
+    let second = names("ipam-node", 150);
+    create_nodes(&client, &group, &first).await;
+    let start_time = Instant::now();
+    let c = start(&client, &group, config.clone());
+    create_nodes(&client, &group, &second).await;
+    let assigned = wait_for("300 nodes with pod CIDRs", Duration::from_secs(120), || async {
+        let all = pod_cidrs(&client, &group).await;
+        (all.len() == 300 && all.values().all(|c| c.len() == 2)).then_some(all)
+    })
+    .await;
+    eprintln!("300 nodes got dual-stack pod CIDRs in {:?}", start_time.elapsed());
+    let check = |all: &BTreeMap<String, Vec<String>>| {
+        let mut seen = HashSet::new();
+        for cidrs in all.values() {
+            let a: IpNet = cidrs[0].parse().unwrap();
+            let b: IpNet = cidrs[1].parse().unwrap();
+            assert!(v4.contains(&a) && a.prefix_len() == 24, "{a}");
+            assert!(v6.contains(&b) && b.prefix_len() == 64, "{b}");
+            assert!(!svc.contains(&a.network()), "{a} lies in the reserved service CIDR");
+            assert!(seen.insert(a) && seen.insert(b), "duplicate CIDR {a} or {b}");
+        }
+    };
+    check(&assigned);
+    let allocations = c.metric("node_ipam_controller_cidrset_cidrs_allocations_total");
+    assert!(allocations >= 600.0, "{allocations}");
+    assert!(c.metric("node_ipam_controller_cidrset_usage_cidrs") > 0.0);
+    drop(c);
+
+    // A new controller rebuilds its map from the Nodes: new nodes never get a taken CIDR.
+    let third = names("ipam-node", 5);
+    create_nodes(&client, &group, &third).await;
+    let _c = start(&client, &group, config);
+    let all = wait_for("5 more nodes with pod CIDRs", Duration::from_secs(60), || async {
+        let all = pod_cidrs(&client, &group).await;
+        (all.len() == 305 && all.values().all(|c| c.len() == 2)).then_some(all)
+    })
+    .await;
+    check(&all);
+    for (name, cidrs) in &assigned {
+        assert_eq!(&all[name], cidrs, "existing assignments unchanged");
+    }
+    delete_group(&client, &group).await;
+}
+
+#[tokio::test]
+async fn exhaustion_emits_cidr_not_available_and_released_cidrs_are_reused() {
+    let cp = ControlPlane::shared().await.unwrap();
+    let _g = cp.log_guard();
+    let client = cp.admin_client().await.unwrap();
+    let group = ccm_testbed::unique_name("g");
+    let config = ControllerConfig {
+        cluster_cidrs: vec!["10.250.0.0/23".parse().unwrap()],
+        ..Default::default()
+    };
+    let _c = start(&client, &group, config);
+    let nodes = names("ipam-small", 3);
+    // One at a time, so the third is the one left without a CIDR.
+    for n in &nodes[..2] {
+        create_nodes(&client, &group, std::slice::from_ref(n)).await;
+        wait_for("pod CIDR", Duration::from_secs(60), || async {
+            (!pod_cidrs(&client, &group).await.get(n)?.is_empty()).then_some(())
+        })
+        .await;
+    }
+    create_nodes(&client, &group, &nodes[2..]).await;
+    wait_for("CIDRNotAvailable on the third node", Duration::from_secs(60), || async {
+        event_reasons(&client, "default", &nodes[2])
+            .await
+            .contains(&"CIDRNotAvailable".into())
+            .then_some(())
+    })
+    .await;
+    let all = pod_cidrs(&client, &group).await;
+    assert!(all[&nodes[2]].is_empty());
+    let freed = all[&nodes[0]].clone();
+    assert_eq!(freed.len(), 1);
+
+    // Deleting a node frees its CIDR; the next update of the waiting node takes it.
+    Api::<Node>::all(client.clone()).delete(&nodes[0], &DeleteParams::default()).await.unwrap();
+    wait_for("node deleted", Duration::from_secs(60), || async {
+        (!pod_cidrs(&client, &group).await.contains_key(&nodes[0])).then_some(())
+    })
+    .await;
+    let api = Api::<Node>::all(client.clone());
+    let cidrs = wait_for("the freed CIDR reused", Duration::from_secs(60), || async {
+        let patch = json!({"metadata": {"annotations": {"poke": ccm_testbed::unique_name("x")}}});
+        api.patch(&nodes[2], &PatchParams::default(), &Patch::Merge(patch)).await.ok()?;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let c = pod_cidrs(&client, &group).await.get(&nodes[2])?.clone();
+        (!c.is_empty()).then_some(c)
+    })
+    .await;
+    assert_eq!(cidrs, freed);
+    delete_group(&client, &group).await;
+}
+
+#[tokio::test]
+async fn cloud_allocator_copies_the_clouds_cidrs_and_marks_the_network_ready() {
+    let cp = ControlPlane::shared().await.unwrap();
+    let _g = cp.log_guard();
+    let client = cp.admin_client().await.unwrap();
+    let group = ccm_testbed::unique_name("g");
+    let config = ControllerConfig {
+        allocate_node_cidrs: true,
+        cidr_allocator_type: "CloudAllocator".into(),
+        ..Default::default()
+    };
+    let opts = || IpamOptions { node_selector: Some(format!("{GROUP_LABEL}={group}")) };
+
+    // Without the capability, CloudAllocator is a start error naming the flag.
+    let ctx = ccm_core::controllers::ControllerContext {
+        client: client.clone(),
+        cloud: std::sync::Arc::new(TestCloud::default()),
+        config: std::sync::Arc::new(config.clone()),
+        metrics: Default::default(),
+        shutdown: Default::default(),
+    };
+    let err = node_ipam::start_with(&ctx, opts())
+        .err()
+        .expect("CloudAllocator without cloud support is fatal");
+    assert!(err.to_string().contains("--cidr-allocator-type"), "{err}");
+
+    let cidrs = std::sync::Arc::new(TestNodeCidrs::new());
+    let name = ccm_testbed::unique_name("ipam-cloud");
+    cidrs.set(&name, vec!["fd00:77:0:5::/64".parse().unwrap(), "10.77.5.0/24".parse().unwrap()]);
+    let cloud = TestCloud { node_cidrs: Some(cidrs.clone()), ..Default::default() };
+    let o = opts();
+    let _c = run(&client, cloud, config, move |ctx| node_ipam::start_with(ctx, o));
+    let node = Node {
+        metadata: ObjectMeta {
+            name: Some(name.clone()),
+            labels: Some(BTreeMap::from([(GROUP_LABEL.to_string(), group.clone())])),
+            ..Default::default()
+        },
+        spec: Some(k8s_openapi::api::core::v1::NodeSpec {
+            provider_id: Some(format!("test://{name}")),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    Api::<Node>::all(client.clone()).create(&PostParams::default(), &node).await.unwrap();
+    let got = wait_for("pod CIDRs from the cloud", Duration::from_secs(60), || async {
+        let c = pod_cidrs(&client, &group).await.get(&name)?.clone();
+        (!c.is_empty()).then_some(c)
+    })
+    .await;
+    assert_eq!(got, ["10.77.5.0/24", "fd00:77:0:5::/64"], "IPv4 first without service CIDRs");
+    let n = Api::<Node>::all(client.clone()).get(&name).await.unwrap();
+    let cond = n
+        .status
+        .and_then(|s| s.conditions)
+        .and_then(|c| c.into_iter().find(|c| c.type_ == "NetworkUnavailable"))
+        .expect("NetworkUnavailable set");
+    assert_eq!((cond.status.as_str(), cond.reason.as_deref()), ("False", Some("RouteCreated")));
+    delete_group(&client, &group).await;
+}

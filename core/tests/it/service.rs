@@ -1,0 +1,525 @@
+//! The service (load balancer) controller against a real kube-apiserver and the scripted
+//! test cloud. Every test scopes the controller to its own namespace and to Nodes carrying
+//! its own group label, so the tests share one control plane.
+//!
+//! Also holds the helpers the route and node-IPAM tests use.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use ccm_core::controllers::service::{self, ServiceOptions};
+use ccm_core::controllers::{ControllerConfig, ControllerContext, Started};
+use ccm_core::names;
+use ccm_core::testing::{LbFault, TestCloud, TestLoadBalancers};
+use ccm_testbed::ControlPlane;
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{
+    Namespace, Node, NodeCondition, NodeStatus, Service, ServicePort, ServiceSpec,
+};
+use k8s_openapi::api::events::v1::Event;
+use kube::api::{DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::{Api, Client};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+/// Label key the tests use to give each test its own set of Nodes.
+pub const GROUP_LABEL: &str = "ccm-test.example.com/group";
+
+/// A controller running in the background, with its metrics; stops when dropped.
+pub struct Running {
+    token: CancellationToken,
+    pub metrics: Arc<std::sync::Mutex<prometheus_client::registry::Registry>>,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.token.cancel();
+    }
+}
+
+/// Builds a context and starts a controller with `start`.
+pub fn run(
+    client: &Client,
+    cloud: TestCloud,
+    config: ControllerConfig,
+    start: impl FnOnce(&ControllerContext) -> Result<Started, ccm_core::controllers::StartError>,
+) -> Running {
+    let token = CancellationToken::new();
+    let ctx = ControllerContext {
+        client: client.clone(),
+        cloud: Arc::new(cloud),
+        config: Arc::new(config),
+        metrics: Default::default(),
+        shutdown: token.clone(),
+    };
+    match start(&ctx).expect("controller starts") {
+        Started::Running(fut) => {
+            tokio::spawn(fut);
+        }
+        Started::Skipped(why) => panic!("controller skipped: {why}"),
+    }
+    Running { token, metrics: ctx.metrics.clone() }
+}
+
+impl Running {
+    /// The value of a metric sample (sum over label sets), 0 if absent.
+    pub fn metric(&self, sample: &str) -> f64 {
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &self.metrics.lock().unwrap())
+            .unwrap();
+        text.lines()
+            .filter(|l| l.split([' ', '{']).next() == Some(sample))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    }
+}
+
+/// Polls `f` every 100 ms until it returns `Some`, failing after `deadline` with `what`.
+pub async fn wait_for<T, F, Fut>(what: &str, deadline: Duration, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let start = Instant::now();
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(start.elapsed() < deadline, "timed out after {deadline:?} waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Creates a namespace with a unique name.
+pub async fn namespace(client: &Client, prefix: &str) -> String {
+    let name = ccm_testbed::unique_name(prefix);
+    let ns = Namespace {
+        metadata: ObjectMeta { name: Some(name.clone()), ..Default::default() },
+        ..Default::default()
+    };
+    Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &ns).await.unwrap();
+    name
+}
+
+/// Creates a Node in `group` with extra labels and a Ready condition.
+pub async fn create_node(
+    client: &Client,
+    group: &str,
+    name: &str,
+    labels: &[(&str, &str)],
+) -> Node {
+    let mut l: BTreeMap<String, String> =
+        labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    l.insert(GROUP_LABEL.into(), group.into());
+    let node = Node {
+        metadata: ObjectMeta { name: Some(name.into()), labels: Some(l), ..Default::default() },
+        ..Default::default()
+    };
+    let api = Api::<Node>::all(client.clone());
+    let created = api.create(&PostParams::default(), &node).await.unwrap();
+    set_ready(client, name, true).await;
+    created
+}
+
+/// Sets the Ready condition of a Node.
+pub async fn set_ready(client: &Client, name: &str, ready: bool) {
+    let status = NodeStatus {
+        conditions: Some(vec![NodeCondition {
+            type_: "Ready".into(),
+            status: if ready { "True" } else { "False" }.into(),
+            reason: Some("Test".into()),
+            ..Default::default()
+        }]),
+        ..Default::default()
+    };
+    Api::<Node>::all(client.clone())
+        .patch_status(name, &PatchParams::default(), &Patch::Strategic(json!({"status": status})))
+        .await
+        .unwrap();
+}
+
+/// Deletes Nodes by name (best effort).
+pub async fn delete_nodes(client: &Client, names: &[String]) {
+    let api = Api::<Node>::all(client.clone());
+    for n in names {
+        let _ = api.delete(n, &DeleteParams::default()).await;
+    }
+}
+
+/// Event reasons about the object `name` in `namespace`, oldest first.
+pub async fn event_reasons(client: &Client, namespace: &str, name: &str) -> Vec<String> {
+    let api = Api::<Event>::namespaced(client.clone(), namespace);
+    let mut evs: Vec<Event> = api
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
+        .collect();
+    evs.sort_by_key(|e| e.event_time.as_ref().map(|t| t.0));
+    evs.into_iter().filter_map(|e| e.reason).collect()
+}
+
+fn lb_service(ns: &str, name: &str, port: i32) -> Service {
+    Service {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some(ns.into()),
+            ..Default::default()
+        },
+        spec: Some(ServiceSpec {
+            type_: Some("LoadBalancer".into()),
+            ports: Some(vec![ServicePort {
+                port,
+                protocol: Some("TCP".into()),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+fn has_finalizer(svc: &Service) -> bool {
+    svc.metadata.finalizers.iter().flatten().any(|f| f == names::FINALIZER_LB_CLEANUP)
+}
+
+fn ingress_ip(svc: &Service) -> Option<String> {
+    svc.status.as_ref()?.load_balancer.as_ref()?.ingress.as_ref()?.first()?.ip.clone()
+}
+
+fn fast(ns: &str, group: &str) -> ServiceOptions {
+    ServiceOptions {
+        min_retry_delay: Duration::from_millis(250),
+        max_retry_delay: Duration::from_secs(2),
+        namespace: Some(ns.into()),
+        node_selector: Some(format!("{GROUP_LABEL}={group}")),
+        ..Default::default()
+    }
+}
+
+fn start_service(
+    client: &Client,
+    lbs: &Arc<TestLoadBalancers>,
+    config: ControllerConfig,
+    opts: ServiceOptions,
+) -> Running {
+    let cloud = TestCloud { load_balancers: Some(lbs.clone()), ..Default::default() };
+    run(client, cloud, config, move |ctx| service::start_with(ctx, opts))
+}
+
+#[tokio::test]
+async fn load_balancer_lifecycle_follows_the_service() {
+    let cp = ControlPlane::shared().await.unwrap();
+    let _g = cp.log_guard();
+    let client = cp.admin_client().await.unwrap();
+    let ns = namespace(&client, "svc-life").await;
+    let group = ccm_testbed::unique_name("g");
+    let n1 = ccm_testbed::unique_name("svc-node");
+    let n2 = ccm_testbed::unique_name("svc-node-excluded");
+    create_node(&client, &group, &n1, &[]).await;
+    create_node(&client, &group, &n2, &[(names::LABEL_EXCLUDE_FROM_LB, "true")]).await;
+    let lbs = Arc::new(TestLoadBalancers::new());
+    let _c = start_service(&client, &lbs, ControllerConfig::default(), fast(&ns, &group));
+    let api = Api::<Service>::namespaced(client.clone(), &ns);
+
+    api.create(&PostParams::default(), &lb_service(&ns, "web", 80)).await.unwrap();
+    let svc = wait_for("finalizer and ingress", Duration::from_secs(60), || async {
+        let s = api.get("web").await.ok()?;
+        (has_finalizer(&s) && ingress_ip(&s).is_some()).then_some(s)
+    })
+    .await;
+    let lb = lbs.for_service(&ns, "web").expect("load balancer exists");
+    assert_eq!(lb.nodes, vec![n1.clone()], "excluded node is not a backend");
+    assert_eq!(lb.ports, vec![80]);
+    assert_eq!(ingress_ip(&svc), lb.status.ingress.as_ref().unwrap()[0].ip);
+    let reasons = event_reasons(&client, &ns, "web").await;
+    assert_eq!(reasons, vec!["EnsuringLoadBalancer", "EnsuredLoadBalancer"]);
+
+    // Port change: the load balancer is updated.
+    let patch = json!({"spec": {"ports": [{"port": 81, "protocol": "TCP"}]}});
+    api.patch("web", &PatchParams::default(), &Patch::Merge(patch)).await.unwrap();
+    wait_for("load balancer on port 81", Duration::from_secs(60), || async {
+        (lbs.for_service(&ns, "web")?.ports == vec![81]).then_some(())
+    })
+    .await;
+
+    // Type changed to ClusterIP: load balancer deleted, finalizer removed, ingress cleared.
+    let patch = json!({"spec": {"type": "ClusterIP", "ports": [{"port": 81, "protocol": "TCP"}],
+        "externalTrafficPolicy": null, "allocateLoadBalancerNodePorts": null}});
+    api.patch("web", &PatchParams::default(), &Patch::Merge(patch)).await.unwrap();
+    wait_for("cleanup after type change", Duration::from_secs(60), || async {
+        let s = api.get("web").await.ok()?;
+        (!has_finalizer(&s) && ingress_ip(&s).is_none()).then_some(())
+    })
+    .await;
+    assert!(lbs.for_service(&ns, "web").is_none(), "load balancer deleted");
+    let reasons = event_reasons(&client, &ns, "web").await;
+    assert!(
+        reasons.ends_with(&["DeletingLoadBalancer".into(), "DeletedLoadBalancer".into()]),
+        "{reasons:?}"
+    );
+
+    // Back to LoadBalancer, then delete the Service: the LB is gone before the Service is.
+    let patch = json!({"spec": {"type": "LoadBalancer"}});
+    api.patch("web", &PatchParams::default(), &Patch::Merge(patch)).await.unwrap();
+    wait_for("load balancer again", Duration::from_secs(60), || async {
+        let s = api.get("web").await.ok()?;
+        ingress_ip(&s).and(lbs.for_service(&ns, "web"))
+    })
+    .await;
+    lbs.set_latency(Duration::from_millis(300));
+    api.delete("web", &DeleteParams::default()).await.unwrap();
+    wait_for("service gone", Duration::from_secs(60), || async {
+        matches!(api.get("web").await, Err(kube::Error::Api(s)) if s.code == 404).then_some(())
+    })
+    .await;
+    assert!(
+        lbs.for_service(&ns, "web").is_none(),
+        "load balancer deleted before the Service vanished"
+    );
+    delete_nodes(&client, &[n1, n2]).await;
+}
+
+#[tokio::test]
+async fn cloud_failures_keep_the_finalizer_retry_with_backoff_and_leak_nothing() {
+    let cp = ControlPlane::shared().await.unwrap();
+    let _g = cp.log_guard();
+    let client = cp.admin_client().await.unwrap();
+    let ns = namespace(&client, "svc-fail").await;
+    let group = ccm_testbed::unique_name("g");
+    let n1 = ccm_testbed::unique_name("svc-node");
+    create_node(&client, &group, &n1, &[]).await;
+    let lbs = Arc::new(TestLoadBalancers::new());
+    lbs.set_fault(Some(LbFault::Unavailable));
+    let _c = start_service(&client, &lbs, ControllerConfig::default(), fast(&ns, &group));
+    let api = Api::<Service>::namespaced(client.clone(), &ns);
+
+    api.create(&PostParams::default(), &lb_service(&ns, "flaky", 80)).await.unwrap();
+    wait_for("5 ensure attempts", Duration::from_secs(60), || async {
+        (lbs.calls.ensure.load(Ordering::SeqCst) >= 5).then_some(())
+    })
+    .await;
+    let times = lbs.ensure_times();
+    let gaps: Vec<Duration> = times.windows(2).map(|w| w[1] - w[0]).collect();
+    eprintln!("ensure retry gaps with backoff 250ms doubling: {gaps:?}");
+    // Retries wait at least their backoff (sleeps never end early): 250, 500, 1000, 2000 ms.
+    assert!(gaps[3] >= Duration::from_millis(1990), "4th retry waited its grown backoff: {gaps:?}");
+    let s = api.get("flaky").await.unwrap();
+    assert!(has_finalizer(&s), "finalizer added before the cloud call and kept on failure");
+    assert!(ingress_ip(&s).is_none());
+    let reasons = event_reasons(&client, &ns, "flaky").await;
+    assert!(reasons.contains(&"SyncLoadBalancerFailed".to_string()), "{reasons:?}");
+
+    // The cloud recovers: the load balancer appears.
+    lbs.set_fault(None);
+    wait_for("ingress after recovery", Duration::from_secs(60), || async {
+        ingress_ip(&api.get("flaky").await.ok()?)
+    })
+    .await;
+
+    // Delete while the cloud fails: the Service stays (with its finalizer) until the cloud
+    // recovers, then the load balancer is deleted and the Service goes.
+    lbs.set_fault(Some(LbFault::Unavailable));
+    let gets = lbs.calls.get.load(Ordering::SeqCst);
+    api.delete("flaky", &DeleteParams::default()).await.unwrap();
+    wait_for("3 failed deletion attempts", Duration::from_secs(60), || async {
+        (lbs.calls.get.load(Ordering::SeqCst) >= gets + 3).then_some(())
+    })
+    .await;
+    let s = api.get("flaky").await.expect("Service kept while its LB cannot be deleted");
+    assert!(has_finalizer(&s) && s.metadata.deletion_timestamp.is_some());
+    assert!(lbs.for_service(&ns, "flaky").is_some());
+    lbs.set_fault(None);
+    wait_for("service gone", Duration::from_secs(60), || async {
+        matches!(api.get("flaky").await, Err(kube::Error::Api(s)) if s.code == 404).then_some(())
+    })
+    .await;
+    assert!(lbs.for_service(&ns, "flaky").is_none(), "no leaked load balancer");
+    delete_nodes(&client, &[n1]).await;
+}
+
+#[tokio::test]
+async fn retry_after_is_a_fixed_delay() {
+    let cp = ControlPlane::shared().await.unwrap();
+    let _g = cp.log_guard();
+    let client = cp.admin_client().await.unwrap();
+    let ns = namespace(&client, "svc-retry").await;
+    let group = ccm_testbed::unique_name("g");
+    let lbs = Arc::new(TestLoadBalancers::new());
+    lbs.set_fault(Some(LbFault::RetryAfter(Duration::from_millis(200))));
+    // An exponential retry would wait 10 minutes: only the fixed delay can make progress.
+    let opts = ServiceOptions {
+        min_retry_delay: Duration::from_secs(600),
+        max_retry_delay: Duration::from_secs(600),
+        ..fast(&ns, &group)
+    };
+    let _c = start_service(&client, &lbs, ControllerConfig::default(), opts);
+    let api = Api::<Service>::namespaced(client.clone(), &ns);
+    api.create(&PostParams::default(), &lb_service(&ns, "slow", 80)).await.unwrap();
+    wait_for("6 ensure attempts", Duration::from_secs(60), || async {
+        (lbs.calls.ensure.load(Ordering::SeqCst) >= 6).then_some(())
+    })
+    .await;
+    lbs.set_fault(None);
+    wait_for("ingress", Duration::from_secs(60), || async {
+        ingress_ip(&api.get("slow").await.ok()?)
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn load_balancer_class_is_ignored_and_implemented_elsewhere_writes_no_status() {
+    let cp = ControlPlane::shared().await.unwrap();
+    let _g = cp.log_guard();
+    let client = cp.admin_client().await.unwrap();
+    let ns = namespace(&client, "svc-other").await;
+    let group = ccm_testbed::unique_name("g");
+    let lbs = Arc::new(TestLoadBalancers::new());
+    lbs.set_service_fault(&ns, "elsewhere", Some(LbFault::ImplementedElsewhere));
+    let _c = start_service(&client, &lbs, ControllerConfig::default(), fast(&ns, &group));
+    let api = Api::<Service>::namespaced(client.clone(), &ns);
+
+    let mut classed = lb_service(&ns, "classed", 80);
+    classed.spec.as_mut().unwrap().load_balancer_class = Some("example.com/other".into());
+    api.create(&PostParams::default(), &classed).await.unwrap();
+    api.create(&PostParams::default(), &lb_service(&ns, "elsewhere", 80)).await.unwrap();
+    wait_for("ensure called for 'elsewhere'", Duration::from_secs(60), || async {
+        (lbs.calls.ensure.load(Ordering::SeqCst) >= 1).then_some(())
+    })
+    .await;
+    // Fence: one worker handles keys in order, so once a later Service is done, the earlier
+    // ones are too.
+    api.create(&PostParams::default(), &lb_service(&ns, "fence", 80)).await.unwrap();
+    wait_for("fence ingress", Duration::from_secs(60), || async {
+        ingress_ip(&api.get("fence").await.ok()?)
+    })
+    .await;
+
+    let c = api.get("classed").await.unwrap();
+    assert!(!has_finalizer(&c), "a Service with loadBalancerClass is not ours");
+    assert!(lbs.for_service(&ns, "classed").is_none());
+    assert!(event_reasons(&client, &ns, "classed").await.is_empty());
+
+    let e = api.get("elsewhere").await.unwrap();
+    assert!(has_finalizer(&e), "the finalizer is managed even when implemented elsewhere");
+    assert!(ingress_ip(&e).is_none(), "no status written for ImplementedElsewhere");
+    assert!(lbs.for_service(&ns, "elsewhere").is_none());
+    assert_eq!(lbs.calls.ensure.load(Ordering::SeqCst), 2, "one ensure each, no retry");
+}
+
+#[tokio::test]
+async fn node_changes_update_only_changed_load_balancers_in_parallel() {
+    const SERVICES: usize = 200;
+    const WORKERS: usize = 16;
+    let cp = ControlPlane::shared().await.unwrap();
+    let _g = cp.log_guard();
+    let client = cp.admin_client().await.unwrap();
+    let ns = namespace(&client, "svc-many").await;
+    let group = ccm_testbed::unique_name("g");
+    let n1 = ccm_testbed::unique_name("svc-node");
+    let n2 = ccm_testbed::unique_name("svc-node");
+    create_node(&client, &group, &n1, &[]).await;
+    create_node(&client, &group, &n2, &[]).await;
+    let lbs = Arc::new(TestLoadBalancers::new());
+    let config = ControllerConfig { concurrent_service_syncs: 10, ..Default::default() };
+    let opts = ServiceOptions { node_sync_workers: WORKERS, ..fast(&ns, &group) };
+    let c = start_service(&client, &lbs, config, opts);
+    let api = Api::<Service>::namespaced(client.clone(), &ns);
+
+    let start = Instant::now();
+    futures::stream::iter(0..SERVICES)
+        .for_each_concurrent(20, |i| {
+            let api = api.clone();
+            let svc = lb_service(&ns, &format!("lb-{i}"), 80);
+            async move {
+                api.create(&PostParams::default(), &svc).await.unwrap();
+            }
+        })
+        .await;
+    wait_for("all load balancers with ingress", Duration::from_secs(120), || async {
+        let list = api.list(&Default::default()).await.ok()?;
+        (list.items.iter().filter(|s| ingress_ip(s).is_some()).count() == SERVICES).then_some(())
+    })
+    .await;
+    eprintln!("{SERVICES} LoadBalancer Services ensured in {:?}", start.elapsed());
+    assert_eq!(lbs.all().len(), SERVICES);
+    assert_eq!(lbs.calls.update.load(Ordering::SeqCst), 0);
+
+    // Readiness flapping and an excluded node: a node sync runs, but no LB changes.
+    set_ready(&client, &n1, false).await;
+    let syncs = c.metric("service_controller_nodesync_latency_seconds_count");
+    let excluded = ccm_testbed::unique_name("svc-node-excluded");
+    create_node(&client, &group, &excluded, &[(names::LABEL_EXCLUDE_FROM_LB, "true")]).await;
+    wait_for("a node sync after the excluded node", Duration::from_secs(60), || async {
+        (c.metric("service_controller_nodesync_latency_seconds_count") > syncs).then_some(())
+    })
+    .await;
+    assert_eq!(
+        lbs.calls.update.load(Ordering::SeqCst),
+        0,
+        "excluded node and NotReady node touch no LB"
+    );
+
+    // A normal node: every LB gets exactly one update, with bounded parallelism.
+    lbs.set_latency(Duration::from_millis(100));
+    lbs.calls.max_in_flight.store(0, Ordering::SeqCst);
+    let n3 = ccm_testbed::unique_name("svc-node");
+    let start = Instant::now();
+    create_node(&client, &group, &n3, &[]).await;
+    wait_for("every LB has the new node", Duration::from_secs(120), || async {
+        lbs.all().values().all(|lb| lb.nodes.contains(&n3)).then_some(())
+    })
+    .await;
+    let wall = start.elapsed();
+    let max = lbs.calls.max_in_flight.load(Ordering::SeqCst);
+    let updates = lbs.calls.update.load(Ordering::SeqCst);
+    eprintln!(
+        "node add → {SERVICES} LBs updated in {wall:?}: {updates} UpdateLoadBalancer calls \
+         (100 ms cloud latency each), max {max} in flight (bound {WORKERS})"
+    );
+    assert_eq!(updates, SERVICES);
+    for lb in lbs.all().values() {
+        assert_eq!(lb.updates, 1);
+        let mut want = vec![n1.clone(), n2.clone(), n3.clone()];
+        want.sort();
+        assert_eq!(lb.nodes, want, "NotReady node stays a backend, excluded one never is");
+    }
+    assert!(max > 1 && max <= WORKERS, "parallel but bounded: {max}");
+
+    // Cluster-autoscaler taints n2 (no sync by itself, as upstream), then n3 is deleted: the
+    // one resulting sync drops both from every LB, once per LB.
+    let taint = json!({"spec": {"taints": [{"key": names::TAINT_TO_BE_DELETED, "value": "1",
+        "effect": "NoSchedule"}]}});
+    Api::<Node>::all(client.clone())
+        .patch(&n2, &PatchParams::default(), &Patch::Merge(taint))
+        .await
+        .unwrap();
+    let start = Instant::now();
+    Api::<Node>::all(client.clone()).delete(&n3, &DeleteParams::default()).await.unwrap();
+    wait_for(
+        "every LB without the deleted and the tainted node",
+        Duration::from_secs(120),
+        || async { lbs.all().values().all(|lb| lb.nodes == [n1.clone()]).then_some(()) },
+    )
+    .await;
+    eprintln!("node delete → {SERVICES} LBs updated in {:?}", start.elapsed());
+    assert_eq!(lbs.calls.update.load(Ordering::SeqCst), 2 * SERVICES);
+    // Upstream metric names: one configure per ensure and per host update.
+    assert_eq!(c.metric("service_controller_loadbalancer_sync_total"), (3 * SERVICES) as f64);
+    assert_eq!(c.metric("service_controller_nodesync_error_total"), 0.0);
+    assert!(c.metric("service_controller_update_loadbalancer_host_latency_seconds_count") >= 400.0);
+
+    // Cleanup: deleting the namespace's Services removes their load balancers.
+    lbs.set_latency(Duration::ZERO);
+    api.delete_collection(&DeleteParams::default(), &Default::default()).await.unwrap();
+    wait_for("all load balancers deleted", Duration::from_secs(120), || async {
+        lbs.all().is_empty().then_some(())
+    })
+    .await;
+    delete_nodes(&client, &[n1, n2, n3, excluded]).await;
+}
