@@ -10,8 +10,9 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use crate::support::{run, wait_for};
 use ccm_core::cloud::InstanceMetadata;
-use ccm_core::controllers::{ControllerConfig, ControllerContext, Started, node, node_lifecycle};
+use ccm_core::controllers::{ControllerConfig, node, node_lifecycle};
 use ccm_core::names;
 use ccm_core::testing::{Fault, ScriptedInstance, TestCloud, TestInstances};
 use ccm_testbed::ControlPlane;
@@ -20,39 +21,6 @@ use k8s_openapi::api::core::v1::{Node, NodeAddress, NodeCondition, NodeSpec, Nod
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
-use tokio_util::sync::CancellationToken;
-
-/// A controller running in the background; stops when dropped.
-struct Running(CancellationToken);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        self.0.cancel();
-    }
-}
-
-fn run(
-    start: fn(&ControllerContext) -> Result<Started, ccm_core::controllers::StartError>,
-    client: &Client,
-    cloud: TestCloud,
-    config: ControllerConfig,
-) -> Running {
-    let token = CancellationToken::new();
-    let ctx = ControllerContext {
-        client: client.clone(),
-        cloud: Arc::new(cloud),
-        config: Arc::new(config),
-        metrics: Default::default(),
-        shutdown: token.clone(),
-    };
-    match start(&ctx).expect("controller starts") {
-        Started::Running(fut) => {
-            tokio::spawn(fut);
-        }
-        Started::Skipped(why) => panic!("controller skipped: {why}"),
-    }
-    Running(token)
-}
 
 fn addr(t: &str, a: &str) -> NodeAddress {
     NodeAddress { type_: t.into(), address: a.into() }
@@ -113,24 +81,8 @@ fn is_tainted(n: &Node) -> bool {
         .is_some_and(|ts| ts.iter().any(|t| t.key == names::TAINT_UNINITIALIZED))
 }
 
-/// Polls `f` every 100 ms until it returns `Some`, or panics after `timeout` with `what`.
-async fn eventually<T, F, Fut>(timeout: Duration, what: &str, mut f: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let start = tokio::time::Instant::now();
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        assert!(start.elapsed() < timeout, "timed out after {timeout:?} waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
 async fn initialised(nodes: &Api<Node>, name: &str) -> Node {
-    eventually(Duration::from_secs(30), &format!("node {name} to be initialised"), || async {
+    wait_for(&format!("node {name} to be initialised"), Duration::from_secs(30), || async {
         let n = nodes.get(name).await.ok()?;
         (!is_tainted(&n)).then_some(n)
     })
@@ -173,10 +125,10 @@ async fn kubelet_registered_node_is_initialised_like_upstream() {
     .collect();
     instances.set("node-a", inst);
     let _ctl = run(
-        node::start,
         &client,
         TestCloud::with_instances(instances),
         ControllerConfig::default(),
+        node::start,
     );
 
     let nodes: Api<Node> = Api::all(client.clone());
@@ -202,7 +154,7 @@ async fn kubelet_registered_node_is_initialised_like_upstream() {
     assert!(!labels.contains_key("kubernetes.io/forbidden"), "reserved label dropped");
     assert!(!labels.contains_key("node.k8s.io/also-forbidden"), "reserved label dropped");
 
-    let n = eventually(Duration::from_secs(10), "addresses from the cloud", || async {
+    let n = wait_for("addresses from the cloud", Duration::from_secs(10), || async {
         let n = nodes.get("node-a").await.ok()?;
         let a = n.status.as_ref()?.addresses.clone()?;
         (a.len() == 4).then_some(a)
@@ -218,7 +170,7 @@ async fn kubelet_registered_node_is_initialised_like_upstream() {
         ],
         "cloud addresses, plus the kubelet's Hostname since the cloud reports none"
     );
-    let events = eventually(Duration::from_secs(10), "the Synced event", || async {
+    let events = wait_for("the Synced event", Duration::from_secs(10), || async {
         let evs = events_for(&client, "node-a").await;
         evs.iter().any(|e| e.reason.as_deref() == Some("Synced")).then_some(evs)
     })
@@ -237,10 +189,10 @@ async fn provided_ip_case(
     let instances = Arc::new(TestInstances::batching());
     instances.set("node-p", instance("node-p", cloud));
     let ctl = run(
-        node::start,
         &client,
         TestCloud::with_instances(instances),
         ControllerConfig::default(),
+        node::start,
     );
     std::mem::forget(ctl); // stops with the control plane at the end of the test
     let nodes: Api<Node> = Api::all(client.clone());
@@ -253,7 +205,7 @@ async fn provided_ip_case(
 
 async fn addresses_after_init(nodes: &Api<Node>, want_len: usize) -> Vec<NodeAddress> {
     initialised(nodes, "node-p").await;
-    eventually(Duration::from_secs(10), "addresses", || async {
+    wait_for("addresses", Duration::from_secs(10), || async {
         let a = nodes.get("node-p").await.ok()?.status?.addresses?;
         (a.len() == want_len).then_some(a)
     })
@@ -308,7 +260,7 @@ async fn provided_node_ip_unknown_to_the_cloud_keeps_the_node_tainted_with_an_ev
     let cloud = vec![addr("InternalIP", "10.0.0.5")];
     let (client, cp, nodes) = provided_ip_case("10.9.9.9", cloud).await;
     let _logs = cp.log_guard();
-    let ev = eventually(Duration::from_secs(15), "a ProvidedNodeIPInvalid event", || async {
+    let ev = wait_for("a ProvidedNodeIPInvalid event", Duration::from_secs(15), || async {
         events_for(&client, "node-p")
             .await
             .into_iter()
@@ -330,10 +282,10 @@ async fn instance_not_found_yet_is_retried_with_growing_delay_then_initialised()
     let _logs = cp.log_guard();
     let instances = Arc::new(TestInstances::new());
     let _ctl = run(
-        node::start,
         &client,
         TestCloud::with_instances(Arc::clone(&instances)),
         ControllerConfig::default(),
+        node::start,
     );
     let nodes: Api<Node> = Api::all(client.clone());
     nodes
@@ -367,10 +319,10 @@ async fn lifecycle_deletes_gone_taints_shutdown_and_never_deletes_on_cloud_error
     // Cloud errors first: nothing may be deleted while they last.
     instances.set_fault(Some(Fault::Unavailable));
     let _ctl = run(
-        node_lifecycle::start,
         &client,
         TestCloud::with_instances(Arc::clone(&instances)),
         config,
+        node_lifecycle::start,
     );
     let nodes: Api<Node> = Api::all(client.clone());
     for (name, ip) in [("gone", "10.0.1.1"), ("stopped", "10.0.1.2"), ("running", "10.0.1.3")] {
@@ -385,11 +337,11 @@ async fn lifecycle_deletes_gone_taints_shutdown_and_never_deletes_on_cloud_error
     assert!(nodes.get_opt("gone").await.unwrap().is_some(), "throttling never deletes a node");
 
     instances.set_fault(None);
-    eventually(Duration::from_secs(15), "node 'gone' to be deleted", || async {
+    wait_for("node 'gone' to be deleted", Duration::from_secs(15), || async {
         nodes.get_opt("gone").await.ok()?.is_none().then_some(())
     })
     .await;
-    let ev = eventually(Duration::from_secs(10), "the DeletingNode event", || async {
+    let ev = wait_for("the DeletingNode event", Duration::from_secs(10), || async {
         events_for(&client, "gone")
             .await
             .into_iter()
@@ -406,7 +358,7 @@ async fn lifecycle_deletes_gone_taints_shutdown_and_never_deletes_on_cloud_error
             ts.iter().any(|t| t.key == names::TAINT_SHUTDOWN && t.effect == "NoSchedule")
         })
     };
-    eventually(Duration::from_secs(10), "the shutdown taint on 'stopped'", || async {
+    wait_for("the shutdown taint on 'stopped'", Duration::from_secs(10), || async {
         shutdown(&nodes.get("stopped").await.ok()?).then_some(())
     })
     .await;
@@ -419,7 +371,7 @@ async fn lifecycle_deletes_gone_taints_shutdown_and_never_deletes_on_cloud_error
         .patch_status("stopped", &PatchParams::default(), &Patch::Strategic(&ready))
         .await
         .unwrap();
-    eventually(Duration::from_secs(10), "the shutdown taint to be removed", || async {
+    wait_for("the shutdown taint to be removed", Duration::from_secs(10), || async {
         (!shutdown(&nodes.get("stopped").await.ok()?)).then_some(())
     })
     .await;
@@ -441,10 +393,10 @@ async fn thousand_nodes_join_at_once_with_few_cloud_calls() {
     let nodes: Api<Node> = Api::all(client.clone());
     let started = tokio::time::Instant::now();
     let _ctl = run(
-        node::start,
         &client,
         TestCloud::with_instances(Arc::clone(&instances)),
         ControllerConfig { concurrent_node_syncs: 10, ..Default::default() },
+        node::start,
     );
     futures::stream::iter(0..N)
         .for_each_concurrent(32, |i| {
@@ -460,7 +412,7 @@ async fn thousand_nodes_join_at_once_with_few_cloud_calls() {
         })
         .await;
     let created = started.elapsed();
-    eventually(Duration::from_secs(240), "all nodes initialised", || async {
+    wait_for("all nodes initialised", Duration::from_secs(240), || async {
         let list = nodes.list(&ListParams::default()).await.ok()?;
         let pending = list.items.iter().filter(|n| is_tainted(n)).count();
         (list.items.len() == N && pending == 0).then_some(())
@@ -493,7 +445,7 @@ async fn addresses_of_initialised_nodes_are_refreshed_in_batches() {
         node_status_update_frequency: Duration::from_secs(1),
         ..Default::default()
     };
-    let _ctl = run(node::start, &client, TestCloud::with_instances(Arc::clone(&instances)), config);
+    let _ctl = run(&client, TestCloud::with_instances(Arc::clone(&instances)), config, node::start);
     let nodes: Api<Node> = Api::all(client.clone());
     for name in ["refresh-a", "refresh-b"] {
         nodes
@@ -506,7 +458,7 @@ async fn addresses_of_initialised_nodes_are_refreshed_in_batches() {
     instances.set("refresh-a", instance("refresh-a", vec![addr("InternalIP", "10.0.2.99")]));
     let before = instances.calls.metadata_batches.load(Ordering::SeqCst);
     let before_nodes = instances.calls.metadata_batched_nodes.load(Ordering::SeqCst);
-    eventually(Duration::from_secs(15), "the new address on refresh-a", || async {
+    wait_for("the new address on refresh-a", Duration::from_secs(15), || async {
         let a = nodes.get("refresh-a").await.ok()?.status?.addresses?;
         a.contains(&addr("InternalIP", "10.0.2.99")).then_some(())
     })

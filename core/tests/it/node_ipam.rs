@@ -15,7 +15,8 @@ use kube::api::{DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostPa
 use kube::{Api, Client};
 use serde_json::json;
 
-use crate::service::{GROUP_LABEL, Running, event_reasons, run, wait_for};
+use crate::service::{GROUP_LABEL, event_reasons};
+use crate::support::{Running, run, wait_for};
 
 fn start(client: &Client, group: &str, config: ControllerConfig) -> Running {
     let opts = IpamOptions { node_selector: Some(format!("{GROUP_LABEL}={group}")) };

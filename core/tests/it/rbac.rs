@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ccm_core::cloud::InstanceMetadata;
-use ccm_core::controllers::{ControllerConfig, ControllerContext, Started, node, node_lifecycle};
+use ccm_core::controllers::{ControllerConfig, node, node_lifecycle};
 use ccm_core::names;
 use ccm_core::testing::{ScriptedInstance, TestCloud, TestInstances};
 use ccm_testbed::{ControlPlane, Identity};
@@ -15,7 +15,8 @@ use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeSpec, NodeStatus, Tain
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, RoleRef, Subject};
 use kube::Api;
 use kube::api::{ObjectMeta, PostParams};
-use tokio_util::sync::CancellationToken;
+
+use crate::support::run;
 
 const CHART_ROLE: &str =
     include_str!("../../../charts/cloud-controller-manager/templates/clusterrole.yaml");
@@ -84,26 +85,11 @@ async fn node_controllers_work_under_the_chart_cluster_role() {
             shutdown: false,
         },
     );
-    let token = CancellationToken::new();
-    let _stop = token.clone().drop_guard();
-    let ctx = ControllerContext {
-        client: ccm,
-        cloud: Arc::new(TestCloud::with_instances(instances)),
-        config: Arc::new(ControllerConfig {
-            node_monitor_period: Duration::from_millis(200),
-            ..Default::default()
-        }),
-        metrics: Default::default(),
-        shutdown: token,
-    };
-    for start in [node::start, node_lifecycle::start] {
-        match start(&ctx).unwrap() {
-            Started::Running(f) => {
-                tokio::spawn(f);
-            }
-            Started::Skipped(why) => panic!("skipped: {why}"),
-        }
-    }
+    let config =
+        ControllerConfig { node_monitor_period: Duration::from_millis(200), ..Default::default() };
+    let cloud = TestCloud::with_instances(instances);
+    let _node = run(&ccm, cloud.clone(), config.clone(), node::start);
+    let _lifecycle = run(&ccm, cloud, config, node_lifecycle::start);
 
     let nodes: Api<Node> = Api::all(admin.clone());
     nodes.create(&PostParams::default(), &node_named("rbac-live", "True")).await.unwrap();

@@ -16,7 +16,8 @@ use kube::api::{DeleteParams, ObjectMeta, PostParams};
 use kube::{Api, Client};
 use tokio_util::sync::CancellationToken;
 
-use crate::service::{GROUP_LABEL, Running, event_reasons, run, wait_for};
+use crate::service::{GROUP_LABEL, event_reasons};
+use crate::support::{Running, run, wait_for};
 
 fn config() -> ControllerConfig {
     ControllerConfig {

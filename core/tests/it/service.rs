@@ -2,16 +2,17 @@
 //! test cloud. Every test scopes the controller to its own namespace and to Nodes carrying
 //! its own group label, so the tests share one control plane.
 //!
-//! Also holds the helpers the route and node-IPAM tests use.
+//! Also holds the Service/Node fixtures the route and node-IPAM tests use.
 
 use std::collections::BTreeMap;
-use std::future::Future;
+
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use crate::support::{Running, run, wait_for};
+use ccm_core::controllers::ControllerConfig;
 use ccm_core::controllers::service::{self, ServiceOptions};
-use ccm_core::controllers::{ControllerConfig, ControllerContext, Started};
 use ccm_core::names;
 use ccm_core::testing::{LbFault, TestCloud, TestLoadBalancers};
 use ccm_testbed::ControlPlane;
@@ -23,75 +24,9 @@ use k8s_openapi::api::events::v1::Event;
 use kube::api::{DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::json;
-use tokio_util::sync::CancellationToken;
 
 /// Label key the tests use to give each test its own set of Nodes.
 pub const GROUP_LABEL: &str = "ccm-test.example.com/group";
-
-/// A controller running in the background, with its metrics; stops when dropped.
-pub struct Running {
-    token: CancellationToken,
-    pub metrics: Arc<std::sync::Mutex<prometheus_client::registry::Registry>>,
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        self.token.cancel();
-    }
-}
-
-/// Builds a context and starts a controller with `start`.
-pub fn run(
-    client: &Client,
-    cloud: TestCloud,
-    config: ControllerConfig,
-    start: impl FnOnce(&ControllerContext) -> Result<Started, ccm_core::controllers::StartError>,
-) -> Running {
-    let token = CancellationToken::new();
-    let ctx = ControllerContext {
-        client: client.clone(),
-        cloud: Arc::new(cloud),
-        config: Arc::new(config),
-        metrics: Default::default(),
-        shutdown: token.clone(),
-    };
-    match start(&ctx).expect("controller starts") {
-        Started::Running(fut) => {
-            tokio::spawn(fut);
-        }
-        Started::Skipped(why) => panic!("controller skipped: {why}"),
-    }
-    Running { token, metrics: ctx.metrics.clone() }
-}
-
-impl Running {
-    /// The value of a metric sample (sum over label sets), 0 if absent.
-    pub fn metric(&self, sample: &str) -> f64 {
-        let mut text = String::new();
-        prometheus_client::encoding::text::encode(&mut text, &self.metrics.lock().unwrap())
-            .unwrap();
-        text.lines()
-            .filter(|l| l.split([' ', '{']).next() == Some(sample))
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-            .sum()
-    }
-}
-
-/// Polls `f` every 100 ms until it returns `Some`, failing after `deadline` with `what`.
-pub async fn wait_for<T, F, Fut>(what: &str, deadline: Duration, mut f: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let start = Instant::now();
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        assert!(start.elapsed() < deadline, "timed out after {deadline:?} waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
 
 /// Creates a namespace with a unique name.
 pub async fn namespace(client: &Client, prefix: &str) -> String {
