@@ -1,0 +1,933 @@
+//! The vSphere cloud config: YAML (preferred) or legacy INI, auto-detected, plus credential
+//! resolution (config, Secret data, environment).
+//!
+//! Detection: a file whose first meaningful line is a `[Section]` header is INI; anything
+//! else is YAML. Errors come from the detected format only and name the offending key in
+//! that format's spelling (`vcenter.vc1.port`, `VirtualCenter "vc1".port`).
+//!
+//! ```yaml
+//! global: { port: 443, insecureFlag: true, secretName: vsphere-creds, secretNamespace: kube-system }
+//! vcenter:
+//!   vc1: { server: 10.0.0.1, datacenters: [dc1] }
+//! labels: { zone: k8s-zone, region: k8s-region }   # tag category names
+//! nodes: { internalNetworkSubnetCidr: 10.0.0.0/24 }
+//! ```
+//!
+//! Values set on a `vcenter` entry override `global`, which overrides the environment
+//! (`VSPHERE_VCENTER`, `VSPHERE_VCENTER_PORT`, `VSPHERE_USER`, `VSPHERE_PASSWORD`,
+//! `VSPHERE_INSECURE`, `VSPHERE_DATACENTER`). Credentials come from the vCenter entry,
+//! then `global`, then the Secret (`<vcenter>.username` / `<vcenter>.password`, keyed by
+//! the entry name or the server; read by the caller and passed in, or files in
+//! `secretsDirectory`), then the environment. The NSX-T sections (`loadBalancer`, `loadBalancerClass`, `nsxt`, `route`)
+//! are accepted and ignored: this provider has no load balancer or routes.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use ipnet::IpNet;
+use serde::Deserialize;
+use serde::de::{self, IgnoredAny, Visitor};
+
+use crate::client::{Endpoint, Secret};
+
+/// A config error; the message names the key.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The YAML document does not parse or has an unknown/ill-typed key.
+    #[error("vSphere cloud config (YAML): {0}")]
+    Yaml(String),
+    /// The INI document does not parse or has an unknown section/key.
+    #[error("vSphere cloud config (INI): {0}")]
+    Ini(String),
+    /// A value is invalid.
+    #[error("vSphere cloud config: invalid {key}: {message}")]
+    Invalid {
+        /// The key, in the config's own spelling.
+        key: String,
+        /// Why.
+        message: String,
+    },
+    /// No user name or password was found for a vCenter.
+    #[error(
+        "vSphere cloud config: no {what} for vCenter {vcenter}: set {key}, the Secret key {vcenter}.{secret_key} (Secret data or a file in secretsDirectory), or {env}"
+    )]
+    MissingCredentials {
+        /// The vCenter.
+        vcenter: String,
+        /// `user name` or `password`.
+        what: &'static str,
+        /// The config key that would hold it.
+        key: String,
+        /// The Secret data key suffix (`username`/`password`).
+        secret_key: &'static str,
+        /// The environment variable.
+        env: &'static str,
+    },
+}
+
+/// The config's format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// YAML.
+    Yaml,
+    /// Legacy INI (gcfg).
+    Ini,
+}
+
+/// An IP family of node addresses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IpFamily {
+    /// IPv4.
+    V4,
+    /// IPv6.
+    V6,
+}
+
+/// Where the vSphere credentials Secret lives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SecretRef {
+    /// Secret name.
+    pub name: String,
+    /// Secret namespace.
+    pub namespace: String,
+}
+
+/// Tag category names for topology labels.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Labels {
+    /// Category whose tag is the zone.
+    pub zone: Option<String>,
+    /// Category whose tag is the region.
+    pub region: Option<String>,
+}
+
+/// How node addresses are selected among the guest's IPs.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NodeSelection {
+    /// InternalIP must be in one of these subnets.
+    pub internal_subnets: Vec<IpNet>,
+    /// ExternalIP must be in one of these subnets.
+    pub external_subnets: Vec<IpNet>,
+    /// InternalIP comes from a NIC on this network.
+    pub internal_network: Option<String>,
+    /// ExternalIP comes from a NIC on this network.
+    pub external_network: Option<String>,
+    /// InternalIP is never taken from these subnets.
+    pub exclude_internal_subnets: Vec<IpNet>,
+    /// ExternalIP is never taken from these subnets.
+    pub exclude_external_subnets: Vec<IpNet>,
+}
+
+/// One vCenter.
+#[derive(Debug, Clone, PartialEq)]
+pub struct VCenter {
+    /// The name of the entry (the `vcenter` key or INI subsection; the server by default).
+    pub name: String,
+    /// Host name or address.
+    pub server: String,
+    /// HTTPS port.
+    pub port: u16,
+    /// User name from the config, if any.
+    pub user: Option<String>,
+    /// Password from the config, if any.
+    pub password: Option<Secret>,
+    /// Datacenters to search; empty means all.
+    pub datacenters: Vec<String>,
+    /// Skip TLS verification.
+    pub insecure: bool,
+    /// CA bundle to trust.
+    pub ca_file: Option<PathBuf>,
+    /// Address families for node addresses, in order.
+    pub ip_families: Vec<IpFamily>,
+}
+
+/// The parsed config.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    /// The format it was read from.
+    pub format: Format,
+    /// The vCenters, in name order.
+    pub vcenters: Vec<VCenter>,
+    /// Tag categories for zone/region.
+    pub labels: Labels,
+    /// Address selection.
+    pub nodes: NodeSelection,
+    /// The credentials Secret, if configured.
+    pub secret: Option<SecretRef>,
+    /// A directory holding the Secret's keys as files (`<vcenter>.username`, ...).
+    pub secrets_directory: Option<PathBuf>,
+}
+
+/// Credential sources besides the config itself.
+#[derive(Debug, Clone, Default)]
+pub struct CredentialSources {
+    /// The data of the Secret named by `secretName`/`secretNamespace`, if read.
+    pub secret_data: BTreeMap<String, Secret>,
+    /// Environment variables (`VSPHERE_*`, `SKIP_NODE_DELETION`).
+    pub env: BTreeMap<String, String>,
+}
+
+impl CredentialSources {
+    /// The `VSPHERE_*` variables (and `SKIP_NODE_DELETION`) of this process.
+    pub fn from_process_env() -> Self {
+        let env = std::env::vars()
+            .filter(|(k, _)| k.starts_with("VSPHERE_") || k == "SKIP_NODE_DELETION")
+            .collect();
+        CredentialSources { secret_data: BTreeMap::new(), env }
+    }
+
+    /// Adds the data of the credentials Secret (`data` and `stringData`).
+    pub fn with_secret(mut self, secret: &k8s_openapi::api::core::v1::Secret) -> Self {
+        for (k, v) in secret.data.iter().flatten() {
+            self.secret_data
+                .insert(k.clone(), Secret::new(String::from_utf8_lossy(&v.0).trim().to_string()));
+        }
+        for (k, v) in secret.string_data.iter().flatten() {
+            self.secret_data.insert(k.clone(), Secret::new(v.trim().to_string()));
+        }
+        self
+    }
+}
+
+// ---- raw (serde) shapes -------------------------------------------------------------
+
+/// A scalar read as text whatever its YAML type (`port: 443` and `port: "443"` both work).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Scalar(String);
+
+impl<'de> Deserialize<'de> for Scalar {
+    fn deserialize<D: de::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = Scalar;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string, number or boolean")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Scalar, E> {
+                Ok(Scalar(v.to_string()))
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Scalar, E> {
+                Ok(Scalar(v.to_string()))
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Scalar, E> {
+                Ok(Scalar(v.to_string()))
+            }
+            fn visit_f64<E: de::Error>(self, v: f64) -> Result<Scalar, E> {
+                Ok(Scalar(v.to_string()))
+            }
+            fn visit_bool<E: de::Error>(self, v: bool) -> Result<Scalar, E> {
+                Ok(Scalar(v.to_string()))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// A list given as a YAML sequence or as one comma-separated scalar.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct List(Vec<String>);
+
+impl<'de> Deserialize<'de> for List {
+    fn deserialize<D: de::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = List;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a list or a comma-separated string")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<List, E> {
+                Ok(List(split_list(v)))
+            }
+            fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<List, A::Error> {
+                let mut out = Vec::new();
+                while let Some(Scalar(s)) = seq.next_element()? {
+                    out.extend(split_list(&s));
+                }
+                Ok(List(out))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+fn split_list(s: &str) -> Vec<String> {
+    s.split(',').map(str::trim).filter(|s| !s.is_empty()).map(String::from).collect()
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct RawVc {
+    user: Option<Scalar>,
+    password: Option<Scalar>,
+    server: Option<Scalar>,
+    port: Option<Scalar>,
+    insecure_flag: Option<Scalar>,
+    datacenters: Option<List>,
+    soap_roundtrip_count: Option<Scalar>,
+    ca_file: Option<Scalar>,
+    thumbprint: Option<Scalar>,
+    secret_name: Option<Scalar>,
+    secret_namespace: Option<Scalar>,
+    secrets_directory: Option<Scalar>,
+    api_disable: Option<Scalar>,
+    api_binding: Option<Scalar>,
+    ip_family: Option<List>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct RawLabels {
+    zone: Option<Scalar>,
+    region: Option<Scalar>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct RawNodes {
+    internal_network_subnet_cidr: Option<List>,
+    external_network_subnet_cidr: Option<List>,
+    internal_vm_network_name: Option<Scalar>,
+    external_vm_network_name: Option<Scalar>,
+    exclude_internal_network_subnet_cidr: Option<List>,
+    exclude_external_network_subnet_cidr: Option<List>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct RawConfig {
+    #[serde(default)]
+    global: RawVc,
+    #[serde(default)]
+    vcenter: BTreeMap<String, RawVc>,
+    #[serde(default)]
+    labels: RawLabels,
+    #[serde(default)]
+    nodes: RawNodes,
+    load_balancer: Option<IgnoredAny>,
+    load_balancer_class: Option<IgnoredAny>,
+    nsxt: Option<IgnoredAny>,
+    route: Option<IgnoredAny>,
+}
+
+// ---- detection and INI ----------------------------------------------------------------
+
+fn detect(text: &str) -> Format {
+    let first = text
+        .lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty() && !l.starts_with('#') && !l.starts_with(';') && l != &"---");
+    match first {
+        Some(l) if l.starts_with('[') && l.ends_with(']') && !l.contains(',') => Format::Ini,
+        _ => Format::Yaml,
+    }
+}
+
+fn parse_ini(text: &str) -> Result<RawConfig, ConfigError> {
+    let opt = ini::ParseOption { enabled_quote: true, enabled_escape: false, ..Default::default() };
+    let doc =
+        ini::Ini::load_from_str_opt(text, opt).map_err(|e| ConfigError::Ini(e.to_string()))?;
+    let mut raw = RawConfig::default();
+    for (section, props) in doc.iter() {
+        let Some(section) = section else {
+            if let Some((key, _)) = props.iter().next() {
+                return Err(ConfigError::Ini(format!("key {key:?} is outside any section")));
+            }
+            continue;
+        };
+        let (kind, sub) = match section.split_once(char::is_whitespace) {
+            Some((kind, sub)) => (kind, Some(sub.trim().trim_matches('"').to_string())),
+            None => (section, None),
+        };
+        let kind = kind.to_ascii_lowercase();
+        let scalar = |v: &str| Some(Scalar(v.to_string()));
+        let list = |v: &str| Some(List(split_list(v)));
+        match (kind.as_str(), sub) {
+            ("global", None) | ("virtualcenter", Some(_)) => {
+                let sub = section
+                    .split_once(char::is_whitespace)
+                    .map(|(_, s)| s.trim().trim_matches('"').to_string());
+                let mut vc = RawVc::default();
+                for (key, value) in props.iter() {
+                    match key.to_ascii_lowercase().as_str() {
+                        "user" => vc.user = scalar(value),
+                        "password" => vc.password = scalar(value),
+                        "server" => vc.server = scalar(value),
+                        "port" => vc.port = scalar(value),
+                        "insecure-flag" => vc.insecure_flag = scalar(value),
+                        "datacenters" | "datacenter" => vc.datacenters = list(value),
+                        "soap-roundtrip-count" => vc.soap_roundtrip_count = scalar(value),
+                        "ca-file" => vc.ca_file = scalar(value),
+                        "thumbprint" => vc.thumbprint = scalar(value),
+                        "secret-name" => vc.secret_name = scalar(value),
+                        "secret-namespace" => vc.secret_namespace = scalar(value),
+                        "secrets-directory" => vc.secrets_directory = scalar(value),
+                        "api-disable" => vc.api_disable = scalar(value),
+                        "api-binding" => vc.api_binding = scalar(value),
+                        "ip-family" => vc.ip_family = list(value),
+                        "working-dir" | "vm-uuid" | "vm-name" | "service-account" => {}
+                        _ => {
+                            return Err(ConfigError::Ini(format!(
+                                "unknown key {key:?} in section [{section}]"
+                            )));
+                        }
+                    }
+                }
+                match sub {
+                    Some(name) => {
+                        raw.vcenter.insert(name, vc);
+                    }
+                    None => raw.global = vc,
+                }
+            }
+            ("labels", None) => {
+                for (key, value) in props.iter() {
+                    match key.to_ascii_lowercase().as_str() {
+                        "zone" => raw.labels.zone = scalar(value),
+                        "region" => raw.labels.region = scalar(value),
+                        _ => {
+                            return Err(ConfigError::Ini(format!(
+                                "unknown key {key:?} in section [{section}]"
+                            )));
+                        }
+                    }
+                }
+            }
+            ("nodes", None) => {
+                let n = &mut raw.nodes;
+                for (key, value) in props.iter() {
+                    match key.to_ascii_lowercase().as_str() {
+                        "internal-network-subnet-cidr" => {
+                            n.internal_network_subnet_cidr = list(value)
+                        }
+                        "external-network-subnet-cidr" => {
+                            n.external_network_subnet_cidr = list(value)
+                        }
+                        "internal-vm-network-name" => n.internal_vm_network_name = scalar(value),
+                        "external-vm-network-name" => n.external_vm_network_name = scalar(value),
+                        "exclude-internal-network-subnet-cidr" => {
+                            n.exclude_internal_network_subnet_cidr = list(value)
+                        }
+                        "exclude-external-network-subnet-cidr" => {
+                            n.exclude_external_network_subnet_cidr = list(value)
+                        }
+                        _ => {
+                            return Err(ConfigError::Ini(format!(
+                                "unknown key {key:?} in section [{section}]"
+                            )));
+                        }
+                    }
+                }
+            }
+            (
+                "loadbalancer" | "loadbalancerclass" | "nsxt" | "route" | "workspace" | "disk"
+                | "network",
+                _,
+            ) => {}
+            _ => return Err(ConfigError::Ini(format!("unknown section [{section}]"))),
+        }
+    }
+    Ok(raw)
+}
+
+// ---- validation -------------------------------------------------------------------------
+
+struct Keys {
+    format: Format,
+}
+
+impl Keys {
+    /// A key in the config's spelling: `section` is `None` for global.
+    fn key(&self, vc: Option<&str>, yaml: &str, ini: &str) -> String {
+        match (self.format, vc) {
+            (Format::Yaml, None) => format!("global.{yaml}"),
+            (Format::Yaml, Some(vc)) => format!("vcenter.{vc}.{yaml}"),
+            (Format::Ini, None) => format!("[Global] {ini}"),
+            (Format::Ini, Some(vc)) => format!("[VirtualCenter \"{vc}\"] {ini}"),
+        }
+    }
+
+    fn section_key(&self, section_yaml: &str, section_ini: &str, yaml: &str, ini: &str) -> String {
+        match self.format {
+            Format::Yaml => format!("{section_yaml}.{yaml}"),
+            Format::Ini => format!("[{section_ini}] {ini}"),
+        }
+    }
+}
+
+fn parse_bool(key: &str, v: &str) -> Result<bool, ConfigError> {
+    match v.trim().to_ascii_lowercase().as_str() {
+        "true" | "yes" | "on" | "1" => Ok(true),
+        "false" | "no" | "off" | "0" | "" => Ok(false),
+        _ => Err(ConfigError::Invalid {
+            key: key.into(),
+            message: format!("{v:?} is not a boolean"),
+        }),
+    }
+}
+
+fn parse_cidrs(key: String, list: &Option<List>) -> Result<Vec<IpNet>, ConfigError> {
+    let Some(List(items)) = list else { return Ok(Vec::new()) };
+    items
+        .iter()
+        .map(|s| {
+            s.parse::<IpNet>().map_err(|e| ConfigError::Invalid {
+                key: key.clone(),
+                message: format!("{s:?} is not a CIDR: {e}"),
+            })
+        })
+        .collect()
+}
+
+fn non_empty(s: &Option<Scalar>) -> Option<String> {
+    s.as_ref().map(|s| s.0.trim().to_string()).filter(|s| !s.is_empty())
+}
+
+impl Config {
+    /// Parses a config file (format auto-detected) with the given environment for defaults.
+    pub fn parse(bytes: &[u8], env: &BTreeMap<String, String>) -> Result<Config, ConfigError> {
+        let text = std::str::from_utf8(bytes).map_err(|e| ConfigError::Invalid {
+            key: "cloud config".into(),
+            message: format!("not UTF-8: {e}"),
+        })?;
+        let format = detect(text);
+        let raw = match format {
+            Format::Ini => parse_ini(text)?,
+            Format::Yaml if text.trim().is_empty() => RawConfig::default(),
+            Format::Yaml => serde_saphyr::from_str::<RawConfig>(text)
+                .map_err(|e| ConfigError::Yaml(e.to_string()))?,
+        };
+        Self::validate(format, raw, env)
+    }
+
+    fn validate(
+        format: Format,
+        raw: RawConfig,
+        env: &BTreeMap<String, String>,
+    ) -> Result<Config, ConfigError> {
+        let keys = Keys { format };
+        let g = &raw.global;
+        let env_get = |k: &str| env.get(k).map(|v| v.trim().to_string()).filter(|v| !v.is_empty());
+
+        let mut entries: Vec<(String, &RawVc)> =
+            raw.vcenter.iter().map(|(k, v)| (k.clone(), v)).collect();
+        let empty = RawVc::default();
+        if entries.is_empty()
+            && let Some(server) = non_empty(&g.server).or_else(|| env_get("VSPHERE_VCENTER"))
+        {
+            entries.push((server, &empty));
+        }
+        if entries.is_empty() {
+            return Err(ConfigError::Invalid {
+                key: match format {
+                    Format::Yaml => "vcenter".into(),
+                    Format::Ini => "[VirtualCenter \"<server>\"]".into(),
+                },
+                message: "no vCenter configured: add a vcenter entry or set the global server (or VSPHERE_VCENTER)"
+                    .into(),
+            });
+        }
+
+        let mut vcenters = Vec::new();
+        for (name, vc) in entries {
+            let pick = |f: fn(&RawVc) -> &Option<Scalar>| -> Option<(String, String)> {
+                if let Some(v) = non_empty(f(vc)) {
+                    return Some((v, name.clone()));
+                }
+                non_empty(f(g)).map(|v| (v, String::new()))
+            };
+            let key_of = |source: &str, yaml: &str, ini: &str| {
+                keys.key(if source.is_empty() { None } else { Some(source) }, yaml, ini)
+            };
+            let server = non_empty(&vc.server).unwrap_or_else(|| name.clone());
+            let port = match pick(|v| &v.port) {
+                Some((p, src)) => p.parse::<u16>().ok().filter(|p| *p != 0).ok_or_else(|| {
+                    ConfigError::Invalid {
+                        key: key_of(&src, "port", "port"),
+                        message: format!("{p:?} is not a port number"),
+                    }
+                })?,
+                None => match env_get("VSPHERE_VCENTER_PORT") {
+                    Some(p) => p.parse::<u16>().map_err(|_| ConfigError::Invalid {
+                        key: "VSPHERE_VCENTER_PORT".into(),
+                        message: format!("{p:?} is not a port number"),
+                    })?,
+                    None => 443,
+                },
+            };
+            let insecure = match pick(|v| &v.insecure_flag) {
+                Some((v, src)) => parse_bool(&key_of(&src, "insecureFlag", "insecure-flag"), &v)?,
+                None => match env_get("VSPHERE_INSECURE") {
+                    Some(v) => parse_bool("VSPHERE_INSECURE", &v)?,
+                    None => false,
+                },
+            };
+            let datacenters = vc
+                .datacenters
+                .clone()
+                .or_else(|| g.datacenters.clone())
+                .map(|l| l.0)
+                .or_else(|| env_get("VSPHERE_DATACENTER").map(|v| split_list(&v)))
+                .unwrap_or_default();
+            let ip_src = if vc.ip_family.is_some() { Some(name.as_str()) } else { None };
+            let ip_families = match vc.ip_family.as_ref().or(g.ip_family.as_ref()) {
+                None => vec![IpFamily::V4],
+                Some(List(items)) => {
+                    let mut out = Vec::new();
+                    for item in items {
+                        out.push(match item.to_ascii_lowercase().as_str() {
+                            "ipv4" => IpFamily::V4,
+                            "ipv6" => IpFamily::V6,
+                            other => {
+                                return Err(ConfigError::Invalid {
+                                    key: keys.key(ip_src, "ipFamily", "ip-family"),
+                                    message: format!("{other:?} is not ipv4 or ipv6"),
+                                });
+                            }
+                        });
+                    }
+                    if out.is_empty() { vec![IpFamily::V4] } else { out }
+                }
+            };
+            vcenters.push(VCenter {
+                name: name.clone(),
+                server,
+                port,
+                user: pick(|v| &v.user).map(|(v, _)| v),
+                password: pick(|v| &v.password).map(|(v, _)| Secret::new(v)),
+                datacenters,
+                insecure,
+                ca_file: pick(|v| &v.ca_file).map(|(v, _)| PathBuf::from(v)),
+                ip_families,
+            });
+        }
+
+        let secret = match (non_empty(&g.secret_name), non_empty(&g.secret_namespace)) {
+            (None, None) => None,
+            (Some(name), Some(namespace)) => Some(SecretRef { name, namespace }),
+            (Some(_), None) => {
+                return Err(ConfigError::Invalid {
+                    key: keys.key(None, "secretNamespace", "secret-namespace"),
+                    message: "required when the secret name is set".into(),
+                });
+            }
+            (None, Some(_)) => {
+                return Err(ConfigError::Invalid {
+                    key: keys.key(None, "secretName", "secret-name"),
+                    message: "required when the secret namespace is set".into(),
+                });
+            }
+        };
+
+        let n = &raw.nodes;
+        let nk = |yaml: &str, ini: &str| keys.section_key("nodes", "Nodes", yaml, ini);
+        let nodes = NodeSelection {
+            internal_subnets: parse_cidrs(
+                nk("internalNetworkSubnetCidr", "internal-network-subnet-cidr"),
+                &n.internal_network_subnet_cidr,
+            )?,
+            external_subnets: parse_cidrs(
+                nk("externalNetworkSubnetCidr", "external-network-subnet-cidr"),
+                &n.external_network_subnet_cidr,
+            )?,
+            internal_network: non_empty(&n.internal_vm_network_name),
+            external_network: non_empty(&n.external_vm_network_name),
+            exclude_internal_subnets: parse_cidrs(
+                nk("excludeInternalNetworkSubnetCidr", "exclude-internal-network-subnet-cidr"),
+                &n.exclude_internal_network_subnet_cidr,
+            )?,
+            exclude_external_subnets: parse_cidrs(
+                nk("excludeExternalNetworkSubnetCidr", "exclude-external-network-subnet-cidr"),
+                &n.exclude_external_network_subnet_cidr,
+            )?,
+        };
+        let labels =
+            Labels { zone: non_empty(&raw.labels.zone), region: non_empty(&raw.labels.region) };
+        if raw.load_balancer.is_some()
+            || raw.load_balancer_class.is_some()
+            || raw.nsxt.is_some()
+            || raw.route.is_some()
+        {
+            tracing::warn!(
+                "vSphere cloud config has NSX-T load balancer/route sections; they are ignored (LoadBalancer and \
+                 Routes are not supported by this provider)"
+            );
+        }
+        for (what, set) in [
+            (
+                "thumbprint",
+                g.thumbprint.is_some() || raw.vcenter.values().any(|v| v.thumbprint.is_some()),
+            ),
+            ("soapRoundtripCount", g.soap_roundtrip_count.is_some()),
+            ("apiDisable/apiBinding", g.api_disable.is_some() || g.api_binding.is_some()),
+        ] {
+            if set {
+                tracing::warn!(
+                    key = what,
+                    "vSphere cloud config key is not supported and is ignored"
+                );
+            }
+        }
+        let secrets_directory = non_empty(&g.secrets_directory).map(PathBuf::from);
+        Ok(Config { format, vcenters, labels, nodes, secret, secrets_directory })
+    }
+
+    /// The connection settings of every vCenter, with credentials resolved; fails naming
+    /// the first vCenter without a user name or password.
+    pub fn endpoints(
+        &self,
+        sources: &CredentialSources,
+        timeout: Duration,
+    ) -> Result<Vec<Endpoint>, ConfigError> {
+        let keys = Keys { format: self.format };
+        self.vcenters
+            .iter()
+            .map(|vc| {
+                let secret = |suffix: &str| {
+                    let names = [vc.name.as_str(), vc.server.as_str()];
+                    let from_data = names
+                        .iter()
+                        .find_map(|n| sources.secret_data.get(&format!("{n}.{suffix}")))
+                        .filter(|s| !s.is_empty())
+                        .cloned();
+                    from_data.or_else(|| {
+                        let dir = self.secrets_directory.as_ref()?;
+                        names.iter().find_map(|n| {
+                            let text =
+                                std::fs::read_to_string(dir.join(format!("{n}.{suffix}"))).ok()?;
+                            Some(Secret::new(text.trim().to_string())).filter(|s| !s.is_empty())
+                        })
+                    })
+                };
+                let env = |k: &str| sources.env.get(k).filter(|v| !v.is_empty()).cloned();
+                let user = vc
+                    .user
+                    .clone()
+                    .or_else(|| secret("username").map(|s| s.expose().to_string()))
+                    .or_else(|| env("VSPHERE_USER"))
+                    .ok_or_else(|| ConfigError::MissingCredentials {
+                        vcenter: vc.name.clone(),
+                        what: "user name",
+                        key: keys.key(Some(&vc.name), "user", "user"),
+                        secret_key: "username",
+                        env: "VSPHERE_USER",
+                    })?;
+                let password = vc
+                    .password
+                    .clone()
+                    .or_else(|| secret("password"))
+                    .or_else(|| env("VSPHERE_PASSWORD").map(Secret::new))
+                    .ok_or_else(|| ConfigError::MissingCredentials {
+                        vcenter: vc.name.clone(),
+                        what: "password",
+                        key: keys.key(Some(&vc.name), "password", "password"),
+                        secret_key: "password",
+                        env: "VSPHERE_PASSWORD",
+                    })?;
+                Ok(Endpoint {
+                    name: vc.name.clone(),
+                    server: vc.server.clone(),
+                    port: vc.port,
+                    user,
+                    password,
+                    insecure: vc.insecure,
+                    ca_file: vc.ca_file.clone(),
+                    timeout,
+                })
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<Config, ConfigError> {
+        Config::parse(text.as_bytes(), &BTreeMap::new())
+    }
+
+    #[test]
+    fn yaml_with_two_vcenters_and_global_defaults() {
+        let cfg = parse(
+            r#"
+global:
+  port: "8443"
+  insecureFlag: true
+  user: admin
+  password: "s3cret"
+  datacenters: dc0, dc1
+vcenter:
+  vc-b:
+    server: 10.0.0.2
+    port: 9443
+    datacenters: [dcb]
+    insecureFlag: false
+    ipFamily: [ipv6, ipv4]
+  vc-a:
+    user: other
+labels: { zone: k8s-zone, region: k8s-region }
+nodes:
+  internalNetworkSubnetCidr: 10.0.0.0/24, fd00::/64
+  externalVmNetworkName: public
+loadBalancer: { ipPoolName: pool }
+"#,
+        )
+        .unwrap();
+        assert_eq!(cfg.format, Format::Yaml);
+        let [a, b] = &cfg.vcenters[..] else { panic!("{:?}", cfg.vcenters) };
+        assert_eq!((a.name.as_str(), a.server.as_str(), a.port), ("vc-a", "vc-a", 8443));
+        assert_eq!(a.user.as_deref(), Some("other"));
+        assert_eq!(a.datacenters, vec!["dc0", "dc1"]);
+        assert!(a.insecure);
+        assert_eq!(a.ip_families, vec![IpFamily::V4]);
+        assert_eq!((b.server.as_str(), b.port, b.insecure), ("10.0.0.2", 9443, false));
+        assert_eq!(b.datacenters, vec!["dcb"]);
+        assert_eq!(b.ip_families, vec![IpFamily::V6, IpFamily::V4]);
+        assert_eq!(cfg.labels.zone.as_deref(), Some("k8s-zone"));
+        assert_eq!(cfg.nodes.internal_subnets.len(), 2);
+        assert_eq!(cfg.nodes.external_network.as_deref(), Some("public"));
+        assert_eq!(format!("{:?}", b.password), "Some(<redacted>)");
+    }
+
+    #[test]
+    fn legacy_ini_is_detected() {
+        let cfg = parse(
+            r#"
+; legacy config
+[Global]
+insecure-flag = "true"
+secret-name = "vsphere-creds"
+secret-namespace = "kube-system"
+port = "443"
+
+[VirtualCenter "10.0.0.1"]
+datacenters = "dc0"
+
+[Labels]
+zone = k8s-zone
+region = k8s-region
+
+[Nodes]
+exclude-internal-network-subnet-cidr = "10.1.0.0/16,10.2.0.0/16"
+"#,
+        )
+        .unwrap();
+        assert_eq!(cfg.format, Format::Ini);
+        assert_eq!(cfg.vcenters.len(), 1);
+        assert_eq!(cfg.vcenters[0].server, "10.0.0.1");
+        assert!(cfg.vcenters[0].insecure);
+        assert_eq!(cfg.vcenters[0].datacenters, vec!["dc0"]);
+        assert_eq!(
+            cfg.secret,
+            Some(SecretRef { name: "vsphere-creds".into(), namespace: "kube-system".into() })
+        );
+        assert_eq!(cfg.labels.region.as_deref(), Some("k8s-region"));
+        assert_eq!(cfg.nodes.exclude_internal_subnets.len(), 2);
+    }
+
+    #[test]
+    fn errors_name_the_key() {
+        let err = |t: &str| parse(t).unwrap_err().to_string();
+        let e = err("global:\n  server: vc\n  prot: 443\n");
+        assert!(e.contains("prot"), "{e}");
+        let e = err("vcenter:\n  vc1:\n    port: http\n");
+        assert!(e.contains("vcenter.vc1.port"), "{e}");
+        let e = err("global: {server: vc, insecureFlag: maybe}\n");
+        assert!(e.contains("global.insecureFlag"), "{e}");
+        let e = err("global: {server: vc}\nnodes: {internalNetworkSubnetCidr: 10.0.0.0/33}\n");
+        assert!(e.contains("nodes.internalNetworkSubnetCidr"), "{e}");
+        let e = err("[Global]\nserver = vc\n[Nodes]\ninternal-network-subnet-cidr = nope\n");
+        assert!(e.contains("[Nodes] internal-network-subnet-cidr"), "{e}");
+        let e = err("[Global]\nserver = vc\nbogus = 1\n");
+        assert!(e.contains("bogus") && e.contains("INI"), "{e}");
+        let e = err("[VirtualCenter \"vc1\"]\nport = x\n");
+        assert!(e.contains("[VirtualCenter \"vc1\"] port"), "{e}");
+        let e = err("global: {user: a}\n");
+        assert!(e.contains("no vCenter configured"), "{e}");
+        let e = err("global: [unclosed\n");
+        assert!(e.contains("YAML"), "{e}");
+        let e = err("global: {server: vc, secretName: s}\n");
+        assert!(e.contains("global.secretNamespace"), "{e}");
+        let e = err("vcenter: {vc: {ipFamily: ipv5}}\n");
+        assert!(e.contains("vcenter.vc.ipFamily"), "{e}");
+    }
+
+    #[test]
+    fn credentials_resolve_in_order_and_missing_ones_are_named() {
+        let cfg = parse("vcenter:\n  vc1: {server: 10.0.0.1}\n  vc2: {user: u2, password: p2}\n")
+            .unwrap();
+        let t = Duration::from_secs(5);
+        let err = cfg.endpoints(&CredentialSources::default(), t).unwrap_err().to_string();
+        assert!(
+            err.contains("vCenter vc1")
+                && err.contains("vcenter.vc1.user")
+                && err.contains("vc1.username"),
+            "{err}"
+        );
+
+        let mut sources = CredentialSources::default();
+        sources.secret_data.insert("10.0.0.1.username".into(), Secret::new("su"));
+        sources.secret_data.insert("10.0.0.1.password".into(), Secret::new("sp"));
+        sources.env.insert("VSPHERE_USER".into(), "eu".into());
+        let eps = cfg.endpoints(&sources, t).unwrap();
+        assert_eq!((eps[0].user.as_str(), eps[0].password.expose()), ("su", "sp"));
+        assert_eq!((eps[1].user.as_str(), eps[1].password.expose()), ("u2", "p2"));
+
+        let mut env_only = CredentialSources::default();
+        env_only.env.insert("VSPHERE_USER".into(), "eu".into());
+        let err = cfg.endpoints(&env_only, t).unwrap_err().to_string();
+        assert!(
+            err.contains("no password for vCenter vc1") && err.contains("VSPHERE_PASSWORD"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn secret_objects_and_secrets_directories_provide_credentials() {
+        let dir = std::env::temp_dir().join(format!("ccm-vsphere-secrets-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("vc1.username"), "file-user\n").unwrap();
+        std::fs::write(dir.join("vc1.password"), "file-pass\n").unwrap();
+        let cfg = Config::parse(
+            format!(
+                "global:\n  secretsDirectory: {}\nvcenter:\n  vc1: {{}}\n  vc2: {{}}\n",
+                dir.display()
+            )
+            .as_bytes(),
+            &BTreeMap::new(),
+        )
+        .unwrap();
+        let secret = k8s_openapi::api::core::v1::Secret {
+            data: Some(
+                [("vc2.username", "s-user"), ("vc2.password", "s-pass")]
+                    .map(|(k, v)| (k.to_string(), k8s_openapi::ByteString(v.as_bytes().to_vec())))
+                    .into(),
+            ),
+            ..Default::default()
+        };
+        let sources = CredentialSources::default().with_secret(&secret);
+        let eps = cfg.endpoints(&sources, Duration::from_secs(1)).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert_eq!((eps[0].user.as_str(), eps[0].password.expose()), ("file-user", "file-pass"));
+        assert_eq!((eps[1].user.as_str(), eps[1].password.expose()), ("s-user", "s-pass"));
+    }
+
+    #[test]
+    fn environment_fills_what_the_config_leaves_out() {
+        let env: BTreeMap<String, String> = [
+            ("VSPHERE_VCENTER", "vc.example"),
+            ("VSPHERE_VCENTER_PORT", "8443"),
+            ("VSPHERE_INSECURE", "true"),
+            ("VSPHERE_DATACENTER", "dc9"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        let cfg = Config::parse(b"labels: {zone: z}\n", &env).unwrap();
+        let vc = &cfg.vcenters[0];
+        assert_eq!((vc.server.as_str(), vc.port, vc.insecure), ("vc.example", 8443, true));
+        assert_eq!(vc.datacenters, vec!["dc9"]);
+    }
+}
