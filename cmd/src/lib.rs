@@ -1,19 +1,46 @@
 //! Shared entry point of the `cloud-controller-manager-<provider>` binaries.
 //!
-//! Each binary's `main` is one line that names its provider. The manager (flags, leader
-//! election, controllers) is wired in here as it lands in `ccm-core`.
+//! A provider's `main` is one call:
+//!
+//! ```ignore
+//! fn main() -> std::process::ExitCode {
+//!     ccm_cmd::main_with(ccm_provider_aws::PROVIDER_NAME, Box::new(|config| {
+//!         Ok(std::sync::Arc::new(ccm_provider_aws::Cloud::from_config(config)?))
+//!     }))
+//! }
+//! ```
+//!
+//! Everything else (flags, leader election, serving, controllers) is
+//! [`ccm_core::manager`].
 
 use std::process::ExitCode;
+use std::sync::Arc;
 
-/// Runs the cloud-controller-manager for `provider`.
+use ccm_core::cloud::CloudProvider;
+pub use ccm_core::manager::CloudFactory;
+
+/// Runs the cloud-controller-manager for `provider`, building the cloud with `factory` from
+/// the `--cloud-config` contents.
+pub fn main_with(provider: &str, factory: CloudFactory) -> ExitCode {
+    ccm_core::manager::main(provider, factory)
+}
+
+/// Runs the cloud-controller-manager for a provider whose cloud is not implemented yet: the
+/// manager runs (flags, leader election, serving) and logs that every cloud controller is
+/// skipped for lack of capabilities.
 pub fn main(provider: &str) -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    if args.iter().any(|a| a == "--version") {
-        println!("cloud-controller-manager-{provider} {}", env!("CARGO_PKG_VERSION"));
-        return ExitCode::SUCCESS;
+    let name = provider.to_string();
+    main_with(
+        provider,
+        Box::new(move |_config| Ok(Arc::new(Unimplemented(name)) as Arc<dyn CloudProvider>)),
+    )
+}
+
+/// A provider with no capabilities (the provider crate is still a shell).
+struct Unimplemented(String);
+
+impl CloudProvider for Unimplemented {
+    fn name(&self) -> &str {
+        &self.0
     }
-    eprintln!(
-        "cloud-controller-manager-{provider}: the manager is not wired in yet; only --version works"
-    );
-    ExitCode::from(2)
 }

@@ -4,11 +4,15 @@
 //! - [`names`]: well-known label, taint, annotation, event and controller names.
 //! - [`batch`]: coalescing of concurrent cloud lookups into batch calls.
 //! - [`controllers`]: the controllers and the contract the manager starts them with.
+//! - [`manager`]: the cloud-controller-manager command (flags, leader election, serving).
+//! - [`credential`]: the kubelet image credential-provider exec protocol.
 //! - `testing` (feature `testing`): a scripted cloud for tests.
 
 pub mod batch;
 pub mod cloud;
 pub mod controllers;
+pub mod credential;
+pub mod manager;
 pub mod names;
 
 #[cfg(any(test, feature = "testing"))]

@@ -1,0 +1,148 @@
+//! `--use-service-account-credentials`: each controller acts as its own ServiceAccount in
+//! `kube-system` (named by its client name: `node-controller`, `service-controller`,
+//! `route-controller`, ...), as upstream's dynamic client builder.
+//!
+//! The ServiceAccount is created when missing. Tokens come from the TokenRequest API (one
+//! hour), are written to a private file (mode 0600, never logged) that the client re-reads,
+//! and are refreshed at 80% of their lifetime.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use k8s_openapi::api::authentication::v1::{SelfSubjectReview, TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::core::v1::ServiceAccount;
+use kube::api::{ObjectMeta, PostParams};
+use kube::{Api, Client};
+
+const NAMESPACE: &str = "kube-system";
+const TOKEN_SECONDS: i64 = 3600;
+
+/// Builds and caches one client per ServiceAccount.
+pub(crate) struct ServiceAccountClients {
+    root: Client,
+    base: kube::Config,
+    dir: PathBuf,
+    clients: tokio::sync::Mutex<HashMap<String, Client>>,
+    qps: f32,
+    burst: u32,
+}
+
+impl ServiceAccountClients {
+    pub(crate) fn new(root: Client, base: kube::Config, qps: f32, burst: u32) -> Self {
+        let dir = std::env::temp_dir().join(format!("ccm-sa-tokens-{}", std::process::id()));
+        ServiceAccountClients { root, base, dir, clients: Default::default(), qps, burst }
+    }
+
+    /// Removes the token files (on orderly shutdown).
+    pub(crate) fn cleanup(&self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+
+    /// The client acting as `kube-system/<name>`.
+    pub(crate) async fn client_for(&self, name: &str) -> Result<Client, String> {
+        let mut clients = self.clients.lock().await;
+        if let Some(c) = clients.get(name) {
+            return Ok(c.clone());
+        }
+        let sas: Api<ServiceAccount> = Api::namespaced(self.root.clone(), NAMESPACE);
+        let sa = ServiceAccount {
+            metadata: ObjectMeta { name: Some(name.to_string()), ..Default::default() },
+            ..Default::default()
+        };
+        match sas.create(&PostParams::default(), &sa).await {
+            Ok(_) => {
+                tracing::info!(serviceaccount = %format!("{NAMESPACE}/{name}"), "created ServiceAccount")
+            }
+            Err(kube::Error::Api(s)) if s.code == 409 => {}
+            Err(e) => return Err(format!("creating ServiceAccount {NAMESPACE}/{name}: {e}")),
+        }
+        let path = self.dir.join(name);
+        let lifetime = write_token(&sas, name, &path, &self.dir).await?;
+        let mut config = self.base.clone();
+        config.auth_info = kube::config::AuthInfo {
+            token_file: Some(path.display().to_string()),
+            ..Default::default()
+        };
+        super::set_user_agent(&mut config, Some(name));
+        // Each controller's client has its own --kube-api-qps/--kube-api-burst bucket, as
+        // each client-go client built from the rest config has.
+        let client = super::client_from(config, name, self.qps, self.burst)
+            .map_err(|e| format!("client for {name}: {e}"))?;
+        // Check that the credentials work, and say who the controller acts as.
+        let review = Api::<SelfSubjectReview>::all(client.clone())
+            .create(&PostParams::default(), &SelfSubjectReview::default())
+            .await
+            .map_err(|e| {
+                format!("the token of ServiceAccount {NAMESPACE}/{name} does not work: {e}")
+            })?;
+        let user =
+            review.status.and_then(|s| s.user_info).and_then(|u| u.username).unwrap_or_default();
+        tracing::info!(serviceaccount = %format!("{NAMESPACE}/{name}"), user = %user, "controller client acts as its own ServiceAccount");
+        tokio::spawn(refresh(sas, name.to_string(), path, self.dir.clone(), lifetime));
+        clients.insert(name.to_string(), client.clone());
+        Ok(client)
+    }
+}
+
+async fn write_token(
+    sas: &Api<ServiceAccount>,
+    name: &str,
+    path: &std::path::Path,
+    dir: &std::path::Path,
+) -> Result<Duration, String> {
+    let req = TokenRequest {
+        spec: TokenRequestSpec {
+            audiences: Vec::new(),
+            expiration_seconds: Some(TOKEN_SECONDS),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let tr = sas
+        .create_token_request(name, &PostParams::default(), &req)
+        .await
+        .map_err(|e| format!("requesting a token for ServiceAccount {NAMESPACE}/{name}: {e}"))?;
+    let status = tr.status.ok_or_else(|| format!("TokenRequest for {name} returned no status"))?;
+    let lifetime = {
+        let now = k8s_openapi::jiff::Timestamp::now();
+        let secs = status.expiration_timestamp.0.as_second() - now.as_second();
+        Duration::from_secs(u64::try_from(secs).unwrap_or(60).max(60))
+    };
+    std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+    let tmp = path.with_extension("tmp");
+    {
+        use std::io::Write;
+        let mut opts = std::fs::OpenOptions::new();
+        opts.write(true).create(true).truncate(true);
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::OpenOptionsExt;
+            opts.mode(0o600);
+        }
+        let mut f = opts.open(&tmp).map_err(|e| format!("writing {}: {e}", tmp.display()))?;
+        f.write_all(status.token.as_bytes())
+            .map_err(|e| format!("writing {}: {e}", tmp.display()))?;
+    }
+    std::fs::rename(&tmp, path).map_err(|e| format!("writing {}: {e}", path.display()))?;
+    Ok(lifetime)
+}
+
+async fn refresh(
+    sas: Api<ServiceAccount>,
+    name: String,
+    path: PathBuf,
+    dir: PathBuf,
+    mut lifetime: Duration,
+) {
+    loop {
+        tokio::time::sleep(lifetime.mul_f64(0.8)).await;
+        match write_token(&sas, &name, &path, &dir).await {
+            Ok(l) => lifetime = l,
+            Err(e) => {
+                tracing::warn!(serviceaccount = %name, error = %e, "token refresh failed; retrying");
+                lifetime = Duration::from_secs(50);
+            }
+        }
+    }
+}

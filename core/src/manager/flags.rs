@@ -1,0 +1,682 @@
+//! The command line, with upstream's flag names and defaults (spec §7.3), and its validation
+//! into [`Options`].
+//!
+//! Flags upstream has but this manager does not act on (profiling, content type, cipher
+//! suites, ...) are accepted so an upstream manifest starts unchanged; `--help` marks them.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{ArgAction, Parser};
+
+use super::duration;
+use super::selection::{self, ControllerSelection};
+use crate::controllers::{ControllerConfig, ControllerDescriptor};
+
+/// Feature gates this manager knows, with their defaults (spec §7.3).
+pub const KNOWN_FEATURE_GATES: &[(&str, bool)] = &[
+    ("CloudControllerManagerWebhook", false),
+    ("CloudControllerManagerWatchBasedRoutesReconciliation", false),
+    ("ControllerManagerReleaseLeaderElectionLockOnExit", false),
+];
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    duration::parse(s).map_err(|e| e.to_string())
+}
+
+fn parse_bool(s: &str) -> Result<bool, String> {
+    match s {
+        "1" | "t" | "T" | "true" | "TRUE" | "True" => Ok(true),
+        "0" | "f" | "F" | "false" | "FALSE" | "False" => Ok(false),
+        _ => Err(format!("invalid boolean {s:?}")),
+    }
+}
+
+/// The cloud-controller-manager command line.
+///
+/// Booleans take `--flag`, `--flag=true` or `--flag=false`, as Go's pflag does.
+#[derive(Debug, Clone, Parser)]
+#[command(
+    name = "cloud-controller-manager",
+    about = "The Cloud controller manager is a daemon that embeds the cloud specific control loops shipped with Kubernetes.",
+    long_about = "The Cloud controller manager is a daemon that embeds the cloud specific control loops shipped with Kubernetes.\n\nBooleans take --flag, --flag=true or --flag=false, as upstream. -h gives a summary, --help the details.",
+    disable_version_flag = true,
+    max_term_width = 100
+)]
+pub struct Flags {
+    // ---- generic
+    /// The provider for cloud services. Must name this binary's provider.
+    #[arg(long, default_value = "", help_heading = "Generic flags")]
+    pub cloud_provider: String,
+    /// The path to the cloud provider configuration file. Empty string for no configuration file.
+    #[arg(long, default_value = "", help_heading = "Generic flags")]
+    pub cloud_config: String,
+    /// The plugin to use when cloud provider is set to external (accepted; no effect).
+    #[arg(long, default_value = "", help_heading = "Generic flags")]
+    pub external_cloud_volume_plugin: String,
+    /// If true, use individual service account credentials for each controller.
+    #[arg(long, action = ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false", value_parser = parse_bool, help_heading = "Generic flags")]
+    pub use_service_account_credentials: bool,
+    /// Allow the cluster to run without the cluster-id on cloud instances (deprecated).
+    #[arg(long, action = ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false", value_parser = parse_bool, help_heading = "Generic flags")]
+    pub allow_untagged_cloud: bool,
+    /// The period for reconciling routes created for Nodes by cloud provider.
+    #[arg(long, default_value = "10s", value_parser = parse_duration, help_heading = "Generic flags")]
+    pub route_reconciliation_period: Duration,
+    /// The period for syncing NodeStatus in cloud-node-lifecycle-controller.
+    #[arg(long, default_value = "5s", value_parser = parse_duration, help_heading = "Generic flags")]
+    pub node_monitor_period: Duration,
+    /// The instance prefix for the cluster.
+    #[arg(long, default_value = "kubernetes", help_heading = "Generic flags")]
+    pub cluster_name: String,
+    /// CIDR Range for Pods in cluster. Only used when --allocate-node-cidrs=true.
+    #[arg(long, default_value = "", help_heading = "Generic flags")]
+    pub cluster_cidr: String,
+    /// Should CIDRs for Pods be allocated and set on the cloud provider. Requires --cluster-cidr.
+    #[arg(long, action = ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false", value_parser = parse_bool, help_heading = "Generic flags")]
+    pub allocate_node_cidrs: bool,
+    /// Type of CIDR allocator to use (RangeAllocator or CloudAllocator).
+    #[arg(long, default_value = "RangeAllocator", help_heading = "Generic flags")]
+    pub cidr_allocator_type: String,
+    /// Should CIDRs allocated by allocate-node-cidrs be configured on the cloud provider.
+    #[arg(long, action = ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "true", value_parser = parse_bool, help_heading = "Generic flags")]
+    pub configure_cloud_routes: bool,
+    /// Deprecated no-op (accepted).
+    #[arg(long, default_value = "0s", value_parser = parse_duration, help_heading = "Generic flags")]
+    pub node_sync_period: Duration,
+    /// Informer resync base period (accepted; watches here do not resync).
+    #[arg(long, default_value = "12h0m0s", value_parser = parse_duration, help_heading = "Generic flags")]
+    pub min_resync_period: Duration,
+    /// Content type of requests sent to apiserver (accepted; JSON is always used).
+    #[arg(
+        long,
+        default_value = "application/vnd.kubernetes.protobuf",
+        help_heading = "Generic flags"
+    )]
+    pub kube_api_content_type: String,
+    /// QPS to use while talking with kubernetes apiserver.
+    #[arg(long, default_value = "20", help_heading = "Generic flags")]
+    pub kube_api_qps: f32,
+    /// Burst to use while talking with kubernetes apiserver.
+    #[arg(long, default_value = "30", help_heading = "Generic flags")]
+    pub kube_api_burst: u32,
+    /// Interval between starting controller managers.
+    #[arg(long, default_value = "0s", value_parser = parse_duration, help_heading = "Generic flags")]
+    pub controller_start_interval: Duration,
+    /// A list of controllers to enable. '*' enables all on-by-default controllers, 'foo'
+    /// enables the controller named 'foo', '-foo' disables the controller named 'foo'.
+    /// All controllers: cloud-node-controller (cloud-node), cloud-node-lifecycle-controller
+    /// (cloud-node-lifecycle), service-lb-controller (service), node-route-controller
+    /// (route), node-ipam-controller (nodeipam).
+    #[arg(long, default_value = "*", value_delimiter = ',', help_heading = "Generic flags")]
+    pub controllers: Vec<String>,
+    /// A set of key=value pairs that describe feature gates for alpha/experimental features.
+    /// Known: CloudControllerManagerWebhook, CloudControllerManagerWatchBasedRoutesReconciliation,
+    /// ControllerManagerReleaseLeaderElectionLockOnExit.
+    #[arg(long, default_value = "", value_delimiter = ',', help_heading = "Generic flags")]
+    pub feature_gates: Vec<String>,
+
+    // ---- leader election
+    /// Start a leader election client and gain leadership before executing the main loop.
+    #[arg(long, action = ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "true", value_parser = parse_bool, help_heading = "Leader election flags")]
+    pub leader_elect: bool,
+    /// How long non-leader candidates wait after observing a leadership renewal.
+    #[arg(long, default_value = "15s", value_parser = parse_duration, help_heading = "Leader election flags")]
+    pub leader_elect_lease_duration: Duration,
+    /// How long the leader tries to renew before it stops leading.
+    #[arg(long, default_value = "10s", value_parser = parse_duration, help_heading = "Leader election flags")]
+    pub leader_elect_renew_deadline: Duration,
+    /// How long clients wait between attempts of acquisition and renewal.
+    #[arg(long, default_value = "2s", value_parser = parse_duration, help_heading = "Leader election flags")]
+    pub leader_elect_retry_period: Duration,
+    /// The type of resource object used for locking ("leases").
+    #[arg(long, default_value = "leases", help_heading = "Leader election flags")]
+    pub leader_elect_resource_lock: String,
+    /// The name of the Lease used for locking.
+    #[arg(
+        long,
+        default_value = "cloud-controller-manager",
+        help_heading = "Leader election flags"
+    )]
+    pub leader_elect_resource_name: String,
+    /// The namespace of the Lease used for locking.
+    #[arg(long, default_value = "kube-system", help_heading = "Leader election flags")]
+    pub leader_elect_resource_namespace: String,
+
+    // ---- leader migration
+    /// Whether to enable controller leader migration.
+    #[arg(long, action = ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false", value_parser = parse_bool, help_heading = "Leader migration flags")]
+    pub enable_leader_migration: bool,
+    /// Path to the LeaderMigrationConfiguration file (empty: the default configuration).
+    #[arg(long, default_value = "", help_heading = "Leader migration flags")]
+    pub leader_migration_config: String,
+
+    // ---- debugging (accepted)
+    /// Enable profiling via web interface (accepted; no profiling endpoints are served).
+    #[arg(long, action = ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "true", value_parser = parse_bool, help_heading = "Debugging flags")]
+    pub profiling: bool,
+    /// Enable block profiling (accepted; no effect).
+    #[arg(long, action = ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false", value_parser = parse_bool, help_heading = "Debugging flags")]
+    pub contention_profiling: bool,
+
+    // ---- controllers
+    /// Number of workers concurrently syncing nodes.
+    #[arg(long, default_value = "1", help_heading = "Cloud-node-controller flags")]
+    pub concurrent_node_syncs: usize,
+    /// Number of workers concurrently updating node status (0: --concurrent-node-syncs).
+    #[arg(long, default_value = "0", help_heading = "Cloud-node-controller flags")]
+    pub concurrent_node_status_updates: usize,
+    /// Number of services that are allowed to sync concurrently.
+    #[arg(long, default_value = "1", help_heading = "Service-lb-controller flags")]
+    pub concurrent_service_syncs: usize,
+    /// CIDR range(s) for Services (at most two, comma separated).
+    #[arg(long, default_value = "", help_heading = "Node-ipam-controller flags")]
+    pub service_cluster_ip_range: String,
+    /// Mask size for node CIDRs in single-stack clusters (0: family default).
+    #[arg(long, default_value = "0", help_heading = "Node-ipam-controller flags")]
+    pub node_cidr_mask_size: u8,
+    /// Mask size for IPv4 node CIDRs (0: 24).
+    #[arg(long, default_value = "0", help_heading = "Node-ipam-controller flags")]
+    pub node_cidr_mask_size_ipv4: u8,
+    /// Mask size for IPv6 node CIDRs (0: 64).
+    #[arg(long, default_value = "0", help_heading = "Node-ipam-controller flags")]
+    pub node_cidr_mask_size_ipv6: u8,
+
+    // ---- webhooks
+    /// A list of webhooks to enable ('*', 'foo', '-foo'). Known: persistentvolumelabel.
+    #[arg(long, default_value = "", value_delimiter = ',', help_heading = "Webhook flags")]
+    pub webhooks: Vec<String>,
+    /// The IP address on which to listen for --webhook-secure-port.
+    #[arg(long, default_value = "0.0.0.0", help_heading = "Webhook serving flags")]
+    pub webhook_bind_address: std::net::IpAddr,
+    /// The port on which to serve HTTPS for webhooks (0 disables).
+    #[arg(long, default_value = "10260", help_heading = "Webhook serving flags")]
+    pub webhook_secure_port: u16,
+    /// Directory for webhook TLS certificates (accepted; the generated cert is kept in memory).
+    #[arg(long, default_value = "", help_heading = "Webhook serving flags")]
+    pub webhook_cert_dir: String,
+    /// PEM certificate (chain) for the webhook port.
+    #[arg(long, default_value = "", help_heading = "Webhook serving flags")]
+    pub webhook_tls_cert_file: String,
+    /// PEM private key for --webhook-tls-cert-file.
+    #[arg(long, default_value = "", help_heading = "Webhook serving flags")]
+    pub webhook_tls_private_key_file: String,
+
+    // ---- secure serving
+    /// The IP address on which to listen for --secure-port.
+    #[arg(long, default_value = "0.0.0.0", help_heading = "Secure serving flags")]
+    pub bind_address: std::net::IpAddr,
+    /// The port on which to serve HTTPS with authentication and authorization (0 disables).
+    #[arg(long, default_value = "10258", help_heading = "Secure serving flags")]
+    pub secure_port: u16,
+    /// Directory for TLS certificates (accepted; the generated cert is kept in memory).
+    #[arg(long, default_value = "", help_heading = "Secure serving flags")]
+    pub cert_dir: String,
+    /// PEM certificate (chain) for HTTPS. Without it a self-signed certificate is generated.
+    #[arg(long, default_value = "", help_heading = "Secure serving flags")]
+    pub tls_cert_file: String,
+    /// PEM private key matching --tls-cert-file.
+    #[arg(long, default_value = "", help_heading = "Secure serving flags")]
+    pub tls_private_key_file: String,
+    /// Cipher suites (accepted; rustls' safe defaults are used).
+    #[arg(long, default_value = "", value_delimiter = ',', help_heading = "Secure serving flags")]
+    pub tls_cipher_suites: Vec<String>,
+    /// Minimum TLS version (accepted; TLS 1.2 and 1.3 are served).
+    #[arg(long, default_value = "", help_heading = "Secure serving flags")]
+    pub tls_min_version: String,
+
+    // ---- authentication / authorization
+    /// Kubeconfig pointing at the core apiserver that can create TokenReviews (optional).
+    #[arg(long, default_value = "", help_heading = "Authentication flags")]
+    pub authentication_kubeconfig: String,
+    /// Accepted for compatibility (no lookup of the authentication ConfigMap is done).
+    #[arg(long, action = ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false", value_parser = parse_bool, help_heading = "Authentication flags")]
+    pub authentication_skip_lookup: bool,
+    /// How long to cache TokenReview responses.
+    #[arg(long, default_value = "10s", value_parser = parse_duration, help_heading = "Authentication flags")]
+    pub authentication_token_webhook_cache_ttl: Duration,
+    /// Accepted for compatibility.
+    #[arg(long, action = ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false", value_parser = parse_bool, help_heading = "Authentication flags")]
+    pub authentication_tolerate_lookup_failure: bool,
+    /// Client certificate CA (accepted; client certificates are not authenticated yet).
+    #[arg(long, default_value = "", help_heading = "Authentication flags")]
+    pub client_ca_file: String,
+    /// Kubeconfig pointing at the core apiserver that can create SubjectAccessReviews (optional).
+    #[arg(long, default_value = "", help_heading = "Authorization flags")]
+    pub authorization_kubeconfig: String,
+    /// Paths that need no authorization.
+    #[arg(
+        long,
+        default_value = "/healthz,/readyz,/livez",
+        value_delimiter = ',',
+        help_heading = "Authorization flags"
+    )]
+    pub authorization_always_allow_paths: Vec<String>,
+    /// How long to cache 'authorized' responses.
+    #[arg(long, default_value = "10s", value_parser = parse_duration, help_heading = "Authorization flags")]
+    pub authorization_webhook_cache_authorized_ttl: Duration,
+    /// How long to cache 'unauthorized' responses.
+    #[arg(long, default_value = "10s", value_parser = parse_duration, help_heading = "Authorization flags")]
+    pub authorization_webhook_cache_unauthorized_ttl: Duration,
+
+    // ---- misc
+    /// The address of the Kubernetes API server (overrides any value in kubeconfig).
+    #[arg(long, default_value = "", help_heading = "Misc flags")]
+    pub master: String,
+    /// Path to kubeconfig file with authorization and master location information
+    /// (empty: the in-cluster configuration).
+    #[arg(long, default_value = "", help_heading = "Misc flags")]
+    pub kubeconfig: String,
+    /// How often the cloud-node controller refreshes the addresses of initialised nodes.
+    #[arg(long, default_value = "5m0s", value_parser = parse_duration, help_heading = "Misc flags")]
+    pub node_status_update_frequency: Duration,
+
+    // ---- global
+    /// Print version information and quit.
+    #[arg(long, action = ArgAction::SetTrue, help_heading = "Global flags")]
+    pub version: bool,
+    /// Number for the log level verbosity (as klog: 0 info, 2 debug, 4 trace of this manager).
+    #[arg(short = 'v', long = "v", default_value = "0", help_heading = "Global flags")]
+    pub verbosity: u8,
+    /// Sets the log format. Permitted formats: "text", "json".
+    #[arg(long, default_value = "text", help_heading = "Global flags")]
+    pub logging_format: String,
+    /// Accepted for compatibility (per-module verbosity is not supported).
+    #[arg(long, default_value = "", help_heading = "Global flags")]
+    pub vmodule: String,
+    /// Accepted for compatibility (logs are not buffered).
+    #[arg(long, default_value = "5s", value_parser = parse_duration, help_heading = "Global flags")]
+    pub log_flush_frequency: Duration,
+
+    /// Positional arguments are rejected with upstream's message.
+    #[arg(hide = true)]
+    pub args: Vec<String>,
+}
+
+/// Log output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    /// klog-like text.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// A flag value that is syntactically fine but not valid.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FlagError {
+    /// A validation failure, already naming the flag.
+    #[error("{0}")]
+    Invalid(String),
+}
+
+fn invalid(msg: impl Into<String>) -> FlagError {
+    FlagError::Invalid(msg.into())
+}
+
+/// Leader-election settings.
+#[derive(Debug, Clone)]
+pub struct LeaderElectionOptions {
+    /// Lease namespace.
+    pub namespace: String,
+    /// Lease name.
+    pub name: String,
+    /// Lease duration.
+    pub lease_duration: Duration,
+    /// Renew deadline.
+    pub renew_deadline: Duration,
+    /// Retry period.
+    pub retry_period: Duration,
+}
+
+/// Validated options the manager runs with.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// The raw flags (for the settings that need no validation).
+    pub flags: Flags,
+    /// Controller settings.
+    pub controller_config: ControllerConfig,
+    /// Which controllers run.
+    pub controllers: ControllerSelection,
+    /// Leader election, when enabled.
+    pub leader_election: Option<LeaderElectionOptions>,
+    /// Feature gates after defaults.
+    pub feature_gates: BTreeMap<String, bool>,
+    /// Log format.
+    pub log_format: LogFormat,
+    /// The validated `--webhooks` entries.
+    pub webhooks: Vec<String>,
+}
+
+impl Options {
+    /// Whether a feature gate is on.
+    pub fn feature_enabled(&self, gate: &str) -> bool {
+        self.feature_gates.get(gate).copied().unwrap_or(false)
+    }
+
+    /// The cloud-config path, if given.
+    pub fn cloud_config_path(&self) -> Option<PathBuf> {
+        (!self.flags.cloud_config.is_empty()).then(|| PathBuf::from(&self.flags.cloud_config))
+    }
+}
+
+fn parse_feature_gates(items: &[String]) -> Result<BTreeMap<String, bool>, FlagError> {
+    let mut gates: BTreeMap<String, bool> =
+        KNOWN_FEATURE_GATES.iter().map(|(k, v)| ((*k).to_string(), *v)).collect();
+    for item in items.iter().map(|s| s.trim()).filter(|s| !s.is_empty()) {
+        let Some((key, value)) = item.split_once('=') else {
+            return Err(invalid(format!(
+                "invalid argument {item:?} for \"--feature-gates\" flag: missing bool value for {item}"
+            )));
+        };
+        let key = key.trim();
+        if !gates.contains_key(key) {
+            return Err(invalid(format!(
+                "invalid argument {item:?} for \"--feature-gates\" flag: unrecognized feature gate: {key}"
+            )));
+        }
+        let value = parse_bool(value.trim()).map_err(|_| {
+            invalid(format!(
+                "invalid argument {item:?} for \"--feature-gates\" flag: invalid value of {key}: {}, err: expected true or false",
+                value.trim()
+            ))
+        })?;
+        gates.insert(key.to_string(), value);
+    }
+    Ok(gates)
+}
+
+fn parse_cidrs(flag: &str, value: &str, max: usize) -> Result<Vec<ipnet::IpNet>, FlagError> {
+    let mut out = Vec::new();
+    for item in value.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let net: ipnet::IpNet =
+            item.parse().map_err(|e| invalid(format!("--{flag}: invalid CIDR {item:?}: {e}")))?;
+        out.push(net);
+    }
+    if out.len() > max {
+        return Err(invalid(format!("--{flag} can not contain more than {max} entries")));
+    }
+    Ok(out)
+}
+
+impl Flags {
+    /// Validates the flags for the binary of `provider` against the known controllers.
+    pub fn validate(
+        self,
+        provider: &str,
+        known: &[ControllerDescriptor],
+    ) -> Result<Options, FlagError> {
+        if let Some(first) = self.args.first() {
+            let _ = first;
+            return Err(invalid(format!(
+                "\"cloud-controller-manager\" does not take any arguments, got {:?}",
+                self.args
+            )));
+        }
+        if self.cloud_provider.is_empty() {
+            return Err(invalid("--cloud-provider cannot be empty"));
+        }
+        if self.cloud_provider != provider {
+            return Err(invalid(format!(
+                "--cloud-provider: unknown cloud provider {:?}: this binary runs only {provider:?}",
+                self.cloud_provider
+            )));
+        }
+        let controllers = selection::validate(&self.controllers, known)?;
+        let webhooks =
+            selection::validate_names(&self.webhooks, super::webhooks::KNOWN, "webhooks")?;
+        let log_format = match self.logging_format.as_str() {
+            "text" => LogFormat::Text,
+            "json" => LogFormat::Json,
+            other => {
+                return Err(invalid(format!(
+                    "--logging-format: unsupported log format {other:?}; permitted formats: \"json\", \"text\""
+                )));
+            }
+        };
+        let feature_gates = parse_feature_gates(&self.feature_gates)?;
+        if !(self.kube_api_qps > 0.0 && self.kube_api_qps.is_finite()) {
+            return Err(invalid("--kube-api-qps must be a positive number"));
+        }
+        if self.kube_api_burst == 0 {
+            return Err(invalid("--kube-api-burst must be positive"));
+        }
+        if self.cidr_allocator_type != "RangeAllocator"
+            && self.cidr_allocator_type != "CloudAllocator"
+        {
+            return Err(invalid(format!(
+                "--cidr-allocator-type: unknown allocator type {:?} (RangeAllocator or CloudAllocator)",
+                self.cidr_allocator_type
+            )));
+        }
+
+        let leader_election = if self.leader_elect {
+            if self.leader_elect_resource_lock != "leases" {
+                return Err(invalid(format!(
+                    "--leader-elect-resource-lock: resourceLock value must be \"leases\", got {:?}",
+                    self.leader_elect_resource_lock
+                )));
+            }
+            if self.leader_elect_resource_name.is_empty() {
+                return Err(invalid("--leader-elect-resource-name cannot be empty"));
+            }
+            if self.leader_elect_resource_namespace.is_empty() {
+                return Err(invalid("--leader-elect-resource-namespace cannot be empty"));
+            }
+            let (lease, renew, retry) = (
+                self.leader_elect_lease_duration,
+                self.leader_elect_renew_deadline,
+                self.leader_elect_retry_period,
+            );
+            if retry.is_zero() || renew.is_zero() || lease.is_zero() {
+                return Err(invalid(
+                    "--leader-elect-lease-duration, --leader-elect-renew-deadline and --leader-elect-retry-period must be greater than zero",
+                ));
+            }
+            if lease <= renew {
+                return Err(invalid(
+                    "--leader-elect-lease-duration must be greater than --leader-elect-renew-deadline",
+                ));
+            }
+            if renew <= retry.mul_f64(1.2) {
+                return Err(invalid(
+                    "--leader-elect-renew-deadline must be greater than --leader-elect-retry-period*1.2",
+                ));
+            }
+            Some(LeaderElectionOptions {
+                namespace: self.leader_elect_resource_namespace.clone(),
+                name: self.leader_elect_resource_name.clone(),
+                lease_duration: lease,
+                renew_deadline: renew,
+                retry_period: retry,
+            })
+        } else {
+            None
+        };
+
+        if self.webhook_secure_port != 0 && self.webhook_secure_port == self.secure_port {
+            return Err(invalid("--webhook-secure-port cannot be the same value as --secure-port"));
+        }
+        if self.tls_cert_file.is_empty() != self.tls_private_key_file.is_empty() {
+            return Err(invalid(
+                "--tls-cert-file and --tls-private-key-file must be given together",
+            ));
+        }
+        if self.webhook_tls_cert_file.is_empty() != self.webhook_tls_private_key_file.is_empty() {
+            return Err(invalid(
+                "--webhook-tls-cert-file and --webhook-tls-private-key-file must be given together",
+            ));
+        }
+
+        let cluster_cidrs = parse_cidrs("cluster-cidr", &self.cluster_cidr, 2)?;
+        let service_cidrs =
+            parse_cidrs("service-cluster-ip-range", &self.service_cluster_ip_range, 2)?;
+        let (mut v4, mut v6) = (self.node_cidr_mask_size_ipv4, self.node_cidr_mask_size_ipv6);
+        if self.node_cidr_mask_size != 0 {
+            if cluster_cidrs.len() > 1 {
+                return Err(invalid(
+                    "usage of --node-cidr-mask-size is not allowed with dual-stack clusters",
+                ));
+            }
+            if v4 != 0 || v6 != 0 {
+                return Err(invalid(
+                    "usage of --node-cidr-mask-size-ipv4 and --node-cidr-mask-size-ipv6 is not allowed if --node-cidr-mask-size is set. For dual-stack clusters please unset it and use IPFamily specific flags",
+                ));
+            }
+            match cluster_cidrs.first() {
+                Some(ipnet::IpNet::V6(_)) => v6 = self.node_cidr_mask_size,
+                _ => v4 = self.node_cidr_mask_size,
+            }
+        }
+        if v4 > 32 {
+            return Err(invalid("--node-cidr-mask-size-ipv4 must be at most 32"));
+        }
+        if v6 > 128 {
+            return Err(invalid("--node-cidr-mask-size-ipv6 must be at most 128"));
+        }
+
+        let controller_config = ControllerConfig {
+            cluster_name: self.cluster_name.clone(),
+            cluster_cidrs,
+            service_cidrs,
+            allocate_node_cidrs: self.allocate_node_cidrs,
+            cidr_allocator_type: self.cidr_allocator_type.clone(),
+            node_cidr_mask_size_ipv4: if v4 == 0 { 24 } else { v4 },
+            node_cidr_mask_size_ipv6: if v6 == 0 { 64 } else { v6 },
+            configure_cloud_routes: self.configure_cloud_routes,
+            concurrent_service_syncs: self.concurrent_service_syncs,
+            concurrent_node_syncs: self.concurrent_node_syncs,
+            concurrent_node_status_updates: self.concurrent_node_status_updates,
+            node_monitor_period: self.node_monitor_period,
+            node_status_update_frequency: self.node_status_update_frequency,
+            route_reconciliation_period: self.route_reconciliation_period,
+        };
+        Ok(Options {
+            flags: self,
+            controller_config,
+            controllers,
+            leader_election,
+            feature_gates,
+            log_format,
+            webhooks,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::controllers;
+
+    fn parse(args: &[&str]) -> Result<Options, String> {
+        let flags = Flags::try_parse_from(std::iter::once("ccm").chain(args.iter().copied()))
+            .map_err(|e| e.to_string())?;
+        flags.validate("test", &controllers::all()).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn defaults_match_upstream() {
+        let o = parse(&["--cloud-provider=test"]).unwrap();
+        let f = &o.flags;
+        assert_eq!(f.kube_api_qps, 20.0);
+        assert_eq!(f.kube_api_burst, 30);
+        assert_eq!(f.secure_port, 10258);
+        assert_eq!(f.webhook_secure_port, 10260);
+        assert_eq!(f.bind_address.to_string(), "0.0.0.0");
+        assert!(f.leader_elect);
+        let le = o.leader_election.clone().unwrap();
+        assert_eq!(
+            (le.namespace.as_str(), le.name.as_str()),
+            ("kube-system", "cloud-controller-manager")
+        );
+        assert_eq!(le.lease_duration, Duration::from_secs(15));
+        assert_eq!(le.renew_deadline, Duration::from_secs(10));
+        assert_eq!(le.retry_period, Duration::from_secs(2));
+        let c = &o.controller_config;
+        assert_eq!(c.cluster_name, "kubernetes");
+        assert!(c.configure_cloud_routes);
+        assert!(!c.allocate_node_cidrs);
+        assert_eq!(c.node_status_update_frequency, Duration::from_secs(300));
+        assert_eq!(c.node_monitor_period, Duration::from_secs(5));
+        assert_eq!(c.route_reconciliation_period, Duration::from_secs(10));
+        assert_eq!(f.controllers, vec!["*"]);
+        assert_eq!(o.log_format, LogFormat::Text);
+        assert!(!o.feature_enabled("CloudControllerManagerWebhook"));
+    }
+
+    #[test]
+    fn go_style_booleans_and_durations() {
+        let o = parse(&[
+            "--cloud-provider",
+            "test",
+            "--leader-elect=false",
+            "--allocate-node-cidrs",
+            "--configure-cloud-routes=false",
+            "--node-monitor-period=1m30s",
+            "--cluster-cidr=10.0.0.0/16,fd00::/48",
+            "-v=4",
+        ])
+        .unwrap();
+        assert!(o.leader_election.is_none());
+        assert!(o.controller_config.allocate_node_cidrs);
+        assert!(!o.controller_config.configure_cloud_routes);
+        assert_eq!(o.controller_config.node_monitor_period, Duration::from_secs(90));
+        assert_eq!(o.controller_config.cluster_cidrs.len(), 2);
+        assert_eq!(o.flags.verbosity, 4);
+    }
+
+    #[test]
+    fn bad_values_name_the_flag() {
+        let cases: &[(&[&str], &str)] = &[
+            (&[], "--cloud-provider cannot be empty"),
+            (&["--cloud-provider=aws"], "--cloud-provider"),
+            (
+                &["--cloud-provider=test", "--controllers=*,bogus"],
+                "\"bogus\" is not in the list of known controllers",
+            ),
+            (&["--cloud-provider=test", "--no-such-flag"], "--no-such-flag"),
+            (&["--cloud-provider=test", "--node-monitor-period=5"], "--node-monitor-period"),
+            (&["--cloud-provider=test", "--secure-port=70000"], "--secure-port"),
+            (&["--cloud-provider=test", "--leader-elect=maybe"], "--leader-elect"),
+            (&["--cloud-provider=test", "--logging-format=xml"], "--logging-format"),
+            (
+                &["--cloud-provider=test", "--feature-gates=Nope=true"],
+                "unrecognized feature gate: Nope",
+            ),
+            (
+                &["--cloud-provider=test", "--leader-elect-resource-lock=endpoints"],
+                "resourceLock value must be \"leases\"",
+            ),
+            (&["--cloud-provider=test", "--cluster-cidr=10.0.0.0/33"], "--cluster-cidr"),
+            (
+                &["--cloud-provider=test", "--webhook-secure-port=10258"],
+                "--webhook-secure-port cannot be the same value as --secure-port",
+            ),
+            (
+                &["--cloud-provider=test", "--leader-elect-renew-deadline=20s"],
+                "--leader-elect-lease-duration must be greater",
+            ),
+            (&["--cloud-provider=test", "extra"], "does not take any arguments, got [\"extra\"]"),
+        ];
+        for (args, want) in cases {
+            let err = parse(args).err().unwrap_or_else(|| panic!("{args:?} should fail"));
+            assert!(err.contains(want), "{args:?}: {err:?} should contain {want:?}");
+        }
+    }
+
+    #[test]
+    fn help_is_readable() {
+        let err = Flags::try_parse_from(["ccm", "--help"]).unwrap_err();
+        let help = err.to_string();
+        for flag in [
+            "--cloud-provider",
+            "--controllers",
+            "--leader-elect",
+            "--secure-port",
+            "Generic flags",
+        ] {
+            assert!(help.contains(flag), "help mentions {flag}");
+        }
+    }
+}

@@ -1,0 +1,417 @@
+//! Lease-based leader election with client-go's semantics (`coordination.k8s.io/v1` Lease,
+//! compatible with Go controller-managers holding the same lock).
+//!
+//! - Acquire: try every retry period (jittered ×1.2). A Lease held by another identity is free
+//!   once its record has not changed for its `leaseDurationSeconds` (measured on our clock from
+//!   when we first observed that record) or once its holder is empty.
+//! - A standby also watches the Lease: a released lock is taken at once, and an unrenewed one
+//!   as soon as it expires (measured from when the watch saw its last renewal), instead of at
+//!   the next jittered retry.
+//! - Renew: every retry period. If no renewal succeeded within the renew deadline, or another
+//!   identity took the Lease, leadership is lost.
+//! - Release (on orderly shutdown): holder emptied, `leaseDurationSeconds: 1`.
+//!   Upstream's CCM does not release on exit (QUIRK, fixed here: a standby takes over at once).
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use kube::api::{ObjectMeta, PostParams};
+use kube::{Api, Client};
+use tokio_util::sync::CancellationToken;
+
+/// Shared view of whether we lead and when we last renewed (for `/healthz` and metrics).
+#[derive(Debug, Clone, Default)]
+pub struct LeaderState {
+    inner: Arc<Mutex<Option<Instant>>>,
+}
+
+impl LeaderState {
+    fn set(&self, v: Option<Instant>) {
+        *self.inner.lock().unwrap_or_else(|p| p.into_inner()) = v;
+    }
+
+    /// `Some(last renewal)` while leading.
+    pub fn last_renewal(&self) -> Option<Instant> {
+        *self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// Settings of one lock.
+#[derive(Debug, Clone)]
+pub struct ElectorConfig {
+    /// Lease namespace.
+    pub namespace: String,
+    /// Lease name.
+    pub name: String,
+    /// Our identity (`hostname_uuid`).
+    pub identity: String,
+    /// Lease duration.
+    pub lease_duration: Duration,
+    /// Renew deadline.
+    pub renew_deadline: Duration,
+    /// Retry period.
+    pub retry_period: Duration,
+}
+
+/// Why [`Elector::hold`] returned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HoldOutcome {
+    /// Leadership was lost (renew deadline passed or another holder took over).
+    Lost,
+    /// The cancellation token fired while leading.
+    Cancelled,
+}
+
+/// One attempt's failure.
+#[derive(Debug)]
+enum AttemptError {
+    /// Another identity holds an unexpired lease.
+    HeldBy(String),
+    /// API error.
+    Api(kube::Error),
+}
+
+/// A Lease-based elector for one lock.
+pub struct Elector {
+    api: Api<Lease>,
+    cfg: ElectorConfig,
+    observed: Option<(LeaseSpec, Instant)>,
+    /// Shared state for health checks.
+    pub state: LeaderState,
+}
+
+/// A fresh identity: `hostname_uuid`, as upstream.
+pub fn identity() -> String {
+    let host = hostname::get()
+        .ok()
+        .and_then(|h| h.into_string().ok())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "localhost".into());
+    format!("{host}_{}", uuid_v4())
+}
+
+fn uuid_v4() -> String {
+    if let Ok(s) = std::fs::read_to_string("/proc/sys/kernel/random/uuid") {
+        let s = s.trim();
+        if s.len() == 36 {
+            return s.to_string();
+        }
+    }
+    let mut x = seed();
+    let mut bytes = [0u8; 16];
+    for b in &mut bytes {
+        x = xorshift(x);
+        *b = (x >> 24) as u8;
+    }
+    bytes[6] = (bytes[6] & 0x0f) | 0x40;
+    bytes[8] = (bytes[8] & 0x3f) | 0x80;
+    let h: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    format!("{}-{}-{}-{}-{}", &h[0..8], &h[8..12], &h[12..16], &h[16..20], &h[20..32])
+}
+
+fn seed() -> u64 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0);
+    nanos ^ (u64::from(std::process::id()) << 32) | 1
+}
+
+fn xorshift(mut x: u64) -> u64 {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    x
+}
+
+/// `base * (1 + rand[0, factor))`, as `wait.Jitter`.
+pub fn jitter(base: Duration, factor: f64) -> Duration {
+    let r = (xorshift(seed()) % 1_000_000) as f64 / 1_000_000.0;
+    base.mul_f64(1.0 + r * factor)
+}
+
+fn now() -> MicroTime {
+    MicroTime(k8s_openapi::jiff::Timestamp::now())
+}
+
+fn secs(d: Duration) -> i32 {
+    i32::try_from(d.as_secs().max(1)).unwrap_or(i32::MAX)
+}
+
+impl Elector {
+    /// An elector for `cfg` using `client`.
+    pub fn new(client: Client, cfg: ElectorConfig) -> Self {
+        Elector {
+            api: Api::namespaced(client, &cfg.namespace),
+            cfg,
+            observed: None,
+            state: LeaderState::default(),
+        }
+    }
+
+    /// The lock's settings.
+    pub fn config(&self) -> &ElectorConfig {
+        &self.cfg
+    }
+
+    async fn try_acquire_or_renew(&mut self) -> Result<(), AttemptError> {
+        let me = self.cfg.identity.clone();
+        let current = self.api.get_opt(&self.cfg.name).await.map_err(AttemptError::Api)?;
+        let Some(lease) = current else {
+            let spec = LeaseSpec {
+                holder_identity: Some(me),
+                lease_duration_seconds: Some(secs(self.cfg.lease_duration)),
+                acquire_time: Some(now()),
+                renew_time: Some(now()),
+                lease_transitions: Some(0),
+                ..Default::default()
+            };
+            let lease = Lease {
+                metadata: ObjectMeta {
+                    name: Some(self.cfg.name.clone()),
+                    namespace: Some(self.cfg.namespace.clone()),
+                    ..Default::default()
+                },
+                spec: Some(spec.clone()),
+            };
+            self.api.create(&PostParams::default(), &lease).await.map_err(AttemptError::Api)?;
+            self.observed = Some((spec, Instant::now()));
+            return Ok(());
+        };
+        let old = lease.spec.clone().unwrap_or_default();
+        match &self.observed {
+            Some((spec, _)) if *spec == old => {}
+            _ => self.observed = Some((old.clone(), Instant::now())),
+        }
+        let holder = old.holder_identity.clone().unwrap_or_default();
+        let observed_at = self.observed.as_ref().map(|(_, t)| *t).unwrap_or_else(Instant::now);
+        let duration = Duration::from_secs(
+            u64::try_from(old.lease_duration_seconds.unwrap_or(0)).unwrap_or(0),
+        );
+        if !holder.is_empty() && holder != me && observed_at + duration > Instant::now() {
+            return Err(AttemptError::HeldBy(holder));
+        }
+        let was_me = holder == me;
+        let spec = LeaseSpec {
+            holder_identity: Some(me),
+            lease_duration_seconds: Some(secs(self.cfg.lease_duration)),
+            acquire_time: if was_me { old.acquire_time.clone() } else { Some(now()) },
+            renew_time: Some(now()),
+            lease_transitions: Some(if was_me {
+                old.lease_transitions.unwrap_or(0)
+            } else {
+                old.lease_transitions.unwrap_or(0) + 1
+            }),
+            ..old
+        };
+        let mut updated = lease;
+        updated.spec = Some(spec.clone());
+        self.api
+            .replace(&self.cfg.name, &PostParams::default(), &updated)
+            .await
+            .map_err(AttemptError::Api)?;
+        self.observed = Some((spec, Instant::now()));
+        Ok(())
+    }
+
+    /// Blocks until this process holds the lock (`true`) or `cancel` fires (`false`).
+    pub async fn acquire(&mut self, cancel: &CancellationToken) -> bool {
+        let released = Arc::new(tokio::sync::Notify::new());
+        let seen: Observed = Arc::default();
+        let watch_stop = cancel.child_token();
+        tokio::spawn(watch_lease(
+            self.api.clone(),
+            self.cfg.name.clone(),
+            released.clone(),
+            seen.clone(),
+            watch_stop.clone(),
+        ));
+        let _stop_watch = watch_stop.drop_guard();
+        tracing::info!(lock = %format!("{}/{}", self.cfg.namespace, self.cfg.name), identity = %self.cfg.identity, "attempting to acquire leader lease");
+        let mut last_holder = String::new();
+        loop {
+            if cancel.is_cancelled() {
+                return false;
+            }
+            // The watch saw records as they were written: use its (earlier) observation time.
+            let watched = seen.lock().unwrap_or_else(|p| p.into_inner()).clone();
+            if let Some((spec, at)) = watched {
+                match &self.observed {
+                    Some((s, t)) if *s == spec && *t <= at => {}
+                    _ => self.observed = Some((spec, at)),
+                }
+            }
+            let attempt =
+                tokio::time::timeout(self.cfg.renew_deadline, self.try_acquire_or_renew());
+            match attempt.await {
+                Ok(Ok(())) => {
+                    tracing::info!(lock = %format!("{}/{}", self.cfg.namespace, self.cfg.name), identity = %self.cfg.identity, "successfully acquired lease");
+                    self.state.set(Some(Instant::now()));
+                    return true;
+                }
+                Ok(Err(AttemptError::HeldBy(holder))) => {
+                    if holder != last_holder {
+                        tracing::info!(lock = %self.cfg.name, %holder, "new leader elected");
+                        last_holder = holder;
+                    }
+                }
+                Ok(Err(AttemptError::Api(e))) => {
+                    tracing::warn!(lock = %self.cfg.name, error = %e, "error retrieving or updating lease")
+                }
+                Err(_) => tracing::warn!(lock = %self.cfg.name, "lease request timed out"),
+            }
+            // Retry after the jittered period, or as soon as the observed record expires.
+            let mut wait = jitter(self.cfg.retry_period, 1.2);
+            if let Some((spec, at)) = &self.observed {
+                let dur = u64::try_from(spec.lease_duration_seconds.unwrap_or(0)).unwrap_or(0);
+                let expiry = *at + Duration::from_secs(dur) + Duration::from_millis(20);
+                wait = wait.min(expiry.saturating_duration_since(Instant::now()));
+            }
+            tokio::select! {
+                _ = cancel.cancelled() => return false,
+                _ = tokio::time::sleep(wait) => {}
+                _ = released.notified() => {}
+            }
+        }
+    }
+
+    /// Renews until leadership is lost or `cancel` fires.
+    pub async fn hold(&mut self, cancel: &CancellationToken) -> HoldOutcome {
+        let mut last_success = Instant::now();
+        loop {
+            tokio::select! {
+                _ = cancel.cancelled() => return HoldOutcome::Cancelled,
+                _ = tokio::time::sleep(self.cfg.retry_period) => {}
+            }
+            let deadline = last_success + self.cfg.renew_deadline;
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            let result = tokio::select! {
+                _ = cancel.cancelled() => return HoldOutcome::Cancelled,
+                r = tokio::time::timeout(remaining, self.try_acquire_or_renew()) => r,
+            };
+            match result {
+                Ok(Ok(())) => {
+                    last_success = Instant::now();
+                    self.state.set(Some(last_success));
+                }
+                Ok(Err(AttemptError::HeldBy(holder))) => {
+                    tracing::error!(lock = %self.cfg.name, %holder, "lease taken over by another holder");
+                    self.state.set(None);
+                    return HoldOutcome::Lost;
+                }
+                Ok(Err(AttemptError::Api(e))) => {
+                    tracing::warn!(lock = %self.cfg.name, error = %e, "failed to renew lease")
+                }
+                Err(_) => tracing::warn!(lock = %self.cfg.name, "lease renewal timed out"),
+            }
+            if last_success + self.cfg.renew_deadline <= Instant::now() {
+                tracing::error!(lock = %self.cfg.name, "failed to renew lease within the renew deadline");
+                self.state.set(None);
+                return HoldOutcome::Lost;
+            }
+        }
+    }
+
+    /// Gives the lock up if we still hold it (holder emptied, duration 1 s).
+    pub async fn release(&mut self) {
+        self.state.set(None);
+        let result = async {
+            let Some(mut lease) = self.api.get_opt(&self.cfg.name).await? else {
+                return Ok(false);
+            };
+            let spec = lease.spec.clone().unwrap_or_default();
+            if spec.holder_identity.as_deref() != Some(self.cfg.identity.as_str()) {
+                return Ok(false);
+            }
+            lease.spec = Some(LeaseSpec {
+                holder_identity: Some(String::new()),
+                lease_duration_seconds: Some(1),
+                acquire_time: Some(now()),
+                renew_time: Some(now()),
+                ..spec
+            });
+            self.api.replace(&self.cfg.name, &PostParams::default(), &lease).await?;
+            Ok::<bool, kube::Error>(true)
+        };
+        match tokio::time::timeout(Duration::from_secs(5), result).await {
+            Ok(Ok(true)) => tracing::info!(lock = %self.cfg.name, "released leader lease"),
+            Ok(Ok(false)) => {}
+            Ok(Err(e)) => {
+                tracing::warn!(lock = %self.cfg.name, error = %e, "failed to release lease")
+            }
+            Err(_) => tracing::warn!(lock = %self.cfg.name, "releasing the lease timed out"),
+        }
+    }
+}
+
+/// The latest Lease record seen by the watch, and when.
+type Observed = Arc<Mutex<Option<(LeaseSpec, Instant)>>>;
+
+/// Records every Lease record as it is written (`seen`), and wakes `released` whenever the
+/// Lease is deleted or its holder becomes empty.
+async fn watch_lease(
+    api: Api<Lease>,
+    name: String,
+    released: Arc<tokio::sync::Notify>,
+    seen: Observed,
+    stop: CancellationToken,
+) {
+    use kube::runtime::watcher::{self, Event};
+    let cfg = watcher::Config::default().fields(&format!("metadata.name={name}"));
+    let stream = watcher::watcher(api, cfg);
+    futures::pin_mut!(stream);
+    loop {
+        let next = tokio::select! {
+            _ = stop.cancelled() => return,
+            n = stream.next() => n,
+        };
+        match next {
+            None => return,
+            Some(Ok(Event::Delete(_))) => released.notify_one(),
+            Some(Ok(Event::Apply(l))) | Some(Ok(Event::InitApply(l))) => {
+                let spec = l.spec.unwrap_or_default();
+                let holder = spec.holder_identity.clone().unwrap_or_default();
+                {
+                    let mut seen = seen.lock().unwrap_or_else(|p| p.into_inner());
+                    if seen.as_ref().map(|(s, _)| s) != Some(&spec) {
+                        *seen = Some((spec, Instant::now()));
+                    }
+                }
+                if holder.is_empty() {
+                    released.notify_one();
+                }
+            }
+            Some(Ok(_)) => {}
+            Some(Err(e)) => {
+                tracing::debug!(error = %e, "lease watch error");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn identity_is_hostname_underscore_uuid() {
+        let id = identity();
+        let (host, uuid) = id.rsplit_once('_').unwrap();
+        assert!(!host.is_empty());
+        assert_eq!(uuid.len(), 36);
+        assert_eq!(uuid.matches('-').count(), 4);
+        assert_ne!(identity(), id, "a fresh uuid per process start");
+    }
+
+    #[test]
+    fn jitter_stays_in_range() {
+        for _ in 0..100 {
+            let j = jitter(Duration::from_secs(2), 1.2);
+            assert!(j >= Duration::from_secs(2) && j <= Duration::from_millis(4400));
+        }
+    }
+}

@@ -1,0 +1,701 @@
+//! The cloud-controller-manager command (spec §7–§9): flags, controller selection, leader
+//! election and migration, secure serving, per-controller credentials and webhooks.
+//!
+//! ```text
+//! main(provider, factory)
+//!   ├─ flags ─▶ Options (validated; bad input exits 1 with a message naming the flag)
+//!   ├─ cloud = factory(--cloud-config bytes)
+//!   ├─ secure port: /healthz (leaderElection + one ping per controller), /metrics
+//!   │    (delegated TokenReview / SubjectAccessReview)
+//!   ├─ webhook port (gate CloudControllerManagerWebhook and --webhooks)
+//!   └─ leader election (main lock; migration lock for migrated controllers)
+//!        └─ start enabled controllers (own ServiceAccount with --use-service-account-credentials)
+//! ```
+//!
+//! Exit codes: 0 after SIGTERM/SIGINT (controllers stopped, leases released), 1 on any start
+//! error or when leadership is lost (controllers are cancelled first).
+
+pub mod authn;
+pub mod duration;
+pub mod flags;
+pub mod leader;
+pub mod logging;
+pub mod migration;
+pub mod ratelimit;
+pub mod selection;
+pub mod serving;
+pub mod webhooks;
+
+mod credentials;
+
+use std::process::ExitCode;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use clap::Parser;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::cloud::{BoxError, CloudProvider};
+use crate::controllers::{
+    self, ControllerConfig, ControllerContext, ControllerDescriptor, Started,
+};
+use flags::{Flags, Options};
+use leader::{Elector, ElectorConfig, HoldOutcome};
+
+/// The component name (event source, user agent, migration component identity).
+pub const COMPONENT: &str = "cloud-controller-manager";
+
+/// Builds the provider from the `--cloud-config` contents (`None` without the flag).
+pub type CloudFactory =
+    Box<dyn FnOnce(Option<&[u8]>) -> Result<Arc<dyn CloudProvider>, BoxError> + Send>;
+
+/// Why the manager stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum ManagerError {
+    /// `--cloud-config` could not be read.
+    #[error("--cloud-config: couldn't open cloud provider configuration {path:?}: {source}")]
+    CloudConfig {
+        /// The path.
+        path: String,
+        /// The IO error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The provider refused its configuration.
+    #[error("cloud provider could not be initialized: {0}")]
+    CloudInit(#[source] BoxError),
+    /// The provider has no cluster ID and `--allow-untagged-cloud` is not set.
+    #[error(
+        "no ClusterID found. A ClusterID is required for the cloud provider to function properly. This check can be bypassed by setting the allow-untagged-cloud option"
+    )]
+    NoClusterId,
+    /// The API client could not be configured.
+    #[error("{what}: {message}")]
+    Client {
+        /// Which flag or configuration.
+        what: String,
+        /// What failed.
+        message: String,
+    },
+    /// The apiserver did not become healthy.
+    #[error("failed to wait for apiserver being healthy: {0}")]
+    ApiserverUnhealthy(String),
+    /// A controller could not be configured (fatal, as upstream).
+    #[error("error starting controller {0}")]
+    ControllerStart(#[from] controllers::StartError),
+    /// Serving failed to start.
+    #[error(transparent)]
+    Serving(#[from] serving::ServingError),
+    /// The leader migration configuration is invalid.
+    #[error(transparent)]
+    Migration(#[from] migration::MigrationError),
+    /// Per-controller credentials could not be set up.
+    #[error("--use-service-account-credentials: {0}")]
+    Credentials(String),
+    /// Leadership of a lock was lost.
+    #[error("leaderelection lost ({0})")]
+    LeaderElectionLost(String),
+}
+
+/// Runs the manager for the binary of `provider` with the process arguments and exits.
+///
+/// Each provider's `main` is `ccm_core::manager::main(PROVIDER_NAME, Box::new(|cfg| ...))`.
+pub fn main(provider: &str, factory: CloudFactory) -> ExitCode {
+    main_with_args(provider, factory, std::env::args_os())
+}
+
+/// [`main`] with explicit arguments (the first is the program name).
+pub fn main_with_args<I, T>(provider: &str, factory: CloudFactory, args: I) -> ExitCode
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    let flags = match Flags::try_parse_from(args) {
+        Ok(f) => f,
+        Err(e) => {
+            let code = if e.use_stderr() { ExitCode::FAILURE } else { ExitCode::SUCCESS };
+            let _ = e.print();
+            return code;
+        }
+    };
+    if flags.version {
+        println!("cloud-controller-manager-{provider} {}", env!("CARGO_PKG_VERSION"));
+        return ExitCode::SUCCESS;
+    }
+    let options = match flags.validate(provider, &controllers::all()) {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    logging::init(options.log_format, options.flags.verbosity);
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(run(provider, options, factory));
+    match result {
+        Ok(()) => {
+            tracing::info!("stopped");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "cloud-controller-manager failed");
+            eprintln!("error: {e}");
+            // Leave at once: no controller task gets to run again.
+            std::process::exit(1)
+        }
+    }
+}
+
+async fn kube_config(
+    kubeconfig: &str,
+    master: &str,
+    what: &str,
+) -> Result<kube::Config, ManagerError> {
+    let err = |message: String| ManagerError::Client { what: what.to_string(), message };
+    let mut config = if !kubeconfig.is_empty() {
+        let kc = kube::config::Kubeconfig::read_from(kubeconfig)
+            .map_err(|e| err(format!("cannot read kubeconfig {kubeconfig:?}: {e}")))?;
+        kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+            .await
+            .map_err(|e| err(format!("invalid kubeconfig {kubeconfig:?}: {e}")))?
+    } else if !master.is_empty() {
+        let url: http::Uri =
+            master.parse().map_err(|e| err(format!("invalid --master {master:?}: {e}")))?;
+        kube::Config::new(url)
+    } else {
+        tracing::warn!(
+            "Neither --kubeconfig nor --master was specified. Using the inClusterConfig."
+        );
+        kube::Config::incluster().map_err(|e| err(format!("in-cluster configuration: {e}")))?
+    };
+    if !master.is_empty() {
+        config.cluster_url =
+            master.parse().map_err(|e| err(format!("invalid --master {master:?}: {e}")))?;
+    }
+    config.disable_compression = true;
+    set_user_agent(&mut config, None);
+    Ok(config)
+}
+
+/// Sets `User-Agent: cloud-controller-manager/v<version> (<os>/<arch>)[/<client name>]`, as
+/// upstream's `rest.AddUserAgent` (with the controller's client name for per-controller
+/// clients).
+pub(crate) fn set_user_agent(config: &mut kube::Config, client_name: Option<&str>) {
+    let mut ua = format!(
+        "{COMPONENT}/v{} ({}/{})",
+        env!("CARGO_PKG_VERSION"),
+        std::env::consts::OS,
+        std::env::consts::ARCH
+    );
+    if let Some(name) = client_name {
+        ua.push('/');
+        ua.push_str(name);
+    }
+    config.headers.retain(|(k, _)| k != http::header::USER_AGENT);
+    if let Ok(v) = http::HeaderValue::from_str(&ua) {
+        config.headers.push((http::header::USER_AGENT, v));
+    }
+}
+
+/// A client with client-go's token-bucket rate limit (`qps`, `burst`).
+pub(crate) fn client_from(
+    config: kube::Config,
+    what: &str,
+    qps: f32,
+    burst: u32,
+) -> Result<kube::Client, ManagerError> {
+    let builder = kube::client::ClientBuilder::try_from(config)
+        .map_err(|e| ManagerError::Client { what: what.to_string(), message: e.to_string() })?;
+    Ok(builder.with_layer(&ratelimit::RateLimitLayer::new(qps, burst)).build())
+}
+
+/// A delegated-auth client: the given kubeconfig, else in-cluster, else none (logged).
+async fn delegated_client(kubeconfig: &str, what: &str) -> Option<kube::Client> {
+    let config = if kubeconfig.is_empty() {
+        kube::Config::incluster().ok()
+    } else {
+        match kube_config(kubeconfig, "", what).await {
+            Ok(c) => Some(c),
+            Err(e) => {
+                tracing::warn!(error = %e, "delegated client unavailable");
+                None
+            }
+        }
+    };
+    // The delegated clients use QPS 200 / burst 400, as upstream.
+    config.and_then(|c| client_from(c, what, 200.0, 400).ok())
+}
+
+struct ManagerMetrics {
+    running: Family<Vec<(String, String)>, Gauge>,
+    leader: Family<Vec<(String, String)>, Gauge>,
+}
+
+impl ManagerMetrics {
+    fn register(registry: &Mutex<Registry>) -> Self {
+        let m = ManagerMetrics { running: Family::default(), leader: Family::default() };
+        let mut reg = registry.lock().unwrap_or_else(|p| p.into_inner());
+        reg.register(
+            "running_managed_controllers",
+            "[BETA] Indicates where instances of a controller are currently running",
+            m.running.clone(),
+        );
+        reg.register(
+            "leader_election_master_status",
+            "[ALPHA] Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, 1 indicates master. 'name' is the string used to identify the lease. Please make sure to group by name.",
+            m.leader.clone(),
+        );
+        m
+    }
+
+    fn set_running(&self, alias: &str, v: i64) {
+        self.running
+            .get_or_create(&vec![
+                ("name".into(), alias.into()),
+                ("manager".into(), COMPONENT.into()),
+            ])
+            .set(v);
+    }
+
+    fn set_leader(&self, lock: &str, v: i64) {
+        self.leader.get_or_create(&vec![("name".into(), lock.into())]).set(v);
+    }
+}
+
+/// The tasks of started controllers.
+type Handles = tokio::sync::Mutex<Vec<JoinHandle<()>>>;
+
+/// Starts controllers and tracks them.
+struct Runner {
+    client: kube::Client,
+    cloud: Arc<dyn CloudProvider>,
+    config: Arc<ControllerConfig>,
+    registry: Arc<Mutex<Registry>>,
+    metrics: Arc<ManagerMetrics>,
+    health: serving::Health,
+    credentials: Option<credentials::ServiceAccountClients>,
+    start_interval: Duration,
+}
+
+impl Runner {
+    async fn start(
+        &self,
+        list: &[ControllerDescriptor],
+        stop: &CancellationToken,
+        handles: &Handles,
+    ) -> Result<(), ManagerError> {
+        for c in list {
+            if stop.is_cancelled() {
+                break;
+            }
+            tracing::info!(controller = c.name, "Starting {:?}", c.name);
+            let client = match &self.credentials {
+                Some(creds) => creds
+                    .client_for(c.client_name)
+                    .await
+                    .map_err(|e| ManagerError::Credentials(format!("{}: {e}", c.name)))?,
+                None => self.client.clone(),
+            };
+            let ctx = ControllerContext {
+                client,
+                cloud: self.cloud.clone(),
+                config: self.config.clone(),
+                metrics: self.registry.clone(),
+                shutdown: stop.child_token(),
+            };
+            match (c.start)(&ctx)? {
+                Started::Skipped(reason) => {
+                    tracing::warn!(controller = c.name, %reason, "Skipping {:?}", c.name);
+                }
+                Started::Running(fut) => {
+                    tracing::info!(controller = c.name, "Started {:?}", c.name);
+                    self.health.add_ping(c.name);
+                    self.metrics.set_running(c.alias, 1);
+                    let metrics = self.metrics.clone();
+                    let alias = c.alias;
+                    let name = c.name;
+                    handles.lock().await.push(tokio::spawn(async move {
+                        fut.await;
+                        metrics.set_running(alias, 0);
+                        tracing::info!(controller = name, "Stopped {name:?}");
+                    }));
+                }
+            }
+            if !self.start_interval.is_zero() {
+                tokio::time::sleep(leader::jitter(self.start_interval, 1.0)).await;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Cancels `token` and waits (bounded) for the controllers to end; `true` if all ended.
+async fn stop_controllers(token: &CancellationToken, handles: Vec<JoinHandle<()>>) -> bool {
+    token.cancel();
+    let all = futures::future::join_all(handles);
+    tokio::time::timeout(Duration::from_secs(10), all).await.is_ok()
+}
+
+async fn wait_for_apiserver(client: &kube::Client) -> Result<(), ManagerError> {
+    let mut last = String::new();
+    for _ in 0..10 {
+        let req = http::Request::get("/healthz").body(Vec::new());
+        match req {
+            Ok(req) => match client.request_text(req).await {
+                Ok(body) if body.trim() == "ok" => return Ok(()),
+                Ok(body) => last = format!("apiserver /healthz said {:?}", body.trim()),
+                Err(e) => last = e.to_string(),
+            },
+            Err(e) => return Err(ManagerError::ApiserverUnhealthy(e.to_string())),
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    Err(ManagerError::ApiserverUnhealthy(last))
+}
+
+fn spawn_signal_handler(shutdown: CancellationToken) {
+    tokio::spawn(async move {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{SignalKind, signal};
+            let (Ok(mut term), Ok(mut int)) =
+                (signal(SignalKind::terminate()), signal(SignalKind::interrupt()))
+            else {
+                tracing::error!("cannot install signal handlers");
+                return;
+            };
+            let which = tokio::select! {
+                _ = term.recv() => "SIGTERM",
+                _ = int.recv() => "SIGINT",
+            };
+            tracing::info!(signal = which, "received signal, shutting down");
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = tokio::signal::ctrl_c().await;
+            tracing::info!("received interrupt, shutting down");
+        }
+        shutdown.cancel();
+    });
+}
+
+/// Runs the manager until a signal (Ok) or a fatal error (Err).
+pub async fn run(
+    provider: &str,
+    options: Options,
+    factory: CloudFactory,
+) -> Result<(), ManagerError> {
+    let flags = &options.flags;
+    tracing::info!(
+        version = env!("CARGO_PKG_VERSION"),
+        provider,
+        "cloud-controller-manager starting"
+    );
+
+    let cloud_config = match options.cloud_config_path() {
+        Some(path) => Some(std::fs::read(&path).map_err(|source| ManagerError::CloudConfig {
+            path: path.display().to_string(),
+            source,
+        })?),
+        None => None,
+    };
+    let cloud = factory(cloud_config.as_deref()).map_err(ManagerError::CloudInit)?;
+    if !cloud.has_cluster_id() {
+        if flags.allow_untagged_cloud {
+            tracing::warn!(
+                "detected a cluster without a ClusterID. A ClusterID will be required in the future. Please tag your cluster to avoid any future issues"
+            );
+        } else {
+            return Err(ManagerError::NoClusterId);
+        }
+    }
+    let caps = [
+        ("InstancesV2", cloud.instances_v2().is_some()),
+        ("LoadBalancer", cloud.load_balancer().is_some()),
+        ("Routes", cloud.routes().is_some()),
+        ("Zones", cloud.zones().is_some()),
+    ];
+    let supported: Vec<&str> = caps.iter().filter(|(_, s)| *s).map(|(n, _)| *n).collect();
+    if supported.is_empty() {
+        tracing::warn!(
+            provider = cloud.name(),
+            "the cloud provider supports no capability yet: every controller that needs the cloud will be skipped"
+        );
+    } else {
+        tracing::info!(provider = cloud.name(), capabilities = ?supported, "cloud provider initialized");
+    }
+
+    let kconfig = kube_config(&flags.kubeconfig, &flags.master, "--kubeconfig").await?;
+    let (qps, burst) = (flags.kube_api_qps, flags.kube_api_burst);
+    let client = client_from(kconfig.clone(), "--kubeconfig", qps, burst)?;
+
+    let registry = Arc::new(Mutex::new(Registry::default()));
+    let metrics = Arc::new(ManagerMetrics::register(&registry));
+    let health = serving::Health::default();
+    let shutdown = CancellationToken::new();
+    spawn_signal_handler(shutdown.clone());
+    let serving_stop = CancellationToken::new();
+    let _stop_serving = serving_stop.clone().drop_guard();
+
+    let known = controllers::all();
+    let enabled = options.controllers.enabled(&known);
+    let migration = if options.leader_election.is_some() && flags.enable_leader_migration {
+        Some(migration::load(&flags.leader_migration_config)?)
+    } else {
+        None
+    };
+
+    let elector_state = options.leader_election.as_ref().map(|le| {
+        let state = leader::LeaderState::default();
+        let grace = le.lease_duration + Duration::from_secs(20);
+        let s = state.clone();
+        health.add(
+            "leaderElection",
+            Arc::new(move || match s.last_renewal() {
+                Some(t) if t.elapsed() > grace => {
+                    Err(format!("lease not renewed for {:?}", t.elapsed()))
+                }
+                _ => Ok(()),
+            }),
+        );
+        state
+    });
+
+    if flags.secure_port != 0 {
+        let tls = serving::tls_config(
+            &flags.tls_cert_file,
+            &flags.tls_private_key_file,
+            ("--tls-cert-file", "--tls-private-key-file"),
+        )?;
+        let addr = std::net::SocketAddr::new(flags.bind_address, flags.secure_port);
+        let listener = serving::bind(addr).await?;
+        let authn =
+            delegated_client(&flags.authentication_kubeconfig, "--authentication-kubeconfig").await;
+        let authz =
+            delegated_client(&flags.authorization_kubeconfig, "--authorization-kubeconfig").await;
+        if authn.is_none() {
+            tracing::warn!(
+                "No authentication-kubeconfig provided in order to lookup client-ca-file in configmap/extension-apiserver-authentication in kube-system, so client certificate authentication won't work."
+            );
+        }
+        if authz.is_none() {
+            tracing::warn!(
+                "No authorization-kubeconfig provided, so SubjectAccessReview of authorization tokens won't work."
+            );
+        }
+        let delegation = Arc::new(authn::Delegation::new(
+            authn,
+            authz,
+            flags.authorization_always_allow_paths.clone(),
+            flags.authentication_token_webhook_cache_ttl,
+            flags.authorization_webhook_cache_authorized_ttl,
+            flags.authorization_webhook_cache_unauthorized_ttl,
+        ));
+        let handler = secure_handler(delegation, health.clone(), registry.clone());
+        tracing::info!(%addr, "serving securely");
+        tokio::spawn(serving::serve(listener, tls, handler, serving_stop.clone()));
+    }
+
+    webhooks::start(&options, cloud.clone(), registry.clone(), serving_stop.clone()).await?;
+
+    wait_for_apiserver(&client).await?;
+
+    let credentials = if flags.use_service_account_credentials {
+        Some(credentials::ServiceAccountClients::new(client.clone(), kconfig.clone(), qps, burst))
+    } else {
+        None
+    };
+    let runner = Arc::new(Runner {
+        client: client.clone(),
+        cloud,
+        config: Arc::new(options.controller_config.clone()),
+        registry: registry.clone(),
+        metrics: metrics.clone(),
+        health,
+        credentials,
+        start_interval: flags.controller_start_interval,
+    });
+
+    let result =
+        run_controllers(&options, &client, &runner, &enabled, migration, elector_state, &shutdown)
+            .await;
+    if let Some(c) = &runner.credentials {
+        c.cleanup();
+    }
+    result
+}
+
+/// Runs the controllers, under leader election when enabled, until shutdown or a lost lock.
+async fn run_controllers(
+    options: &Options,
+    client: &kube::Client,
+    runner: &Arc<Runner>,
+    enabled: &[ControllerDescriptor],
+    migration: Option<migration::LeaderMigrationConfig>,
+    elector_state: Option<leader::LeaderState>,
+    shutdown: &CancellationToken,
+) -> Result<(), ManagerError> {
+    let metrics = &runner.metrics;
+    let Some(le) = options.leader_election.clone() else {
+        let token = CancellationToken::new();
+        let handles = Handles::default();
+        runner.start(enabled, &token, &handles).await?;
+        shutdown.cancelled().await;
+        stop_controllers(&token, handles.into_inner()).await;
+        return Ok(());
+    };
+
+    let identity = leader::identity();
+    let lock = |name: &str| ElectorConfig {
+        namespace: le.namespace.clone(),
+        name: name.to_string(),
+        identity: identity.clone(),
+        lease_duration: le.lease_duration,
+        renew_deadline: le.renew_deadline,
+        retry_period: le.retry_period,
+    };
+    let (main_list, migrated_list) = match &migration {
+        Some(m) => m.split(enabled, COMPONENT),
+        None => (enabled.to_vec(), Vec::new()),
+    };
+    let mut main_elector = Elector::new(client.clone(), lock(&le.name));
+    if let Some(state) = &elector_state {
+        main_elector.state = state.clone();
+    }
+    metrics.set_leader(&le.name, 0);
+    if !main_elector.acquire(shutdown).await {
+        return Ok(());
+    }
+    metrics.set_leader(&le.name, 1);
+
+    // Controllers start while the locks keep being renewed (a long --controller-start-interval
+    // must not let a lease lapse).
+    let main_token = CancellationToken::new();
+    let handles = Handles::default();
+
+    // Migration lock (after the main lock: MigrationReady).
+    let migration_name = migration.as_ref().map(|m| m.leader_name.clone());
+    let mig_token = CancellationToken::new();
+    let mut mig_elector = migration_name.as_ref().map(|n| Elector::new(client.clone(), lock(n)));
+
+    let outcome = {
+        let main_hold = main_elector.hold(shutdown);
+        let main_start = async {
+            runner.start(&main_list, &main_token, &handles).await?;
+            futures::future::pending::<Result<HoldOutcome, ManagerError>>().await
+        };
+        let mig = async {
+            let Some(elector) = mig_elector.as_mut() else {
+                shutdown.cancelled().await;
+                return Ok(HoldOutcome::Cancelled);
+            };
+            metrics.set_leader(&elector.config().name, 0);
+            if !elector.acquire(shutdown).await {
+                return Ok(HoldOutcome::Cancelled);
+            }
+            metrics.set_leader(&elector.config().name, 1);
+            let mig_start = async {
+                runner.start(&migrated_list, &mig_token, &handles).await?;
+                futures::future::pending::<Result<HoldOutcome, ManagerError>>().await
+            };
+            tokio::select! {
+                o = elector.hold(shutdown) => Ok(o),
+                e = mig_start => e,
+            }
+        };
+        tokio::select! {
+            o = main_hold => Ok((o, le.name.clone())),
+            e = main_start => e.map(|o| (o, le.name.clone())),
+            o = mig => o.map(|o| (o, migration_name.clone().unwrap_or_default())),
+        }
+    };
+    let (outcome, lock_name) = match outcome {
+        Ok(x) => x,
+        Err(e) => {
+            main_token.cancel();
+            mig_token.cancel();
+            return Err(e);
+        }
+    };
+    if outcome == HoldOutcome::Lost {
+        // Stop every controller before anything else, then exit non-zero.
+        main_token.cancel();
+        mig_token.cancel();
+        metrics.set_leader(&lock_name, 0);
+        let which = if Some(&lock_name) == migration_name.as_ref() {
+            "migration leaderelection lost"
+        } else {
+            "leaderelection lost"
+        };
+        tracing::error!(lock = %lock_name, "{which}");
+        return Err(ManagerError::LeaderElectionLost(lock_name));
+    }
+
+    // Orderly shutdown: stop controllers, then release the locks so a standby leads at once.
+    let handles = handles.into_inner();
+    mig_token.cancel();
+    let stopped = stop_controllers(&main_token, handles).await;
+    if stopped {
+        if let Some(e) = mig_elector.as_mut() {
+            e.release().await;
+        }
+        main_elector.release().await;
+    } else {
+        tracing::warn!(
+            "controllers did not stop within 10s; not releasing the lease (it expires instead)"
+        );
+    }
+    Ok(())
+}
+
+fn secure_handler(
+    delegation: Arc<authn::Delegation>,
+    health: serving::Health,
+    registry: Arc<Mutex<Registry>>,
+) -> impl Fn(
+    http::Request<hyper::body::Bytes>,
+    std::net::SocketAddr,
+) -> futures::future::BoxFuture<'static, http::Response<serving::Body>>
++ Clone
++ Send
++ Sync
++ 'static {
+    move |req, _peer| {
+        let delegation = delegation.clone();
+        let health = health.clone();
+        let registry = registry.clone();
+        Box::pin(async move {
+            let path = req.uri().path().to_string();
+            let query = req.uri().query().map(str::to_string);
+            match delegation.check(req.headers(), req.method().as_str(), &path).await {
+                authn::Decision::Allow => {}
+                authn::Decision::Unauthorized => {
+                    return serving::text(http::StatusCode::UNAUTHORIZED, "Unauthorized\n");
+                }
+                authn::Decision::Forbidden(msg) => {
+                    return serving::text(http::StatusCode::FORBIDDEN, format!("{msg}\n"));
+                }
+            }
+            if req.method() != http::Method::GET && req.method() != http::Method::HEAD {
+                return serving::text(http::StatusCode::METHOD_NOT_ALLOWED, "method not allowed\n");
+            }
+            if path == "/healthz" || path.starts_with("/healthz/") {
+                health.respond(&path, query.as_deref())
+            } else if path == "/metrics" {
+                serving::metrics_response(&registry)
+            } else {
+                serving::text(http::StatusCode::NOT_FOUND, "404 page not found\n")
+            }
+        })
+    }
+}
