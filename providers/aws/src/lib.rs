@@ -1,7 +1,132 @@
-//! The `aws` cloud provider (shell: the provider lands with its own issue).
+//! The `aws` cloud provider: EC2 instances, classic ELB / NLB load balancers and VPC route
+//! tables, behind the core's provider traits.
 //!
-//! Modules will mirror the core traits: `config`, `client`, `instances`, `load_balancer`,
-//! `routes`, `credential`.
+//! | module | owns |
+//! |---|---|
+//! | [`config`] | the gcfg INI cloud config (`[Global]`, `[ServiceOverride "N"]`) |
+//! | [`client`] | SDK clients, credentials, endpoint overrides, API call metrics, error mapping |
+//! | [`tags`] | cluster ownership tags |
+//! | [`instances`] | InstancesV2: providerID, addresses, zone, existence; batched lookups |
+//! | [`load_balancer`] | LoadBalancer: classic ELB and NLB, security groups, annotations |
+//! | [`routes`] | Routes: pod-CIDR routes in the cluster route table |
+//! | [`credential`] | ECR registry patterns, token decoding, cache duration (credential plugin) |
+//!
+//! Upstream decisions kept or changed are listed in `providers/aws/README.md`.
+
+use std::sync::Arc;
+
+use ccm_core::cloud::{CloudProvider, InstancesV2, LoadBalancer, Routes};
+
+pub mod client;
+pub mod config;
+pub mod credential;
+pub mod instances;
+pub mod load_balancer;
+pub mod routes;
+pub mod tags;
+
+pub use client::{ApiMetrics, AwsClients, LazyClients};
+pub use config::{CloudConfig, ConfigError};
+
+use instances::AwsInstances;
+use load_balancer::AwsLoadBalancer;
+use routes::AwsRoutes;
+use tags::ClusterTags;
 
 /// The provider name, as given to `--cloud-provider`.
 pub const PROVIDER_NAME: &str = "aws";
+
+/// The cloud config could not be used to build the provider.
+#[derive(Debug, thiserror::Error)]
+pub enum AwsError {
+    /// The `--cloud-config` file is invalid.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The `--cloud-config` file is not UTF-8.
+    #[error("cloud config is not valid UTF-8: {0}")]
+    NotUtf8(#[from] std::str::Utf8Error),
+}
+
+/// The AWS cloud provider.
+#[derive(Debug)]
+pub struct Cloud {
+    config: CloudConfig,
+    clients: Arc<LazyClients>,
+    instances: Arc<AwsInstances>,
+    routes: Arc<AwsRoutes>,
+    load_balancer: Arc<AwsLoadBalancer>,
+}
+
+impl Cloud {
+    /// Builds the provider from the `--cloud-config` contents (none: all defaults). The SDK
+    /// clients are created on first use from the default credential chain.
+    pub fn from_config(config: Option<&[u8]>) -> Result<Self, AwsError> {
+        let text = match config {
+            Some(bytes) => std::str::from_utf8(bytes)?,
+            None => "",
+        };
+        let cfg = CloudConfig::parse(text)?;
+        let clients = Arc::new(LazyClients::new(cfg.clone(), ApiMetrics::default()));
+        Ok(Self::with_clients(cfg, clients))
+    }
+
+    /// Builds the provider on given clients (tests point these at moto).
+    pub fn with_clients(config: CloudConfig, clients: Arc<LazyClients>) -> Self {
+        let tags = ClusterTags::new(config.cluster_id());
+        let instances = Arc::new(AwsInstances::new(
+            Arc::clone(&clients),
+            config.global.node_ip_families.clone(),
+            tags.clone(),
+        ));
+        let routes = Arc::new(AwsRoutes::new(
+            Arc::clone(&clients),
+            Arc::clone(&instances),
+            tags.clone(),
+            Some(config.global.route_table_id.clone()),
+        ));
+        let load_balancer = Arc::new(AwsLoadBalancer::new(
+            Arc::clone(&clients),
+            Arc::clone(&instances),
+            tags,
+            config.clone(),
+        ));
+        Cloud { config, clients, instances, routes, load_balancer }
+    }
+
+    /// The AWS API call counters (register them in the manager's registry).
+    pub fn metrics(&self) -> &ApiMetrics {
+        self.clients.metrics()
+    }
+
+    /// The parsed cloud config.
+    pub fn config(&self) -> &CloudConfig {
+        &self.config
+    }
+
+    /// The concrete InstancesV2 (for lookups outside the trait, e.g. tests).
+    pub fn aws_instances(&self) -> &Arc<AwsInstances> {
+        &self.instances
+    }
+}
+
+impl CloudProvider for Cloud {
+    fn name(&self) -> &str {
+        PROVIDER_NAME
+    }
+
+    fn has_cluster_id(&self) -> bool {
+        self.config.cluster_id().is_some()
+    }
+
+    fn instances_v2(&self) -> Option<Arc<dyn InstancesV2>> {
+        Some(Arc::clone(&self.instances) as Arc<dyn InstancesV2>)
+    }
+
+    fn load_balancer(&self) -> Option<Arc<dyn LoadBalancer>> {
+        Some(Arc::clone(&self.load_balancer) as Arc<dyn LoadBalancer>)
+    }
+
+    fn routes(&self) -> Option<Arc<dyn Routes>> {
+        Some(Arc::clone(&self.routes) as Arc<dyn Routes>)
+    }
+}

@@ -1,0 +1,287 @@
+//! AWS client glue: SDK clients for EC2, ELB and ELBv2 built from the cloud config, the API
+//! call metrics, and the mapping of SDK errors onto [`ProviderError`].
+//!
+//! Credentials come from the SDK's default chain (environment, shared profile, web identity,
+//! ECS/EKS container credentials, then EC2 instance metadata; the Rust SDK's IMDS client only
+//! speaks IMDSv2). With `RoleARN` every call runs as that role through STS `AssumeRole`.
+//! `[ServiceOverride "N"]` sections whose `Region` matches the provider's region replace the
+//! endpoint of that service and sign requests for its `SigningRegion`.
+//!
+//! Every request attempt is counted in `cloudprovider_aws_api_request_total{service,operation}`
+//! and every failed call in `cloudprovider_aws_api_request_errors_total{service,operation}`,
+//! through an SDK interceptor, so no call site can forget it.
+
+use std::fmt;
+use std::sync::Arc;
+
+use aws_config::{BehaviorVersion, Region, SdkConfig};
+use aws_credential_types::provider::SharedCredentialsProvider;
+use aws_sdk_ec2::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
+use aws_smithy_runtime_api::box_error::BoxError;
+use aws_smithy_runtime_api::client::interceptors::Intercept;
+use aws_smithy_runtime_api::client::interceptors::context::{
+    BeforeTransmitInterceptorContextRef, FinalizerInterceptorContextRef,
+};
+use aws_smithy_runtime_api::client::orchestrator::Metadata;
+use aws_smithy_runtime_api::client::runtime_components::RuntimeComponents;
+use aws_smithy_types::config_bag::ConfigBag;
+use ccm_core::cloud::ProviderError;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::registry::Registry;
+
+use crate::config::CloudConfig;
+
+/// The clients could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// No region in the config, the environment, the profile or instance metadata.
+    #[error(
+        "no AWS region: set Region (or Zone) in [Global], AWS_REGION, a profile region, or run on EC2"
+    )]
+    NoRegion,
+}
+
+type Labels = Vec<(String, String)>;
+
+/// Counts of AWS API calls by service and operation. Cheap to clone; register it once.
+#[derive(Debug, Clone, Default)]
+pub struct ApiMetrics {
+    requests: Family<Labels, Counter>,
+    errors: Family<Labels, Counter>,
+}
+
+impl ApiMetrics {
+    /// Registers the metrics (`cloudprovider_aws_api_request_total`,
+    /// `cloudprovider_aws_api_request_errors_total`) in `registry`.
+    pub fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "cloudprovider_aws_api_request",
+            "AWS API request attempts, by service and operation",
+            self.requests.clone(),
+        );
+        registry.register(
+            "cloudprovider_aws_api_request_errors",
+            "AWS API calls that failed (after retries), by service and operation",
+            self.errors.clone(),
+        );
+    }
+
+    /// Request attempts made so far for `service` (`ec2`, `elb`, `elbv2`, `sts`) and `operation`
+    /// (e.g. `DescribeInstances`).
+    pub fn requests(&self, service: &str, operation: &str) -> u64 {
+        self.requests.get_or_create(&labels(service, operation)).get()
+    }
+
+    /// Failed calls so far for `service` and `operation`.
+    pub fn errors(&self, service: &str, operation: &str) -> u64 {
+        self.errors.get_or_create(&labels(service, operation)).get()
+    }
+}
+
+fn labels(service: &str, operation: &str) -> Labels {
+    vec![
+        ("service".to_string(), service.to_string()),
+        ("operation".to_string(), operation.to_string()),
+    ]
+}
+
+/// The interceptor that feeds [`ApiMetrics`] for one client.
+#[derive(Debug, Clone)]
+struct CallCounter {
+    service: &'static str,
+    metrics: ApiMetrics,
+}
+
+impl CallCounter {
+    fn operation(cfg: &ConfigBag) -> String {
+        cfg.load::<Metadata>().map(|m| m.name().to_string()).unwrap_or_else(|| "unknown".into())
+    }
+}
+
+impl Intercept for CallCounter {
+    fn name(&self) -> &'static str {
+        "ccm-aws-call-counter"
+    }
+
+    fn read_before_attempt(
+        &self,
+        _context: &BeforeTransmitInterceptorContextRef<'_>,
+        _runtime_components: &RuntimeComponents,
+        cfg: &mut ConfigBag,
+    ) -> Result<(), BoxError> {
+        let op = Self::operation(cfg);
+        self.metrics.requests.get_or_create(&labels(self.service, &op)).inc();
+        Ok(())
+    }
+
+    fn read_after_execution(
+        &self,
+        context: &FinalizerInterceptorContextRef<'_>,
+        _runtime_components: &RuntimeComponents,
+        cfg: &mut ConfigBag,
+    ) -> Result<(), BoxError> {
+        if matches!(context.output_or_error(), Some(Err(_))) {
+            let op = Self::operation(cfg);
+            self.metrics.errors.get_or_create(&labels(self.service, &op)).inc();
+        }
+        Ok(())
+    }
+}
+
+/// The SDK clients the provider uses, with the region they serve.
+#[derive(Debug, Clone)]
+pub struct AwsClients {
+    /// EC2.
+    pub ec2: aws_sdk_ec2::Client,
+    /// Classic Elastic Load Balancing.
+    pub elb: aws_sdk_elasticloadbalancing::Client,
+    /// Elastic Load Balancing v2 (NLB).
+    pub elbv2: aws_sdk_elasticloadbalancingv2::Client,
+    /// The region.
+    pub region: String,
+    /// Call counts.
+    pub metrics: ApiMetrics,
+}
+
+impl AwsClients {
+    /// Loads credentials and region from the SDK default chain (the config's region wins),
+    /// assumes `RoleARN` if set, and builds the clients.
+    pub async fn new(cfg: &CloudConfig, metrics: ApiMetrics) -> Result<Self, ClientError> {
+        let mut loader = aws_config::defaults(BehaviorVersion::latest());
+        if let Some(region) = cfg.configured_region() {
+            loader = loader.region(Region::new(region));
+        }
+        let sdk = loader.load().await;
+        Self::from_sdk_config(cfg, &sdk, metrics).await
+    }
+
+    /// Builds the clients from an already loaded SDK config (tests pass static credentials
+    /// here). The config's region, if set, overrides the SDK config's.
+    pub async fn from_sdk_config(
+        cfg: &CloudConfig,
+        sdk: &SdkConfig,
+        metrics: ApiMetrics,
+    ) -> Result<Self, ClientError> {
+        let region = cfg
+            .configured_region()
+            .or_else(|| sdk.region().map(|r| r.to_string()))
+            .ok_or(ClientError::NoRegion)?;
+        let mut sdk = sdk.to_builder().region(Region::new(region.clone())).build();
+
+        if !cfg.global.role_arn.is_empty() {
+            let mut sts_sdk = sdk.clone();
+            if let Some(o) = cfg.override_for("sts", &region) {
+                sts_sdk = sts_sdk
+                    .to_builder()
+                    .endpoint_url(o.url.clone())
+                    .region(Region::new(o.signing_region.clone()))
+                    .build();
+            }
+            let provider =
+                aws_config::sts::AssumeRoleProvider::builder(cfg.global.role_arn.clone())
+                    .session_name("cloud-controller-manager-aws")
+                    .configure(&sts_sdk)
+                    .build()
+                    .await;
+            sdk = sdk
+                .to_builder()
+                .credentials_provider(SharedCredentialsProvider::new(provider))
+                .build();
+        }
+
+        let counter = |service| CallCounter { service, metrics: metrics.clone() };
+
+        let mut ec2 = aws_sdk_ec2::config::Builder::from(&sdk).interceptor(counter("ec2"));
+        if let Some(o) = cfg.override_for("ec2", &region) {
+            ec2 = ec2.endpoint_url(o.url.clone()).region(Region::new(o.signing_region.clone()));
+        }
+        let mut elb =
+            aws_sdk_elasticloadbalancing::config::Builder::from(&sdk).interceptor(counter("elb"));
+        let mut elbv2 = aws_sdk_elasticloadbalancingv2::config::Builder::from(&sdk)
+            .interceptor(counter("elbv2"));
+        // Classic ELB and ELBv2 share the `elasticloadbalancing` endpoint ID, as upstream.
+        if let Some(o) = cfg.override_for("elasticloadbalancing", &region) {
+            elb = elb.endpoint_url(o.url.clone()).region(Region::new(o.signing_region.clone()));
+            elbv2 = elbv2.endpoint_url(o.url.clone()).region(Region::new(o.signing_region.clone()));
+        }
+        Ok(AwsClients {
+            ec2: aws_sdk_ec2::Client::from_conf(ec2.build()),
+            elb: aws_sdk_elasticloadbalancing::Client::from_conf(elb.build()),
+            elbv2: aws_sdk_elasticloadbalancingv2::Client::from_conf(elbv2.build()),
+            region,
+            metrics,
+        })
+    }
+}
+
+/// Error codes AWS uses for throttling.
+const THROTTLE_CODES: &[&str] = &[
+    "Throttling",
+    "ThrottlingException",
+    "RequestLimitExceeded",
+    "RequestThrottled",
+    "TooManyRequestsException",
+    "SlowDown",
+];
+
+/// The AWS error code of a failed call, if the service sent one.
+pub(crate) fn error_code<E: ProvideErrorMetadata, R>(err: &SdkError<E, R>) -> Option<&str> {
+    err.code()
+}
+
+/// Maps a failed SDK call onto a [`ProviderError`]: throttling becomes
+/// [`ProviderError::Throttled`], anything else [`ProviderError::Other`] with `what` as context.
+pub(crate) fn api_error<E, R>(what: impl fmt::Display, err: SdkError<E, R>) -> ProviderError
+where
+    E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+    R: fmt::Debug + Send + Sync + 'static,
+{
+    let code = err.code().map(str::to_string);
+    if let Some(code) = code.as_deref().filter(|c| THROTTLE_CODES.contains(c)) {
+        return ProviderError::Throttled(format!("{what}: {code}"));
+    }
+    let message = format!("{what}: {}", DisplayErrorContext(&err));
+    ProviderError::with_source(message, err)
+}
+
+/// The clients, built on first use: loading the SDK config may ask instance metadata for the
+/// region, which is async, while the provider is constructed synchronously at startup.
+#[derive(Debug)]
+pub struct LazyClients {
+    cfg: CloudConfig,
+    metrics: ApiMetrics,
+    cell: tokio::sync::OnceCell<AwsClients>,
+}
+
+impl LazyClients {
+    /// Clients from the SDK default chain and `cfg`, built when first needed.
+    pub fn new(cfg: CloudConfig, metrics: ApiMetrics) -> Self {
+        LazyClients { cfg, metrics, cell: tokio::sync::OnceCell::new() }
+    }
+
+    /// Clients that are already built.
+    pub fn ready(clients: AwsClients) -> Self {
+        LazyClients {
+            cfg: CloudConfig::default(),
+            metrics: clients.metrics.clone(),
+            cell: tokio::sync::OnceCell::new_with(Some(clients)),
+        }
+    }
+
+    /// The call counters.
+    pub fn metrics(&self) -> &ApiMetrics {
+        &self.metrics
+    }
+
+    /// The clients (built now if this is the first call).
+    pub async fn get(&self) -> Result<&AwsClients, ProviderError> {
+        self.cell
+            .get_or_try_init(|| AwsClients::new(&self.cfg, self.metrics.clone()))
+            .await
+            .map_err(|e| ProviderError::with_source("building the AWS clients", e))
+    }
+}
+
+/// Shared handle type used by the capability implementations.
+pub(crate) type Clients = Arc<LazyClients>;

@@ -1,0 +1,591 @@
+//! InstancesV2: which EC2 instance backs a Node, and what to stamp on it.
+//!
+//! Owns providerID parsing and formatting (`aws:///<az>/<instance-id>`), node-name lookup,
+//! node addresses, zone/region/instance type, the `topology.k8s.aws/zone-id` label, and
+//! existence/shutdown. Batches are answered with as few `DescribeInstances` calls as AWS
+//! allows: one for all instance IDs and one for all private DNS names, each split only when
+//! it exceeds [`MAX_FILTER_VALUES`]. Both use *filters* (`instance-id`, `private-dns-name`),
+//! never the `InstanceIds` parameter, because one unknown ID makes AWS fail the whole call.
+//! Found instances are cached for a short time ([`DEFAULT_CACHE_TTL`]).
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use aws_sdk_ec2::types::{Filter, Instance, InstanceStateName};
+use ccm_core::cloud::{InstanceMetadata, InstanceStatus, InstancesV2, ProviderError};
+use k8s_openapi::api::core::v1::{Node, NodeAddress};
+use tokio::sync::Mutex;
+
+use crate::client::{Clients, api_error};
+use crate::config::IpFamily;
+use crate::tags::ClusterTags;
+
+/// AWS accepts at most this many values across the filters of one `DescribeInstances` call.
+pub const MAX_FILTER_VALUES: usize = 200;
+/// How long a found instance is reused before it is described again.
+pub const DEFAULT_CACHE_TTL: Duration = Duration::from_secs(10);
+/// The label carrying the AWS zone ID (e.g. `use1-az1`).
+pub const ZONE_ID_LABEL: &str = "topology.k8s.aws/zone-id";
+
+/// How a Node names its instance.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum InstanceRef {
+    /// By instance ID (from the providerID or a resource-based node name).
+    Id(String),
+    /// By private DNS name (the node name), as EC2 reports it.
+    PrivateDns(String),
+}
+
+/// The instance ID in a providerID. Accepts `aws:///<zone>/<id>`, `aws:////<id>`,
+/// `aws://<zone>/<id>` and a bare `i-...`; the ID must start with `i-` and contain no `/`.
+pub fn parse_provider_id(provider_id: &str) -> Result<String, ProviderError> {
+    let invalid = |message: &str| ProviderError::Invalid {
+        what: format!("providerID {provider_id:?}"),
+        message: message.to_string(),
+    };
+    let path = if let Some(rest) = provider_id.strip_prefix("aws://") {
+        // `aws://<host>/<path>`: the host part (usually empty) is ignored, as a URL parser would.
+        match rest.find('/') {
+            Some(i) => &rest[i..],
+            None => return Err(invalid("expected aws:///<zone>/<instance-id>")),
+        }
+    } else if provider_id.contains("://") {
+        return Err(invalid("not an aws:// providerID"));
+    } else {
+        provider_id
+    };
+    let tokens: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let id = match tokens.as_slice() {
+        [id] | [_, id] => *id,
+        _ => return Err(invalid("expected aws:///<zone>/<instance-id>")),
+    };
+    if id.starts_with("fargate-") {
+        return Err(invalid("Fargate nodes are not EC2 instances and are not supported"));
+    }
+    if !id.starts_with("i-") || id.len() < 3 {
+        return Err(invalid("the instance ID must start with i-"));
+    }
+    Ok(id.to_string())
+}
+
+/// The providerID of an instance: `aws:///<az>/<instance-id>`.
+pub fn provider_id(az: &str, instance_id: &str) -> String {
+    format!("aws:///{az}/{instance_id}")
+}
+
+/// The instance a node refers to: its providerID if set, else a resource-based node name
+/// (`i-0abc` or `i-0abc.<region>.compute.internal`), else the node name as private DNS name.
+pub fn instance_ref(node: &Node) -> Result<InstanceRef, ProviderError> {
+    if let Some(pid) =
+        node.spec.as_ref().and_then(|s| s.provider_id.as_deref()).filter(|p| !p.is_empty())
+    {
+        return parse_provider_id(pid).map(InstanceRef::Id);
+    }
+    let name = node.metadata.name.as_deref().unwrap_or_default();
+    if name.is_empty() {
+        return Err(ProviderError::Invalid {
+            what: "node".into(),
+            message: "node has no name".into(),
+        });
+    }
+    Ok(instance_ref_for_name(name))
+}
+
+/// The instance a node name refers to (see [`instance_ref`]).
+pub fn instance_ref_for_name(name: &str) -> InstanceRef {
+    let first = name.split('.').next().unwrap_or(name);
+    let resource_name = first.len() > 2
+        && first.starts_with("i-")
+        && first[2..].chars().all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase());
+    if resource_name {
+        InstanceRef::Id(first.to_string())
+    } else {
+        InstanceRef::PrivateDns(name.to_ascii_lowercase())
+    }
+}
+
+/// Node addresses of an instance, in upstream's order, for the given families.
+///
+/// IPv4: every private IPv4 of every attached ENI (by device index) as `InternalIP` (the
+/// instance's private IP if it has no ENI), the public IP as `ExternalIP`, the private DNS name
+/// as `InternalDNS` and `Hostname`, the public DNS name as `ExternalDNS`. IPv6: the first IPv6
+/// of each ENI as `InternalIP`.
+pub fn node_addresses(instance: &Instance, families: &[IpFamily]) -> Vec<NodeAddress> {
+    let mut enis: Vec<_> = instance
+        .network_interfaces()
+        .iter()
+        .filter(|eni| eni.status().is_none_or(|s| s.as_str() == "in-use"))
+        .collect();
+    enis.sort_by_key(|eni| eni.attachment().and_then(|a| a.device_index()).unwrap_or(i32::MAX));
+
+    let mut out: Vec<NodeAddress> = Vec::new();
+    let mut push = |kind: &str, addr: Option<&str>| {
+        let Some(addr) = addr.filter(|a| !a.is_empty()) else { return };
+        if !out.iter().any(|a| a.type_ == kind && a.address == addr) {
+            out.push(NodeAddress { type_: kind.to_string(), address: addr.to_string() });
+        }
+    };
+    for family in families {
+        match family {
+            IpFamily::Ipv4 => {
+                let mut any = false;
+                for eni in &enis {
+                    for ip in eni.private_ip_addresses() {
+                        any |= ip.private_ip_address().is_some();
+                        push("InternalIP", ip.private_ip_address());
+                    }
+                    if eni.private_ip_addresses().is_empty() {
+                        any |= eni.private_ip_address().is_some();
+                        push("InternalIP", eni.private_ip_address());
+                    }
+                }
+                if !any {
+                    push("InternalIP", instance.private_ip_address());
+                }
+                push("ExternalIP", instance.public_ip_address());
+                push("InternalDNS", instance.private_dns_name());
+                push("Hostname", instance.private_dns_name());
+                push("ExternalDNS", instance.public_dns_name());
+            }
+            IpFamily::Ipv6 => {
+                for eni in &enis {
+                    push("InternalIP", eni.ipv6_addresses().first().and_then(|a| a.ipv6_address()));
+                }
+            }
+        }
+    }
+    out
+}
+
+fn state(instance: &Instance) -> Option<&InstanceStateName> {
+    instance.state().and_then(|s| s.name())
+}
+
+fn is_terminated(instance: &Instance) -> bool {
+    matches!(state(instance), Some(InstanceStateName::Terminated))
+}
+
+/// A per-node answer shared by the batch methods.
+type Found = Result<Option<Instance>, ProviderError>;
+
+/// A copy of an error for every node of a failed chunk (sources are kept as text).
+fn copy_error(e: &ProviderError) -> ProviderError {
+    match e {
+        ProviderError::Throttled(m) => ProviderError::Throttled(m.clone()),
+        ProviderError::Invalid { what, message } => {
+            ProviderError::Invalid { what: what.clone(), message: message.clone() }
+        }
+        other => ProviderError::other(other.to_string()),
+    }
+}
+
+#[derive(Default)]
+struct Cache {
+    by_id: HashMap<String, (Instant, Instance)>,
+    by_dns: HashMap<String, String>,
+}
+
+/// The InstancesV2 implementation.
+pub struct AwsInstances {
+    clients: Clients,
+    families: Vec<IpFamily>,
+    tags: ClusterTags,
+    cache_ttl: Duration,
+    cache: Mutex<Cache>,
+    zone_ids: Mutex<Option<HashMap<String, String>>>,
+}
+
+impl std::fmt::Debug for AwsInstances {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AwsInstances").field("families", &self.families).finish_non_exhaustive()
+    }
+}
+
+impl AwsInstances {
+    /// An InstancesV2 for `clients`' region.
+    pub fn new(clients: Clients, families: Vec<IpFamily>, tags: ClusterTags) -> Self {
+        AwsInstances {
+            clients,
+            families,
+            tags,
+            cache_ttl: DEFAULT_CACHE_TTL,
+            cache: Mutex::new(Cache::default()),
+            zone_ids: Mutex::new(None),
+        }
+    }
+
+    /// Changes how long found instances are reused (zero disables the cache).
+    pub fn with_cache_ttl(mut self, ttl: Duration) -> Self {
+        self.cache_ttl = ttl;
+        self
+    }
+
+    /// Finds the instances behind `refs`, one answer per ref in order: `Ok(None)` when AWS
+    /// has no such instance (by DNS name: no instance of this cluster that is not terminated).
+    pub async fn find(&self, refs: &[InstanceRef]) -> Vec<Found> {
+        let mut ids: Vec<String> = Vec::new();
+        let mut dns: Vec<String> = Vec::new();
+        let mut known: HashMap<InstanceRef, Instance> = HashMap::new();
+        {
+            let mut cache = self.cache.lock().await;
+            let ttl = self.cache_ttl;
+            cache.by_id.retain(|_, (at, _)| at.elapsed() < ttl);
+            for r in refs {
+                let hit = match r {
+                    InstanceRef::Id(id) => cache.by_id.get(id).map(|(_, i)| i.clone()),
+                    InstanceRef::PrivateDns(n) => cache
+                        .by_dns
+                        .get(n)
+                        .and_then(|id| cache.by_id.get(id))
+                        .map(|(_, i)| i.clone()),
+                };
+                match (hit, r) {
+                    (Some(i), _) => {
+                        known.insert(r.clone(), i);
+                    }
+                    (None, InstanceRef::Id(id)) if !ids.contains(id) => ids.push(id.clone()),
+                    (None, InstanceRef::PrivateDns(n)) if !dns.contains(n) => dns.push(n.clone()),
+                    _ => {}
+                }
+            }
+        }
+
+        let mut failed: HashMap<InstanceRef, Arc<ProviderError>> = HashMap::new();
+        let mut fetched: Vec<Instance> = Vec::new();
+        let calls = ids
+            .chunks(MAX_FILTER_VALUES)
+            .map(|c| ("instance-id", c.to_vec()))
+            .chain(dns.chunks(MAX_FILTER_VALUES).map(|c| ("private-dns-name", c.to_vec())))
+            .map(|(filter, values)| async move {
+                let res = self.describe(filter, &values).await;
+                (filter, values, res)
+            });
+        for (filter, values, res) in futures::future::join_all(calls).await {
+            match res {
+                Ok(mut found) => fetched.append(&mut found),
+                Err(e) => {
+                    let e = Arc::new(e);
+                    for v in values {
+                        let r = if filter == "instance-id" {
+                            InstanceRef::Id(v)
+                        } else {
+                            InstanceRef::PrivateDns(v)
+                        };
+                        failed.insert(r, Arc::clone(&e));
+                    }
+                }
+            }
+        }
+
+        // Index what came back; DNS matches must belong to this cluster and not be terminated.
+        let mut by_id: HashMap<String, Instance> = HashMap::new();
+        let mut by_dns: HashMap<String, Vec<Instance>> = HashMap::new();
+        for i in fetched {
+            let Some(id) = i.instance_id().map(str::to_string) else { continue };
+            if let Some(name) = i.private_dns_name().filter(|n| !n.is_empty())
+                && !is_terminated(&i)
+                && self.tags.owns(i.tags())
+            {
+                by_dns.entry(name.to_ascii_lowercase()).or_default().push(i.clone());
+            }
+            by_id.insert(id, i);
+        }
+        {
+            let mut cache = self.cache.lock().await;
+            if !self.cache_ttl.is_zero() {
+                let now = Instant::now();
+                for (id, i) in &by_id {
+                    // Only instances a DNS lookup may return (this cluster's, not terminated).
+                    if let Some(name) = i
+                        .private_dns_name()
+                        .filter(|n| !n.is_empty() && !is_terminated(i) && self.tags.owns(i.tags()))
+                    {
+                        cache.by_dns.insert(name.to_ascii_lowercase(), id.clone());
+                    }
+                    cache.by_id.insert(id.clone(), (now, i.clone()));
+                }
+            }
+        }
+
+        refs.iter()
+            .map(|r| {
+                if let Some(i) = known.get(r) {
+                    return Ok(Some(i.clone()));
+                }
+                if let Some(e) = failed.get(r) {
+                    return Err(copy_error(e));
+                }
+                match r {
+                    InstanceRef::Id(id) => Ok(by_id.get(id).cloned()),
+                    InstanceRef::PrivateDns(n) => match by_dns.get(n).map(Vec::as_slice) {
+                        None | Some([]) => Ok(None),
+                        Some([one]) => Ok(Some(one.clone())),
+                        Some(many) => Err(ProviderError::other(format!(
+                            "{} instances of this cluster have private DNS name {n}: {}",
+                            many.len(),
+                            many.iter()
+                                .filter_map(|i| i.instance_id())
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        ))),
+                    },
+                }
+            })
+            .collect()
+    }
+
+    async fn describe(
+        &self,
+        filter: &str,
+        values: &[String],
+    ) -> Result<Vec<Instance>, ProviderError> {
+        let mut out = Vec::new();
+        let mut token: Option<String> = None;
+        loop {
+            let resp = self
+                .clients
+                .get()
+                .await?
+                .ec2
+                .describe_instances()
+                .filters(Filter::builder().name(filter).set_values(Some(values.to_vec())).build())
+                .set_next_token(token.take())
+                .send()
+                .await
+                .map_err(|e| {
+                    api_error(format!("DescribeInstances by {filter} ({} values)", values.len()), e)
+                })?;
+            for r in resp.reservations() {
+                out.extend(r.instances().iter().cloned());
+            }
+            match resp.next_token() {
+                Some(t) if !t.is_empty() => token = Some(t.to_string()),
+                _ => break,
+            }
+        }
+        Ok(out)
+    }
+
+    async fn find_nodes(&self, nodes: &[Node]) -> Vec<Found> {
+        let refs: Vec<Result<InstanceRef, ProviderError>> =
+            nodes.iter().map(instance_ref).collect();
+        let valid: Vec<InstanceRef> =
+            refs.iter().filter_map(|r| r.as_ref().ok().cloned()).collect();
+        let mut found = self.find(&valid).await.into_iter();
+        refs.into_iter()
+            .map(|r| match r {
+                Ok(_) => found
+                    .next()
+                    .unwrap_or_else(|| Err(ProviderError::other("lookup lost an answer"))),
+                Err(e) => Err(e),
+            })
+            .collect()
+    }
+
+    /// Zone name → zone ID, from one `DescribeAvailabilityZones` (kept for the process).
+    async fn zone_id(&self, zone: &str) -> Result<Option<String>, ProviderError> {
+        let mut guard = self.zone_ids.lock().await;
+        if guard.as_ref().is_none_or(|m| !m.contains_key(zone)) {
+            let resp = self
+                .clients
+                .get()
+                .await?
+                .ec2
+                .describe_availability_zones()
+                .send()
+                .await
+                .map_err(|e| api_error("DescribeAvailabilityZones", e))?;
+            let map = resp
+                .availability_zones()
+                .iter()
+                .filter_map(|z| Some((z.zone_name()?.to_string(), z.zone_id()?.to_string())))
+                .collect();
+            *guard = Some(map);
+        }
+        Ok(guard.as_ref().and_then(|m| m.get(zone).cloned()))
+    }
+
+    async fn metadata(&self, instance: &Instance) -> Result<InstanceMetadata, ProviderError> {
+        let id = instance.instance_id().unwrap_or_default();
+        let zone = instance
+            .placement()
+            .and_then(|p| p.availability_zone())
+            .unwrap_or_default()
+            .to_string();
+        let mut additional_labels = BTreeMap::new();
+        if !zone.is_empty()
+            && let Some(zone_id) = self.zone_id(&zone).await?
+        {
+            additional_labels.insert(ZONE_ID_LABEL.to_string(), zone_id);
+        }
+        Ok(InstanceMetadata {
+            provider_id: provider_id(&zone, id),
+            instance_type: instance
+                .instance_type()
+                .map(|t| t.as_str().to_string())
+                .unwrap_or_default(),
+            node_addresses: node_addresses(instance, &self.families),
+            zone,
+            region: self.clients.get().await?.region.clone(),
+            additional_labels,
+        })
+    }
+}
+
+fn status_of(found: Found) -> Result<InstanceStatus, ProviderError> {
+    Ok(match found? {
+        None => InstanceStatus::NotFound,
+        Some(i) if is_terminated(&i) => InstanceStatus::NotFound,
+        Some(i) if matches!(state(&i), Some(InstanceStateName::Stopped)) => {
+            InstanceStatus::Shutdown
+        }
+        Some(_) => InstanceStatus::Running,
+    })
+}
+
+#[async_trait]
+impl InstancesV2 for AwsInstances {
+    async fn instance_exists(&self, node: &Node) -> Result<bool, ProviderError> {
+        let status = self.instance_status_batch(std::slice::from_ref(node)).await;
+        let status = status.into_iter().next().unwrap_or(Err(ProviderError::other("no answer")))?;
+        Ok(status != InstanceStatus::NotFound)
+    }
+
+    async fn instance_shutdown(&self, node: &Node) -> Result<bool, ProviderError> {
+        let status = self.instance_status_batch(std::slice::from_ref(node)).await;
+        let status = status.into_iter().next().unwrap_or(Err(ProviderError::other("no answer")))?;
+        Ok(status == InstanceStatus::Shutdown)
+    }
+
+    async fn instance_metadata(&self, node: &Node) -> Result<InstanceMetadata, ProviderError> {
+        let meta = self.instance_metadata_batch(std::slice::from_ref(node)).await;
+        meta.into_iter().next().unwrap_or(Err(ProviderError::other("no answer")))
+    }
+
+    async fn instance_metadata_batch(
+        &self,
+        nodes: &[Node],
+    ) -> Vec<Result<InstanceMetadata, ProviderError>> {
+        let found = self.find_nodes(nodes).await;
+        let mut out = Vec::with_capacity(found.len());
+        for f in found {
+            out.push(match f {
+                Ok(Some(i)) if !is_terminated(&i) => self.metadata(&i).await,
+                Ok(_) => Err(ProviderError::InstanceNotFound),
+                Err(e) => Err(e),
+            });
+        }
+        out
+    }
+
+    async fn instance_status_batch(
+        &self,
+        nodes: &[Node],
+    ) -> Vec<Result<InstanceStatus, ProviderError>> {
+        self.find_nodes(nodes).await.into_iter().map(status_of).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use aws_sdk_ec2::types::{
+        InstanceIpv6Address, InstanceNetworkInterface, InstanceNetworkInterfaceAttachment,
+        InstancePrivateIpAddress, NetworkInterfaceStatus,
+    };
+
+    #[test]
+    fn provider_id_forms() {
+        for ok in [
+            "aws:///us-east-1a/i-0abc",
+            "aws:////i-0abc",
+            "aws://us-east-1a/i-0abc",
+            "i-0abc",
+            "aws:///i-0abc",
+        ] {
+            assert_eq!(parse_provider_id(ok).unwrap(), "i-0abc", "{ok}");
+        }
+        for bad in [
+            "gce://p/z/n",
+            "aws:///us-east-1a/fargate-10.0.0.1",
+            "aws:///a/b/i-0abc",
+            "aws:///us-east-1a/vol-1",
+            "aws://",
+            "",
+        ] {
+            let err = parse_provider_id(bad).unwrap_err();
+            assert!(matches!(err, ProviderError::Invalid { .. }), "{bad}: {err:?}");
+        }
+        assert_eq!(provider_id("us-east-1a", "i-1"), "aws:///us-east-1a/i-1");
+    }
+
+    #[test]
+    fn node_names_resolve_to_ids_or_dns() {
+        assert_eq!(instance_ref_for_name("i-0123abcd"), InstanceRef::Id("i-0123abcd".into()));
+        assert_eq!(
+            instance_ref_for_name("i-0123abcd.us-east-1.compute.internal"),
+            InstanceRef::Id("i-0123abcd".into())
+        );
+        assert_eq!(
+            instance_ref_for_name("ip-10-0-0-1.ec2.internal"),
+            InstanceRef::PrivateDns("ip-10-0-0-1.ec2.internal".into())
+        );
+        assert_eq!(instance_ref_for_name("i-not-hex"), InstanceRef::PrivateDns("i-not-hex".into()));
+    }
+
+    fn eni(device: i32, ips: &[&str], v6: &[&str]) -> InstanceNetworkInterface {
+        let mut b = InstanceNetworkInterface::builder()
+            .status(NetworkInterfaceStatus::InUse)
+            .attachment(InstanceNetworkInterfaceAttachment::builder().device_index(device).build());
+        for ip in ips {
+            b = b.private_ip_addresses(
+                InstancePrivateIpAddress::builder().private_ip_address(*ip).build(),
+            );
+        }
+        for ip in v6 {
+            b = b.ipv6_addresses(InstanceIpv6Address::builder().ipv6_address(*ip).build());
+        }
+        b.build()
+    }
+
+    #[test]
+    fn addresses_follow_eni_device_order_and_families() {
+        let inst = Instance::builder()
+            .network_interfaces(eni(1, &["10.0.1.5"], &["2600::2"]))
+            .network_interfaces(eni(0, &["10.0.0.5", "10.0.0.6"], &["2600::1", "2600::9"]))
+            .private_ip_address("10.0.0.5")
+            .public_ip_address("54.1.2.3")
+            .private_dns_name("ip-10-0-0-5.ec2.internal")
+            .public_dns_name("ec2-54-1-2-3.compute-1.amazonaws.com")
+            .build();
+        let got = |fams: &[IpFamily]| -> Vec<(String, String)> {
+            node_addresses(&inst, fams).into_iter().map(|a| (a.type_, a.address)).collect()
+        };
+        let s = |t: &str, a: &str| (t.to_string(), a.to_string());
+        assert_eq!(
+            got(&[IpFamily::Ipv4]),
+            vec![
+                s("InternalIP", "10.0.0.5"),
+                s("InternalIP", "10.0.0.6"),
+                s("InternalIP", "10.0.1.5"),
+                s("ExternalIP", "54.1.2.3"),
+                s("InternalDNS", "ip-10-0-0-5.ec2.internal"),
+                s("Hostname", "ip-10-0-0-5.ec2.internal"),
+                s("ExternalDNS", "ec2-54-1-2-3.compute-1.amazonaws.com"),
+            ]
+        );
+        let dual = got(&[IpFamily::Ipv6, IpFamily::Ipv4]);
+        assert_eq!(&dual[..2], &[s("InternalIP", "2600::1"), s("InternalIP", "2600::2")]);
+        assert_eq!(dual[2], s("InternalIP", "10.0.0.5"));
+    }
+
+    #[test]
+    fn an_instance_without_enis_uses_its_private_ip() {
+        let inst = Instance::builder().private_ip_address("10.1.1.1").build();
+        let addrs = node_addresses(&inst, &[IpFamily::Ipv4]);
+        assert_eq!(addrs.len(), 1);
+        assert_eq!(addrs[0].address, "10.1.1.1");
+    }
+}

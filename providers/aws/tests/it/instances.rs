@@ -1,0 +1,149 @@
+//! InstancesV2 against moto: metadata, existence, shutdown, and batching into few calls.
+
+use ccm_core::cloud::CloudProvider;
+use ccm_core::cloud::{InstanceStatus, ProviderError};
+
+use crate::moto::{Moto, network, node, run_instances};
+
+#[tokio::test]
+async fn metadata_by_provider_id_and_by_private_dns_name() {
+    let moto = Moto::start().await.unwrap();
+    let ec2 = moto.ec2().await;
+    let net = network(&ec2, "meta").await.unwrap();
+    let inst = run_instances(&ec2, &net.subnets[1].0, "meta", 1, None).await.unwrap().remove(0);
+    let id = inst.instance_id().unwrap().to_string();
+    let dns = inst.private_dns_name().unwrap().to_string();
+    let ip = inst.private_ip_address().unwrap().to_string();
+
+    let (cloud, _) = moto.cloud("meta", "").await.unwrap();
+    let iv2 = cloud.instances_v2().unwrap();
+    for n in
+        [node("by-id", Some(format!("aws:///us-east-1b/{id}"))), node(&dns, None), node(&id, None)]
+    {
+        let m = iv2.instance_metadata(&n).await.unwrap();
+        assert_eq!(m.provider_id, format!("aws:///us-east-1b/{id}"));
+        assert_eq!(m.instance_type, "m5.large");
+        assert_eq!(m.zone, "us-east-1b");
+        assert_eq!(m.region, "us-east-1");
+        assert!(
+            m.additional_labels.get("topology.k8s.aws/zone-id").is_some_and(|z| !z.is_empty()),
+            "{m:?}"
+        );
+        let addrs: Vec<(String, String)> =
+            m.node_addresses.iter().map(|a| (a.type_.clone(), a.address.clone())).collect();
+        assert_eq!(addrs[0], ("InternalIP".to_string(), ip.clone()), "{addrs:?}");
+        assert!(addrs.contains(&("InternalDNS".to_string(), dns.clone())), "{addrs:?}");
+        assert!(addrs.contains(&("Hostname".to_string(), dns.clone())), "{addrs:?}");
+    }
+
+    // A name no instance has: not found (the node stays uninitialised), not an error.
+    let err = iv2.instance_metadata(&node("ip-10-9-9-9.ec2.internal", None)).await.unwrap_err();
+    assert!(matches!(err, ProviderError::InstanceNotFound), "{err:?}");
+    // An instance of another cluster is not found by name.
+    // (Even after the same instance was looked up, and cached, by its providerID.)
+    let other =
+        run_instances(&ec2, &net.subnets[0].0, "someone-else", 1, None).await.unwrap().remove(0);
+    let other_pid = format!("aws:///us-east-1a/{}", other.instance_id().unwrap());
+    assert!(iv2.instance_exists(&node("by-pid", Some(other_pid))).await.unwrap());
+    let err =
+        iv2.instance_metadata(&node(other.private_dns_name().unwrap(), None)).await.unwrap_err();
+    assert!(matches!(err, ProviderError::InstanceNotFound), "{err:?}");
+}
+
+#[tokio::test]
+async fn existence_and_shutdown_follow_the_instance_state() {
+    let moto = Moto::start().await.unwrap();
+    let ec2 = moto.ec2().await;
+    let net = network(&ec2, "life").await.unwrap();
+    let insts = run_instances(&ec2, &net.subnets[0].0, "life", 3, None).await.unwrap();
+    let ids: Vec<String> = insts.iter().map(|i| i.instance_id().unwrap().to_string()).collect();
+    ec2.stop_instances().instance_ids(&ids[1]).send().await.unwrap();
+    ec2.terminate_instances().instance_ids(&ids[2]).send().await.unwrap();
+
+    let (cloud, _) = moto.cloud("life", "").await.unwrap();
+    let iv2 = cloud.instances_v2().unwrap();
+    let nodes: Vec<_> = ids
+        .iter()
+        .map(|id| node(id, Some(format!("aws:///us-east-1a/{id}"))))
+        .chain([node("gone", Some("aws:///us-east-1a/i-0000000000000000f".into()))])
+        .collect();
+    let status: Vec<InstanceStatus> =
+        iv2.instance_status_batch(&nodes).await.into_iter().map(Result::unwrap).collect();
+    assert_eq!(
+        status,
+        vec![
+            InstanceStatus::Running,
+            InstanceStatus::Shutdown,
+            InstanceStatus::NotFound,
+            InstanceStatus::NotFound
+        ]
+    );
+    assert!(iv2.instance_exists(&nodes[1]).await.unwrap());
+    assert!(iv2.instance_shutdown(&nodes[1]).await.unwrap());
+    assert!(!iv2.instance_exists(&nodes[2]).await.unwrap());
+    // A providerID from another cloud is an error, never "gone".
+    assert!(iv2.instance_exists(&node("x", Some("gce://p/z/x".into()))).await.is_err());
+}
+
+#[tokio::test]
+async fn a_batch_of_nodes_costs_one_describe_instances_per_lookup_kind() {
+    const N: usize = 40;
+    let moto = Moto::start().await.unwrap();
+    let ec2 = moto.ec2().await;
+    let net = network(&ec2, "batch").await.unwrap();
+    let insts = run_instances(&ec2, &net.subnets[0].0, "batch", N as i32, None).await.unwrap();
+    assert_eq!(insts.len(), N);
+
+    let (cloud, metrics) = moto.cloud("batch", "").await.unwrap();
+    let iv2 = cloud.instances_v2().unwrap();
+    // Half the nodes have a providerID, half are known only by their private DNS name.
+    let nodes: Vec<_> = insts
+        .iter()
+        .enumerate()
+        .map(|(i, inst)| {
+            let id = inst.instance_id().unwrap();
+            if i % 2 == 0 {
+                node(id, Some(format!("aws:///us-east-1a/{id}")))
+            } else {
+                node(inst.private_dns_name().unwrap(), None)
+            }
+        })
+        .collect();
+    let before = metrics.requests("ec2", "DescribeInstances");
+    let meta = iv2.instance_metadata_batch(&nodes).await;
+    for (m, inst) in meta.iter().zip(&insts) {
+        let m = m.as_ref().unwrap();
+        assert!(m.provider_id.ends_with(inst.instance_id().unwrap()), "{m:?}");
+    }
+    let calls = metrics.requests("ec2", "DescribeInstances") - before;
+    println!("{N} nodes (half by providerID, half by DNS name): {calls} DescribeInstances calls");
+    assert_eq!(calls, 2, "one call by instance-id filter, one by private-dns-name filter");
+
+    // Within the cache lifetime the same batch costs nothing.
+    let before = metrics.requests("ec2", "DescribeInstances");
+    let status = iv2.instance_status_batch(&nodes).await;
+    assert!(status.iter().all(|s| matches!(s, Ok(InstanceStatus::Running))));
+    assert_eq!(metrics.requests("ec2", "DescribeInstances") - before, 0);
+
+    // A fresh provider, all by providerID: one call.
+    let (cloud, metrics) = moto.cloud("batch", "").await.unwrap();
+    let by_id: Vec<_> = insts
+        .iter()
+        .map(|i| node("n", Some(format!("aws:///us-east-1a/{}", i.instance_id().unwrap()))))
+        .collect();
+    let status = cloud.instances_v2().unwrap().instance_status_batch(&by_id).await;
+    assert!(status.iter().all(|s| matches!(s, Ok(InstanceStatus::Running))));
+    assert_eq!(metrics.requests("ec2", "DescribeInstances"), 1);
+
+    // The counter is exported under its metric name.
+    let mut registry = prometheus_client::registry::Registry::default();
+    metrics.register(&mut registry);
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+    assert!(
+        text.contains(
+            r#"cloudprovider_aws_api_request_total{service="ec2",operation="DescribeInstances"} 1"#
+        ),
+        "{text}"
+    );
+}
