@@ -20,6 +20,7 @@
 
 pub mod pki;
 pub mod tools;
+pub mod vcsim;
 
 use std::io::Write as _;
 use std::net::TcpListener;

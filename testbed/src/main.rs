@@ -1,10 +1,12 @@
 //! `ccm-testbed`: the README's main job. Starts the local testbed and keeps it up until
 //! Ctrl-C (or SIGTERM), printing how to reach it.
 //!
-//! Today the testbed is a real etcd + kube-apiserver on loopback; the provider issues grow it
-//! into control plane + emulated cloud + our cloud-controller-manager.
+//! Without arguments the testbed is a real etcd + kube-apiserver on loopback. With a provider
+//! (`ccm-testbed vsphere`) it also runs that cloud's emulator and our cloud-controller-manager
+//! against it, registers Nodes as kubelets would and prints them once initialised.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use anyhow::Context as _;
 use ccm_testbed::{ControlPlane, tools::Tools};
@@ -14,9 +16,21 @@ use clap::Parser;
 #[derive(Debug, Parser)]
 #[command(name = "ccm-testbed", version)]
 struct Args {
+    /// Also run this cloud's emulator and cloud-controller-manager (`vsphere`: vcsim).
+    provider: Option<Provider>,
     /// Where to write the admin kubeconfig.
     #[arg(long, env = "CCM_TESTBED_KUBECONFIG", default_value_os_t = default_kubeconfig())]
     kubeconfig: PathBuf,
+    /// The cloud-controller-manager binary for the provider (`ci/demo <provider>` builds it).
+    #[arg(long, env = "CCM_TESTBED_CCM")]
+    ccm: Option<PathBuf>,
+}
+
+/// Providers the testbed can emulate.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum Provider {
+    /// govmomi's vCenter simulator (`ccm-vcsim`) and `cloud-controller-manager-vsphere`.
+    Vsphere,
 }
 
 fn default_kubeconfig() -> PathBuf {
@@ -54,6 +68,17 @@ async fn main() -> anyhow::Result<()> {
         kubectl.display(),
         args.kubeconfig.display()
     );
+    // Held until Ctrl-C: dropping them stops the manager and the simulator.
+    let cloud = match args.provider {
+        None => None,
+        Some(Provider::Vsphere) => {
+            let ccm = args.ccm.as_deref().context(
+                "`ccm-testbed vsphere` needs --ccm <cloud-controller-manager-vsphere> (ci/demo vsphere builds it)",
+            )?;
+            let dir = args.kubeconfig.parent().unwrap_or(Path::new(".")).join("vsphere");
+            Some(vsphere(&cp, ccm, &dir).await?)
+        }
+    };
     println!("press Ctrl-C to stop");
 
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
@@ -63,7 +88,141 @@ async fn main() -> anyhow::Result<()> {
         _ = term.recv() => {}
     }
     println!("stopping");
+    drop(cloud);
     cp.stop();
     let _ = std::fs::remove_file(&args.kubeconfig);
     Ok(())
+}
+
+/// What keeps the vSphere demo running: the simulator and the manager process.
+struct VsphereDemo {
+    _vcsim: ccm_testbed::vcsim::Vcsim,
+    _ccm: tokio::process::Child,
+}
+
+/// vcsim with two VMs (guest host names and IPs, zone/region tags on a host, a cluster and
+/// the datacenter), `cloud-controller-manager-vsphere` against it, and the two kubelet-style
+/// Nodes; prints the Nodes once initialised.
+async fn vsphere(cp: &ControlPlane, ccm: &Path, dir: &Path) -> anyhow::Result<VsphereDemo> {
+    use ccm_core::names;
+    use k8s_openapi::api::core::v1::{
+        Node, NodeAddress, NodeCondition, NodeSpec, NodeStatus, Taint,
+    };
+    use kube::api::{ObjectMeta, PostParams};
+
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    // The simulator fixture panics on failure (it is a test fixture); run it off the runtime.
+    let vcsim = tokio::task::spawn_blocking(|| {
+        let sim = ccm_testbed::vcsim::Vcsim::start();
+        sim.guest("DC0_H0_VM0", "node-a", &[("VM Network", &["10.0.0.10"])]);
+        sim.guest("DC0_C0_RP0_VM0", "node-b", &[("VM Network", &["10.0.1.10"])]);
+        sim.tag("k8s-region", "region-1", "DC0");
+        sim.tag("k8s-zone", "zone-standalone", "DC0_H0");
+        sim.tag("k8s-zone", "zone-cluster", "DC0_C0");
+        sim
+    })
+    .await
+    .context("starting vcsim (ci/install-tools builds ccm-vcsim)")?;
+    let config = dir.join("vsphere.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "global:\n  user: administrator@vsphere.local\n  password: pass\n  insecureFlag: true\n\
+             vcenter:\n{}labels:\n  zone: k8s-zone\n  region: k8s-region\n",
+            vcsim.vcenter_yaml("vcsim")
+        ),
+    )
+    .with_context(|| format!("writing {}", config.display()))?;
+    let kubeconfig = dir.join("ccm.kubeconfig");
+    cp.write_kubeconfig(&kubeconfig, &ccm_testbed::Identity::admin())
+        .context("writing the manager's kubeconfig")?;
+    let log = dir.join("cloud-controller-manager.log");
+    let child = tokio::process::Command::new(ccm)
+        .arg("--cloud-provider=vsphere")
+        .arg(format!("--cloud-config={}", config.display()))
+        .arg(format!("--kubeconfig={}", kubeconfig.display()))
+        .args(["--leader-elect=false", "--secure-port=0", "--webhook-secure-port=0"])
+        .args(["--controllers=*", "--node-monitor-period=5s"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?)
+        .kill_on_drop(true)
+        .spawn()
+        .with_context(|| format!("starting {}", ccm.display()))?;
+    println!(
+        "vcsim:      https://127.0.0.1:{}/sdk (cloud config {})",
+        vcsim.port,
+        config.display()
+    );
+    println!("ccm log:    {}", log.display());
+
+    let client = cp.admin_client().await.context("admin client")?;
+    let nodes: kube::Api<Node> = kube::Api::all(client);
+    let addr = |t: &str, a: &str| NodeAddress { type_: t.into(), address: a.into() };
+    for (name, ip) in [("node-a", "10.0.0.10"), ("node-b", "10.0.1.10")] {
+        let node = Node {
+            metadata: ObjectMeta { name: Some(name.into()), ..Default::default() },
+            spec: Some(NodeSpec {
+                taints: Some(vec![Taint {
+                    key: names::TAINT_UNINITIALIZED.into(),
+                    value: Some("true".into()),
+                    effect: "NoSchedule".into(),
+                    time_added: None,
+                }]),
+                ..Default::default()
+            }),
+            status: Some(NodeStatus {
+                addresses: Some(vec![addr("InternalIP", ip), addr("Hostname", name)]),
+                conditions: Some(vec![NodeCondition {
+                    type_: "Ready".into(),
+                    status: "True".into(),
+                    reason: Some("KubeletReady".into()),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            }),
+        };
+        nodes
+            .create(&PostParams::default(), &node)
+            .await
+            .with_context(|| format!("registering node {name}"))?;
+    }
+    for name in ["node-a", "node-b"] {
+        let started = tokio::time::Instant::now();
+        let node = loop {
+            let node = nodes.get(name).await.with_context(|| format!("reading node {name}"))?;
+            let tainted = node
+                .spec
+                .as_ref()
+                .and_then(|s| s.taints.as_ref())
+                .is_some_and(|ts| ts.iter().any(|t| t.key == names::TAINT_UNINITIALIZED));
+            if !tainted {
+                break node;
+            }
+            anyhow::ensure!(
+                started.elapsed() < Duration::from_secs(120),
+                "node {name} not initialised in 2 minutes; see {}",
+                log.display()
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        };
+        let labels = node.metadata.labels.unwrap_or_default();
+        let label = |k: &str| labels.get(k).map(String::as_str).unwrap_or("-").to_string();
+        let addresses: Vec<String> = node
+            .status
+            .and_then(|s| s.addresses)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|a| format!("{}={}", a.type_, a.address))
+            .collect();
+        println!(
+            "node {name}: providerID={} zone={} region={} instance-type={} addresses={}",
+            node.spec.and_then(|s| s.provider_id).unwrap_or_default(),
+            label(names::LABEL_ZONE),
+            label(names::LABEL_REGION),
+            label(names::LABEL_INSTANCE_TYPE),
+            addresses.join(",")
+        );
+    }
+    Ok(VsphereDemo { _vcsim: vcsim, _ccm: child })
 }

@@ -1,0 +1,447 @@
+//! `cloud-controller-manager-vsphere` end to end (issue 7 acceptance): vcsim VMs become
+//! initialised Nodes; power-off, destroy and a vCenter outage as the lifecycle controller
+//! sees them; two vCenters in one config; start-up failures.
+
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use ccm_core::names;
+use ccm_testbed::vcsim::Vcsim;
+use ccm_testbed::{ControlPlane, Identity};
+use k8s_openapi::api::core::v1::{Node, NodeAddress, NodeCondition, NodeSpec, NodeStatus, Taint};
+use kube::api::{ObjectMeta, PostParams};
+use kube::{Api, Client};
+use tokio::process::{Child, Command};
+
+const BIN: &str = env!("CARGO_BIN_EXE_cloud-controller-manager-vsphere");
+
+/// The tag categories the configs below map to zone and region.
+const LABELS: &str = "labels:\n  zone: k8s-zone\n  region: k8s-region\n";
+
+/// The lifecycle controller's log line for a node whose instance could not be checked.
+const CHECK_ERROR: &str = "error checking if node exists";
+
+/// A running `cloud-controller-manager-vsphere` with its stderr in a file; killed on drop.
+struct Ccm {
+    _child: Child,
+    log: PathBuf,
+}
+
+impl Ccm {
+    fn logs(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Waits until `needle` occurs at least `count` times in the log.
+    async fn wait_for_log(&self, needle: &str, count: usize) {
+        wait_for(&format!("{count} × {needle:?} in the manager log"), || async {
+            (self.logs().matches(needle).count() >= count).then_some(())
+        })
+        .await;
+    }
+}
+
+/// Everything one test needs: a control plane, an admin client, a scratch directory (the
+/// cloud config and the manager log), removed when the test passes and kept when it fails.
+struct Env {
+    cp: ControlPlane,
+    client: Client,
+    dir: PathBuf,
+}
+
+impl Env {
+    async fn start() -> Env {
+        let cp = ControlPlane::start().await.expect("control plane starts");
+        let client = cp.admin_client().await.expect("admin client");
+        let dir =
+            std::env::temp_dir().join("ccm-vsphere-e2e").join(ccm_testbed::unique_name("test"));
+        std::fs::create_dir_all(&dir).unwrap();
+        Env { cp, client, dir }
+    }
+
+    fn nodes(&self) -> Api<Node> {
+        Api::all(self.client.clone())
+    }
+
+    /// Starts the manager with this cloud config, the admin kubeconfig and a 1 s node monitor
+    /// period; no leader election, no serving.
+    fn spawn_ccm(&self, cloud_config: &str) -> Ccm {
+        let config = self.dir.join("vsphere.yaml");
+        std::fs::write(&config, cloud_config).unwrap();
+        let kubeconfig = self.dir.join("admin.kubeconfig");
+        self.cp.write_kubeconfig(&kubeconfig, &Identity::admin()).unwrap();
+        let log = self.dir.join("ccm.log");
+        let child = ccm_command(&[
+            "--cloud-provider=vsphere".into(),
+            format!("--cloud-config={}", config.display()),
+            format!("--kubeconfig={}", kubeconfig.display()),
+            "--leader-elect=false".into(),
+            "--secure-port=0".into(),
+            "--webhook-secure-port=0".into(),
+            "--controllers=*".into(),
+            "--node-monitor-period=1s".into(),
+        ])
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .expect("starting cloud-controller-manager-vsphere");
+        Ccm { _child: child, log }
+    }
+}
+
+impl Drop for Env {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("manager config and log kept in {}", self.dir.display());
+        } else {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+/// The binary with a clean environment: no `VSPHERE_*` credentials leak in from the caller.
+fn ccm_command(args: &[String]) -> Command {
+    let mut cmd = Command::new(BIN);
+    for (k, _) in std::env::vars_os() {
+        if k.to_string_lossy().starts_with("VSPHERE_") {
+            cmd.env_remove(k);
+        }
+    }
+    cmd.env_remove("SKIP_NODE_DELETION")
+        .env("RUST_LOG", "info")
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .kill_on_drop(true);
+    cmd
+}
+
+/// Polls until `f` returns `Some`, with a generous deadline (a failure, not a timing claim).
+async fn wait_for<T, F, Fut>(what: &str, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = Duration::from_secs(90);
+    let start = Instant::now();
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(start.elapsed() < deadline, "timed out after {deadline:?} waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn addr(t: &str, a: &str) -> NodeAddress {
+    NodeAddress { type_: t.into(), address: a.into() }
+}
+
+/// A Node as a kubelet with `--cloud-provider=external` registers it.
+fn kubelet_node(name: &str, ip: &str, ready: &str) -> Node {
+    Node {
+        metadata: ObjectMeta { name: Some(name.into()), ..Default::default() },
+        spec: Some(NodeSpec {
+            taints: Some(vec![Taint {
+                key: names::TAINT_UNINITIALIZED.into(),
+                value: Some("true".into()),
+                effect: "NoSchedule".into(),
+                time_added: None,
+            }]),
+            ..Default::default()
+        }),
+        status: Some(NodeStatus {
+            addresses: Some(vec![addr("InternalIP", ip), addr("Hostname", name)]),
+            conditions: Some(vec![NodeCondition {
+                type_: "Ready".into(),
+                status: ready.into(),
+                reason: Some(
+                    if ready == "True" { "KubeletReady" } else { "KubeletNotReady" }.into(),
+                ),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        }),
+    }
+}
+
+/// Registers a kubelet-style Node.
+async fn register(nodes: &Api<Node>, name: &str, ip: &str, ready: &str) {
+    nodes.create(&PostParams::default(), &kubelet_node(name, ip, ready)).await.unwrap();
+}
+
+fn has_taint(n: &Node, key: &str) -> bool {
+    n.spec
+        .as_ref()
+        .and_then(|s| s.taints.as_ref())
+        .is_some_and(|ts| ts.iter().any(|t| t.key == key))
+}
+
+fn provider_id(n: &Node) -> Option<&str> {
+    n.spec.as_ref()?.provider_id.as_deref()
+}
+
+fn label<'a>(n: &'a Node, key: &str) -> Option<&'a str> {
+    n.metadata.labels.as_ref()?.get(key).map(String::as_str)
+}
+
+fn addresses(n: &Node) -> Vec<(String, String)> {
+    n.status
+        .as_ref()
+        .and_then(|s| s.addresses.as_ref())
+        .map(|a| a.iter().map(|a| (a.type_.clone(), a.address.clone())).collect())
+        .unwrap_or_default()
+}
+
+fn pairs(v: &[(&str, &str)]) -> Vec<(String, String)> {
+    v.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect()
+}
+
+/// Waits until the node has lost the uninitialized taint.
+async fn initialised(nodes: &Api<Node>, name: &str) -> Node {
+    wait_for(&format!("node {name} to be initialised"), || async {
+        let n = nodes.get(name).await.ok()?;
+        (!has_taint(&n, names::TAINT_UNINITIALIZED)).then_some(n)
+    })
+    .await
+}
+
+fn one_vcenter(sim: &Vcsim) -> String {
+    format!(
+        "global:\n  user: administrator@vsphere.local\n  password: pass\n  insecureFlag: true\nvcenter:\n{}{LABELS}",
+        sim.vcenter_yaml("vc1")
+    )
+}
+
+#[tokio::test]
+async fn vcsim_vms_become_nodes_with_provider_id_addresses_and_zone_labels() {
+    let sim = Vcsim::start();
+    // A VM on a standalone host (zone tagged on the host) and one in a cluster (zone tagged
+    // on the cluster); the region is tagged on the datacenter.
+    sim.guest("DC0_H0_VM0", "node-host", &[("VM Network", &["10.0.0.10"])]);
+    sim.guest("DC0_C0_RP0_VM0", "node-cluster", &[("VM Network", &["10.0.1.10"])]);
+    sim.tag("k8s-region", "region-1", "DC0");
+    sim.tag("k8s-zone", "zone-host", "DC0_H0");
+    sim.tag("k8s-zone", "zone-cluster", "DC0_C0");
+    let env = Env::start().await;
+    let _logs = env.cp.log_guard();
+    let ccm = env.spawn_ccm(&one_vcenter(&sim));
+    let nodes = env.nodes();
+
+    let start = Instant::now();
+    register(&nodes, "node-host", "10.0.0.10", "True").await;
+    register(&nodes, "node-cluster", "10.0.1.10", "True").await;
+    let host = initialised(&nodes, "node-host").await;
+    let cluster = initialised(&nodes, "node-cluster").await;
+    eprintln!("2 nodes initialised {:?} after registration", start.elapsed());
+
+    for (n, vm, ip, zone) in [
+        (&host, "DC0_H0_VM0", "10.0.0.10", "zone-host"),
+        (&cluster, "DC0_C0_RP0_VM0", "10.0.1.10", "zone-cluster"),
+    ] {
+        let name = n.metadata.name.as_deref().unwrap();
+        let log = ccm.logs();
+        assert_eq!(
+            provider_id(n),
+            Some(format!("vsphere://{}", sim.vm(vm).uuid).as_str()),
+            "{name}; manager log:\n{log}"
+        );
+        assert_eq!(
+            addresses(n),
+            pairs(&[("InternalIP", ip), ("ExternalIP", ip), ("Hostname", name)]),
+            "{name}"
+        );
+        assert_eq!(label(n, names::LABEL_ZONE), Some(zone), "{name}");
+        assert_eq!(label(n, names::LABEL_REGION), Some("region-1"), "{name}");
+        let instance_type = label(n, names::LABEL_INSTANCE_TYPE).unwrap_or_default();
+        assert!(instance_type.starts_with("vsphere-vm.cpu-"), "{name}: {instance_type:?}");
+    }
+}
+
+#[tokio::test]
+async fn power_off_taints_destroy_deletes_and_a_vcenter_outage_deletes_nothing() {
+    let sim = Vcsim::start();
+    sim.guest("DC0_H0_VM0", "node-off", &[("VM Network", &["10.0.0.10"])]);
+    sim.guest("DC0_H0_VM1", "node-gone", &[("VM Network", &["10.0.0.11"])]);
+    sim.guest("DC0_C0_RP0_VM0", "node-kept", &[("VM Network", &["10.0.1.10"])]);
+    sim.guest("DC0_C0_RP0_VM1", "node-late", &[("VM Network", &["10.0.1.11"])]);
+    sim.tag("k8s-region", "region-1", "DC0");
+    sim.tag("k8s-zone", "zone-a", "DC0_H0");
+    sim.tag("k8s-zone", "zone-b", "DC0_C0");
+    let env = Env::start().await;
+    let _logs = env.cp.log_guard();
+    let ccm = env.spawn_ccm(&one_vcenter(&sim));
+    let nodes = env.nodes();
+    // The kubelets have stopped posting Ready: the lifecycle controller checks these nodes.
+    for (name, ip) in
+        [("node-off", "10.0.0.10"), ("node-gone", "10.0.0.11"), ("node-kept", "10.0.1.10")]
+    {
+        register(&nodes, name, ip, "False").await;
+    }
+    for name in ["node-off", "node-gone", "node-kept"] {
+        initialised(&nodes, name).await;
+    }
+
+    // Powered off: the NotReady node gets the shutdown taint (and is kept).
+    let start = Instant::now();
+    sim.power_off("DC0_H0_VM0");
+    let off = wait_for("the shutdown taint on node-off", || async {
+        let n = nodes.get("node-off").await.ok()?;
+        has_taint(&n, names::TAINT_SHUTDOWN).then_some(n)
+    })
+    .await;
+    eprintln!("shutdown taint {:?} after power-off", start.elapsed());
+    let taint = off.spec.unwrap().taints.unwrap();
+    let taint = taint.iter().find(|t| t.key == names::TAINT_SHUTDOWN).unwrap();
+    assert_eq!(taint.effect, "NoSchedule");
+
+    // Destroyed: the node is deleted.
+    let start = Instant::now();
+    sim.destroy("DC0_H0_VM1");
+    wait_for("node-gone to be deleted", || async {
+        nodes.get_opt("node-gone").await.unwrap().is_none().then_some(())
+    })
+    .await;
+    eprintln!("node deleted {:?} after its VM was destroyed", start.elapsed());
+
+    // vCenter unreachable: every pass logs errors and deletes nothing; a node registered
+    // meanwhile waits, uninitialised.
+    let errors_before = ccm.logs().matches(CHECK_ERROR).count();
+    sim.pause();
+    register(&nodes, "node-late", "10.0.1.11", "True").await;
+    ccm.wait_for_log(CHECK_ERROR, errors_before + 6).await;
+    let log = ccm.logs();
+    let outage_errors: Vec<&str> =
+        log.lines().filter(|l| l.contains(CHECK_ERROR)).skip(errors_before).collect();
+    assert!(
+        outage_errors.iter().all(|l| l.contains("vc1")),
+        "the errors name the unreachable vCenter: {outage_errors:#?}"
+    );
+    for name in ["node-off", "node-kept"] {
+        assert!(nodes.get_opt(name).await.unwrap().is_some(), "{name} deleted during the outage");
+    }
+    let late = nodes.get("node-late").await.unwrap();
+    assert!(has_taint(&late, names::TAINT_UNINITIALIZED), "initialised without a vCenter?");
+    assert!(provider_id(&late).is_none());
+
+    // vCenter back: the waiting node is initialised, nothing was lost.
+    let start = Instant::now();
+    sim.resume();
+    let late = initialised(&nodes, "node-late").await;
+    eprintln!("node registered during the outage initialised {:?} after resume", start.elapsed());
+    assert_eq!(
+        provider_id(&late),
+        Some(format!("vsphere://{}", sim.vm("DC0_C0_RP0_VM1").uuid).as_str())
+    );
+    assert_eq!(label(&late, names::LABEL_ZONE), Some("zone-b"));
+    for name in ["node-off", "node-kept"] {
+        assert!(nodes.get_opt(name).await.unwrap().is_some(), "{name} deleted after the outage");
+    }
+    assert!(has_taint(&nodes.get("node-off").await.unwrap(), names::TAINT_SHUTDOWN));
+}
+
+#[tokio::test]
+async fn two_vcenters_in_one_config_both_serve_nodes() {
+    let (a, b) = (Vcsim::start(), Vcsim::start());
+    a.guest("DC0_H0_VM0", "node-in-a", &[("VM Network", &["10.1.0.1"])]);
+    b.guest("DC0_C0_RP0_VM1", "node-in-b", &[("VM Network", &["10.2.0.1"])]);
+    a.tag("k8s-region", "region-a", "DC0");
+    a.tag("k8s-zone", "zone-a", "DC0_H0");
+    b.tag("k8s-region", "region-b", "DC0");
+    b.tag("k8s-zone", "zone-b", "DC0_C0");
+    let env = Env::start().await;
+    let _logs = env.cp.log_guard();
+    // Credentials per vCenter as files in secretsDirectory (`<vc>.username`/`<vc>.password`).
+    let secrets = env.dir.join("secrets");
+    std::fs::create_dir(&secrets).unwrap();
+    for vc in ["vc-a", "vc-b"] {
+        std::fs::write(secrets.join(format!("{vc}.username")), "admin\n").unwrap();
+        std::fs::write(secrets.join(format!("{vc}.password")), format!("pw-{vc}\n")).unwrap();
+    }
+    let config = format!(
+        "global:\n  insecureFlag: true\n  secretsDirectory: {}\nvcenter:\n{}{}{LABELS}",
+        secrets.display(),
+        a.vcenter_yaml("vc-a"),
+        b.vcenter_yaml("vc-b")
+    );
+    let _ccm = env.spawn_ccm(&config);
+    let nodes = env.nodes();
+    register(&nodes, "node-in-a", "10.1.0.1", "True").await;
+    register(&nodes, "node-in-b", "10.2.0.1", "True").await;
+
+    for (name, sim, vm, ip, zone, region) in [
+        ("node-in-a", &a, "DC0_H0_VM0", "10.1.0.1", "zone-a", "region-a"),
+        ("node-in-b", &b, "DC0_C0_RP0_VM1", "10.2.0.1", "zone-b", "region-b"),
+    ] {
+        let n = initialised(&nodes, name).await;
+        assert_eq!(provider_id(&n), Some(format!("vsphere://{}", sim.vm(vm).uuid).as_str()));
+        assert_eq!(addresses(&n)[0], ("InternalIP".to_string(), ip.to_string()), "{name}");
+        assert_eq!(label(&n, names::LABEL_ZONE), Some(zone), "{name}");
+        assert_eq!(label(&n, names::LABEL_REGION), Some(region), "{name}");
+    }
+}
+
+/// Runs the binary with this cloud config until it exits: (exit code, stderr).
+async fn run_to_exit(dir: &Path, cloud_config: &str) -> (Option<i32>, String) {
+    let config = dir.join("vsphere.conf");
+    std::fs::write(&config, cloud_config).unwrap();
+    let child = ccm_command(&[
+        "--cloud-provider=vsphere".into(),
+        format!("--cloud-config={}", config.display()),
+        format!("--kubeconfig={}", dir.join("no-such.kubeconfig").display()),
+        "--leader-elect=false".into(),
+        "--secure-port=0".into(),
+        "--webhook-secure-port=0".into(),
+    ])
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    let out = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output())
+        .await
+        .expect("the manager exits at start")
+        .unwrap();
+    (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+#[tokio::test]
+async fn bad_config_and_missing_credentials_fail_at_start_with_a_clear_message() {
+    let dir = tempfile::tempdir().unwrap();
+
+    // Not YAML (a mis-indented key): the message names the format and the line.
+    let (code, stderr) = run_to_exit(dir.path(), "global:\n  user: u\n password: p\n").await;
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("error: cloud provider could not be initialized"), "{stderr}");
+    assert!(
+        stderr.contains("vSphere cloud config (YAML)") && stderr.contains("line 3"),
+        "{stderr}"
+    );
+
+    // A misspelt key (upstream's `insecureFlag`) is an error naming the key, not ignored.
+    let (code, stderr) = run_to_exit(
+        dir.path(),
+        "global:\n  user: u\n  password: p\n  insecure: true\nvcenter:\n  vc1:\n    server: 127.0.0.1\n",
+    )
+    .await;
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("YAML") && stderr.contains("insecure"), "{stderr}");
+
+    // No credentials anywhere: the message says which vCenter and where they may come from.
+    let (code, stderr) = run_to_exit(
+        dir.path(),
+        "global:\n  insecureFlag: true\nvcenter:\n  vc1:\n    server: 127.0.0.1\n",
+    )
+    .await;
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("no user name for vCenter vc1"), "{stderr}");
+    assert!(stderr.contains("vc1.username") && stderr.contains("VSPHERE_USER"), "{stderr}");
+
+    // A user but no password.
+    let (code, stderr) = run_to_exit(
+        dir.path(),
+        "global:\n  user: u\n  insecureFlag: true\nvcenter:\n  vc1:\n    server: 127.0.0.1\n",
+    )
+    .await;
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("no password for vCenter vc1"), "{stderr}");
+}
