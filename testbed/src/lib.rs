@@ -18,6 +18,7 @@
 //! directory. Server logs are kept when a test asked for it ([`ControlPlane::keep_logs`],
 //! done automatically by [`LogGuard`] on panic) or when a server died on its own.
 
+pub mod fixtures;
 pub mod pki;
 pub mod tools;
 pub mod vcsim;

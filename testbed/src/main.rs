@@ -105,10 +105,8 @@ struct VsphereDemo {
 /// Nodes; prints the Nodes once initialised.
 async fn vsphere(cp: &ControlPlane, ccm: &Path, dir: &Path) -> anyhow::Result<VsphereDemo> {
     use ccm_core::names;
-    use k8s_openapi::api::core::v1::{
-        Node, NodeAddress, NodeCondition, NodeSpec, NodeStatus, Taint,
-    };
-    use kube::api::{ObjectMeta, PostParams};
+    use k8s_openapi::api::core::v1::Node;
+    use kube::api::PostParams;
 
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     // The simulator fixture panics on failure (it is a test fixture); run it off the runtime.
@@ -158,30 +156,8 @@ async fn vsphere(cp: &ControlPlane, ccm: &Path, dir: &Path) -> anyhow::Result<Vs
 
     let client = cp.admin_client().await.context("admin client")?;
     let nodes: kube::Api<Node> = kube::Api::all(client);
-    let addr = |t: &str, a: &str| NodeAddress { type_: t.into(), address: a.into() };
     for (name, ip) in [("node-a", "10.0.0.10"), ("node-b", "10.0.1.10")] {
-        let node = Node {
-            metadata: ObjectMeta { name: Some(name.into()), ..Default::default() },
-            spec: Some(NodeSpec {
-                taints: Some(vec![Taint {
-                    key: names::TAINT_UNINITIALIZED.into(),
-                    value: Some("true".into()),
-                    effect: "NoSchedule".into(),
-                    time_added: None,
-                }]),
-                ..Default::default()
-            }),
-            status: Some(NodeStatus {
-                addresses: Some(vec![addr("InternalIP", ip), addr("Hostname", name)]),
-                conditions: Some(vec![NodeCondition {
-                    type_: "Ready".into(),
-                    status: "True".into(),
-                    reason: Some("KubeletReady".into()),
-                    ..Default::default()
-                }]),
-                ..Default::default()
-            }),
-        };
+        let node = ccm_testbed::fixtures::kubelet_node(name, ip, "True");
         nodes
             .create(&PostParams::default(), &node)
             .await

@@ -8,10 +8,11 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use ccm_core::names;
+use ccm_testbed::fixtures::kubelet_node;
 use ccm_testbed::vcsim::Vcsim;
 use ccm_testbed::{ControlPlane, Identity};
-use k8s_openapi::api::core::v1::{Node, NodeAddress, NodeCondition, NodeSpec, NodeStatus, Taint};
-use kube::api::{ObjectMeta, PostParams};
+use k8s_openapi::api::core::v1::Node;
+use kube::api::PostParams;
 use kube::{Api, Client};
 use tokio::process::{Child, Command};
 
@@ -131,38 +132,6 @@ where
         }
         assert!(start.elapsed() < deadline, "timed out after {deadline:?} waiting for {what}");
         tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-fn addr(t: &str, a: &str) -> NodeAddress {
-    NodeAddress { type_: t.into(), address: a.into() }
-}
-
-/// A Node as a kubelet with `--cloud-provider=external` registers it.
-fn kubelet_node(name: &str, ip: &str, ready: &str) -> Node {
-    Node {
-        metadata: ObjectMeta { name: Some(name.into()), ..Default::default() },
-        spec: Some(NodeSpec {
-            taints: Some(vec![Taint {
-                key: names::TAINT_UNINITIALIZED.into(),
-                value: Some("true".into()),
-                effect: "NoSchedule".into(),
-                time_added: None,
-            }]),
-            ..Default::default()
-        }),
-        status: Some(NodeStatus {
-            addresses: Some(vec![addr("InternalIP", ip), addr("Hostname", name)]),
-            conditions: Some(vec![NodeCondition {
-                type_: "Ready".into(),
-                status: ready.into(),
-                reason: Some(
-                    if ready == "True" { "KubeletReady" } else { "KubeletNotReady" }.into(),
-                ),
-                ..Default::default()
-            }]),
-            ..Default::default()
-        }),
     }
 }
 

@@ -16,43 +16,12 @@ use ccm_core::controllers::{ControllerConfig, node, node_lifecycle};
 use ccm_core::names;
 use ccm_core::testing::{Fault, ScriptedInstance, TestCloud, TestInstances};
 use ccm_testbed::ControlPlane;
+use ccm_testbed::fixtures::{kubelet_node, node_address as addr};
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Node, NodeAddress, NodeCondition, NodeSpec, NodeStatus, Taint};
+use k8s_openapi::api::core::v1::{Node, NodeAddress};
 use k8s_openapi::api::events::v1::Event;
-use kube::api::{ListParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
-
-fn addr(t: &str, a: &str) -> NodeAddress {
-    NodeAddress { type_: t.into(), address: a.into() }
-}
-
-/// A Node as a kubelet with `--cloud-provider=external` registers it.
-fn kubelet_node(name: &str, ip: &str, ready: Option<&str>) -> Node {
-    Node {
-        metadata: ObjectMeta { name: Some(name.into()), ..Default::default() },
-        spec: Some(NodeSpec {
-            taints: Some(vec![Taint {
-                key: names::TAINT_UNINITIALIZED.into(),
-                value: Some("true".into()),
-                effect: "NoSchedule".into(),
-                time_added: None,
-            }]),
-            ..Default::default()
-        }),
-        status: Some(NodeStatus {
-            addresses: Some(vec![addr("InternalIP", ip), addr("Hostname", name)]),
-            conditions: ready.map(|s| {
-                vec![NodeCondition {
-                    type_: "Ready".into(),
-                    status: s.into(),
-                    reason: Some("KubeletReady".into()),
-                    ..Default::default()
-                }]
-            }),
-            ..Default::default()
-        }),
-    }
-}
 
 fn instance(name: &str, addrs: Vec<NodeAddress>) -> ScriptedInstance {
     ScriptedInstance {
@@ -132,7 +101,7 @@ async fn kubelet_registered_node_is_initialised_like_upstream() {
     );
 
     let nodes: Api<Node> = Api::all(client.clone());
-    let mut n = kubelet_node("node-a", "10.0.0.5", Some("True"));
+    let mut n = kubelet_node("node-a", "10.0.0.5", "True");
     n.metadata.labels = Some([("team".to_string(), "kubelet".to_string())].into());
     nodes.create(&PostParams::default(), &n).await.unwrap();
 
@@ -196,7 +165,7 @@ async fn provided_ip_case(
     );
     std::mem::forget(ctl); // stops with the control plane at the end of the test
     let nodes: Api<Node> = Api::all(client.clone());
-    let mut n = kubelet_node("node-p", "10.0.0.6", Some("True"));
+    let mut n = kubelet_node("node-p", "10.0.0.6", "True");
     n.metadata.annotations =
         Some([(names::ANNOTATION_PROVIDED_NODE_IP.to_string(), annotation.to_string())].into());
     nodes.create(&PostParams::default(), &n).await.unwrap();
@@ -288,10 +257,7 @@ async fn instance_not_found_yet_is_retried_with_growing_delay_then_initialised()
         node::start,
     );
     let nodes: Api<Node> = Api::all(client.clone());
-    nodes
-        .create(&PostParams::default(), &kubelet_node("late", "10.0.0.8", Some("True")))
-        .await
-        .unwrap();
+    nodes.create(&PostParams::default(), &kubelet_node("late", "10.0.0.8", "True")).await.unwrap();
 
     tokio::time::sleep(Duration::from_secs(4)).await;
     let lookups = instances.calls.metadata.load(Ordering::SeqCst);
@@ -326,7 +292,7 @@ async fn lifecycle_deletes_gone_taints_shutdown_and_never_deletes_on_cloud_error
     );
     let nodes: Api<Node> = Api::all(client.clone());
     for (name, ip) in [("gone", "10.0.1.1"), ("stopped", "10.0.1.2"), ("running", "10.0.1.3")] {
-        nodes.create(&PostParams::default(), &kubelet_node(name, ip, Some("False"))).await.unwrap();
+        nodes.create(&PostParams::default(), &kubelet_node(name, ip, "False")).await.unwrap();
     }
     tokio::time::sleep(Duration::from_secs(3)).await;
     let passes = instances.calls.status_batches.load(Ordering::SeqCst);
@@ -405,7 +371,7 @@ async fn thousand_nodes_join_at_once_with_few_cloud_calls() {
                 let n = kubelet_node(
                     &format!("scale-{i}"),
                     &format!("10.1.{}.{}", i / 250, i % 250),
-                    Some("True"),
+                    "True",
                 );
                 nodes.create(&PostParams::default(), &n).await.unwrap();
             }
@@ -449,7 +415,7 @@ async fn addresses_of_initialised_nodes_are_refreshed_in_batches() {
     let nodes: Api<Node> = Api::all(client.clone());
     for name in ["refresh-a", "refresh-b"] {
         nodes
-            .create(&PostParams::default(), &kubelet_node(name, "10.0.2.1", Some("True")))
+            .create(&PostParams::default(), &kubelet_node(name, "10.0.2.1", "True"))
             .await
             .unwrap();
         initialised(&nodes, name).await;

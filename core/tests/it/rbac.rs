@@ -10,8 +10,9 @@ use ccm_core::cloud::InstanceMetadata;
 use ccm_core::controllers::{ControllerConfig, node, node_lifecycle};
 use ccm_core::names;
 use ccm_core::testing::{ScriptedInstance, TestCloud, TestInstances};
+use ccm_testbed::fixtures::kubelet_node;
 use ccm_testbed::{ControlPlane, Identity};
-use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeSpec, NodeStatus, Taint};
+use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, RoleRef, Subject};
 use kube::Api;
 use kube::api::{ObjectMeta, PostParams};
@@ -20,29 +21,6 @@ use crate::support::run;
 
 const CHART_ROLE: &str =
     include_str!("../../../charts/cloud-controller-manager/templates/clusterrole.yaml");
-
-fn node_named(name: &str, ready: &str) -> Node {
-    Node {
-        metadata: ObjectMeta { name: Some(name.into()), ..Default::default() },
-        spec: Some(NodeSpec {
-            taints: Some(vec![Taint {
-                key: names::TAINT_UNINITIALIZED.into(),
-                value: Some("true".into()),
-                effect: "NoSchedule".into(),
-                time_added: None,
-            }]),
-            ..Default::default()
-        }),
-        status: Some(NodeStatus {
-            conditions: Some(vec![NodeCondition {
-                type_: "Ready".into(),
-                status: ready.into(),
-                ..Default::default()
-            }]),
-            ..Default::default()
-        }),
-    }
-}
 
 #[tokio::test]
 async fn node_controllers_work_under_the_chart_cluster_role() {
@@ -92,8 +70,14 @@ async fn node_controllers_work_under_the_chart_cluster_role() {
     let _lifecycle = run(&ccm, cloud, config, node_lifecycle::start);
 
     let nodes: Api<Node> = Api::all(admin.clone());
-    nodes.create(&PostParams::default(), &node_named("rbac-live", "True")).await.unwrap();
-    nodes.create(&PostParams::default(), &node_named("rbac-gone", "False")).await.unwrap();
+    nodes
+        .create(&PostParams::default(), &kubelet_node("rbac-live", "10.9.0.1", "True"))
+        .await
+        .unwrap();
+    nodes
+        .create(&PostParams::default(), &kubelet_node("rbac-gone", "10.9.0.2", "False"))
+        .await
+        .unwrap();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     loop {
         let live = nodes.get("rbac-live").await.unwrap();
