@@ -25,6 +25,7 @@ use crate::cloud::CloudProvider;
 use crate::names::controllers as names;
 
 pub mod backoff;
+pub mod events;
 pub mod node;
 pub mod node_ipam;
 pub mod node_lifecycle;

@@ -29,7 +29,7 @@ use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::runtime::controller::{Action, Config as ControllerRuntimeConfig, Controller};
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::events::{EventType, Recorder, Reporter};
 use kube::runtime::reflector::Store;
 use kube::runtime::watcher;
 use kube::{Api, Resource, ResourceExt};
@@ -313,16 +313,7 @@ async fn patch_addresses(
 }
 
 async fn publish(ctx: &Ctx, node: &Node, type_: EventType, reason: &str, note: String) {
-    let ev = Event {
-        type_,
-        reason: reason.into(),
-        note: Some(note),
-        action: "InitializeNode".into(),
-        secondary: None,
-    };
-    if let Err(e) = ctx.recorder.publish(&ev, &node.object_ref(&())).await {
-        tracing::warn!(node = ?node.metadata.name, reason, error = %e, "failed to record event");
-    }
+    super::events::publish(&ctx.recorder, node, type_, reason, "InitializeNode", note).await;
 }
 
 /// Every `period`, refreshes the addresses of initialised nodes in batch calls (upstream's

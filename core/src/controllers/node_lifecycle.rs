@@ -21,10 +21,10 @@ use std::time::Duration;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Taint};
 use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::events::{EventType, Recorder, Reporter};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Api, Resource, ResourceExt};
+use kube::{Api, ResourceExt};
 
 use super::node_util;
 use super::{ControllerContext, StartError, Started};
@@ -219,14 +219,5 @@ async fn set_shutdown_taint(nodes: &Api<Node>, node: &Node, present: bool) {
 }
 
 async fn publish(recorder: &Recorder, node: &Node, type_: EventType, reason: &str, note: String) {
-    let ev = Event {
-        type_,
-        reason: reason.into(),
-        note: Some(note),
-        action: "MonitorNode".into(),
-        secondary: None,
-    };
-    if let Err(e) = recorder.publish(&ev, &node.object_ref(&())).await {
-        tracing::warn!(node = ?node.metadata.name, reason, error = %e, "failed to record event");
-    }
+    super::events::publish(recorder, node, type_, reason, "MonitorNode", note).await;
 }

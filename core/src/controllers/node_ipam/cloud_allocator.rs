@@ -12,9 +12,8 @@ use std::time::Duration;
 use ipnet::IpNet;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::Resource;
 use kube::api::{Api, Patch, PatchParams};
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::events::{EventType, Recorder, Reporter};
 use serde_json::json;
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio_util::sync::CancellationToken;
@@ -137,16 +136,16 @@ impl CloudAllocator {
 
     async fn event(&self, recorder: &Recorder, node: &Node, status: &str) {
         let name = node.metadata.name.as_deref().unwrap_or_default();
-        let ev = Event {
-            type_: EventType::Normal,
-            reason: status.into(),
-            note: Some(format!("Node {name} status is now: {status}")),
-            action: "AllocateCIDR".into(),
-            secondary: None,
-        };
-        if let Err(e) = recorder.publish(&ev, &node.object_ref(&())).await {
-            tracing::warn!(error = %e, "failed to record event");
-        }
+        let note = format!("Node {name} status is now: {status}");
+        crate::controllers::events::publish(
+            recorder,
+            node,
+            EventType::Normal,
+            status,
+            "AllocateCIDR",
+            note,
+        )
+        .await;
     }
 
     async fn sync(

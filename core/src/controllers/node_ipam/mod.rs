@@ -33,9 +33,8 @@ use std::time::Duration;
 
 use ipnet::IpNet;
 use k8s_openapi::api::core::v1::Node;
-use kube::Resource;
 use kube::api::{Api, Patch, PatchParams};
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::events::{EventType, Recorder, Reporter};
 use kube::runtime::watcher;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -487,16 +486,16 @@ impl RangeAllocator {
     }
 
     async fn node_event(&self, node: &Node, status: &str) {
-        let ev = Event {
-            type_: EventType::Normal,
-            reason: status.into(),
-            note: Some(format!("Node {} status is now: {status}", name_of(node))),
-            action: "AllocateCIDR".into(),
-            secondary: None,
-        };
-        if let Err(e) = self.recorder.publish(&ev, &node.object_ref(&())).await {
-            tracing::warn!(error = %e, "failed to record event");
-        }
+        let note = format!("Node {} status is now: {status}", name_of(node));
+        crate::controllers::events::publish(
+            &self.recorder,
+            node,
+            EventType::Normal,
+            status,
+            "AllocateCIDR",
+            note,
+        )
+        .await;
     }
 }
 

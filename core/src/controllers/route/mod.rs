@@ -29,9 +29,8 @@ use futures::StreamExt;
 use ipnet::IpNet;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::Resource;
 use kube::api::{Api, Patch, PatchParams};
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::events::{EventType, Recorder, Reporter};
 use kube::runtime::watcher;
 use prometheus_client::metrics::counter::Counter;
 use serde_json::json;
@@ -283,16 +282,16 @@ impl RouteController {
     }
 
     async fn event(&self, node: &Node, note: String) {
-        let ev = Event {
-            type_: EventType::Warning,
-            reason: reasons::FAILED_TO_CREATE_ROUTE.into(),
-            note: Some(note),
-            action: "CreateRoute".into(),
-            secondary: None,
-        };
-        if let Err(e) = self.recorder.publish(&ev, &node.object_ref(&())).await {
-            tracing::warn!(error = %e, "failed to record event");
-        }
+        let reason = reasons::FAILED_TO_CREATE_ROUTE;
+        crate::controllers::events::publish(
+            &self.recorder,
+            node,
+            EventType::Warning,
+            reason,
+            "CreateRoute",
+            note,
+        )
+        .await;
     }
 }
 

@@ -54,9 +54,8 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{LoadBalancerIngress, LoadBalancerStatus, Node, Service};
-use kube::Resource;
 use kube::api::{Api, Patch, PatchParams};
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::events::{EventType, Recorder, Reporter};
 use kube::runtime::watcher;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
@@ -353,16 +352,7 @@ impl Controller {
         action: &str,
         note: String,
     ) {
-        let ev = Event {
-            type_,
-            reason: reason.into(),
-            note: Some(note),
-            action: action.into(),
-            secondary: None,
-        };
-        if let Err(e) = self.recorder.publish(&ev, &svc.object_ref(&())).await {
-            tracing::warn!(service = %informer::key_of(svc), reason, error = %e, "failed to record event");
-        }
+        crate::controllers::events::publish(&self.recorder, svc, type_, reason, action, note).await;
     }
 
     fn api(&self, svc: &Service) -> Api<Service> {
