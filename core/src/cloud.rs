@@ -67,6 +67,10 @@ pub trait CloudProvider: Send + Sync + 'static {
     fn node_cidrs(&self) -> Option<Arc<dyn NodeCidrs>> {
         None
     }
+
+    /// Registers the provider's own metrics (e.g. cloud API call counters) in the manager's
+    /// registry, served on `/metrics` next to the controllers' metrics. Called once at start.
+    fn register_metrics(&self, _registry: &mut prometheus_client::registry::Registry) {}
 }
 
 /// What the cloud knows about the instance behind a Node.

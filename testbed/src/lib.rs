@@ -19,6 +19,7 @@
 //! done automatically by [`LogGuard`] on panic) or when a server died on its own.
 
 pub mod fixtures;
+pub mod moto;
 pub mod pki;
 pub mod tools;
 pub mod vcsim;

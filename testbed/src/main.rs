@@ -2,8 +2,9 @@
 //! Ctrl-C (or SIGTERM), printing how to reach it.
 //!
 //! Without arguments the testbed is a real etcd + kube-apiserver on loopback. With a provider
-//! (`ccm-testbed vsphere`) it also runs that cloud's emulator and our cloud-controller-manager
-//! against it, registers Nodes as kubelets would and prints them once initialised.
+//! (`ccm-testbed vsphere`, `ccm-testbed aws`) it also runs that cloud's emulator and our
+//! cloud-controller-manager against it, registers Nodes as kubelets would and prints them once
+//! initialised (for AWS also a LoadBalancer Service and its load-balancer hostname).
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -16,7 +17,8 @@ use clap::Parser;
 #[derive(Debug, Parser)]
 #[command(name = "ccm-testbed", version)]
 struct Args {
-    /// Also run this cloud's emulator and cloud-controller-manager (`vsphere`: vcsim).
+    /// Also run this cloud's emulator and cloud-controller-manager (`vsphere`: vcsim; `aws`:
+    /// moto).
     provider: Option<Provider>,
     /// Where to write the admin kubeconfig.
     #[arg(long, env = "CCM_TESTBED_KUBECONFIG", default_value_os_t = default_kubeconfig())]
@@ -31,6 +33,8 @@ struct Args {
 enum Provider {
     /// govmomi's vCenter simulator (`ccm-vcsim`) and `cloud-controller-manager-vsphere`.
     Vsphere,
+    /// moto (EC2, ELB, ELBv2) and `cloud-controller-manager-aws` (needs the `aws` feature).
+    Aws,
 }
 
 fn default_kubeconfig() -> PathBuf {
@@ -69,14 +73,21 @@ async fn main() -> anyhow::Result<()> {
         args.kubeconfig.display()
     );
     // Held until Ctrl-C: dropping them stops the manager and the simulator.
-    let cloud = match args.provider {
+    let cloud: Option<Box<dyn std::any::Any>> = match args.provider {
         None => None,
         Some(Provider::Vsphere) => {
             let ccm = args.ccm.as_deref().context(
                 "`ccm-testbed vsphere` needs --ccm <cloud-controller-manager-vsphere> (ci/demo vsphere builds it)",
             )?;
             let dir = args.kubeconfig.parent().unwrap_or(Path::new(".")).join("vsphere");
-            Some(vsphere(&cp, ccm, &dir).await?)
+            Some(Box::new(vsphere(&cp, ccm, &dir).await?))
+        }
+        Some(Provider::Aws) => {
+            let ccm = args.ccm.as_deref().context(
+                "`ccm-testbed aws` needs --ccm <cloud-controller-manager-aws> (ci/demo aws builds it)",
+            )?;
+            let dir = args.kubeconfig.parent().unwrap_or(Path::new(".")).join("aws");
+            Some(aws_demo(&cp, ccm, &dir).await?)
         }
     };
     println!("press Ctrl-C to stop");
@@ -104,10 +115,6 @@ struct VsphereDemo {
 /// the datacenter), `cloud-controller-manager-vsphere` against it, and the two kubelet-style
 /// Nodes; prints the Nodes once initialised.
 async fn vsphere(cp: &ControlPlane, ccm: &Path, dir: &Path) -> anyhow::Result<VsphereDemo> {
-    use ccm_core::names;
-    use k8s_openapi::api::core::v1::Node;
-    use kube::api::PostParams;
-
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     // The simulator fixture panics on failure (it is a test fixture); run it off the runtime.
     let vcsim = tokio::task::spawn_blocking(|| {
@@ -131,22 +138,8 @@ async fn vsphere(cp: &ControlPlane, ccm: &Path, dir: &Path) -> anyhow::Result<Vs
         ),
     )
     .with_context(|| format!("writing {}", config.display()))?;
-    let kubeconfig = dir.join("ccm.kubeconfig");
-    cp.write_kubeconfig(&kubeconfig, &ccm_testbed::Identity::admin())
-        .context("writing the manager's kubeconfig")?;
     let log = dir.join("cloud-controller-manager.log");
-    let child = tokio::process::Command::new(ccm)
-        .arg("--cloud-provider=vsphere")
-        .arg(format!("--cloud-config={}", config.display()))
-        .arg(format!("--kubeconfig={}", kubeconfig.display()))
-        .args(["--leader-elect=false", "--secure-port=0", "--webhook-secure-port=0"])
-        .args(["--controllers=*", "--node-monitor-period=5s"])
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?)
-        .kill_on_drop(true)
-        .spawn()
-        .with_context(|| format!("starting {}", ccm.display()))?;
+    let child = spawn_ccm(cp, ccm, "vsphere", &config, dir, &log, &[])?;
     println!(
         "vcsim:      https://127.0.0.1:{}/sdk (cloud config {})",
         vcsim.port,
@@ -154,16 +147,32 @@ async fn vsphere(cp: &ControlPlane, ccm: &Path, dir: &Path) -> anyhow::Result<Vs
     );
     println!("ccm log:    {}", log.display());
 
+    let nodes = [("node-a", "10.0.0.10"), ("node-b", "10.0.1.10")];
+    register_and_print_nodes(cp, &nodes, &log).await?;
+    Ok(VsphereDemo { _vcsim: vcsim, _ccm: child })
+}
+
+/// Registers kubelet-style Nodes `(name, InternalIP)`, waits until the manager initialised
+/// them and prints providerID, topology labels and addresses of each.
+async fn register_and_print_nodes(
+    cp: &ControlPlane,
+    to_register: &[(&str, &str)],
+    log: &Path,
+) -> anyhow::Result<()> {
+    use ccm_core::names;
+    use k8s_openapi::api::core::v1::Node;
+    use kube::api::PostParams;
+
     let client = cp.admin_client().await.context("admin client")?;
     let nodes: kube::Api<Node> = kube::Api::all(client);
-    for (name, ip) in [("node-a", "10.0.0.10"), ("node-b", "10.0.1.10")] {
+    for (name, ip) in to_register {
         let node = ccm_testbed::fixtures::kubelet_node(name, ip, "True");
         nodes
             .create(&PostParams::default(), &node)
             .await
             .with_context(|| format!("registering node {name}"))?;
     }
-    for name in ["node-a", "node-b"] {
+    for (name, _) in to_register {
         let started = tokio::time::Instant::now();
         let node = loop {
             let node = nodes.get(name).await.with_context(|| format!("reading node {name}"))?;
@@ -200,5 +209,150 @@ async fn vsphere(cp: &ControlPlane, ccm: &Path, dir: &Path) -> anyhow::Result<Vs
             addresses.join(",")
         );
     }
-    Ok(VsphereDemo { _vcsim: vcsim, _ccm: child })
+    Ok(())
+}
+
+/// Starts a cloud-controller-manager binary with the admin kubeconfig, all controllers and
+/// no serving; its stderr goes to `log`.
+fn spawn_ccm(
+    cp: &ControlPlane,
+    ccm: &Path,
+    provider: &str,
+    config: &Path,
+    dir: &Path,
+    log: &Path,
+    envs: &[(&str, &str)],
+) -> anyhow::Result<tokio::process::Child> {
+    let kubeconfig = dir.join("ccm.kubeconfig");
+    cp.write_kubeconfig(&kubeconfig, &ccm_testbed::Identity::admin())
+        .context("writing the manager's kubeconfig")?;
+    tokio::process::Command::new(ccm)
+        .arg(format!("--cloud-provider={provider}"))
+        .arg(format!("--cloud-config={}", config.display()))
+        .arg(format!("--kubeconfig={}", kubeconfig.display()))
+        .args(["--leader-elect=false", "--secure-port=0", "--webhook-secure-port=0"])
+        .args(["--controllers=*", "--node-monitor-period=5s"])
+        // No pod-CIDR routes in the demo (no --cluster-cidr), as in upstream's manifests.
+        .arg("--configure-cloud-routes=false")
+        .envs(envs.iter().copied())
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(log).with_context(|| format!("creating {}", log.display()))?)
+        .kill_on_drop(true)
+        .spawn()
+        .with_context(|| format!("starting {}", ccm.display()))
+}
+
+#[cfg(not(feature = "aws"))]
+async fn aws_demo(
+    _cp: &ControlPlane,
+    _ccm: &Path,
+    _dir: &Path,
+) -> anyhow::Result<Box<dyn std::any::Any>> {
+    anyhow::bail!("this ccm-testbed was built without the `aws` feature: run `ci/demo aws`")
+}
+
+/// moto with a tagged VPC, a node security group and three EC2 instances in two zones,
+/// `cloud-controller-manager-aws` against it, the three Nodes registered by private DNS name
+/// (as kubelets on AWS name themselves), and a LoadBalancer Service; prints the initialised
+/// Nodes and the Service's load-balancer hostname.
+#[cfg(feature = "aws")]
+async fn aws_demo(
+    cp: &ControlPlane,
+    ccm: &Path,
+    dir: &Path,
+) -> anyhow::Result<Box<dyn std::any::Any>> {
+    use ccm_provider_aws::testing::{self, aws_sdk_ec2::types::ResourceType};
+    use k8s_openapi::api::core::v1::Service;
+    use kube::api::PostParams;
+
+    const CLUSTER: &str = "demo";
+    let err = |what: &'static str| move |e: testing::Error| anyhow::anyhow!("{what}: {e}");
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let moto = ccm_testbed::moto::Moto::start()
+        .await
+        .context("starting moto (ci/install-tools installs it)")?;
+    let ec2 = testing::ec2(&moto.url).await;
+    let net = testing::network(&ec2, CLUSTER).await.map_err(err("creating the VPC"))?;
+    let sg = ec2
+        .create_security_group()
+        .group_name("demo-nodes")
+        .description("demo nodes")
+        .vpc_id(&net.vpc)
+        .tag_specifications(testing::tags_for(
+            ResourceType::SecurityGroup,
+            vec![testing::tag(&format!("kubernetes.io/cluster/{CLUSTER}"), "owned")],
+        ))
+        .send()
+        .await
+        .context("creating the node security group")?;
+    let sg = sg.group_id().context("CreateSecurityGroup returned no ID")?.to_string();
+    let mut instances = Vec::new();
+    for (subnet, count) in [(&net.subnets[0].0, 2), (&net.subnets[1].0, 1)] {
+        instances.extend(
+            testing::run_instances(&ec2, subnet, CLUSTER, count, Some(&sg))
+                .await
+                .map_err(err("running instances"))?,
+        );
+    }
+    let config = dir.join("aws.conf");
+    std::fs::write(&config, testing::cloud_config(&moto.url, CLUSTER, ""))
+        .with_context(|| format!("writing {}", config.display()))?;
+    let log = dir.join("cloud-controller-manager.log");
+    let child = spawn_ccm(
+        cp,
+        ccm,
+        "aws",
+        &config,
+        dir,
+        &log,
+        &[
+            ("AWS_ACCESS_KEY_ID", "testing"),
+            ("AWS_SECRET_ACCESS_KEY", "testing"),
+            ("AWS_EC2_METADATA_DISABLED", "true"),
+        ],
+    )?;
+    println!("moto:       {} (cloud config {})", moto.url, config.display());
+    println!("ccm log:    {}", log.display());
+
+    let names: Vec<(String, String)> = instances
+        .iter()
+        .filter_map(|i| {
+            Some((i.private_dns_name()?.to_string(), i.private_ip_address()?.to_string()))
+        })
+        .collect();
+    let refs: Vec<(&str, &str)> = names.iter().map(|(n, i)| (n.as_str(), i.as_str())).collect();
+    register_and_print_nodes(cp, &refs, &log).await?;
+
+    let client = cp.admin_client().await.context("admin client")?;
+    let services: kube::Api<Service> = kube::Api::namespaced(client, "default");
+    let svc: Service = serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": "web"},
+        "spec": {"type": "LoadBalancer", "selector": {"app": "web"},
+                 "ports": [{"name": "http", "port": 80, "targetPort": 8080, "protocol": "TCP"}]}
+    }))
+    .context("building the demo Service")?;
+    services.create(&PostParams::default(), &svc).await.context("creating Service default/web")?;
+    let started = tokio::time::Instant::now();
+    let hostname = loop {
+        let s = services.get("web").await.context("reading Service default/web")?;
+        let host = s
+            .status
+            .and_then(|s| s.load_balancer)
+            .and_then(|lb| lb.ingress)
+            .and_then(|i| i.into_iter().next())
+            .and_then(|i| i.hostname);
+        if let Some(h) = host {
+            break h;
+        }
+        anyhow::ensure!(
+            started.elapsed() < Duration::from_secs(120),
+            "Service default/web got no load balancer in 2 minutes; see {}",
+            log.display()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    println!("service default/web: type=LoadBalancer hostname={hostname}");
+    Ok(Box::new((moto, child)))
 }

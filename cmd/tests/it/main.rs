@@ -1,10 +1,18 @@
 //! End-to-end tests of the `cloud-controller-manager-<cloud>` binaries: the real binary as a
-//! process, against a real kube-apiserver (`ccm_testbed::ControlPlane`) and, for vSphere,
-//! govmomi's vCenter simulator (`ccm_testbed::vcsim`).
+//! process, against a real kube-apiserver (`ccm_testbed::ControlPlane`) and the cloud's
+//! emulator (vSphere: `ccm_testbed::vcsim`; AWS: `ccm_testbed::moto`).
+//!
+//! Each provider's module builds with its feature (`--features provider-vsphere`,
+//! `--features provider-aws,testing`); CI enables all of them.
 //!
 //! Every test starts its own control plane: the node lifecycle controller acts on every Node
 //! in the cluster (it deletes Nodes), so tests sharing one would act on each other's nodes.
 // Test helpers panic on failure by design.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[cfg(all(feature = "provider-aws", feature = "testing"))]
+mod aws;
+#[cfg(any(all(feature = "provider-aws", feature = "testing"), feature = "provider-vsphere"))]
+mod support;
+#[cfg(feature = "provider-vsphere")]
 mod vsphere;

@@ -2,179 +2,27 @@
 //! initialised Nodes; power-off, destroy and a vCenter outage as the lifecycle controller
 //! sees them; two vCenters in one config; start-up failures.
 
-use std::future::Future;
-use std::path::{Path, PathBuf};
-use std::process::Stdio;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use ccm_core::names;
-use ccm_testbed::fixtures::kubelet_node;
 use ccm_testbed::vcsim::Vcsim;
-use ccm_testbed::{ControlPlane, Identity};
-use k8s_openapi::api::core::v1::Node;
-use kube::api::PostParams;
-use kube::{Api, Client};
-use tokio::process::{Child, Command};
 
-const BIN: &str = env!("CARGO_BIN_EXE_cloud-controller-manager-vsphere");
+use crate::support::{
+    Binary, Env, addresses, has_taint, initialised, label, pairs, provider_id, register, wait_for,
+};
+
+const BIN: Binary = Binary {
+    path: env!("CARGO_BIN_EXE_cloud-controller-manager-vsphere"),
+    provider: "vsphere",
+    clear_prefixes: &["VSPHERE_"],
+    env: &[],
+};
 
 /// The tag categories the configs below map to zone and region.
 const LABELS: &str = "labels:\n  zone: k8s-zone\n  region: k8s-region\n";
 
 /// The lifecycle controller's log line for a node whose instance could not be checked.
 const CHECK_ERROR: &str = "error checking if node exists";
-
-/// A running `cloud-controller-manager-vsphere` with its stderr in a file; killed on drop.
-struct Ccm {
-    _child: Child,
-    log: PathBuf,
-}
-
-impl Ccm {
-    fn logs(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    /// Waits until `needle` occurs at least `count` times in the log.
-    async fn wait_for_log(&self, needle: &str, count: usize) {
-        wait_for(&format!("{count} × {needle:?} in the manager log"), || async {
-            (self.logs().matches(needle).count() >= count).then_some(())
-        })
-        .await;
-    }
-}
-
-/// Everything one test needs: a control plane, an admin client, a scratch directory (the
-/// cloud config and the manager log), removed when the test passes and kept when it fails.
-struct Env {
-    cp: ControlPlane,
-    client: Client,
-    dir: PathBuf,
-}
-
-impl Env {
-    async fn start() -> Env {
-        let cp = ControlPlane::start().await.expect("control plane starts");
-        let client = cp.admin_client().await.expect("admin client");
-        let dir =
-            std::env::temp_dir().join("ccm-vsphere-e2e").join(ccm_testbed::unique_name("test"));
-        std::fs::create_dir_all(&dir).unwrap();
-        Env { cp, client, dir }
-    }
-
-    fn nodes(&self) -> Api<Node> {
-        Api::all(self.client.clone())
-    }
-
-    /// Starts the manager with this cloud config, the admin kubeconfig and a 1 s node monitor
-    /// period; no leader election, no serving.
-    fn spawn_ccm(&self, cloud_config: &str) -> Ccm {
-        let config = self.dir.join("vsphere.yaml");
-        std::fs::write(&config, cloud_config).unwrap();
-        let kubeconfig = self.dir.join("admin.kubeconfig");
-        self.cp.write_kubeconfig(&kubeconfig, &Identity::admin()).unwrap();
-        let log = self.dir.join("ccm.log");
-        let child = ccm_command(&[
-            "--cloud-provider=vsphere".into(),
-            format!("--cloud-config={}", config.display()),
-            format!("--kubeconfig={}", kubeconfig.display()),
-            "--leader-elect=false".into(),
-            "--secure-port=0".into(),
-            "--webhook-secure-port=0".into(),
-            "--controllers=*".into(),
-            "--node-monitor-period=1s".into(),
-        ])
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .expect("starting cloud-controller-manager-vsphere");
-        Ccm { _child: child, log }
-    }
-}
-
-impl Drop for Env {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            eprintln!("manager config and log kept in {}", self.dir.display());
-        } else {
-            let _ = std::fs::remove_dir_all(&self.dir);
-        }
-    }
-}
-
-/// The binary with a clean environment: no `VSPHERE_*` credentials leak in from the caller.
-fn ccm_command(args: &[String]) -> Command {
-    let mut cmd = Command::new(BIN);
-    for (k, _) in std::env::vars_os() {
-        if k.to_string_lossy().starts_with("VSPHERE_") {
-            cmd.env_remove(k);
-        }
-    }
-    cmd.env_remove("SKIP_NODE_DELETION")
-        .env("RUST_LOG", "info")
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .kill_on_drop(true);
-    cmd
-}
-
-/// Polls until `f` returns `Some`, with a generous deadline (a failure, not a timing claim).
-async fn wait_for<T, F, Fut>(what: &str, mut f: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let deadline = Duration::from_secs(90);
-    let start = Instant::now();
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        assert!(start.elapsed() < deadline, "timed out after {deadline:?} waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-/// Registers a kubelet-style Node.
-async fn register(nodes: &Api<Node>, name: &str, ip: &str, ready: &str) {
-    nodes.create(&PostParams::default(), &kubelet_node(name, ip, ready)).await.unwrap();
-}
-
-fn has_taint(n: &Node, key: &str) -> bool {
-    n.spec
-        .as_ref()
-        .and_then(|s| s.taints.as_ref())
-        .is_some_and(|ts| ts.iter().any(|t| t.key == key))
-}
-
-fn provider_id(n: &Node) -> Option<&str> {
-    n.spec.as_ref()?.provider_id.as_deref()
-}
-
-fn label<'a>(n: &'a Node, key: &str) -> Option<&'a str> {
-    n.metadata.labels.as_ref()?.get(key).map(String::as_str)
-}
-
-fn addresses(n: &Node) -> Vec<(String, String)> {
-    n.status
-        .as_ref()
-        .and_then(|s| s.addresses.as_ref())
-        .map(|a| a.iter().map(|a| (a.type_.clone(), a.address.clone())).collect())
-        .unwrap_or_default()
-}
-
-fn pairs(v: &[(&str, &str)]) -> Vec<(String, String)> {
-    v.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect()
-}
-
-/// Waits until the node has lost the uninitialized taint.
-async fn initialised(nodes: &Api<Node>, name: &str) -> Node {
-    wait_for(&format!("node {name} to be initialised"), || async {
-        let n = nodes.get(name).await.ok()?;
-        (!has_taint(&n, names::TAINT_UNINITIALIZED)).then_some(n)
-    })
-    .await
-}
 
 fn one_vcenter(sim: &Vcsim) -> String {
     format!(
@@ -193,9 +41,9 @@ async fn vcsim_vms_become_nodes_with_provider_id_addresses_and_zone_labels() {
     sim.tag("k8s-region", "region-1", "DC0");
     sim.tag("k8s-zone", "zone-host", "DC0_H0");
     sim.tag("k8s-zone", "zone-cluster", "DC0_C0");
-    let env = Env::start().await;
+    let env = Env::start(BIN).await;
     let _logs = env.cp.log_guard();
-    let ccm = env.spawn_ccm(&one_vcenter(&sim));
+    let ccm = env.spawn_ccm(&one_vcenter(&sim), &[]);
     let nodes = env.nodes();
 
     let start = Instant::now();
@@ -238,9 +86,9 @@ async fn power_off_taints_destroy_deletes_and_a_vcenter_outage_deletes_nothing()
     sim.tag("k8s-region", "region-1", "DC0");
     sim.tag("k8s-zone", "zone-a", "DC0_H0");
     sim.tag("k8s-zone", "zone-b", "DC0_C0");
-    let env = Env::start().await;
+    let env = Env::start(BIN).await;
     let _logs = env.cp.log_guard();
-    let ccm = env.spawn_ccm(&one_vcenter(&sim));
+    let ccm = env.spawn_ccm(&one_vcenter(&sim), &[]);
     let nodes = env.nodes();
     // The kubelets have stopped posting Ready: the lifecycle controller checks these nodes.
     for (name, ip) in
@@ -319,7 +167,7 @@ async fn two_vcenters_in_one_config_both_serve_nodes() {
     a.tag("k8s-zone", "zone-a", "DC0_H0");
     b.tag("k8s-region", "region-b", "DC0");
     b.tag("k8s-zone", "zone-b", "DC0_C0");
-    let env = Env::start().await;
+    let env = Env::start(BIN).await;
     let _logs = env.cp.log_guard();
     // Credentials per vCenter as files in secretsDirectory (`<vc>.username`/`<vc>.password`).
     let secrets = env.dir.join("secrets");
@@ -334,7 +182,7 @@ async fn two_vcenters_in_one_config_both_serve_nodes() {
         a.vcenter_yaml("vc-a"),
         b.vcenter_yaml("vc-b")
     );
-    let _ccm = env.spawn_ccm(&config);
+    let _ccm = env.spawn_ccm(&config, &[]);
     let nodes = env.nodes();
     register(&nodes, "node-in-a", "10.1.0.1", "True").await;
     register(&nodes, "node-in-b", "10.2.0.1", "True").await;
@@ -351,34 +199,12 @@ async fn two_vcenters_in_one_config_both_serve_nodes() {
     }
 }
 
-/// Runs the binary with this cloud config until it exits: (exit code, stderr).
-async fn run_to_exit(dir: &Path, cloud_config: &str) -> (Option<i32>, String) {
-    let config = dir.join("vsphere.conf");
-    std::fs::write(&config, cloud_config).unwrap();
-    let child = ccm_command(&[
-        "--cloud-provider=vsphere".into(),
-        format!("--cloud-config={}", config.display()),
-        format!("--kubeconfig={}", dir.join("no-such.kubeconfig").display()),
-        "--leader-elect=false".into(),
-        "--secure-port=0".into(),
-        "--webhook-secure-port=0".into(),
-    ])
-    .stderr(Stdio::piped())
-    .spawn()
-    .unwrap();
-    let out = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output())
-        .await
-        .expect("the manager exits at start")
-        .unwrap();
-    (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
-}
-
 #[tokio::test]
 async fn bad_config_and_missing_credentials_fail_at_start_with_a_clear_message() {
     let dir = tempfile::tempdir().unwrap();
 
     // Not YAML (a mis-indented key): the message names the format and the line.
-    let (code, stderr) = run_to_exit(dir.path(), "global:\n  user: u\n password: p\n").await;
+    let (code, stderr) = BIN.run_to_exit(dir.path(), "global:\n  user: u\n password: p\n").await;
     assert_eq!(code, Some(1), "{stderr}");
     assert!(stderr.contains("error: cloud provider could not be initialized"), "{stderr}");
     assert!(
@@ -387,7 +213,7 @@ async fn bad_config_and_missing_credentials_fail_at_start_with_a_clear_message()
     );
 
     // A misspelt key (upstream's `insecureFlag`) is an error naming the key, not ignored.
-    let (code, stderr) = run_to_exit(
+    let (code, stderr) = BIN.run_to_exit(
         dir.path(),
         "global:\n  user: u\n  password: p\n  insecure: true\nvcenter:\n  vc1:\n    server: 127.0.0.1\n",
     )
@@ -396,21 +222,23 @@ async fn bad_config_and_missing_credentials_fail_at_start_with_a_clear_message()
     assert!(stderr.contains("YAML") && stderr.contains("insecure"), "{stderr}");
 
     // No credentials anywhere: the message says which vCenter and where they may come from.
-    let (code, stderr) = run_to_exit(
-        dir.path(),
-        "global:\n  insecureFlag: true\nvcenter:\n  vc1:\n    server: 127.0.0.1\n",
-    )
-    .await;
+    let (code, stderr) = BIN
+        .run_to_exit(
+            dir.path(),
+            "global:\n  insecureFlag: true\nvcenter:\n  vc1:\n    server: 127.0.0.1\n",
+        )
+        .await;
     assert_eq!(code, Some(1), "{stderr}");
     assert!(stderr.contains("no user name for vCenter vc1"), "{stderr}");
     assert!(stderr.contains("vc1.username") && stderr.contains("VSPHERE_USER"), "{stderr}");
 
     // A user but no password.
-    let (code, stderr) = run_to_exit(
-        dir.path(),
-        "global:\n  user: u\n  insecureFlag: true\nvcenter:\n  vc1:\n    server: 127.0.0.1\n",
-    )
-    .await;
+    let (code, stderr) = BIN
+        .run_to_exit(
+            dir.path(),
+            "global:\n  user: u\n  insecureFlag: true\nvcenter:\n  vc1:\n    server: 127.0.0.1\n",
+        )
+        .await;
     assert_eq!(code, Some(1), "{stderr}");
     assert!(stderr.contains("no password for vCenter vc1"), "{stderr}");
 }

@@ -441,6 +441,7 @@ pub async fn run(
 
     let registry = Arc::new(Mutex::new(Registry::default()));
     let metrics = Arc::new(ManagerMetrics::register(&registry));
+    cloud.register_metrics(&mut registry.lock().unwrap_or_else(|p| p.into_inner()));
     let health = serving::Health::default();
     let shutdown = CancellationToken::new();
     spawn_signal_handler(shutdown.clone());

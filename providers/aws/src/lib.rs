@@ -10,6 +10,7 @@
 //! | [`load_balancer`] | LoadBalancer: classic ELB and NLB, security groups, annotations |
 //! | [`routes`] | Routes: pod-CIDR routes in the cluster route table |
 //! | [`credential`] | ECR registry patterns, token decoding, cache duration (credential plugin) |
+//! | `testing` | (feature `testing`) moto fixtures: SDK clients, cloud config, VPC, instances |
 //!
 //! Upstream decisions kept or changed are listed in `providers/aws/README.md`.
 
@@ -24,6 +25,8 @@ pub mod instances;
 pub mod load_balancer;
 pub mod routes;
 pub mod tags;
+#[cfg(feature = "testing")]
+pub mod testing;
 
 pub use client::{ApiMetrics, AwsClients, LazyClients};
 pub use config::{CloudConfig, ConfigError};
@@ -128,5 +131,9 @@ impl CloudProvider for Cloud {
 
     fn routes(&self) -> Option<Arc<dyn Routes>> {
         Some(Arc::clone(&self.routes) as Arc<dyn Routes>)
+    }
+
+    fn register_metrics(&self, registry: &mut prometheus_client::registry::Registry) {
+        self.metrics().register(registry);
     }
 }

@@ -15,7 +15,7 @@ async fn the_plugin_answers_a_kubelet_request_for_a_private_registry() {
         "image": image,
     });
     let mut child = Command::new(env!("CARGO_BIN_EXE_ecr-credential-provider"))
-        .env("AWS_ENDPOINT_URL", &moto.url)
+        .env("AWS_ENDPOINT_URL", moto.url())
         .env("AWS_ACCESS_KEY_ID", "testing")
         .env("AWS_SECRET_ACCESS_KEY", "testing")
         .env("AWS_EC2_METADATA_DISABLED", "true")

@@ -1,9 +1,8 @@
 //! Integration tests for the AWS provider, against a local moto server.
 //!
-//! Each test starts its own `moto_server` (from `ci/install-tools`) on a free loopback port, so
-//! tests never see each other's resources. The server runs under a small `sh` supervisor that
-//! reads a pipe from the test process: when the test ends, panics, or the process is killed,
-//! the pipe closes and the supervisor stops moto.
+//! Each test starts its own `moto_server` (`ccm_testbed::moto`, installed by `ci/install-tools`)
+//! on a free loopback port, so tests never see each other's resources; moto never outlives
+//! the test process. The provider as the real binary runs it is tested in `cmd/tests/it/aws.rs`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 #[cfg(feature = "ecr-credential-provider")]

@@ -1,0 +1,186 @@
+//! A moto server per test (or per demo): `moto_server` (the AWS emulator from PyPI, installed
+//! in a virtualenv by `ci/install-tools`) on a free loopback port.
+//!
+//! The server runs under a small `sh` supervisor that reads a pipe from this process: when
+//! the test ends, panics, or the process is killed (SIGKILL included), the pipe closes and
+//! the supervisor stops moto. [`Moto`]'s `Drop` stops it too.
+//!
+//! Only the process lives here; fixtures that speak the AWS APIs (VPCs, instances) are in the
+//! AWS provider crate (`ccm_provider_aws::testing`), so this crate needs no AWS SDK.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// Kills moto when the pipe from this process closes; exits when moto exits.
+const SUPERVISOR: &str = r#"
+exec 3<&0
+"$1" -H 127.0.0.1 -p "$2" >"$3" 2>&1 </dev/null 3<&- & m=$!
+( read -r _line <&3; kill -TERM $m 2>/dev/null ) &
+exec 3<&-
+wait $m
+"#;
+
+/// Starting or talking to moto failed.
+#[derive(Debug, thiserror::Error)]
+pub enum MotoError {
+    /// `moto_server` is not installed.
+    #[error("moto_server is not installed at {0}: run ci/install-tools (or set CCM_MOTO_SERVER)")]
+    NotInstalled(PathBuf),
+    /// The installer could not be asked where moto is.
+    #[error("running {path}: {source}")]
+    Installer {
+        /// The installer script.
+        path: PathBuf,
+        /// Why it failed.
+        source: std::io::Error,
+    },
+    /// Spawning the server or talking to it failed.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being done.
+        what: &'static str,
+        /// Why it failed.
+        source: std::io::Error,
+    },
+    /// The server did not answer; its log is included.
+    #[error("moto_server did not come up on port {port}; log:\n{log}")]
+    NotReady {
+        /// The port it was started on.
+        port: u16,
+        /// The server's output.
+        log: String,
+    },
+    /// A control request (`/moto-api/...`) was refused.
+    #[error("moto control request {path} failed: {response}")]
+    Control {
+        /// The request path.
+        path: String,
+        /// The raw answer.
+        response: String,
+    },
+}
+
+fn io(what: &'static str) -> impl FnOnce(std::io::Error) -> MotoError {
+    move |source| MotoError::Io { what, source }
+}
+
+/// Where `moto_server` is: `$CCM_MOTO_SERVER`, or where `ci/install-tools` put it.
+pub fn server_path() -> Result<PathBuf, MotoError> {
+    if let Some(p) = std::env::var_os("CCM_MOTO_SERVER") {
+        return Ok(PathBuf::from(p));
+    }
+    let installer = Path::new(env!("CARGO_MANIFEST_DIR")).join("../ci/install-tools");
+    let out = Command::new(&installer)
+        .arg("--print-moto")
+        .output()
+        .map_err(|source| MotoError::Installer { path: installer.clone(), source })?;
+    let path = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    if !path.is_file() || path.file_name().is_none_or(|n| n != "moto_server") {
+        return Err(MotoError::NotInstalled(path));
+    }
+    Ok(path)
+}
+
+/// A running moto server; stopped on drop.
+#[derive(Debug)]
+pub struct Moto {
+    /// `http://127.0.0.1:<port>`: the endpoint for every AWS service.
+    pub url: String,
+    /// The loopback port.
+    pub port: u16,
+    child: Option<(Child, ChildStdin)>,
+    log: PathBuf,
+}
+
+async fn http(port: u16, method: &str, path: &str) -> std::io::Result<String> {
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
+    let req =
+        format!("{method} {path} HTTP/1.0\r\nHost: 127.0.0.1:{port}\r\nContent-Length: 0\r\n\r\n");
+    s.write_all(req.as_bytes()).await?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).await?;
+    Ok(out)
+}
+
+impl Moto {
+    /// Starts a moto server and waits until it answers.
+    pub async fn start() -> Result<Moto, MotoError> {
+        let bin = server_path()?;
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map_err(io("finding a free port"))?
+            .port();
+        let log = std::env::temp_dir().join(format!("ccm-moto-{}-{port}.log", std::process::id()));
+        let mut child = Command::new("sh")
+            .arg("-c")
+            .arg(SUPERVISOR)
+            .arg("ccm-moto-supervisor")
+            .arg(&bin)
+            .arg(port.to_string())
+            .arg(&log)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(io("spawning the moto supervisor (sh)"))?;
+        let stdin = child.stdin.take().ok_or_else(|| MotoError::Io {
+            what: "taking the supervisor's stdin",
+            source: std::io::Error::other("no pipe"),
+        })?;
+        let mut moto = Moto {
+            url: format!("http://127.0.0.1:{port}"),
+            port,
+            child: Some((child, stdin)),
+            log,
+        };
+        // Python start-up on a busy machine can take a while; a readiness wait, not a
+        // timing claim.
+        for _ in 0..600 {
+            // The supervisor exits early only when moto did (a crash or a taken port).
+            if let Some((c, _)) = moto.child.as_mut()
+                && !matches!(c.try_wait(), Ok(None))
+            {
+                break;
+            }
+            if let Ok(r) = http(port, "GET", "/moto-api/data.json").await
+                && r.starts_with("HTTP/1.")
+                && r.contains(" 200 ")
+            {
+                return Ok(moto);
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        let log = std::fs::read_to_string(&moto.log).unwrap_or_default();
+        Err(MotoError::NotReady { port, log })
+    }
+
+    /// Forgets every resource.
+    pub async fn reset(&self) -> Result<(), MotoError> {
+        let path = "/moto-api/reset";
+        let r = http(self.port, "POST", path).await.map_err(io("resetting moto"))?;
+        if !r.contains(" 200 ") {
+            return Err(MotoError::Control { path: path.into(), response: r });
+        }
+        Ok(())
+    }
+
+    /// The server's log file (requests and errors).
+    pub fn log_path(&self) -> &Path {
+        &self.log
+    }
+}
+
+impl Drop for Moto {
+    fn drop(&mut self) {
+        if let Some((mut child, mut stdin)) = self.child.take() {
+            let _ = stdin.write_all(b"stop\n");
+            drop(stdin);
+            let _ = child.wait();
+        }
+        let _ = std::fs::remove_file(&self.log);
+    }
+}
