@@ -4,7 +4,10 @@
 //! - finding the Kubernetes tools built by `ci/install-tools` ([`tools`]),
 //! - generating the CAs and certificates envtest would (serving, service-account signer and a
 //!   client CA that mints an identity for any user/groups) ([`pki`]),
-//! - starting, health-checking and stopping the two processes ([`ControlPlane`]).
+//! - starting, health-checking and stopping the two processes ([`ControlPlane`]),
+//! - the cloud emulators' processes: vcsim ([`vcsim`]) and moto ([`moto`]),
+//! - objects as real components create them ([`fixtures`]) and polling with a deadline
+//!   ([`wait_for`]).
 //!
 //! ```text
 //!   test / demo ──kube::Client (client cert)──▶ kube-apiserver :random ──▶ etcd :random
@@ -128,6 +131,27 @@ static NAME_COUNTER: AtomicU64 = AtomicU64::new(0);
 pub fn unique_name(prefix: &str) -> String {
     let n = NAME_COUNTER.fetch_add(1, Ordering::Relaxed);
     format!("{prefix}-{}-{n}", std::process::id())
+}
+
+/// Polls `f` every 100 ms until it returns `Some`; panics naming `what` after `deadline`.
+///
+/// A test fixture: the deadline turns a hang into a failure that says what never happened;
+/// it is not a claim about how fast anything is.
+pub async fn wait_for<T, F, Fut>(what: &str, deadline: Duration, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let start = std::time::Instant::now();
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        if start.elapsed() >= deadline {
+            panic!("timed out after {deadline:?} waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 fn free_port() -> Result<u16, Error> {

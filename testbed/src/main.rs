@@ -152,6 +152,27 @@ async fn vsphere(cp: &ControlPlane, ccm: &Path, dir: &Path) -> anyhow::Result<Vs
     Ok(VsphereDemo { _vcsim: vcsim, _ccm: child })
 }
 
+/// Polls `f` every 200 ms until it returns `Some`; gives up after 2 minutes pointing at the
+/// manager's log.
+async fn poll<T, F, Fut>(what: &str, log: &Path, mut f: F) -> anyhow::Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<Option<T>>>,
+{
+    let started = tokio::time::Instant::now();
+    loop {
+        if let Some(v) = f().await? {
+            return Ok(v);
+        }
+        anyhow::ensure!(
+            started.elapsed() < Duration::from_secs(120),
+            "gave up waiting for {what} after 2 minutes; see {}",
+            log.display()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 /// Registers kubelet-style Nodes `(name, InternalIP)`, waits until the manager initialised
 /// them and prints providerID, topology labels and addresses of each.
 async fn register_and_print_nodes(
@@ -173,24 +194,16 @@ async fn register_and_print_nodes(
             .with_context(|| format!("registering node {name}"))?;
     }
     for (name, _) in to_register {
-        let started = tokio::time::Instant::now();
-        let node = loop {
+        let node = poll(&format!("node {name} to be initialised"), log, || async {
             let node = nodes.get(name).await.with_context(|| format!("reading node {name}"))?;
             let tainted = node
                 .spec
                 .as_ref()
                 .and_then(|s| s.taints.as_ref())
                 .is_some_and(|ts| ts.iter().any(|t| t.key == names::TAINT_UNINITIALIZED));
-            if !tainted {
-                break node;
-            }
-            anyhow::ensure!(
-                started.elapsed() < Duration::from_secs(120),
-                "node {name} not initialised in 2 minutes; see {}",
-                log.display()
-            );
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        };
+            Ok((!tainted).then_some(node))
+        })
+        .await?;
         let labels = node.metadata.labels.unwrap_or_default();
         let label = |k: &str| labels.get(k).map(String::as_str).unwrap_or("-").to_string();
         let addresses: Vec<String> = node
@@ -334,25 +347,15 @@ async fn aws_demo(
     }))
     .context("building the demo Service")?;
     services.create(&PostParams::default(), &svc).await.context("creating Service default/web")?;
-    let started = tokio::time::Instant::now();
-    let hostname = loop {
+    let hostname = poll("a load balancer for Service default/web", &log, || async {
         let s = services.get("web").await.context("reading Service default/web")?;
-        let host = s
-            .status
+        Ok(s.status
             .and_then(|s| s.load_balancer)
             .and_then(|lb| lb.ingress)
             .and_then(|i| i.into_iter().next())
-            .and_then(|i| i.hostname);
-        if let Some(h) = host {
-            break h;
-        }
-        anyhow::ensure!(
-            started.elapsed() < Duration::from_secs(120),
-            "Service default/web got no load balancer in 2 minutes; see {}",
-            log.display()
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
+            .and_then(|i| i.hostname))
+    })
+    .await?;
     println!("service default/web: type=LoadBalancer hostname={hostname}");
     Ok(Box::new((moto, child)))
 }

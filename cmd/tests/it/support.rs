@@ -5,7 +5,7 @@
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use ccm_core::names;
 use ccm_testbed::fixtures::kubelet_node;
@@ -164,23 +164,7 @@ where
     F: FnMut() -> Fut,
     Fut: Future<Output = Option<T>>,
 {
-    wait_for_up_to(Duration::from_secs(90), what, f).await
-}
-
-/// [`wait_for`] with an explicit deadline.
-pub async fn wait_for_up_to<T, F, Fut>(deadline: Duration, what: &str, mut f: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let start = Instant::now();
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        assert!(start.elapsed() < deadline, "timed out after {deadline:?} waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    ccm_testbed::wait_for(what, Duration::from_secs(90), f).await
 }
 
 /// Registers a kubelet-style Node.

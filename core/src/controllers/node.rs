@@ -7,10 +7,12 @@
 //!                        ▼
 //!          Coalescer ──▶ InstancesV2::instance_metadata_batch (one cloud call, many nodes)
 //!                        ▼
+//!   PATCH nodes/status addresses
+//!                        ▼
 //!   PUT Node: providerID (if empty), instance-type/zone/region labels (GA + beta),
 //!             additional labels, taint removed      (≤ --concurrent-node-syncs at once)
 //!                        ▼
-//!   PATCH nodes/status addresses ──▶ event Synced
+//!                   event Synced
 //!
 //!  every --node-status-update-frequency: addresses of initialised nodes, in batches
 //! ```
@@ -234,7 +236,16 @@ async fn reconcile(node: Arc<Node>, ctx: Arc<Ctx>) -> Result<Action, Error> {
         return Err(err);
     }
 
+    // Addresses first, so that a node is complete the moment its taint is lifted (upstream
+    // writes them right after; anything waiting for initialised nodes could see the
+    // kubelet's addresses in between).
     let mut updated = (*node).clone();
+    if let Some(addrs) = node_util::updated_addresses(&node, &meta.node_addresses)
+        && let Some(patched) = patch_addresses(&ctx, &name, addrs).await
+    {
+        // The Node update below must carry the resourceVersion the patch produced.
+        updated = patched;
+    }
     let spec = updated.spec.get_or_insert_with(Default::default);
     if spec.provider_id.as_deref().unwrap_or_default().is_empty() && !meta.provider_id.is_empty() {
         spec.provider_id = Some(meta.provider_id.clone());
@@ -242,7 +253,8 @@ async fn reconcile(node: Arc<Node>, ctx: Arc<Ctx>) -> Result<Action, Error> {
     if let Some(taints) = spec.taints.as_mut() {
         taints.retain(|t| t.key != names::TAINT_UNINITIALIZED);
     }
-    updated.metadata.labels = Some(node_util::labels_with_metadata(node.labels(), &meta));
+    let labels = node_util::labels_with_metadata(updated.labels(), &meta);
+    updated.metadata.labels = Some(labels);
     updated.status = None;
 
     let replaced = {
@@ -260,10 +272,6 @@ async fn reconcile(node: Arc<Node>, ctx: Arc<Ctx>) -> Result<Action, Error> {
     };
     let since_creation = age(&replaced);
     ctx.metrics.taint_removal_delay.observe(since_creation);
-
-    if let Some(addrs) = node_util::updated_addresses(&replaced, &meta.node_addresses) {
-        patch_addresses(&ctx, &name, addrs).await;
-    }
     publish(&ctx, &node, EventType::Normal, reasons::SYNCED, "Node synced successfully".into())
         .await;
     ctx.metrics.initial_sync_delay.observe(age(&replaced));
@@ -298,17 +306,21 @@ async fn reconcile_labels(node: &Node, ctx: &Ctx) -> Result<(), Error> {
         .map_err(|source| Error::Kube { node: name, source })
 }
 
+/// Replaces the node's addresses; returns the patched Node (`None` if the patch failed, which
+/// is logged: the periodic refresh tries again).
 async fn patch_addresses(
     ctx: &Ctx,
     name: &str,
     addrs: Vec<k8s_openapi::api::core::v1::NodeAddress>,
-) {
+) -> Option<Node> {
     // A merge patch replaces the whole list, which is what upstream's `$patch: replace` does.
     let patch = serde_json::json!({"status": {"addresses": addrs}});
-    if let Err(e) =
-        ctx.nodes.patch_status(name, &PatchParams::default(), &Patch::Merge(&patch)).await
-    {
-        tracing::warn!(node = %name, error = %e, "error patching node with cloud ip addresses");
+    match ctx.nodes.patch_status(name, &PatchParams::default(), &Patch::Merge(&patch)).await {
+        Ok(node) => Some(node),
+        Err(e) => {
+            tracing::warn!(node = %name, error = %e, "error patching node with cloud ip addresses");
+            None
+        }
     }
 }
 
@@ -352,7 +364,7 @@ async fn refresh_addresses_loop(
                         match res {
                             Ok(meta) => {
                                 if let Some(addrs) = node_util::updated_addresses(node, &meta.node_addresses) {
-                                    patch_addresses(&ctx, &name, addrs).await;
+                                    let _ = patch_addresses(&ctx, &name, addrs).await;
                                 }
                             }
                             Err(e) => tracing::warn!(node = %name, error = %e, "refreshing node addresses"),

@@ -59,18 +59,4 @@ impl Running {
     }
 }
 
-/// Polls `f` every 100 ms until it returns `Some`, failing after `deadline` with `what`.
-pub async fn wait_for<T, F, Fut>(what: &str, deadline: Duration, mut f: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let start = Instant::now();
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        assert!(start.elapsed() < deadline, "timed out after {deadline:?} waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
+pub use ccm_testbed::wait_for;

@@ -7,12 +7,14 @@
 //! `[ServiceOverride "N"]` sections whose `Region` matches the provider's region replace the
 //! endpoint of that service and sign requests for its `SigningRegion`.
 //!
-//! Every request attempt is counted in `cloudprovider_aws_api_request_total{service,operation}`
-//! and every failed call in `cloudprovider_aws_api_request_errors_total{service,operation}`,
+//! Every request attempt is counted in `cloudprovider_aws_api_request_total{service,operation}`,
+//! every failed call in `cloudprovider_aws_api_request_errors_total{service,operation}`, and
+//! every call's latency in upstream's `cloudprovider_aws_api_request_duration_seconds{request}`,
 //! through an SDK interceptor, so no call site can forget it.
 
 use std::fmt;
 use std::sync::Arc;
+use std::time::Instant;
 
 use aws_config::{BehaviorVersion, Region, SdkConfig};
 use aws_credential_types::provider::SharedCredentialsProvider;
@@ -20,14 +22,16 @@ use aws_sdk_ec2::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
 use aws_smithy_runtime_api::box_error::BoxError;
 use aws_smithy_runtime_api::client::interceptors::Intercept;
 use aws_smithy_runtime_api::client::interceptors::context::{
-    BeforeTransmitInterceptorContextRef, FinalizerInterceptorContextRef,
+    BeforeSerializationInterceptorContextRef, BeforeTransmitInterceptorContextRef,
+    FinalizerInterceptorContextRef,
 };
 use aws_smithy_runtime_api::client::orchestrator::Metadata;
 use aws_smithy_runtime_api::client::runtime_components::RuntimeComponents;
-use aws_smithy_types::config_bag::ConfigBag;
+use aws_smithy_types::config_bag::{ConfigBag, Storable, StoreReplace};
 use ccm_core::cloud::ProviderError;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
 use crate::config::CloudConfig;
@@ -45,16 +49,37 @@ pub enum ClientError {
 type Labels = Vec<(String, String)>;
 
 /// Counts of AWS API calls by service and operation. Cheap to clone; register it once.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct ApiMetrics {
     requests: Family<Labels, Counter>,
     errors: Family<Labels, Counter>,
+    durations: Family<Labels, Histogram, fn() -> Histogram>,
+}
+
+impl Default for ApiMetrics {
+    fn default() -> Self {
+        fn histogram() -> Histogram {
+            // Upstream's buckets (Prometheus' defaults): 5 ms to 10 s.
+            Histogram::new([0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0])
+        }
+        ApiMetrics {
+            requests: Family::default(),
+            errors: Family::default(),
+            durations: Family::new_with_constructor(histogram),
+        }
+    }
 }
 
 impl ApiMetrics {
     /// Registers the metrics (`cloudprovider_aws_api_request_total`,
-    /// `cloudprovider_aws_api_request_errors_total`) in `registry`.
+    /// `cloudprovider_aws_api_request_errors_total`, and upstream's
+    /// `cloudprovider_aws_api_request_duration_seconds{request}`) in `registry`.
     pub fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "cloudprovider_aws_api_request_duration_seconds",
+            "Latency of AWS API calls (including retries), by operation",
+            self.durations.clone(),
+        );
         registry.register(
             "cloudprovider_aws_api_request",
             "AWS API request attempts, by service and operation",
@@ -86,6 +111,14 @@ fn labels(service: &str, operation: &str) -> Labels {
     ]
 }
 
+/// When the current call started (kept in the call's config bag).
+#[derive(Debug, Clone, Copy)]
+struct CallStart(Instant);
+
+impl Storable for CallStart {
+    type Storer = StoreReplace<Self>;
+}
+
 /// The interceptor that feeds [`ApiMetrics`] for one client.
 #[derive(Debug, Clone)]
 struct CallCounter {
@@ -102,6 +135,15 @@ impl CallCounter {
 impl Intercept for CallCounter {
     fn name(&self) -> &'static str {
         "ccm-aws-call-counter"
+    }
+
+    fn read_before_execution(
+        &self,
+        _context: &BeforeSerializationInterceptorContextRef<'_>,
+        cfg: &mut ConfigBag,
+    ) -> Result<(), BoxError> {
+        cfg.interceptor_state().store_put(CallStart(Instant::now()));
+        Ok(())
     }
 
     fn read_before_attempt(
@@ -121,8 +163,12 @@ impl Intercept for CallCounter {
         _runtime_components: &RuntimeComponents,
         cfg: &mut ConfigBag,
     ) -> Result<(), BoxError> {
+        let op = Self::operation(cfg);
+        if let Some(CallStart(start)) = cfg.load::<CallStart>() {
+            let request = vec![("request".to_string(), op.clone())];
+            self.metrics.durations.get_or_create(&request).observe(start.elapsed().as_secs_f64());
+        }
         if matches!(context.output_or_error(), Some(Err(_))) {
-            let op = Self::operation(cfg);
             self.metrics.errors.get_or_create(&labels(self.service, &op)).inc();
         }
         Ok(())
