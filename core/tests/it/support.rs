@@ -1,9 +1,7 @@
 //! Helpers shared by the controller tests: run a controller in the background, poll until
 //! a condition holds.
 
-use std::future::Future;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use ccm_core::controllers::{ControllerConfig, ControllerContext, Started};
 use ccm_core::testing::TestCloud;
