@@ -3,9 +3,11 @@
 //! name or by instance ID); stopped and terminated instances as the lifecycle controller sees
 //! them; 500 Nodes joining at once, with the DescribeInstances count read from the manager's
 //! own `/metrics`; a LoadBalancer Service through classic ELB → NLB → classic → deleted; pod
-//! CIDR routes; start-up failures.
+//! CIDR routes; start-up failures; and `ecr-credential-provider` as the kubelet runs it.
 
 use std::collections::BTreeMap;
+use std::io::Write as _;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use ccm_core::cloud::default_load_balancer_name;
@@ -40,6 +42,9 @@ const BIN: Binary = Binary {
         ("AWS_SHARED_CREDENTIALS_FILE", "/dev/null"),
     ],
 };
+
+/// The kubelet plugin built next to the manager by `--features provider-aws`.
+const ECR_PLUGIN: &str = env!("CARGO_BIN_EXE_ecr-credential-provider");
 
 /// Upstream's AWS manifests run without cloud routes (no `--cluster-cidr`): the route
 /// controller would refuse to start. Only the route test turns them on.
@@ -616,4 +621,53 @@ async fn a_bad_cloud_config_or_no_cluster_id_fails_at_start_naming_what_is_wrong
     let (code, stderr) = BIN.run_to_exit(dir.path(), "[Global]\nRegion = us-east-1\n").await;
     assert_eq!(code, Some(1), "{stderr}");
     assert!(stderr.contains("no ClusterID found"), "{stderr}");
+}
+
+/// `ecr-credential-provider` as the kubelet runs it, against moto's ECR.
+#[tokio::test]
+async fn ecr_credential_provider_answers_for_an_ecr_image_and_rejects_others() {
+    let moto = Moto::start().await.unwrap();
+    let image = "123456789012.dkr.ecr.us-east-1.amazonaws.com/app:v1";
+    let request = serde_json::json!({
+        "apiVersion": "credentialprovider.kubelet.k8s.io/v1",
+        "kind": "CredentialProviderRequest",
+        "image": image,
+    });
+    let mut child = Command::new(ECR_PLUGIN)
+        .env("AWS_ENDPOINT_URL", &moto.url)
+        .env("AWS_ACCESS_KEY_ID", "testing")
+        .env("AWS_SECRET_ACCESS_KEY", "testing")
+        .env("AWS_EC2_METADATA_DISABLED", "true")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(request.to_string().as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let resp: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(resp["kind"], "CredentialProviderResponse");
+    assert_eq!(resp["apiVersion"], "credentialprovider.kubelet.k8s.io/v1");
+    assert_eq!(resp["cacheKeyType"], "Registry");
+    // moto's token expired in 2015: the kubelet must not cache it.
+    assert!(resp["cacheDuration"].as_str().is_none_or(|d| d == "0s"), "{resp}");
+    let auth = &resp["auth"]["123456789012.dkr.ecr.us-east-1.amazonaws.com"];
+    assert_eq!(auth["username"], "AWS");
+    assert!(auth["password"].as_str().is_some_and(|p| !p.is_empty()), "{resp}");
+
+    // Not an ECR image: exit 1, nothing on stdout.
+    let mut child = Command::new(ECR_PLUGIN)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let req = serde_json::json!({"apiVersion": "credentialprovider.kubelet.k8s.io/v1", "kind": "CredentialProviderRequest", "image": "docker.io/library/nginx"});
+    child.stdin.take().unwrap().write_all(req.to_string().as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(!out.status.success());
+    assert!(out.stdout.is_empty());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not in an ECR registry"));
 }

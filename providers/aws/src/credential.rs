@@ -1,5 +1,6 @@
-//! The pure parts of `ecr-credential-provider`: which registries are ECR, how an authorization
-//! token decodes, and how long the kubelet may cache it.
+//! `ecr-credential-provider`: which registries are ECR, how an authorization token decodes,
+//! and how long the kubelet may cache it; the plugin itself is [`plugin`] (feature
+//! `ecr-credential-provider`).
 //!
 //! Private registries are `<12-digit account>.dkr.ecr[-fips].<region>.<partition domain>` (also
 //! with `dkr-ecr`); public ones are `public.ecr.aws` and `ecr-public.aws.com`, served by
@@ -9,6 +10,9 @@
 use std::time::{Duration, SystemTime};
 
 use base64::Engine;
+
+#[cfg(feature = "ecr-credential-provider")]
+pub mod plugin;
 
 /// Partition domains of private ECR registries.
 const PRIVATE_DOMAINS: &[&str] = &[

@@ -5,8 +5,6 @@
 //! the test process. The provider as the real binary runs it is tested in `cmd/tests/it/aws.rs`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[cfg(feature = "ecr-credential-provider")]
-mod ecr;
 mod instances;
 mod load_balancer;
 mod moto;

@@ -15,10 +15,6 @@ impl Moto {
         Ok(Moto(ccm_testbed::moto::Moto::start().await?))
     }
 
-    pub fn url(&self) -> &str {
-        &self.0.url
-    }
-
     pub async fn ec2(&self) -> aws_sdk_ec2::Client {
         testing::ec2(&self.0.url).await
     }

@@ -1,4 +1,5 @@
-//! `ecr-credential-provider`: the kubelet image credential plugin for Amazon ECR.
+//! The `ecr-credential-provider` kubelet plugin (feature `ecr-credential-provider`; the
+//! binary is built by `cmd/` with `--features provider-aws`).
 //!
 //! Reads a `CredentialProviderRequest` on stdin, gets an authorization token for the image's
 //! registry (`ecr:GetAuthorizationToken` in the registry's region, or
@@ -10,12 +11,10 @@ use std::collections::BTreeMap;
 use std::process::ExitCode;
 use std::time::SystemTime;
 
+use super::{EcrRegistry, PUBLIC_REGION, cache_duration, decode_token, parse_registry};
 use aws_config::{BehaviorVersion, Region};
 use ccm_core::credential::{
     self, AuthConfig, CacheKeyType, CredentialProviderRequest, CredentialProviderResponse,
-};
-use ccm_provider_aws::credential::{
-    EcrRegistry, PUBLIC_REGION, cache_duration, decode_token, parse_registry,
 };
 
 type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
@@ -83,7 +82,9 @@ async fn handle(req: &CredentialProviderRequest) -> Result<CredentialProviderRes
     Ok(req.respond(CacheKeyType::Registry, Some(ttl), auth))
 }
 
-fn main() -> ExitCode {
+/// The plugin's `main`: one request on stdin, one response on stdout (exit 0), or a message
+/// on stderr (exit 1).
+pub fn main() -> ExitCode {
     let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
