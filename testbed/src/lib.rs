@@ -173,10 +173,14 @@ fn write_file(path: &Path, contents: &str) -> Result<(), Error> {
 /// The supervisor script: starts both servers, waits for our pipe to close (or a `stop`
 /// line), then stops them and cleans up. Logs are kept when `KEEP` exists, when
 /// `CCM_TESTBED_KEEP` is set, or when a server had died by itself.
+///
+/// The scripts are run by `sh`, not executed: we just wrote them, and another thread of this
+/// process forking at that moment can hold the write descriptor until its child execs, which
+/// makes executing the file fail with ETXTBSY ("Text file busy").
 const SUPERVISOR: &str = r#"
 dir=$1
-"$dir/etcd.sh" >"$dir/logs/etcd.log" 2>&1 </dev/null & etcd=$!
-"$dir/kube-apiserver.sh" >"$dir/logs/kube-apiserver.log" 2>&1 </dev/null & api=$!
+sh "$dir/etcd.sh" >"$dir/logs/etcd.log" 2>&1 </dev/null & etcd=$!
+sh "$dir/kube-apiserver.sh" >"$dir/logs/kube-apiserver.log" 2>&1 </dev/null & api=$!
 echo "$etcd" >"$dir/etcd.pid"; echo "$api" >"$dir/kube-apiserver.pid"
 read -r _line
 for p in $api $etcd; do kill -0 "$p" 2>/dev/null || echo "a server exited early" >"$dir/KEEP"; done
