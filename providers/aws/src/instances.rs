@@ -224,7 +224,18 @@ impl AwsInstances {
 
     /// Finds the instances behind `refs`, one answer per ref in order: `Ok(None)` when AWS
     /// has no such instance (by DNS name: no instance of this cluster that is not terminated).
+    /// Instances found in the last [`DEFAULT_CACHE_TTL`] are reused.
     pub async fn find(&self, refs: &[InstanceRef]) -> Vec<Found> {
+        self.lookup(refs, false).await
+    }
+
+    /// [`find`](Self::find) without reading the cache (what it finds still refreshes it):
+    /// for instance state, which must be current at every lifecycle pass.
+    pub async fn find_fresh(&self, refs: &[InstanceRef]) -> Vec<Found> {
+        self.lookup(refs, true).await
+    }
+
+    async fn lookup(&self, refs: &[InstanceRef], fresh: bool) -> Vec<Found> {
         let mut ids: Vec<String> = Vec::new();
         let mut dns: Vec<String> = Vec::new();
         let mut known: HashMap<InstanceRef, Instance> = HashMap::new();
@@ -233,13 +244,17 @@ impl AwsInstances {
             let ttl = self.cache_ttl;
             cache.by_id.retain(|_, (at, _)| at.elapsed() < ttl);
             for r in refs {
-                let hit = match r {
-                    InstanceRef::Id(id) => cache.by_id.get(id).map(|(_, i)| i.clone()),
-                    InstanceRef::PrivateDns(n) => cache
-                        .by_dns
-                        .get(n)
-                        .and_then(|id| cache.by_id.get(id))
-                        .map(|(_, i)| i.clone()),
+                let hit = if fresh {
+                    None
+                } else {
+                    match r {
+                        InstanceRef::Id(id) => cache.by_id.get(id).map(|(_, i)| i.clone()),
+                        InstanceRef::PrivateDns(n) => cache
+                            .by_dns
+                            .get(n)
+                            .and_then(|id| cache.by_id.get(id))
+                            .map(|(_, i)| i.clone()),
+                    }
                 };
                 match (hit, r) {
                     (Some(i), _) => {
@@ -368,12 +383,12 @@ impl AwsInstances {
         Ok(out)
     }
 
-    async fn find_nodes(&self, nodes: &[Node]) -> Vec<Found> {
+    async fn find_nodes(&self, nodes: &[Node], fresh: bool) -> Vec<Found> {
         let refs: Vec<Result<InstanceRef, ProviderError>> =
             nodes.iter().map(instance_ref).collect();
         let valid: Vec<InstanceRef> =
             refs.iter().filter_map(|r| r.as_ref().ok().cloned()).collect();
-        let mut found = self.find(&valid).await.into_iter();
+        let mut found = self.lookup(&valid, fresh).await.into_iter();
         refs.into_iter()
             .map(|r| match r {
                 Ok(_) => found
@@ -468,7 +483,7 @@ impl InstancesV2 for AwsInstances {
         &self,
         nodes: &[Node],
     ) -> Vec<Result<InstanceMetadata, ProviderError>> {
-        let found = self.find_nodes(nodes).await;
+        let found = self.find_nodes(nodes, false).await;
         let mut out = Vec::with_capacity(found.len());
         for f in found {
             out.push(match f {
@@ -484,7 +499,9 @@ impl InstancesV2 for AwsInstances {
         &self,
         nodes: &[Node],
     ) -> Vec<Result<InstanceStatus, ProviderError>> {
-        self.find_nodes(nodes).await.into_iter().map(status_of).collect()
+        // State is never answered from the cache: a stopped or terminated instance is seen at
+        // the next lifecycle pass (one call per pass for all NotReady nodes).
+        self.find_nodes(nodes, true).await.into_iter().map(status_of).collect()
     }
 }
 
