@@ -1,6 +1,9 @@
 //! Kubernetes objects as real components create them, for tests and the demo.
 
-use k8s_openapi::api::core::v1::{Node, NodeAddress, NodeCondition, NodeSpec, NodeStatus, Taint};
+use k8s_openapi::api::core::v1::{
+    Node, NodeAddress, NodeCondition, NodeSpec, NodeStatus, Service, ServicePort, ServiceSpec,
+    Taint,
+};
 use kube::api::ObjectMeta;
 
 /// A node address of the given type (`InternalIP`, `ExternalIP`, `Hostname`, ...).
@@ -38,5 +41,27 @@ pub fn kubelet_node(name: &str, internal_ip: &str, ready: &str) -> Node {
             }]),
             ..Default::default()
         }),
+    }
+}
+
+/// A Service as `kubectl create service loadbalancer` makes it: `type: LoadBalancer` with one
+/// TCP port (the apiserver allocates its node port).
+pub fn load_balancer_service(namespace: &str, name: &str, port: i32) -> Service {
+    Service {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some(namespace.into()),
+            ..Default::default()
+        },
+        spec: Some(ServiceSpec {
+            type_: Some("LoadBalancer".into()),
+            ports: Some(vec![ServicePort {
+                port,
+                protocol: Some("TCP".into()),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        }),
+        ..Default::default()
     }
 }

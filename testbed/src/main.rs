@@ -275,7 +275,7 @@ async fn aws_demo(
     ccm: &Path,
     dir: &Path,
 ) -> anyhow::Result<Box<dyn std::any::Any>> {
-    use ccm_provider_aws::testing::{self, aws_sdk_ec2::types::ResourceType};
+    use ccm_provider_aws::testing;
     use k8s_openapi::api::core::v1::Service;
     use kube::api::PostParams;
 
@@ -287,19 +287,9 @@ async fn aws_demo(
         .context("starting moto (ci/install-tools installs it)")?;
     let ec2 = testing::ec2(&moto.url).await;
     let net = testing::network(&ec2, CLUSTER).await.map_err(err("creating the VPC"))?;
-    let sg = ec2
-        .create_security_group()
-        .group_name("demo-nodes")
-        .description("demo nodes")
-        .vpc_id(&net.vpc)
-        .tag_specifications(testing::tags_for(
-            ResourceType::SecurityGroup,
-            vec![testing::tag(&format!("kubernetes.io/cluster/{CLUSTER}"), "owned")],
-        ))
-        .send()
+    let sg = testing::node_security_group(&ec2, &net.vpc, CLUSTER)
         .await
-        .context("creating the node security group")?;
-    let sg = sg.group_id().context("CreateSecurityGroup returned no ID")?.to_string();
+        .map_err(err("creating the node security group"))?;
     let mut instances = Vec::new();
     for (subnet, count) in [(&net.subnets[0].0, 2), (&net.subnets[1].0, 1)] {
         instances.extend(
@@ -339,13 +329,7 @@ async fn aws_demo(
 
     let client = cp.admin_client().await.context("admin client")?;
     let services: kube::Api<Service> = kube::Api::namespaced(client, "default");
-    let svc: Service = serde_json::from_value(serde_json::json!({
-        "apiVersion": "v1", "kind": "Service",
-        "metadata": {"name": "web"},
-        "spec": {"type": "LoadBalancer", "selector": {"app": "web"},
-                 "ports": [{"name": "http", "port": 80, "targetPort": 8080, "protocol": "TCP"}]}
-    }))
-    .context("building the demo Service")?;
+    let svc = ccm_testbed::fixtures::load_balancer_service("default", "web", 80);
     services.create(&PostParams::default(), &svc).await.context("creating Service default/web")?;
     let hostname = poll("a load balancer for Service default/web", &log, || async {
         let s = services.get("web").await.context("reading Service default/web")?;

@@ -14,9 +14,10 @@ use ccm_core::cloud::default_load_balancer_name;
 use ccm_core::names;
 use ccm_provider_aws::testing::aws_sdk_ec2::types::{Filter, Instance, ResourceType};
 use ccm_provider_aws::testing::{
-    self, REGION, aws_sdk_ec2, aws_sdk_elasticloadbalancing, network, run_instances, tag, tags_for,
+    self, REGION, aws_sdk_ec2, aws_sdk_elasticloadbalancing, network, node_security_group,
+    run_instances, tag, tags_for,
 };
-use ccm_testbed::fixtures::kubelet_node;
+use ccm_testbed::fixtures::{kubelet_node, load_balancer_service};
 use ccm_testbed::moto::Moto;
 use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::{Event, Service};
@@ -80,24 +81,6 @@ fn expected_addresses(i: &Instance) -> Vec<(String, String)> {
         out.push(("ExternalDNS".into(), p.into()));
     }
     out
-}
-
-/// A security group for the nodes, tagged as the cluster's (the LB rules go there).
-async fn node_security_group(ec2: &aws_sdk_ec2::Client, vpc: &str, cluster: &str) -> String {
-    ec2.create_security_group()
-        .group_name(format!("{cluster}-nodes"))
-        .description("nodes")
-        .vpc_id(vpc)
-        .tag_specifications(tags_for(
-            ResourceType::SecurityGroup,
-            vec![tag(&format!("kubernetes.io/cluster/{cluster}"), "owned")],
-        ))
-        .send()
-        .await
-        .unwrap()
-        .group_id()
-        .unwrap()
-        .to_string()
 }
 
 async fn instance_state(ec2: &aws_sdk_ec2::Client, instance: &str) -> String {
@@ -201,21 +184,26 @@ async fn instances_by_dns_name_and_id_become_nodes_and_follow_their_instances() 
     assert!(!has_taint(&nodes.get(&cases[0].0).await.unwrap(), names::TAINT_SHUTDOWN));
 }
 
-/// The manager's count of AWS calls for `operation`, from its `/metrics`.
-async fn api_calls(port: u16, service: &str, operation: &str) -> Option<u64> {
+/// The sum of the samples of `metric` whose labels include all of `labels` (`k="v"` each).
+fn sample(body: &str, metric: &str, labels: &[&str]) -> u64 {
+    body.lines()
+        .filter(|l| l.split(['{', ' ']).next() == Some(metric))
+        .filter(|l| labels.iter().all(|kv| l.contains(kv)))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum()
+}
+
+/// The manager's `/metrics` text (`None` until it serves them).
+async fn metrics(port: u16) -> Option<String> {
     let (code, body) = curl(&format!("https://127.0.0.1:{port}/metrics")).await;
-    if code != 200 {
-        return None;
-    }
-    let op = format!("operation=\"{operation}\"");
-    let svc = format!("service=\"{service}\"");
-    Some(
-        body.lines()
-            .filter(|l| l.starts_with("cloudprovider_aws_api_request_total{"))
-            .filter(|l| l.contains(&op) && l.contains(&svc))
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
-            .sum(),
-    )
+    (code == 200).then_some(body)
+}
+
+/// The manager's count of DescribeInstances calls, from its `/metrics`.
+async fn describe_instances_calls(port: u16) -> Option<u64> {
+    let body = metrics(port).await?;
+    let labels = [r#"service="ec2""#, r#"operation="DescribeInstances""#];
+    Some(sample(&body, "cloudprovider_aws_api_request_total", &labels))
 }
 
 #[tokio::test]
@@ -254,8 +242,7 @@ async fn five_hundred_nodes_joining_at_once_take_a_handful_of_describe_instances
             "--kube-api-burst=2000".into(),
         ],
     );
-    let before =
-        wait_for("the manager's /metrics", || api_calls(port, "ec2", "DescribeInstances")).await;
+    let before = wait_for("the manager's /metrics", || describe_instances_calls(port)).await;
     assert_eq!(before, 0, "no lookups before any node exists");
 
     // All at once, as after a cluster-wide restart: 50 registrations in flight.
@@ -284,7 +271,7 @@ async fn five_hundred_nodes_joining_at_once_take_a_handful_of_describe_instances
     })
     .await;
     let initialised_after = start.elapsed();
-    let calls = api_calls(port, "ec2", "DescribeInstances").await.unwrap();
+    let calls = describe_instances_calls(port).await.unwrap();
     eprintln!(
         "{COUNT} nodes: registered in {:.1} s, all initialised {:.1} s after the first \
          registration, with {calls} DescribeInstances calls",
@@ -299,15 +286,13 @@ async fn five_hundred_nodes_joining_at_once_take_a_handful_of_describe_instances
         ccm.logs()
     );
     // Upstream's latency histogram counts the same calls (moto does not throttle: no retries).
-    let (_, body) = curl(&format!("https://127.0.0.1:{port}/metrics")).await;
-    let histogram_count = body
-        .lines()
-        .find(|l| {
-            l.starts_with("cloudprovider_aws_api_request_duration_seconds_count{")
-                && l.contains("request=\"DescribeInstances\"")
-        })
-        .and_then(|l| l.rsplit(' ').next()?.parse::<u64>().ok());
-    assert_eq!(histogram_count, Some(calls), "{body}");
+    let body = metrics(port).await.unwrap();
+    let histogram_count = sample(
+        &body,
+        "cloudprovider_aws_api_request_duration_seconds_count",
+        &[r#"request="DescribeInstances""#],
+    );
+    assert_eq!(histogram_count, calls, "{body}");
     // Spot-check the answers.
     for i in instances.iter().step_by(97) {
         let n = nodes.get(dns(i)).await.unwrap();
@@ -384,7 +369,7 @@ async fn a_load_balancer_service_goes_classic_to_nlb_and_back_and_leaves_nothing
     let elb = testing::elb(&moto.url).await;
     let elbv2 = testing::elbv2(&moto.url).await;
     let net = network(&ec2, CLUSTER).await.unwrap();
-    let node_sg = node_security_group(&ec2, &net.vpc, CLUSTER).await;
+    let node_sg = node_security_group(&ec2, &net.vpc, CLUSTER).await.unwrap();
     let mut insts =
         run_instances(&ec2, &net.subnets[0].0, CLUSTER, 1, Some(&node_sg)).await.unwrap();
     insts.extend(run_instances(&ec2, &net.subnets[1].0, CLUSTER, 1, Some(&node_sg)).await.unwrap());
@@ -404,13 +389,7 @@ async fn a_load_balancer_service_goes_classic_to_nlb_and_back_and_leaves_nothing
     }
 
     let services: Api<Service> = Api::namespaced(env.client.clone(), "default");
-    let svc: Service = serde_json::from_value(serde_json::json!({
-        "apiVersion": "v1", "kind": "Service",
-        "metadata": {"name": "web"},
-        "spec": {"type": "LoadBalancer", "selector": {"app": "web"},
-                 "ports": [{"name": "http", "port": 80, "targetPort": 8080, "protocol": "TCP"}]}
-    }))
-    .unwrap();
+    let svc = load_balancer_service("default", "web", 80);
     let svc = services.create(&PostParams::default(), &svc).await.unwrap();
     let node_port = svc.spec.as_ref().unwrap().ports.as_ref().unwrap()[0].node_port.unwrap();
     let lb_name = default_load_balancer_name(&svc);
@@ -623,18 +602,22 @@ async fn a_bad_cloud_config_or_no_cluster_id_fails_at_start_naming_what_is_wrong
     assert!(stderr.contains("no ClusterID found"), "{stderr}");
 }
 
-/// `ecr-credential-provider` as the kubelet runs it, against moto's ECR.
-#[tokio::test]
-async fn ecr_credential_provider_answers_for_an_ecr_image_and_rejects_others() {
-    let moto = Moto::start().await.unwrap();
-    let image = "123456789012.dkr.ecr.us-east-1.amazonaws.com/app:v1";
+/// Runs `ecr-credential-provider` as the kubelet does: one request for `image` on stdin, with
+/// moto's endpoint and static keys and nothing else of the caller's AWS environment.
+fn run_ecr_plugin(moto_url: &str, image: &str) -> std::process::Output {
     let request = serde_json::json!({
         "apiVersion": "credentialprovider.kubelet.k8s.io/v1",
         "kind": "CredentialProviderRequest",
         "image": image,
     });
-    let mut child = Command::new(ECR_PLUGIN)
-        .env("AWS_ENDPOINT_URL", &moto.url)
+    let mut cmd = Command::new(ECR_PLUGIN);
+    for (k, _) in std::env::vars_os() {
+        if k.to_string_lossy().starts_with("AWS_") {
+            cmd.env_remove(&k);
+        }
+    }
+    let mut child = cmd
+        .env("AWS_ENDPOINT_URL", moto_url)
         .env("AWS_ACCESS_KEY_ID", "testing")
         .env("AWS_SECRET_ACCESS_KEY", "testing")
         .env("AWS_EC2_METADATA_DISABLED", "true")
@@ -644,7 +627,14 @@ async fn ecr_credential_provider_answers_for_an_ecr_image_and_rejects_others() {
         .spawn()
         .unwrap();
     child.stdin.take().unwrap().write_all(request.to_string().as_bytes()).unwrap();
-    let out = child.wait_with_output().unwrap();
+    child.wait_with_output().unwrap()
+}
+
+/// `ecr-credential-provider` as the kubelet runs it, against moto's ECR.
+#[tokio::test]
+async fn ecr_credential_provider_answers_for_an_ecr_image_and_rejects_others() {
+    let moto = Moto::start().await.unwrap();
+    let out = run_ecr_plugin(&moto.url, "123456789012.dkr.ecr.us-east-1.amazonaws.com/app:v1");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     let resp: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -658,15 +648,7 @@ async fn ecr_credential_provider_answers_for_an_ecr_image_and_rejects_others() {
     assert!(auth["password"].as_str().is_some_and(|p| !p.is_empty()), "{resp}");
 
     // Not an ECR image: exit 1, nothing on stdout.
-    let mut child = Command::new(ECR_PLUGIN)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let req = serde_json::json!({"apiVersion": "credentialprovider.kubelet.k8s.io/v1", "kind": "CredentialProviderRequest", "image": "docker.io/library/nginx"});
-    child.stdin.take().unwrap().write_all(req.to_string().as_bytes()).unwrap();
-    let out = child.wait_with_output().unwrap();
+    let out = run_ecr_plugin(&moto.url, "docker.io/library/nginx");
     assert!(!out.status.success());
     assert!(out.stdout.is_empty());
     assert!(String::from_utf8_lossy(&out.stderr).contains("not in an ECR registry"));

@@ -4,6 +4,7 @@
 //!
 //! Also holds the Service/Node fixtures the route and node-IPAM tests use.
 
+use ccm_testbed::fixtures::load_balancer_service as lb_service;
 use std::collections::BTreeMap;
 
 use std::sync::Arc;
@@ -17,9 +18,7 @@ use ccm_core::names;
 use ccm_core::testing::{LbFault, TestCloud, TestLoadBalancers};
 use ccm_testbed::ControlPlane;
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{
-    Namespace, Node, NodeCondition, NodeStatus, Service, ServicePort, ServiceSpec,
-};
+use k8s_openapi::api::core::v1::{Namespace, Node, NodeCondition, NodeStatus, Service};
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
@@ -97,26 +96,6 @@ pub async fn event_reasons(client: &Client, namespace: &str, name: &str) -> Vec<
         .collect();
     evs.sort_by_key(|e| e.event_time.as_ref().map(|t| t.0));
     evs.into_iter().filter_map(|e| e.reason).collect()
-}
-
-fn lb_service(ns: &str, name: &str, port: i32) -> Service {
-    Service {
-        metadata: ObjectMeta {
-            name: Some(name.into()),
-            namespace: Some(ns.into()),
-            ..Default::default()
-        },
-        spec: Some(ServiceSpec {
-            type_: Some("LoadBalancer".into()),
-            ports: Some(vec![ServicePort {
-                port,
-                protocol: Some("TCP".into()),
-                ..Default::default()
-            }]),
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
 }
 
 fn has_finalizer(svc: &Service) -> bool {

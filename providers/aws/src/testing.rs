@@ -129,6 +129,27 @@ pub async fn network(ec2: &aws_sdk_ec2::Client, cluster: &str) -> Result<Network
     Ok(Network { vpc, subnets })
 }
 
+/// Creates the nodes' security group `<cluster>-nodes` in `vpc`, tagged as owned by `cluster`
+/// (load balancers add their ingress rules there), and returns its ID.
+pub async fn node_security_group(
+    ec2: &aws_sdk_ec2::Client,
+    vpc: &str,
+    cluster: &str,
+) -> Result<String, Error> {
+    let sg = ec2
+        .create_security_group()
+        .group_name(format!("{cluster}-nodes"))
+        .description("cluster nodes")
+        .vpc_id(vpc)
+        .tag_specifications(tags_for(
+            ResourceType::SecurityGroup,
+            vec![tag(&format!("kubernetes.io/cluster/{cluster}"), "owned")],
+        ))
+        .send()
+        .await?;
+    Ok(sg.group_id().ok_or("CreateSecurityGroup returned no ID")?.to_string())
+}
+
 /// Runs `count` m5.large instances in `subnet`, tagged as owned by `cluster`, optionally in
 /// security group `sg`, and returns them as DescribeInstances sees them.
 pub async fn run_instances(
