@@ -26,8 +26,34 @@ use std::time::Duration;
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::{LoadBalancerStatus, Node, NodeAddress, Service};
 
+/// What the manager hands a provider at start ([`CloudProvider::initialize`]).
+#[derive(Clone)]
+#[non_exhaustive]
+pub struct ProviderInit {
+    /// A Kubernetes client for the provider (e.g. to read its credential Secret), with its
+    /// own `--kube-api-qps`/`--kube-api-burst` bucket and user agent
+    /// `cloud-controller-manager/<version> (...)/cloud-provider`.
+    pub client: kube::Client,
+    /// Cancelled when the manager stops leading or shuts down: stop background work then.
+    pub shutdown: tokio_util::sync::CancellationToken,
+}
+
+impl ProviderInit {
+    /// An init value (for tests of providers).
+    pub fn new(client: kube::Client, shutdown: tokio_util::sync::CancellationToken) -> Self {
+        ProviderInit { client, shutdown }
+    }
+}
+
+/// The concrete provider behind `cloud`, for a provider's own controllers (see
+/// [`crate::manager::extensions`]): `None` when `cloud` is not a `T`.
+pub fn downcast_provider<T: CloudProvider>(cloud: &Arc<dyn CloudProvider>) -> Option<Arc<T>> {
+    let any: Arc<dyn std::any::Any + Send + Sync> = cloud.clone();
+    any.downcast::<T>().ok()
+}
+
 /// A cloud provider: its name and the capabilities it supports.
-pub trait CloudProvider: Send + Sync + 'static {
+pub trait CloudProvider: std::any::Any + Send + Sync + 'static {
     /// The provider name, as given to `--cloud-provider` (e.g. `aws`).
     fn name(&self) -> &str;
 
@@ -71,6 +97,14 @@ pub trait CloudProvider: Send + Sync + 'static {
     /// Registers the provider's own metrics (e.g. cloud API call counters) in the manager's
     /// registry, served on `/metrics` next to the controllers' metrics. Called once at start.
     fn register_metrics(&self, _registry: &mut prometheus_client::registry::Registry) {}
+
+    /// Hands the provider a Kubernetes client, once, after leadership is acquired and before
+    /// the first controller starts (upstream `Initialize(clientBuilder, stop)`). Spawn any
+    /// background work (e.g. watching a credential Secret) and stop it when
+    /// `init.shutdown` fires. An error stops the manager. The default does nothing.
+    fn initialize(&self, _init: ProviderInit) -> Result<(), BoxError> {
+        Ok(())
+    }
 }
 
 /// What the cloud knows about the instance behind a Node.
@@ -108,11 +142,31 @@ pub enum InstanceStatus {
 /// Implementations should identify the instance by `node.spec.providerID` first, and fall
 /// back to the node name (or labels/annotations) when it is empty, because a new node may
 /// not have a providerID yet.
+///
+/// # Deletion safety: only a positive answer says "gone"
+///
+/// The lifecycle controller deletes a Node when [`Self::instance_exists`] returns `Ok(false)`
+/// or [`Self::instance_status_batch`] returns [`InstanceStatus::NotFound`]; an error only
+/// skips the Node until the next pass. So every provider follows one rule:
+///
+/// - "gone" only from a lookup of a **known instance by its ID** whose answer positively
+///   says so: the cloud reports that instance terminated/deleted, or answers "no such
+///   instance" for the exact ID taken from the Node's providerID.
+/// - "I could not find it by name" is **an error**, never "gone": a lookup by node name, DNS
+///   name, label or annotation can miss a running instance (a missing or wrong ownership
+///   tag, a name the cloud reports differently, another region, an eventually consistent
+///   search index). A Node without providerID that matches no instance is kept.
+/// - Anything uncertain (timeouts, throttling, partial or ambiguous answers, permission
+///   errors, a providerID of another cloud) is an error. Errors never delete.
+///
+/// For metadata (node initialisation) "not found by name" is
+/// [`ProviderError::InstanceNotFound`]: "not yet", retried with backoff; it never deletes.
 #[async_trait]
 pub trait InstancesV2: Send + Sync + 'static {
     /// Whether the instance exists. `Ok(false)` means "gone": the lifecycle controller will
-    /// delete the Node, so return an error whenever the answer is not certain. A stopped
-    /// instance exists.
+    /// delete the Node, so return it only as the trait's deletion-safety rule allows (a
+    /// positive answer about an instance looked up by its ID) and an error whenever the
+    /// answer is not certain, including "not found by name". A stopped instance exists.
     async fn instance_exists(&self, node: &Node) -> Result<bool, ProviderError>;
 
     /// Whether the instance is shut down. Only asked for instances that exist.
@@ -133,7 +187,9 @@ pub trait InstancesV2: Send + Sync + 'static {
     }
 
     /// Existence and shutdown state for many nodes, one result per node in the same order.
-    /// The default combines [`Self::instance_exists`] and [`Self::instance_shutdown`] per
+    /// [`InstanceStatus::NotFound`] deletes the Node: the deletion-safety rule of the trait
+    /// applies to every node of the batch (a node looked up by name and not found is an
+    /// error, not `NotFound`). The default combines [`Self::instance_exists`] and [`Self::instance_shutdown`] per
     /// node; override it to answer with one cloud request.
     async fn instance_status_batch(
         &self,

@@ -10,6 +10,7 @@
 
 pub mod batch;
 pub mod cloud;
+pub mod cloud_call;
 pub mod controllers;
 pub mod credential;
 pub mod manager;

@@ -20,7 +20,13 @@
 //! SIGKILL), the pipe closes and the supervisor stops the servers and removes the data
 //! directory. Server logs are kept when a test asked for it ([`ControlPlane::keep_logs`],
 //! done automatically by [`LogGuard`] on panic) or when a server died on its own.
+//!
+//! Start-up watches the servers: one that exits while starting is reported at once with the
+//! end of its log ([`Error::ServerExited`]), and a start that lost a port race (another
+//! process bound a chosen port first: "address already in use") is retried on fresh ports,
+//! up to [`START_ATTEMPTS`] times. moto ([`moto::Moto`]) does the same.
 
+pub mod chart;
 pub mod fixtures;
 pub mod moto;
 pub mod pki;
@@ -58,6 +64,24 @@ pub enum Error {
         /// The underlying error.
         source: std::io::Error,
     },
+    /// A server process exited while the control plane was starting: reported as soon as it
+    /// is seen, with the end of its log (a start that lost a port race is retried first).
+    #[error(
+        "{server} exited during start-up (attempt {attempt} of {attempts}); the end of its \
+         log, kept in {logs}:\n{tail}"
+    )]
+    ServerExited {
+        /// `etcd` or `kube-apiserver`.
+        server: &'static str,
+        /// Which start attempt this was (1-based).
+        attempt: u32,
+        /// How many attempts a lost port race gets.
+        attempts: u32,
+        /// The last lines of its log.
+        tail: String,
+        /// Where the logs are.
+        logs: PathBuf,
+    },
     /// The control plane did not become ready.
     #[error("control plane not ready after {waited:?}: {detail}; server logs kept in {logs}")]
     NotReady {
@@ -93,6 +117,62 @@ fn io_err<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error)
     move |source| Error::Io { what, path: path.to_path_buf(), source }
 }
 
+impl Error {
+    /// Whether this is a server that exited because a port it was given was taken (another
+    /// process bound it between our choosing it and the server binding it).
+    pub fn lost_port_race(&self) -> bool {
+        match self {
+            Error::ServerExited { tail, .. } => log_says_port_taken(tail),
+            _ => false,
+        }
+    }
+}
+
+impl Error {
+    /// The log line of a lost port race (for a one-line retry message).
+    fn port_conflict_line(&self) -> String {
+        let Error::ServerExited { server, tail, .. } = self else { return self.to_string() };
+        let line = tail.lines().rev().find(|l| log_says_port_taken(l)).unwrap_or_default();
+        format!("{server} exited: {}", line.trim())
+    }
+}
+
+/// Whether a server's log says it could not bind its port (Go's and Python's wording).
+pub(crate) fn log_says_port_taken(log: &str) -> bool {
+    let log = log.to_ascii_lowercase();
+    log.contains("address already in use") || log.contains("eaddrinuse")
+}
+
+/// The last `n` lines of `text`.
+pub(crate) fn tail_lines(text: &str, n: usize) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+/// Whether process `pid` has exited. A server that died is a zombie until the supervisor
+/// (blocked reading our pipe) reaps it, and a zombie still has a `/proc/<pid>` directory:
+/// its state letter (`Z`, or `X` while being reaped) is what says it is gone.
+pub(crate) fn process_exited(pid: &str) -> bool {
+    let Ok(stat) = std::fs::read_to_string(Path::new("/proc").join(pid.trim()).join("stat")) else {
+        return true;
+    };
+    // `<pid> (<comm>) <state> ...`; comm may contain spaces and parentheses.
+    let state = stat.rsplit_once(')').and_then(|(_, rest)| rest.trim_start().chars().next());
+    matches!(state, Some('Z' | 'X') | None)
+}
+
+/// How many times a control-plane start that lost a port race is tried, on fresh ports.
+pub const START_ATTEMPTS: u32 = 4;
+
+/// Options for [`ControlPlane::start_with_options`]; the default picks free ports.
+#[derive(Debug, Clone, Default)]
+pub struct StartOptions {
+    /// etcd's client port on the first attempt (a test holds it to lose the port race).
+    pub etcd_port: Option<u16>,
+    /// kube-apiserver's secure port on the first attempt.
+    pub api_port: Option<u16>,
+}
+
 /// The admin identity: in `system:masters`, so it bypasses RBAC (as envtest's default user).
 pub const ADMIN_USER: &str = "testbed-admin";
 /// The group of the admin identity.
@@ -109,6 +189,8 @@ pub struct ControlPlane {
     pki: pki::Pki,
     tools: tools::Tools,
     admin_kubeconfig: PathBuf,
+    etcd_url: String,
+    attempts: u32,
     supervisor: Mutex<Option<(Child, ChildStdin)>>,
 }
 
@@ -170,9 +252,12 @@ fn write_file(path: &Path, contents: &str) -> Result<(), Error> {
     std::fs::write(path, contents).map_err(io_err("writing", path))
 }
 
-/// The supervisor script: starts both servers, waits for our pipe to close (or a `stop`
-/// line), then stops them and cleans up. Logs are kept when `KEEP` exists, when
-/// `CCM_TESTBED_KEEP` is set, or when a server had died by itself.
+/// The supervisor script: starts both servers, waits for our pipe to close (or a `stop` /
+/// `kill` line), then kills them (SIGKILL) and cleans up. A test cluster's data is thrown
+/// away, so a graceful shutdown buys nothing and costs a lot: the apiserver drains open
+/// watches for up to a minute (every test whose controllers still watched paid it), and
+/// without etcd it takes ~20 s. Logs are kept when `KEEP` exists, when `CCM_TESTBED_KEEP` is
+/// set, or when a server had died by itself.
 ///
 /// The scripts are run by `sh`, not executed: we just wrote them, and another thread of this
 /// process forking at that moment can hold the write descriptor until its child execs, which
@@ -182,10 +267,10 @@ dir=$1
 sh "$dir/etcd.sh" >"$dir/logs/etcd.log" 2>&1 </dev/null & etcd=$!
 sh "$dir/kube-apiserver.sh" >"$dir/logs/kube-apiserver.log" 2>&1 </dev/null & api=$!
 echo "$etcd" >"$dir/etcd.pid"; echo "$api" >"$dir/kube-apiserver.pid"
-read -r _line
+read -r line
 for p in $api $etcd; do kill -0 "$p" 2>/dev/null || echo "a server exited early" >"$dir/KEEP"; done
-kill -TERM $api 2>/dev/null; wait $api 2>/dev/null
-kill -TERM $etcd 2>/dev/null; wait $etcd 2>/dev/null
+kill -KILL $api 2>/dev/null; wait $api 2>/dev/null
+kill -KILL $etcd 2>/dev/null; wait $etcd 2>/dev/null
 rm -rf "$dir/etcd-data" "$dir/pki"
 if [ -e "$dir/KEEP" ] || [ -n "${CCM_TESTBED_KEEP:-}" ]; then exit 0; fi
 rm -rf "$dir"
@@ -212,6 +297,46 @@ impl ControlPlane {
 
     /// Starts a new control plane with the given tools.
     pub async fn start_with(tools: tools::Tools) -> Result<ControlPlane, Error> {
+        Self::start_with_options(tools, StartOptions::default()).await
+    }
+
+    /// Starts a new control plane. A server that exits during start-up is reported at once
+    /// with the end of its log; one that exited because its port was taken meanwhile (the
+    /// ports are chosen free, but another process may bind one before the server does) is
+    /// started again on fresh ports, up to [`START_ATTEMPTS`] times.
+    pub async fn start_with_options(
+        tools: tools::Tools,
+        options: StartOptions,
+    ) -> Result<ControlPlane, Error> {
+        let mut attempt = 1;
+        loop {
+            let pinned = if attempt == 1 { options.clone() } else { StartOptions::default() };
+            let mut cp = Self::spawn(tools.clone(), &pinned)?;
+            cp.attempts = attempt;
+            match cp.wait_ready().await {
+                Ok(()) => {
+                    tracing::info!(server = %cp.server, run_dir = %cp.run_dir.display(), attempt, "control plane ready");
+                    return Ok(cp);
+                }
+                Err(e) if e.lost_port_race() && attempt < START_ATTEMPTS => {
+                    let line = e.port_conflict_line();
+                    tracing::warn!(attempt, %line, "control plane lost a port race; retrying on fresh ports");
+                    eprintln!("ccm-testbed: attempt {attempt}: {line}; retrying on fresh ports");
+                    cp.kill();
+                    let _ = std::fs::remove_dir_all(&cp.run_dir);
+                    attempt += 1;
+                }
+                Err(e) => {
+                    cp.keep_logs("start-up failed");
+                    cp.kill();
+                    return Err(e);
+                }
+            }
+        }
+    }
+
+    /// Writes the run directory and starts the supervisor with both servers (not waiting).
+    fn spawn(tools: tools::Tools, pinned: &StartOptions) -> Result<ControlPlane, Error> {
         let base = std::env::var_os("CCM_TESTBED_DIR")
             .map(PathBuf::from)
             .unwrap_or_else(|| std::env::temp_dir().join("ccm-testbed"));
@@ -228,9 +353,15 @@ impl ControlPlane {
         let pki = pki::Pki::generate()?;
         pki.write_server_files(&pki_dir)?;
 
-        let etcd_port = free_port()?;
+        let etcd_port = match pinned.etcd_port {
+            Some(p) => p,
+            None => free_port()?,
+        };
         let etcd_peer_port = free_port()?;
-        let api_port = free_port()?;
+        let api_port = match pinned.api_port {
+            Some(p) => p,
+            None => free_port()?,
+        };
         let server = format!("https://127.0.0.1:{api_port}");
         let etcd_url = format!("http://127.0.0.1:{etcd_port}");
         let peer_url = format!("http://127.0.0.1:{etcd_peer_port}");
@@ -309,14 +440,11 @@ impl ControlPlane {
             pki,
             tools,
             admin_kubeconfig,
+            etcd_url,
+            attempts: 1,
             supervisor: Mutex::new(Some((child, stdin))),
         };
         cp.write_kubeconfig(&cp.admin_kubeconfig, &Identity::admin())?;
-        if let Err(e) = cp.wait_ready().await {
-            cp.keep_logs("start-up failed");
-            return Err(e);
-        }
-        tracing::info!(server = %cp.server, run_dir = %cp.run_dir.display(), "control plane ready");
         Ok(cp)
     }
 
@@ -325,17 +453,19 @@ impl ControlPlane {
         let client = self.client(&Identity::admin()).await?;
         let mut last = String::from("not polled yet");
         while start.elapsed() < READY_TIMEOUT {
-            if let Some(dead) = self.dead_server() {
-                last = dead;
-                break;
+            if let Some(exited) = self.dead_server() {
+                return Err(exited);
             }
             let req = http::Request::get("/readyz").body(Vec::new()).map_err(|e| {
                 Error::Client { user: crate::ADMIN_USER.into(), detail: e.to_string() }
             })?;
-            match client.request_text(req).await {
-                Ok(body) if body.trim() == "ok" => return Ok(()),
-                Ok(body) => last = body,
-                Err(e) => last = e.to_string(),
+            // Bounded: a port held by another process may accept and never answer.
+            let probe = tokio::time::timeout(Duration::from_secs(5), client.request_text(req));
+            match probe.await {
+                Ok(Ok(body)) if body.trim() == "ok" => return Ok(()),
+                Ok(Ok(body)) => last = body,
+                Ok(Err(e)) => last = e.to_string(),
+                Err(_) => last = "/readyz did not answer within 5 s".into(),
             }
             tokio::time::sleep(Duration::from_millis(250)).await;
         }
@@ -343,19 +473,24 @@ impl ControlPlane {
     }
 
     /// If a server process has exited, says which, with the end of its log.
-    fn dead_server(&self) -> Option<String> {
+    fn dead_server(&self) -> Option<Error> {
         for server in ["etcd", "kube-apiserver"] {
             let Ok(pid) = std::fs::read_to_string(self.run_dir.join(format!("{server}.pid")))
             else {
                 continue;
             };
-            if !Path::new("/proc").join(pid.trim()).exists() {
-                let log = self.log_dir().join(format!("{server}.log"));
-                let text = std::fs::read_to_string(&log).unwrap_or_default();
-                let tail: Vec<&str> = text.lines().rev().take(5).collect();
-                let tail: Vec<&str> = tail.into_iter().rev().collect();
-                return Some(format!("{server} exited; the end of its log:\n{}", tail.join("\n")));
+            if pid.trim().is_empty() || !process_exited(&pid) {
+                continue;
             }
+            let log = self.log_dir().join(format!("{server}.log"));
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            return Some(Error::ServerExited {
+                server,
+                attempt: self.attempts,
+                attempts: START_ATTEMPTS,
+                tail: tail_lines(&text, 20),
+                logs: self.log_dir(),
+            });
         }
         None
     }
@@ -363,6 +498,16 @@ impl ControlPlane {
     /// The apiserver URL (`https://127.0.0.1:<port>`).
     pub fn server(&self) -> &str {
         &self.server
+    }
+
+    /// etcd's client URL (`http://127.0.0.1:<port>`).
+    pub fn etcd_url(&self) -> &str {
+        &self.etcd_url
+    }
+
+    /// On which attempt the control plane came up (1 unless a port race was lost).
+    pub fn start_attempts(&self) -> u32 {
+        self.attempts
     }
 
     /// PEM of the CA that signed the apiserver's serving certificate.
@@ -446,9 +591,18 @@ impl ControlPlane {
     /// Stops both servers and waits for the supervisor; cleans up unless logs are kept.
     /// Idempotent. Dropping the control plane does the same.
     pub fn stop(&self) {
+        self.stop_with(b"stop\n");
+    }
+
+    /// Stops a control plane that failed to start: SIGKILL, nothing to shut down gracefully.
+    fn kill(&self) {
+        self.stop_with(b"kill\n");
+    }
+
+    fn stop_with(&self, line: &[u8]) {
         let taken = self.supervisor.lock().unwrap_or_else(|p| p.into_inner()).take();
         if let Some((mut child, mut stdin)) = taken {
-            let _ = stdin.write_all(b"stop\n");
+            let _ = stdin.write_all(line);
             drop(stdin);
             let _ = child.wait();
         }
@@ -498,6 +652,37 @@ mod tests {
     #[test]
     fn shell_quoting_survives_single_quotes() {
         assert_eq!(sh_quote("a'b"), r"'a'\''b'");
+    }
+
+    #[test]
+    fn a_port_conflict_is_recognised_in_go_and_python_logs() {
+        assert!(log_says_port_taken(
+            r#"{"level":"fatal","msg":"listen tcp 127.0.0.1:2379: bind: address already in use"}"#
+        ));
+        assert!(log_says_port_taken("OSError: [Errno 98] Address already in use"));
+        assert!(!log_says_port_taken("panic: bad flag"));
+    }
+
+    #[test]
+    fn a_zombie_or_missing_process_has_exited_and_we_have_not() {
+        assert!(!process_exited(&std::process::id().to_string()));
+        assert!(process_exited("999999999"));
+        let mut child = Command::new("sh").arg("-c").arg("exit 0").spawn().unwrap();
+        let pid = child.id().to_string();
+        // Not reaped yet: a zombie, whose /proc entry still exists.
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while !process_exited(&pid) {
+            assert!(std::time::Instant::now() < deadline, "exited child never seen as exited");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert!(Path::new("/proc").join(&pid).exists(), "still a zombie, not reaped");
+        child.wait().unwrap();
+    }
+
+    #[test]
+    fn tail_keeps_the_last_lines() {
+        assert_eq!(tail_lines("a\nb\nc", 2), "b\nc");
+        assert_eq!(tail_lines("a", 5), "a");
     }
 
     #[test]

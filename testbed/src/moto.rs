@@ -46,6 +46,19 @@ pub enum MotoError {
         /// Why it failed.
         source: std::io::Error,
     },
+    /// The server exited while starting (after the retries a lost port race gets); the end
+    /// of its log is included.
+    #[error(
+        "moto_server exited during start-up on port {port} (attempt {attempt}); the end of its log:\n{tail}"
+    )]
+    Exited {
+        /// The port it was started on.
+        port: u16,
+        /// Which attempt this was (1-based).
+        attempt: u32,
+        /// The last lines of its output.
+        tail: String,
+    },
     /// The server did not answer; its log is included.
     #[error("moto_server did not come up on port {port}; log:\n{log}")]
     NotReady {
@@ -96,6 +109,13 @@ pub struct Moto {
     log: PathBuf,
 }
 
+fn free_port() -> Result<u16, MotoError> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map_err(io("finding a free port"))?
+        .port())
+}
+
 async fn http(port: u16, method: &str, path: &str) -> std::io::Result<String> {
     let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
     let req =
@@ -107,19 +127,48 @@ async fn http(port: u16, method: &str, path: &str) -> std::io::Result<String> {
 }
 
 impl Moto {
-    /// Starts a moto server and waits until it answers.
+    /// Starts a moto server on a free port and waits until it answers.
     pub async fn start() -> Result<Moto, MotoError> {
-        let bin = server_path()?;
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .map_err(io("finding a free port"))?
-            .port();
+        Self::start_with_port(None).await
+    }
+
+    /// Like [`Moto::start`], but the first attempt uses `port` when given (a test holds it to
+    /// lose the port race). A server that exits during start-up is reported at once with the
+    /// end of its log; one that exited because its port was taken meanwhile is started again
+    /// on a fresh port, up to [`crate::START_ATTEMPTS`] times.
+    pub async fn start_with_port(port: Option<u16>) -> Result<Moto, MotoError> {
+        Self::start_with_server(&server_path()?, port).await
+    }
+
+    /// Like [`Moto::start_with_port`], with this `moto_server` executable.
+    pub async fn start_with_server(bin: &Path, port: Option<u16>) -> Result<Moto, MotoError> {
+        let mut attempt = 1;
+        loop {
+            let port = match port.filter(|_| attempt == 1) {
+                Some(p) => p,
+                None => free_port()?,
+            };
+            match Self::start_once(bin, port, attempt).await {
+                Err(MotoError::Exited { tail, .. })
+                    if crate::log_says_port_taken(&tail) && attempt < crate::START_ATTEMPTS =>
+                {
+                    eprintln!(
+                        "ccm-testbed: moto_server lost port {port} (attempt {attempt}); retrying on a fresh port"
+                    );
+                    attempt += 1;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    async fn start_once(bin: &Path, port: u16, attempt: u32) -> Result<Moto, MotoError> {
         let log = std::env::temp_dir().join(format!("ccm-moto-{}-{port}.log", std::process::id()));
         let mut child = Command::new("sh")
             .arg("-c")
             .arg(SUPERVISOR)
             .arg("ccm-moto-supervisor")
-            .arg(&bin)
+            .arg(bin)
             .arg(port.to_string())
             .arg(&log)
             .stdin(Stdio::piped())
@@ -144,9 +193,16 @@ impl Moto {
             if let Some((c, _)) = moto.child.as_mut()
                 && !matches!(c.try_wait(), Ok(None))
             {
-                break;
+                let text = std::fs::read_to_string(&moto.log).unwrap_or_default();
+                return Err(MotoError::Exited {
+                    port,
+                    attempt,
+                    tail: crate::tail_lines(&text, 20),
+                });
             }
-            if let Ok(r) = http(port, "GET", "/moto-api/data.json").await
+            // Bounded: a port held by another process may accept and never answer.
+            let probe = http(port, "GET", "/moto-api/data.json");
+            if let Ok(Ok(r)) = tokio::time::timeout(Duration::from_secs(5), probe).await
                 && r.starts_with("HTTP/1.")
                 && r.contains(" 200 ")
             {

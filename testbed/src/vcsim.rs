@@ -97,6 +97,12 @@ impl Vcsim {
         let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
         let mut line = String::new();
         stdout.read_line(&mut line).expect("reading the vcsim greeting");
+        if line.trim().is_empty() {
+            // It exited before greeting (it binds port 0 itself, so no port race): say so at
+            // once; its stderr (inherited) is just above in the test output.
+            let status = child.wait().map(|s| s.to_string()).unwrap_or_else(|e| e.to_string());
+            panic!("ccm-vcsim exited during start-up ({status}); its stderr is above");
+        }
         let hello: Hello =
             serde_json::from_str(&line).unwrap_or_else(|e| panic!("vcsim greeting {line:?}: {e}"));
         // https://127.0.0.1:<port>/sdk
@@ -148,6 +154,11 @@ impl Vcsim {
     /// Powers a VM off.
     pub fn power_off(&self, vm: &str) {
         self.cmd(json!({"op": "power", "vm": vm, "state": "off"}));
+    }
+
+    /// Powers a VM on.
+    pub fn power_on(&self, vm: &str) {
+        self.cmd(json!({"op": "power", "vm": vm, "state": "on"}));
     }
 
     /// Destroys a VM (it is gone from the inventory).

@@ -4,6 +4,8 @@
 //! them; 500 Nodes joining at once, with the DescribeInstances count read from the manager's
 //! own `/metrics`; a LoadBalancer Service through classic ELB → NLB → classic → deleted; pod
 //! CIDR routes; start-up failures; and `ecr-credential-provider` as the kubelet runs it.
+//! Issue 11: Nodes without providerID that are not found by name survive the lifecycle
+//! controller; `ecr-credential-provider` gives up on an endpoint that never answers.
 
 use std::collections::BTreeMap;
 use std::io::Write as _;
@@ -618,8 +620,7 @@ fn run_ecr_plugin(moto_url: &str, image: &str) -> std::process::Output {
     }
     let mut child = cmd
         .env("AWS_ENDPOINT_URL", moto_url)
-        .env("AWS_ACCESS_KEY_ID", "testing")
-        .env("AWS_SECRET_ACCESS_KEY", "testing")
+        .envs(crate::support::aws_test_credentials())
         .env("AWS_EC2_METADATA_DISABLED", "true")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -627,7 +628,9 @@ fn run_ecr_plugin(moto_url: &str, image: &str) -> std::process::Output {
         .spawn()
         .unwrap();
     child.stdin.take().unwrap().write_all(request.to_string().as_bytes()).unwrap();
-    child.wait_with_output().unwrap()
+    let out = child.wait_with_output().unwrap();
+    crate::support::assert_output_has_no_secrets("ecr-credential-provider", &out);
+    out
 }
 
 /// `ecr-credential-provider` as the kubelet runs it, against moto's ECR.
@@ -652,4 +655,184 @@ async fn ecr_credential_provider_answers_for_an_ecr_image_and_rejects_others() {
     assert!(!out.status.success());
     assert!(out.stdout.is_empty());
     assert!(String::from_utf8_lossy(&out.stderr).contains("not in an ECR registry"));
+}
+
+/// Runs one m5.large instance in `subnet` with no tags at all, as DescribeInstances sees it.
+async fn run_untagged_instance(ec2: &aws_sdk_ec2::Client, subnet: &str) -> Instance {
+    let r = ec2
+        .run_instances()
+        .image_id("ami-12c6146b")
+        .instance_type(aws_sdk_ec2::types::InstanceType::M5Large)
+        .min_count(1)
+        .max_count(1)
+        .subnet_id(subnet)
+        .send()
+        .await
+        .unwrap();
+    let id = r.instances()[0].instance_id().unwrap().to_string();
+    let d = ec2.describe_instances().instance_ids(&id).send().await.unwrap();
+    d.reservations()[0].instances()[0].clone()
+}
+
+/// Issue 11 point 5: a NotReady Node without providerID named `kept` (with address `kept_ip`)
+/// is never deleted because its instance was "not found by name". In the same run a
+/// terminated, tagged instance's NotReady Node is deleted (the positive control: the lifecycle
+/// controller was running and deleting), and `kept` then survives at least 10 more passes
+/// (`--node-monitor-period=1s`), each logged as an error for it.
+async fn a_node_without_provider_id_survives_the_lifecycle_controller(
+    moto: &Moto,
+    cluster: &str,
+    control_subnet: &str,
+    kept: &str,
+    kept_ip: &str,
+) {
+    const PASSES: usize = 10;
+    let ec2 = testing::ec2(&moto.url).await;
+    let control = run_instances(&ec2, control_subnet, cluster, 1, None).await.unwrap().remove(0);
+
+    let env = Env::start(BIN).await;
+    let _logs = env.cp.log_guard();
+    let ccm = env.spawn_ccm(&testing::cloud_config(&moto.url, cluster, ""), &[NO_ROUTES.into()]);
+    let nodes = env.nodes();
+    let start = Instant::now();
+    register(&nodes, kept, kept_ip, "False").await;
+    register(&nodes, dns(&control), ip(&control), "False").await;
+
+    // The control is initialised (it gets its providerID), then its instance is terminated.
+    let n = initialised(&nodes, dns(&control)).await;
+    assert!(provider_id(&n).is_some_and(|p| p.ends_with(id(&control))));
+    ec2.terminate_instances().instance_ids(id(&control)).send().await.unwrap();
+    wait_for("the terminated instance's node to be deleted", || async {
+        nodes.get_opt(dns(&control)).await.unwrap().is_none().then_some(())
+    })
+    .await;
+    eprintln!("control node deleted {:?} after the nodes registered", start.elapsed());
+
+    // The node without providerID is still there, and stays through PASSES more passes.
+    let errors_for_kept = |log: &str| {
+        log.lines()
+            .filter(|l| l.contains("error checking if node exists") && l.contains(kept))
+            .count()
+    };
+    let seen = errors_for_kept(&ccm.logs());
+    let passes = wait_for(&format!("{PASSES} more lifecycle passes over {kept}"), || async {
+        let exists = nodes.get_opt(kept).await.unwrap().is_some();
+        assert!(
+            exists,
+            "node {kept} (no providerID) was deleted {:?} after it registered; manager log:\n{}",
+            start.elapsed(),
+            ccm.logs()
+        );
+        let n = errors_for_kept(&ccm.logs());
+        (n >= seen + PASSES).then_some(n)
+    })
+    .await;
+    let n = nodes.get(kept).await.unwrap();
+    assert_eq!(provider_id(&n), None);
+    assert!(has_taint(&n, names::TAINT_UNINITIALIZED), "still waiting for its instance");
+    eprintln!(
+        "node {kept} kept through {passes} lifecycle passes ({:?} after it registered)",
+        start.elapsed()
+    );
+    let deleting: Api<Event> = Api::all(env.client.clone());
+    let events = deleting.list(&ListParams::default()).await.unwrap();
+    assert!(
+        !events.items.iter().any(|e| e.involved_object.name.as_deref() == Some(kept)
+            && e.reason.as_deref() == Some("DeletingNode")),
+        "a DeletingNode event was recorded for {kept}"
+    );
+}
+
+#[tokio::test]
+async fn a_running_instance_without_the_cluster_tag_keeps_its_node() {
+    const CLUSTER: &str = "e2e-untagged";
+    let moto = Moto::start().await.unwrap();
+    let ec2 = testing::ec2(&moto.url).await;
+    let net = network(&ec2, CLUSTER).await.unwrap();
+    // Running, but nobody tagged it for the cluster: the lookup by private DNS name (which
+    // filters on the tag) does not find it.
+    let untagged = run_untagged_instance(&ec2, &net.subnets[0].0).await;
+    assert_eq!(instance_state(&ec2, id(&untagged)).await, "running");
+    a_node_without_provider_id_survives_the_lifecycle_controller(
+        &moto,
+        CLUSTER,
+        &net.subnets[1].0,
+        dns(&untagged),
+        ip(&untagged),
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_node_whose_name_matches_no_instance_is_kept() {
+    const CLUSTER: &str = "e2e-noname";
+    let moto = Moto::start().await.unwrap();
+    let ec2 = testing::ec2(&moto.url).await;
+    let net = network(&ec2, CLUSTER).await.unwrap();
+    // A private DNS name no instance has (upstream keeps such a Node too).
+    a_node_without_provider_id_survives_the_lifecycle_controller(
+        &moto,
+        CLUSTER,
+        &net.subnets[0].0,
+        "ip-10-0-9-99.ec2.internal",
+        "10.0.9.99",
+    )
+    .await;
+}
+
+/// Issue 11 point 4: `ecr-credential-provider` against an endpoint that accepts connections and
+/// never answers exits 1 with a message naming the call, before the kubelet's one-minute exec
+/// timeout would kill it (the real 30 s operation timeout: no test knob).
+#[tokio::test]
+async fn ecr_credential_provider_gives_up_on_an_endpoint_that_never_answers() {
+    // The kubelet kills an exec plugin after one minute.
+    const KUBELET_EXEC_TIMEOUT: Duration = Duration::from_secs(60);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((conn, _)) = listener.accept().await {
+            held.push(conn);
+        }
+    });
+
+    let request = serde_json::json!({
+        "apiVersion": "credentialprovider.kubelet.k8s.io/v1",
+        "kind": "CredentialProviderRequest",
+        "image": "123456789012.dkr.ecr.us-east-1.amazonaws.com/app:v1",
+    });
+    let mut cmd = tokio::process::Command::new(ECR_PLUGIN);
+    for (k, _) in std::env::vars_os() {
+        if k.to_string_lossy().starts_with("AWS_") {
+            cmd.env_remove(&k);
+        }
+    }
+    let mut child = cmd
+        .env("AWS_ENDPOINT_URL", &url)
+        .envs(crate::support::aws_test_credentials())
+        .env("AWS_EC2_METADATA_DISABLED", "true")
+        .env("AWS_CONFIG_FILE", "/dev/null")
+        .env("AWS_SHARED_CREDENTIALS_FILE", "/dev/null")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    tokio::io::AsyncWriteExt::write_all(&mut stdin, request.to_string().as_bytes()).await.unwrap();
+    drop(stdin);
+    let start = Instant::now();
+    let out = tokio::time::timeout(KUBELET_EXEC_TIMEOUT, child.wait_with_output())
+        .await
+        .expect("ecr-credential-provider still running after the kubelet's exec timeout")
+        .unwrap();
+    let took = start.elapsed();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    eprintln!("ecr-credential-provider exited {:?} after {took:?}: {stderr}", out.status.code());
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(out.stdout.is_empty());
+    assert!(stderr.contains("GetAuthorizationToken"), "{stderr}");
+    assert!(stderr.to_lowercase().contains("timeout"), "{stderr}");
+    crate::support::assert_output_has_no_secrets("ecr-credential-provider", &out);
 }

@@ -13,6 +13,10 @@
 #[cfg(all(feature = "provider-aws", feature = "testing"))]
 mod aws;
 #[cfg(any(all(feature = "provider-aws", feature = "testing"), feature = "provider-vsphere"))]
+mod conformance;
+#[cfg(any(all(feature = "provider-aws", feature = "testing"), feature = "provider-vsphere"))]
+mod secrets;
+#[cfg(any(all(feature = "provider-aws", feature = "testing"), feature = "provider-vsphere"))]
 mod support;
 #[cfg(feature = "provider-vsphere")]
 mod vsphere;

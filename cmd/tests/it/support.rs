@@ -1,10 +1,21 @@
 //! What every end-to-end test of a binary needs: a control plane, the manager as a process
-//! with its log in a file, polling with a deadline, and readers for the Node fields the
-//! cloud-node controller sets.
+//! with its log in a file, polling with a deadline, readers for the Node fields the
+//! cloud-node controller sets, and the secret scanner.
+//!
+//! Secret scanner (issue #11): every credential a test gives a process is registered
+//! ([`register_secret`]) and every process's output is scanned for all of them; a match fails
+//! the test naming the process and the kind of credential, never the value. Registration and
+//! scanning are built into the helpers so a test cannot forget them: [`Env::spawn_ccm`] and
+//! [`Binary::run_to_exit`] register the cloud config's passwords and the kubeconfig's client
+//! key; [`Binary::command`] replaces the AWS secret key with a distinctive one and adds a
+//! session token (both registered; moto accepts any); the manager's stdout and stderr are
+//! scanned when its [`Ccm`] guard is dropped, `run_to_exit`'s before it returns. Processes
+//! run by other means call [`assert_no_secrets`] on their output.
 
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::Mutex;
 use std::time::Duration;
 
 use ccm_core::names;
@@ -15,10 +26,170 @@ use kube::api::PostParams;
 use kube::{Api, Client};
 use tokio::process::{Child, Command};
 
-/// A running manager with its stderr in a file; killed on drop.
+// ---- secret scanner ------------------------------------------------------------------------
+
+/// A kind of credential given to a process under test (named in failures; values never are).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SecretKind {
+    /// `AWS_SECRET_ACCESS_KEY`.
+    AwsSecretAccessKey,
+    /// `AWS_SESSION_TOKEN`.
+    AwsSessionToken,
+    /// A vCenter password (cloud config, Secret files, `VSPHERE_PASSWORD`).
+    VspherePassword,
+    /// A bearer token (a kubeconfig token, a registry token a plugin minted).
+    BearerToken,
+    /// The private key of a kubeconfig client certificate.
+    ClientKey,
+}
+
+static SECRETS: Mutex<Vec<(SecretKind, String)>> = Mutex::new(Vec::new());
+
+/// The distinctive AWS secret key every AWS process under test gets (moto accepts any).
+pub const AWS_SECRET_ACCESS_KEY: &str = "e2eAwsSecretKey/NeverLogged+7Hq2ZpR4";
+/// The AWS session token every AWS process under test gets (moto accepts any).
+pub const AWS_SESSION_TOKEN: &str = "e2eAwsSessionToken/NeverLogged+Xk93LwQ8";
+
+/// Registers a credential given to a process under test: every scan from now on fails on
+/// it. Short values are refused: they would match by chance (use a distinctive value).
+pub fn register_secret(kind: SecretKind, value: &str) {
+    let value = value.trim();
+    assert!(
+        value.len() >= 12,
+        "test credential ({kind:?}) is too short to scan for: use a distinctive value of at least 12 characters"
+    );
+    let mut secrets = SECRETS.lock().unwrap_or_else(|e| e.into_inner());
+    if !secrets.iter().any(|(_, v)| v == value) {
+        secrets.push((kind, value.to_string()));
+    }
+}
+
+/// The kinds of registered credentials that occur in `text`.
+pub fn secrets_in(text: &str) -> Vec<SecretKind> {
+    let secrets = SECRETS.lock().unwrap_or_else(|e| e.into_inner());
+    let mut found: Vec<SecretKind> = Vec::new();
+    for (kind, value) in secrets.iter() {
+        if text.contains(value.as_str()) && !found.contains(kind) {
+            found.push(*kind);
+        }
+    }
+    found
+}
+
+/// The kind of every registered credential, in registration order.
+pub fn registered_kinds() -> Vec<SecretKind> {
+    SECRETS.lock().unwrap_or_else(|e| e.into_inner()).iter().map(|(k, _)| *k).collect()
+}
+
+/// Fails (naming `process` and the kinds, never the values) if `output` holds a registered
+/// credential.
+pub fn assert_no_secrets(process: &str, output: &str) {
+    let found = secrets_in(output);
+    assert!(
+        found.is_empty(),
+        "{process} wrote test credentials to its output or log: {found:?} (values not shown)"
+    );
+}
+
+/// [`assert_no_secrets`] on a finished process's stdout and stderr.
+#[allow(dead_code)]
+pub fn assert_output_has_no_secrets(process: &str, out: &std::process::Output) {
+    assert_no_secrets(&format!("{process} (stdout)"), &String::from_utf8_lossy(&out.stdout));
+    assert_no_secrets(&format!("{process} (stderr)"), &String::from_utf8_lossy(&out.stderr));
+}
+
+/// Registers the passwords a cloud config holds (`password: x`, `password = x`, any case).
+pub fn register_config_secrets(cloud_config: &str) {
+    for line in cloud_config.lines() {
+        let line = line.trim_start().trim_start_matches(['{', ' ']);
+        let Some((key, value)) = line.split_once([':', '=']) else { continue };
+        if !key.trim().eq_ignore_ascii_case("password") {
+            continue;
+        }
+        let value = value.split(['}', ',']).next().unwrap_or_default().trim();
+        let value = value.trim_matches(|c| c == '"' || c == '\'');
+        if !value.is_empty() {
+            register_secret(SecretKind::VspherePassword, value);
+        }
+    }
+}
+
+/// Registers the credentials of a kubeconfig written for a process: client key (as written
+/// and a line of the decoded PEM) and bearer tokens.
+pub fn register_kubeconfig_secrets(path: &Path) {
+    let text = std::fs::read_to_string(path).unwrap();
+    let doc: serde_json::Value = serde_json::from_str(&text).unwrap();
+    for user in doc["users"].as_array().into_iter().flatten() {
+        let user = &user["user"];
+        if let Some(token) = user["token"].as_str() {
+            register_secret(SecretKind::BearerToken, token);
+        }
+        if let Some(key) = user["client-key-data"].as_str() {
+            register_secret(SecretKind::ClientKey, key);
+            let pem = String::from_utf8_lossy(&base64_decode(key)).into_owned();
+            if let Some(line) =
+                pem.lines().filter(|l| !l.starts_with("-----")).max_by_key(|l| l.len())
+                && line.len() >= 12
+            {
+                register_secret(SecretKind::ClientKey, line);
+            }
+        }
+    }
+}
+
+/// Standard base64 (padding and whitespace ignored).
+fn base64_decode(text: &str) -> Vec<u8> {
+    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = Vec::new();
+    let (mut acc, mut bits) = (0u32, 0);
+    for c in text.bytes() {
+        let Some(v) = ALPHABET.iter().position(|&a| a == c) else { continue };
+        acc = (acc << 6) | v as u32;
+        bits += 6;
+        if bits >= 8 {
+            bits -= 8;
+            out.push((acc >> bits) as u8);
+            acc &= (1 << bits) - 1;
+        }
+    }
+    out
+}
+
+/// A running manager with its stdout and stderr in a file; killed on drop, and then its
+/// output is scanned for every registered credential (the test fails on a match).
 pub struct Ccm {
-    _child: Child,
+    child: Child,
     log: PathBuf,
+    name: String,
+}
+
+impl Drop for Ccm {
+    fn drop(&mut self) {
+        // Bearer tokens the manager minted for itself (`--use-service-account-credentials`
+        // writes them to `$TMPDIR/ccm-sa-tokens-<pid>/`) are credentials too.
+        if let Some(pid) = self.child.id() {
+            let dir = std::env::temp_dir().join(format!("ccm-sa-tokens-{pid}"));
+            for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+                if let Ok(token) = std::fs::read_to_string(entry.path())
+                    && token.trim().len() >= 12
+                {
+                    register_secret(SecretKind::BearerToken, &token);
+                }
+            }
+        }
+        let _ = self.child.start_kill();
+        if !std::thread::panicking() {
+            let logs = self.logs();
+            let kinds = registered_kinds();
+            eprintln!(
+                "secret scan: {} output, {} bytes, {} credentials registered ({kinds:?})",
+                self.name,
+                logs.len(),
+                kinds.len()
+            );
+            assert_no_secrets(&self.name, &logs);
+        }
+    }
 }
 
 impl Ccm {
@@ -58,39 +229,75 @@ impl Binary {
                 cmd.env_remove(&k);
             }
         }
+        // `-v` given: the verbosity decides (RUST_LOG would override it).
+        if !args.iter().any(|a| a.starts_with("-v=") || a.starts_with("--v=")) {
+            cmd.env("RUST_LOG", "info");
+        } else {
+            cmd.env_remove("RUST_LOG");
+        }
         cmd.env_remove("SKIP_NODE_DELETION")
-            .env("RUST_LOG", "info")
             .envs(self.env.iter().copied())
             .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .kill_on_drop(true);
+        if self.env.iter().any(|(k, _)| *k == "AWS_SECRET_ACCESS_KEY") {
+            cmd.envs(aws_test_credentials());
+        }
         cmd
     }
 
+    /// The process name used in scanner failures.
+    pub fn name(&self) -> &'static str {
+        Path::new(self.path).file_name().and_then(|n| n.to_str()).unwrap_or(self.path)
+    }
+
     /// Runs the binary with this cloud config until it exits (it must fail at start): (exit
-    /// code, stderr).
+    /// code, stderr). Its output is scanned for the config's passwords.
     pub async fn run_to_exit(&self, dir: &Path, cloud_config: &str) -> (Option<i32>, String) {
+        self.run_to_exit_with(dir, cloud_config, &[]).await
+    }
+
+    /// [`Self::run_to_exit`] with extra arguments (e.g. `-v=10`).
+    pub async fn run_to_exit_with(
+        &self,
+        dir: &Path,
+        cloud_config: &str,
+        extra: &[String],
+    ) -> (Option<i32>, String) {
+        register_config_secrets(cloud_config);
         let config = dir.join("cloud.conf");
         std::fs::write(&config, cloud_config).unwrap();
-        let child = self
-            .command(&[
-                format!("--cloud-provider={}", self.provider),
-                format!("--cloud-config={}", config.display()),
-                format!("--kubeconfig={}", dir.join("no-such.kubeconfig").display()),
-                "--leader-elect=false".into(),
-                "--secure-port=0".into(),
-                "--webhook-secure-port=0".into(),
-            ])
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
+        let mut args = vec![
+            format!("--cloud-provider={}", self.provider),
+            format!("--cloud-config={}", config.display()),
+            format!("--kubeconfig={}", dir.join("no-such.kubeconfig").display()),
+            "--leader-elect=false".into(),
+            "--secure-port=0".into(),
+            "--webhook-secure-port=0".into(),
+        ];
+        args.extend(extra.iter().cloned());
+        let child =
+            self.command(&args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
         let out = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output())
             .await
             .expect("the manager exits at start")
             .unwrap();
+        assert_output_has_no_secrets(self.name(), &out);
         (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
     }
+}
+
+/// The AWS credentials of every AWS process under test (registered with the scanner): moto's
+/// access key ID `testing`, a distinctive secret key and a session token.
+pub fn aws_test_credentials() -> [(&'static str, &'static str); 3] {
+    register_secret(SecretKind::AwsSecretAccessKey, AWS_SECRET_ACCESS_KEY);
+    register_secret(SecretKind::AwsSessionToken, AWS_SESSION_TOKEN);
+    [
+        ("AWS_ACCESS_KEY_ID", "testing"),
+        ("AWS_SECRET_ACCESS_KEY", AWS_SECRET_ACCESS_KEY),
+        ("AWS_SESSION_TOKEN", AWS_SESSION_TOKEN),
+    ]
 }
 
 /// Everything one test needs: a control plane, an admin client, a scratch directory (the
@@ -120,11 +327,13 @@ impl Env {
     /// Starts the manager with this cloud config, the admin kubeconfig, all controllers and
     /// a 1 s node monitor period; no leader election and no serving unless `extra` says so.
     pub fn spawn_ccm(&self, cloud_config: &str, extra: &[String]) -> Ccm {
+        register_config_secrets(cloud_config);
         let config = self.dir.join("cloud.conf");
         std::fs::write(&config, cloud_config).unwrap();
         let kubeconfig = self.dir.join("admin.kubeconfig");
         self.cp.write_kubeconfig(&kubeconfig, &Identity::admin()).unwrap();
-        let log = self.dir.join("ccm.log");
+        register_kubeconfig_secrets(&kubeconfig);
+        let log = self.dir.join(format!("ccm-{}.log", ccm_testbed::unique_name("run")));
         let mut args = vec![
             format!("--cloud-provider={}", self.bin.provider),
             format!("--cloud-config={}", config.display()),
@@ -138,13 +347,15 @@ impl Env {
             args.push("--secure-port=0".into());
         }
         args.extend(extra.iter().cloned());
+        let out = std::fs::File::create(&log).unwrap();
         let child = self
             .bin
             .command(&args)
-            .stderr(std::fs::File::create(&log).unwrap())
+            .stdout(out.try_clone().unwrap())
+            .stderr(out)
             .spawn()
             .expect("starting the cloud-controller-manager");
-        Ccm { _child: child, log }
+        Ccm { child, log, name: self.bin.name().to_string() }
     }
 }
 

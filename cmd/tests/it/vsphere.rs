@@ -1,6 +1,7 @@
 //! `cloud-controller-manager-vsphere` end to end (issue 7 acceptance): vcsim VMs become
 //! initialised Nodes; power-off, destroy and a vCenter outage as the lifecycle controller
-//! sees them; two vCenters in one config; start-up failures.
+//! sees them; two vCenters in one config; start-up failures. Every manager's output is
+//! scanned for the vCenter passwords (`crate::support`'s secret scanner).
 
 use std::time::Instant;
 
@@ -8,10 +9,11 @@ use ccm_core::names;
 use ccm_testbed::vcsim::Vcsim;
 
 use crate::support::{
-    Binary, Env, addresses, has_taint, initialised, label, pairs, provider_id, register, wait_for,
+    Binary, Env, SecretKind, addresses, has_taint, initialised, label, pairs, provider_id,
+    register, register_secret, wait_for,
 };
 
-const BIN: Binary = Binary {
+pub const BIN: Binary = Binary {
     path: env!("CARGO_BIN_EXE_cloud-controller-manager-vsphere"),
     provider: "vsphere",
     clear_prefixes: &["VSPHERE_"],
@@ -19,14 +21,18 @@ const BIN: Binary = Binary {
 };
 
 /// The tag categories the configs below map to zone and region.
-const LABELS: &str = "labels:\n  zone: k8s-zone\n  region: k8s-region\n";
+pub const LABELS: &str = "labels:\n  zone: k8s-zone\n  region: k8s-region\n";
+
+/// The vCenter password of these tests: distinctive, so that the secret scanner finds it
+/// wherever it is printed.
+pub const PASSWORD: &str = "vc-e2e-Pa55w0rd/never-logged";
 
 /// The lifecycle controller's log line for a node whose instance could not be checked.
 const CHECK_ERROR: &str = "error checking if node exists";
 
-fn one_vcenter(sim: &Vcsim) -> String {
+pub fn one_vcenter(sim: &Vcsim) -> String {
     format!(
-        "global:\n  user: administrator@vsphere.local\n  password: pass\n  insecureFlag: true\nvcenter:\n{}{LABELS}",
+        "global:\n  user: administrator@vsphere.local\n  password: \"{PASSWORD}\"\n  insecureFlag: true\nvcenter:\n{}{LABELS}",
         sim.vcenter_yaml("vc1")
     )
 }
@@ -174,7 +180,9 @@ async fn two_vcenters_in_one_config_both_serve_nodes() {
     std::fs::create_dir(&secrets).unwrap();
     for vc in ["vc-a", "vc-b"] {
         std::fs::write(secrets.join(format!("{vc}.username")), "admin\n").unwrap();
-        std::fs::write(secrets.join(format!("{vc}.password")), format!("pw-{vc}\n")).unwrap();
+        let password = format!("pw-{vc}-e2e-never-logged");
+        register_secret(SecretKind::VspherePassword, &password);
+        std::fs::write(secrets.join(format!("{vc}.password")), format!("{password}\n")).unwrap();
     }
     let config = format!(
         "global:\n  insecureFlag: true\n  secretsDirectory: {}\nvcenter:\n{}{}{LABELS}",
@@ -204,7 +212,8 @@ async fn bad_config_and_missing_credentials_fail_at_start_with_a_clear_message()
     let dir = tempfile::tempdir().unwrap();
 
     // Not YAML (a mis-indented key): the message names the format and the line.
-    let (code, stderr) = BIN.run_to_exit(dir.path(), "global:\n  user: u\n password: p\n").await;
+    let (code, stderr) =
+        BIN.run_to_exit(dir.path(), &format!("global:\n  user: u\n password: {PASSWORD}\n")).await;
     assert_eq!(code, Some(1), "{stderr}");
     assert!(stderr.contains("error: cloud provider could not be initialized"), "{stderr}");
     assert!(
@@ -215,7 +224,7 @@ async fn bad_config_and_missing_credentials_fail_at_start_with_a_clear_message()
     // A misspelt key (upstream's `insecureFlag`) is an error naming the key, not ignored.
     let (code, stderr) = BIN.run_to_exit(
         dir.path(),
-        "global:\n  user: u\n  password: p\n  insecure: true\nvcenter:\n  vc1:\n    server: 127.0.0.1\n",
+        &format!("global:\n  user: u\n  password: {PASSWORD}\n  insecure: true\nvcenter:\n  vc1:\n    server: 127.0.0.1\n"),
     )
     .await;
     assert_eq!(code, Some(1), "{stderr}");
@@ -241,4 +250,91 @@ async fn bad_config_and_missing_credentials_fail_at_start_with_a_clear_message()
         .await;
     assert_eq!(code, Some(1), "{stderr}");
     assert!(stderr.contains("no password for vCenter vc1"), "{stderr}");
+}
+
+/// Issue #13/#14: credentials only in the Secret named by `secretName`/`secretNamespace`
+/// (upstream's release manifest): the manager starts, reads the Secret through the API
+/// (keys `<vcenter server>.username`/`.password`) and initialises the Node.
+#[tokio::test]
+async fn credentials_from_the_secret_named_in_the_config_are_read_through_the_api() {
+    let sim = Vcsim::start();
+    sim.guest("DC0_H0_VM0", "node-secret", &[("VM Network", &["10.0.0.10"])]);
+    let env = Env::start(BIN).await;
+    let _logs = env.cp.log_guard();
+    create_credentials_secret(&env, "pw-from-secret-e2e/never-logged").await;
+    let config = secret_only_config(&sim);
+    let ccm = env.spawn_ccm(&config, &[]);
+    let nodes = env.nodes();
+
+    let start = Instant::now();
+    register(&nodes, "node-secret", "10.0.0.10", "True").await;
+    let n = initialised(&nodes, "node-secret").await;
+    eprintln!("node initialised {:?} after registration", start.elapsed());
+    assert_eq!(
+        provider_id(&n),
+        Some(format!("vsphere://{}", sim.vm("DC0_H0_VM0").uuid).as_str()),
+        "manager log:\n{}",
+        ccm.logs()
+    );
+    assert!(!ccm.logs().contains("MissingCredentials"));
+}
+
+/// The Secret `kube-system/vsphere-creds` in upstream's format, for the vcsim at 127.0.0.1;
+/// the password is registered with the secret scanner.
+async fn create_credentials_secret(env: &Env, password: &str) {
+    use k8s_openapi::api::core::v1::Secret;
+    use kube::Api;
+    use kube::api::PostParams;
+
+    register_secret(SecretKind::VspherePassword, password);
+    let secret: Secret = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "vsphere-creds", "namespace": "kube-system"},
+        "stringData": {
+            "127.0.0.1.username": "administrator@vsphere.local",
+            "127.0.0.1.password": password,
+        },
+    }))
+    .unwrap();
+    Api::<Secret>::namespaced(env.client.clone(), "kube-system")
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap();
+}
+
+/// A config whose only credentials source is the Secret `kube-system/vsphere-creds`.
+fn secret_only_config(sim: &Vcsim) -> String {
+    format!(
+        "global:\n  insecureFlag: true\n  secretName: vsphere-creds\n  secretNamespace: kube-system\nvcenter:\n{}",
+        sim.vcenter_yaml("vc1")
+    )
+}
+
+/// Until the Secret can be read every instance call is an error naming it: a NotReady Node
+/// is neither initialised nor deleted. Once the Secret exists the manager reads it (it
+/// keeps retrying) and the Node is initialised.
+#[tokio::test]
+async fn a_missing_credentials_secret_deletes_nothing_and_is_read_once_created() {
+    let sim = Vcsim::start();
+    sim.guest("DC0_H0_VM0", "node-early", &[("VM Network", &["10.0.0.10"])]);
+    let env = Env::start(BIN).await;
+    let _logs = env.cp.log_guard();
+    let ccm = env.spawn_ccm(&secret_only_config(&sim), &[]);
+    let nodes = env.nodes();
+    register(&nodes, "node-early", "10.0.0.10", "False").await;
+
+    ccm.wait_for_log("Secret kube-system/vsphere-creds not found", 5).await;
+    let n = nodes.get("node-early").await.unwrap();
+    assert!(has_taint(&n, names::TAINT_UNINITIALIZED), "initialised without credentials?");
+    assert!(provider_id(&n).is_none());
+
+    let start = Instant::now();
+    create_credentials_secret(&env, "pw-late-secret-e2e/never-logged").await;
+    let n = initialised(&nodes, "node-early").await;
+    eprintln!("node initialised {:?} after the Secret was created", start.elapsed());
+    assert_eq!(
+        provider_id(&n),
+        Some(format!("vsphere://{}", sim.vm("DC0_H0_VM0").uuid).as_str()),
+        "manager log:\n{}",
+        ccm.logs()
+    );
 }

@@ -35,6 +35,16 @@ impl<K: Eq + Hash + Clone> FailureBackoff<K> {
         self.failures.lock().unwrap_or_else(|p| p.into_inner()).remove(key);
     }
 
+    /// Keeps only the keys for which `keep` is true.
+    pub fn retain(&self, mut keep: impl FnMut(&K) -> bool) {
+        self.failures.lock().unwrap_or_else(|p| p.into_inner()).retain(|k, _| keep(k));
+    }
+
+    /// The keys with failures now.
+    pub fn keys(&self) -> Vec<K> {
+        self.failures.lock().unwrap_or_else(|p| p.into_inner()).keys().cloned().collect()
+    }
+
     /// How many consecutive failures `key` has had.
     pub fn failures(&self, key: &K) -> u32 {
         self.failures.lock().unwrap_or_else(|p| p.into_inner()).get(key).copied().unwrap_or(0)

@@ -30,8 +30,10 @@ pub mod node;
 pub mod node_ipam;
 pub mod node_lifecycle;
 pub mod node_util;
+pub mod probe;
 pub mod route;
 pub mod service;
+pub(crate) mod workqueue_metrics;
 
 /// Settings the controllers read, with upstream's defaults (see `--help` of the manager for
 /// the flags that set them).
@@ -65,6 +67,21 @@ pub struct ControllerConfig {
     pub node_status_update_frequency: Duration,
     /// `--route-reconciliation-period`.
     pub route_reconciliation_period: Duration,
+    /// Deadline of one instance lookup (`InstancesV2` metadata/status batches, node-IPAM's
+    /// `NodeCidrs`), default 60 s. Upstream bounds the lifecycle controller's and the node
+    /// controller's per-node lookups with short contexts; a batch of up to 500 nodes is
+    /// still one or a few describe calls, so a minute is ample, and a node that is not
+    /// answered in time is only retried (never deleted, never stamped).
+    pub instance_call_timeout: Duration,
+    /// Deadline of one load balancer call (get, ensure, update, delete), default 5 min.
+    /// Creating or deleting a load balancer legitimately takes minutes on some clouds
+    /// (GCE/Azure poll long-running operations, AWS NLB target registration); a timed-out
+    /// call is an ordinary sync error, retried with the per-Service backoff.
+    pub load_balancer_call_timeout: Duration,
+    /// Deadline of one route call (list, create, delete), default 2 min. Route creation is
+    /// an asynchronous operation on GCE and Azure that is polled to completion; the next
+    /// `--route-reconciliation-period` pass retries whatever timed out.
+    pub route_call_timeout: Duration,
 }
 
 impl Default for ControllerConfig {
@@ -84,6 +101,9 @@ impl Default for ControllerConfig {
             node_monitor_period: Duration::from_secs(5),
             node_status_update_frequency: Duration::from_secs(5 * 60),
             route_reconciliation_period: Duration::from_secs(10),
+            instance_call_timeout: Duration::from_secs(60),
+            load_balancer_call_timeout: Duration::from_secs(5 * 60),
+            route_call_timeout: Duration::from_secs(2 * 60),
         }
     }
 }

@@ -22,6 +22,11 @@
 //! nodes cost a handful of cloud calls instead of 1000. A node whose instance is not found
 //! yet stays tainted and is retried with per-node exponential backoff; this controller never
 //! deletes Nodes.
+//!
+//! Every cloud call has a deadline (`ControllerConfig::instance_call_timeout`, default 60 s):
+//! a lookup that times out fails the nodes it was for, which are retried with their backoff
+//! (initialisation) or at the next refresh (addresses). The backoff entry of a Node is
+//! dropped when the Node is initialised or deleted, so deleted Nodes leave nothing behind.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -32,7 +37,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::runtime::controller::{Action, Config as ControllerRuntimeConfig, Controller};
 use kube::runtime::events::{EventType, Recorder, Reporter};
-use kube::runtime::reflector::Store;
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::{Api, Resource, ResourceExt};
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
@@ -40,9 +45,12 @@ use tokio::sync::Semaphore;
 
 use super::backoff::FailureBackoff;
 use super::node_util::{self, has_taint};
+use super::probe::Probe;
+use super::workqueue_metrics::{QueueMetrics, WorkqueueMetrics};
 use super::{ControllerContext, StartError, Started};
 use crate::batch::Coalescer;
 use crate::cloud::{InstanceMetadata, InstancesV2, ProviderError};
+use crate::cloud_call::Deadline;
 use crate::names::{self, controllers as cnames, reasons};
 
 /// How long concurrent lookups are gathered before one batch call.
@@ -133,39 +141,106 @@ struct Ctx {
     backoff: FailureBackoff<String>,
     recorder: Recorder,
     metrics: Metrics,
+    /// `workqueue_*` metrics of upstream's `Nodes` queue (kube-runtime's scheduler here).
+    queue: QueueMetrics,
+    deadline: Deadline,
 }
+
+/// Upstream's name of the cloud-node controller's queue (the `name` label of `workqueue_*`).
+const QUEUE_NAME: &str = "Nodes";
+
+/// One reconcile in progress, for the `workqueue_*` metrics; done when dropped (on every
+/// return path, and when the reconcile is cancelled).
+struct InProgress<'a> {
+    queue: &'a QueueMetrics,
+    key: String,
+}
+
+impl<'a> InProgress<'a> {
+    fn start(queue: &'a QueueMetrics, key: &str) -> Self {
+        queue.dispatched(key);
+        InProgress { queue, key: key.to_string() }
+    }
+}
+
+impl Drop for InProgress<'_> {
+    fn drop(&mut self) {
+        self.queue.done(&self.key);
+    }
+}
+
+/// Tunables of the cloud-node controller. [`start`] uses the defaults.
+#[derive(Debug, Clone, Default)]
+pub struct NodeOptions {
+    /// Where to publish debug gauges: `backoff_nodes` (Nodes with a retry backoff). For
+    /// tests.
+    pub probe: Option<Probe>,
+}
+
+/// Probe gauge: the names of the Nodes the controller keeps a retry backoff for.
+pub const PROBE_BACKOFF_NODES: &str = "backoff_nodes";
 
 /// Starts the cloud-node controller; skipped when the cloud has no InstancesV2.
 pub fn start(ctx: &ControllerContext) -> Result<Started, StartError> {
+    start_with(ctx, NodeOptions::default())
+}
+
+/// Starts the cloud-node controller with explicit tunables.
+pub fn start_with(ctx: &ControllerContext, opts: NodeOptions) -> Result<Started, StartError> {
     let Some(instances) = ctx.cloud.instances_v2() else {
         return Ok(Started::Skipped("cloud provider does not support instances".into()));
     };
     let metrics = Metrics::register(ctx);
     let ctx = ctx.clone();
-    Ok(Started::Running(Box::pin(run(ctx, instances, metrics))))
+    Ok(Started::Running(Box::pin(run(ctx, instances, metrics, opts))))
+}
+
+/// `instance_metadata_batch` under the deadline: on timeout every node gets the error.
+async fn metadata_batch(
+    instances: &dyn InstancesV2,
+    deadline: Deadline,
+    nodes: &[Node],
+) -> Vec<Result<InstanceMetadata, ProviderError>> {
+    match deadline.run("InstanceMetadata", instances.instance_metadata_batch(nodes)).await {
+        Ok(results) => results,
+        Err(e) => nodes.iter().map(|_| Err(ProviderError::from(e.clone()))).collect(),
+    }
 }
 
 fn lookup_coalescer(
     instances: Arc<dyn InstancesV2>,
+    deadline: Deadline,
 ) -> Coalescer<Node, Result<InstanceMetadata, ProviderError>> {
     Coalescer::new(LOOKUP_WINDOW, LOOKUP_MAX_BATCH, move |nodes: Vec<Node>| {
         let instances = Arc::clone(&instances);
-        async move { instances.instance_metadata_batch(&nodes).await }
+        async move { metadata_batch(instances.as_ref(), deadline, &nodes).await }
     })
 }
 
-async fn run(ctx: ControllerContext, instances: Arc<dyn InstancesV2>, metrics: Metrics) {
+async fn run(
+    ctx: ControllerContext,
+    instances: Arc<dyn InstancesV2>,
+    metrics: Metrics,
+    opts: NodeOptions,
+) {
     let nodes: Api<Node> = Api::all(ctx.client.clone());
+    let deadline = Deadline::new(ctx.config.instance_call_timeout);
     let reporter =
         Reporter { controller: cnames::COMPONENT_CLOUD_NODE.into(), instance: Some(hostname()) };
     let state = Arc::new(Ctx {
         nodes: nodes.clone(),
-        lookup: lookup_coalescer(Arc::clone(&instances)),
+        lookup: lookup_coalescer(Arc::clone(&instances), deadline),
         writes: Semaphore::new(ctx.config.concurrent_node_syncs.max(1)),
         backoff: FailureBackoff::new(RETRY_BASE, RETRY_MAX),
         recorder: Recorder::new(ctx.client.clone(), reporter),
         metrics,
+        queue: WorkqueueMetrics::of(&ctx.metrics).queue(QUEUE_NAME),
+        deadline,
     });
+    if let Some(probe) = &opts.probe {
+        let state = Arc::clone(&state);
+        probe.register_keys(PROBE_BACKOFF_NODES, move || state.backoff.keys());
+    }
     let controller = Controller::new(nodes, watcher::Config::default().any_semantic())
         .with_config(ControllerRuntimeConfig::default().concurrency(RECONCILE_CONCURRENCY));
     let store = controller.store();
@@ -179,11 +254,18 @@ async fn run(ctx: ControllerContext, instances: Arc<dyn InstancesV2>, metrics: M
     );
     let main = controller
         .graceful_shutdown_on(shutdown.clone().cancelled_owned())
-        .run(reconcile, error_policy, state)
-        .for_each(|res| async move {
-            if let Err(e) = res {
-                tracing::debug!(error = %e, "cloud-node controller");
+        .run(reconcile, error_policy, Arc::clone(&state))
+        .for_each(|res| {
+            match res {
+                // A retry came due for a Node that is gone (deletions trigger no reconcile,
+                // but a failing Node always has a retry scheduled): forget its backoff.
+                Err(kube::runtime::controller::Error::ObjectNotFound(obj)) => {
+                    state.backoff.succeeded(&obj.name);
+                }
+                Err(e) => tracing::debug!(error = %e, "cloud-node controller"),
+                Ok(_) => {}
             }
+            std::future::ready(())
         });
     tokio::select! {
         _ = main => {}
@@ -202,12 +284,14 @@ fn hostname() -> String {
 fn error_policy(node: Arc<Node>, err: &Error, ctx: Arc<Ctx>) -> Action {
     let name = node.name_any();
     let delay = ctx.backoff.failed(&name);
+    ctx.queue.retried();
     tracing::warn!(node = %name, error = %err, retry_in = ?delay, "error syncing node, requeuing");
     Action::requeue(delay)
 }
 
 async fn reconcile(node: Arc<Node>, ctx: Arc<Ctx>) -> Result<Action, Error> {
     let name = node.name_any();
+    let _in_progress = InProgress::start(&ctx.queue, &name);
     if node.meta().deletion_timestamp.is_some() {
         return Ok(Action::await_change());
     }
@@ -265,6 +349,7 @@ async fn reconcile(node: Arc<Node>, ctx: Arc<Ctx>) -> Result<Action, Error> {
         Ok(n) => n,
         Err(kube::Error::Api(s)) if s.code == 409 => {
             tracing::debug!(node = %name, "conflict writing node; retrying from a fresher copy");
+            ctx.queue.retried();
             return Ok(Action::requeue(CONFLICT_RETRY));
         }
         Err(kube::Error::Api(s)) if s.code == 404 => return Ok(Action::await_change()),
@@ -344,6 +429,9 @@ async fn refresh_addresses_loop(
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
+        // Backoff entries of Nodes that no longer exist (normally dropped as soon as their
+        // retry comes due; this bounds the map even if a retry was lost).
+        ctx.backoff.retain(|name| store.get(&ObjectRef::new(name)).is_some());
         let nodes: Vec<Node> = store
             .state()
             .into_iter()
@@ -358,7 +446,7 @@ async fn refresh_addresses_loop(
                 let instances = Arc::clone(&instances);
                 let ctx = Arc::clone(&ctx);
                 async move {
-                    let results = instances.instance_metadata_batch(&chunk).await;
+                    let results = metadata_batch(instances.as_ref(), ctx.deadline, &chunk).await;
                     for (node, res) in chunk.iter().zip(results) {
                         let name = node.name_any();
                         match res {

@@ -29,12 +29,11 @@ use kube::{Api, ResourceExt};
 use super::node_util;
 use super::{ControllerContext, StartError, Started};
 use crate::cloud::{InstanceStatus, InstancesV2};
+use crate::cloud_call::Deadline;
 use crate::names::{self, controllers as cnames, reasons};
 
 /// The most nodes asked about in one batch call.
 const STATUS_MAX_BATCH: usize = 500;
-/// A pass's cloud lookups give up after this long (the nodes are skipped, not deleted).
-const STATUS_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Starts the lifecycle controller; skipped when the cloud has no InstancesV2.
 pub fn start(ctx: &ControllerContext) -> Result<Started, StartError> {
@@ -60,7 +59,11 @@ async fn run(ctx: ControllerContext, instances: Arc<dyn InstancesV2>) {
         ctx.client.clone(),
         Reporter { controller: cnames::COMPONENT_CLOUD_NODE_LIFECYCLE.into(), instance: None },
     );
-    let monitor = monitor_loop(store, nodes, instances, recorder, ctx.config.node_monitor_period);
+    // A pass's cloud lookups give up after `instance_call_timeout` (the nodes are skipped,
+    // not deleted).
+    let deadline = Deadline::new(ctx.config.instance_call_timeout);
+    let monitor =
+        monitor_loop(store, nodes, instances, recorder, ctx.config.node_monitor_period, deadline);
     tokio::select! {
         _ = watch => {}
         _ = monitor => {}
@@ -75,6 +78,7 @@ async fn monitor_loop(
     instances: Arc<dyn InstancesV2>,
     recorder: Recorder,
     period: Duration,
+    deadline: Deadline,
 ) {
     if store.wait_until_ready().await.is_err() {
         return;
@@ -83,7 +87,7 @@ async fn monitor_loop(
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
-        monitor_nodes(&store, &nodes, instances.as_ref(), &recorder).await;
+        monitor_nodes(&store, &nodes, instances.as_ref(), &recorder, deadline).await;
     }
 }
 
@@ -108,6 +112,7 @@ pub(crate) async fn monitor_nodes(
     nodes: &Api<Node>,
     instances: &dyn InstancesV2,
     recorder: &Recorder,
+    deadline: Deadline,
 ) {
     let all = store.state();
     let mut not_ready = Vec::new();
@@ -121,21 +126,18 @@ pub(crate) async fn monitor_nodes(
         }
     }
     for chunk in not_ready.chunks(STATUS_MAX_BATCH) {
-        let statuses = match tokio::time::timeout(
-            STATUS_TIMEOUT,
-            instances.instance_status_batch(chunk),
-        )
-        .await
-        {
-            Ok(s) => s,
-            Err(_) => {
-                tracing::warn!(
-                    nodes = chunk.len(),
-                    "cloud did not answer in {STATUS_TIMEOUT:?}; skipping these nodes this pass"
-                );
-                continue;
-            }
-        };
+        let statuses =
+            match deadline.run("InstanceStatus", instances.instance_status_batch(chunk)).await {
+                Ok(s) => s,
+                Err(e) => {
+                    tracing::warn!(
+                        nodes = chunk.len(),
+                        error = %e,
+                        "skipping these nodes this pass"
+                    );
+                    continue;
+                }
+            };
         if statuses.len() != chunk.len() {
             tracing::error!(
                 asked = chunk.len(),

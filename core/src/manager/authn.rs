@@ -11,21 +11,42 @@
 //!   never logged or kept in clear).
 //! - Without a delegated client (no kubeconfig and not in a cluster), tokens cannot be checked
 //!   and only always-allowed paths are served.
-//! - Not implemented: client-certificate (`--client-ca-file`) and request-header
-//!   authentication.
+//! - Client certificates and the front proxy ([`X509Auth`]), tried before the token, in
+//!   upstream's order:
+//!   1. request header: a client certificate that verifies against
+//!      `--requestheader-client-ca-file`, whose CommonName is in
+//!      `--requestheader-allowed-names` (empty: any), makes the request's user the first
+//!      non-empty `--requestheader-username-headers` value, with groups, extra (`<prefix><key>`,
+//!      key lower-cased and URL-unescaped) and UID from the other `--requestheader-*` headers.
+//!      Such a certificate whose CommonName is not allowed is 401. Without a username header the
+//!      next step is tried;
+//!   2. client certificate: a certificate that verifies against `--client-ca-file` is the user
+//!      named by its CommonName, with its Organizations as groups. A certificate that verifies
+//!      against neither is 401 (the TLS layer already refuses certificates from other CAs).
 
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{BuildHasher, Hasher};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use std::sync::Arc;
+
 use http::HeaderMap;
+use http::request::Parts;
 use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
 use k8s_openapi::api::authorization::v1::{
     NonResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
 };
 use kube::api::PostParams;
 use kube::{Api, Client};
+use rustls::RootCertStore;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, UnixTime};
+use rustls::server::WebPkiClientVerifier;
+use rustls::server::danger::ClientCertVerifier;
+
+use super::flags::Flags;
+use super::serving::{PeerCertificates, ServingError};
 
 /// An authenticated user.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -62,6 +83,220 @@ pub enum Decision {
     Forbidden(String),
 }
 
+/// Client-certificate and request-header authentication (see the module documentation).
+pub struct X509Auth {
+    client_ca: Option<Arc<dyn ClientCertVerifier>>,
+    requestheader: Option<(Arc<dyn ClientCertVerifier>, RequestHeaderNames)>,
+    /// Verifies against both CAs (what the TLS layer asks for).
+    union: Arc<dyn ClientCertVerifier>,
+}
+
+/// The `--requestheader-*` settings.
+#[derive(Debug, Clone, Default)]
+pub struct RequestHeaderNames {
+    /// Allowed client certificate CommonNames (empty: any).
+    pub allowed_names: Vec<String>,
+    /// Username headers.
+    pub username: Vec<String>,
+    /// Group headers.
+    pub group: Vec<String>,
+    /// Extra header prefixes (lower-case).
+    pub extra_prefix: Vec<String>,
+    /// UID headers.
+    pub uid: Vec<String>,
+}
+
+fn clean(v: &[String]) -> Vec<String> {
+    v.iter().map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect()
+}
+
+fn load_roots(flag: &'static str, path: &str) -> Result<RootCertStore, ServingError> {
+    let err = |m: String| ServingError::Pem { flag, path: path.to_string(), message: m };
+    let mut roots = RootCertStore::empty();
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(path)
+        .map_err(|e| err(e.to_string()))?
+        .collect::<Result<_, _>>()
+        .map_err(|e| err(e.to_string()))?;
+    if certs.is_empty() {
+        return Err(err("no CERTIFICATE block found".into()));
+    }
+    for c in certs {
+        roots.add(c).map_err(|e| err(e.to_string()))?;
+    }
+    Ok(roots)
+}
+
+fn verifier(roots: RootCertStore) -> Result<Arc<dyn ClientCertVerifier>, ServingError> {
+    WebPkiClientVerifier::builder_with_provider(
+        Arc::new(roots),
+        Arc::new(rustls::crypto::aws_lc_rs::default_provider()),
+    )
+    .allow_unauthenticated()
+    .build()
+    .map_err(|e| ServingError::Tls(format!("client certificate verifier: {e}")))
+}
+
+impl X509Auth {
+    /// From `--client-ca-file` and the `--requestheader-*` flags; `None` when neither CA file is
+    /// set.
+    pub fn from_flags(flags: &Flags) -> Result<Option<Arc<X509Auth>>, ServingError> {
+        let client = (!flags.client_ca_file.is_empty())
+            .then(|| load_roots("--client-ca-file", &flags.client_ca_file))
+            .transpose()?;
+        let front = (!flags.requestheader_client_ca_file.is_empty())
+            .then(|| {
+                load_roots("--requestheader-client-ca-file", &flags.requestheader_client_ca_file)
+            })
+            .transpose()?;
+        if client.is_none() && front.is_none() {
+            return Ok(None);
+        }
+        let mut union = RootCertStore::empty();
+        for r in [&client, &front].into_iter().flatten() {
+            union.roots.extend(r.roots.iter().cloned());
+        }
+        let names = RequestHeaderNames {
+            allowed_names: clean(&flags.requestheader_allowed_names),
+            username: clean(&flags.requestheader_username_headers),
+            group: clean(&flags.requestheader_group_headers),
+            extra_prefix: clean(&flags.requestheader_extra_headers_prefix)
+                .into_iter()
+                .map(|p| p.to_ascii_lowercase())
+                .collect(),
+            uid: clean(&flags.requestheader_uid_headers),
+        };
+        Ok(Some(Arc::new(X509Auth {
+            client_ca: client.map(verifier).transpose()?,
+            requestheader: front.map(verifier).transpose()?.map(|v| (v, names)),
+            union: verifier(union)?,
+        })))
+    }
+
+    /// The verifier for the TLS layer (either CA).
+    pub fn tls_verifier(&self) -> Arc<dyn ClientCertVerifier> {
+        self.union.clone()
+    }
+
+    /// `None`: no certificate-based identity (try the token); `Some(Err)`: 401.
+    fn authenticate(
+        &self,
+        chain: &[CertificateDer<'static>],
+        headers: &HeaderMap,
+    ) -> Option<Result<User, ()>> {
+        let (leaf, intermediates) = chain.split_first()?;
+        let now = UnixTime::now();
+        let verifies = |v: &Arc<dyn ClientCertVerifier>| {
+            v.verify_client_cert(leaf, intermediates, now).is_ok()
+        };
+        let parsed = x509_parser::parse_x509_certificate(leaf.as_ref()).ok().map(|(_, c)| c);
+        let common_name = parsed.as_ref().and_then(|c| {
+            c.subject()
+                .iter_common_name()
+                .next()
+                .and_then(|cn| cn.as_str().ok())
+                .map(str::to_string)
+        });
+        let mut failed = false;
+        if let Some((v, names)) = &self.requestheader {
+            if verifies(v) {
+                let cn = common_name.clone().unwrap_or_default();
+                if !names.allowed_names.is_empty() && !names.allowed_names.contains(&cn) {
+                    tracing::info!(common_name = %cn, "request-header client certificate not in --requestheader-allowed-names");
+                    return Some(Err(()));
+                }
+                if let Some(user) = user_from_headers(names, headers) {
+                    return Some(Ok(user));
+                }
+            } else {
+                failed = true;
+            }
+        }
+        if let Some(v) = &self.client_ca {
+            if verifies(v) {
+                let groups = parsed
+                    .as_ref()
+                    .map(|c| {
+                        c.subject()
+                            .iter_organization()
+                            .filter_map(|o| o.as_str().ok())
+                            .map(str::to_string)
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                return match common_name {
+                    Some(name) if !name.is_empty() => {
+                        Some(Ok(User { name, uid: String::new(), groups, extra: BTreeMap::new() }))
+                    }
+                    _ => Some(Err(())),
+                };
+            }
+            failed = true;
+        }
+        failed.then_some(Err(()))
+    }
+}
+
+fn header_values(headers: &HeaderMap, names: &[String]) -> Vec<String> {
+    names
+        .iter()
+        .flat_map(|n| headers.get_all(n.as_str()).iter())
+        .filter_map(|v| v.to_str().ok())
+        .map(str::to_string)
+        .collect()
+}
+
+fn unescape(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%'
+            && i + 2 < bytes.len()
+            && let Some(b) = std::str::from_utf8(&bytes[i + 1..i + 3])
+                .ok()
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+        {
+            out.push(b);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+fn user_from_headers(names: &RequestHeaderNames, headers: &HeaderMap) -> Option<User> {
+    let name = names
+        .username
+        .iter()
+        .flat_map(|n| headers.get_all(n.as_str()).iter())
+        .filter_map(|v| v.to_str().ok())
+        .find(|v| !v.is_empty())?
+        .to_string();
+    let uid = names
+        .uid
+        .iter()
+        .flat_map(|n| headers.get_all(n.as_str()).iter())
+        .filter_map(|v| v.to_str().ok())
+        .find(|v| !v.is_empty())
+        .unwrap_or_default()
+        .to_string();
+    let mut extra: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for (key, value) in headers {
+        let key = key.as_str();
+        for prefix in &names.extra_prefix {
+            if let Some(rest) = key.strip_prefix(prefix.as_str())
+                && !rest.is_empty()
+                && let Ok(v) = value.to_str()
+            {
+                extra.entry(unescape(rest).to_ascii_lowercase()).or_default().push(v.to_string());
+            }
+        }
+    }
+    Some(User { name, uid, groups: header_values(headers, &names.group), extra })
+}
+
 /// (user, verb, path).
 type DecisionKey = (String, String, String);
 
@@ -76,6 +311,7 @@ pub struct Delegation {
     hasher: std::collections::hash_map::RandomState,
     tokens: Mutex<HashMap<u64, (Option<User>, Instant)>>,
     decisions: Mutex<HashMap<DecisionKey, (bool, Instant)>>,
+    x509: Option<Arc<X509Auth>>,
 }
 
 impl Delegation {
@@ -98,7 +334,31 @@ impl Delegation {
             hasher: Default::default(),
             tokens: Mutex::new(HashMap::new()),
             decisions: Mutex::new(HashMap::new()),
+            x509: None,
         }
+    }
+
+    /// Adds client-certificate and request-header authentication.
+    pub fn with_x509(mut self, x509: Option<Arc<X509Auth>>) -> Self {
+        self.x509 = x509;
+        self
+    }
+
+    /// Authenticates and authorizes a request head: its client certificate (a
+    /// [`PeerCertificates`] extension) first, then its bearer token.
+    pub async fn check_request(&self, parts: &Parts) -> Decision {
+        let path = parts.uri.path();
+        let method = parts.method.as_str();
+        if let (Some(x509), Some(PeerCertificates(chain))) =
+            (&self.x509, parts.extensions.get::<PeerCertificates>())
+        {
+            match x509.authenticate(chain, &parts.headers) {
+                Some(Ok(user)) => return self.decide(user, method, path).await,
+                Some(Err(())) => return Decision::Unauthorized,
+                None => {}
+            }
+        }
+        self.check(&parts.headers, method, path).await
     }
 
     fn always_allowed(&self, path: &str) -> bool {
@@ -125,6 +385,10 @@ impl Delegation {
                 None => return Decision::Unauthorized,
             },
         };
+        self.decide(user, method, path).await
+    }
+
+    async fn decide(&self, user: User, method: &str, path: &str) -> Decision {
         if self.always_allowed(path) || user.groups.iter().any(|g| g == "system:masters") {
             return Decision::Allow;
         }
@@ -238,6 +502,33 @@ mod tests {
             Duration::from_secs(10),
             Duration::from_secs(10),
         )
+    }
+
+    #[test]
+    fn request_header_user_groups_extra_and_uid() {
+        let names = RequestHeaderNames {
+            allowed_names: vec![],
+            username: vec!["X-Remote-User".into(), "X-Other-User".into()],
+            group: vec!["X-Remote-Group".into()],
+            extra_prefix: vec!["x-remote-extra-".into()],
+            uid: vec!["X-Remote-Uid".into()],
+        };
+        let mut h = HeaderMap::new();
+        assert_eq!(
+            user_from_headers(&names, &h),
+            None,
+            "no username header: not this authenticator"
+        );
+        h.append("x-other-user", "bob".parse().unwrap());
+        h.append("x-remote-group", "g1".parse().unwrap());
+        h.append("x-remote-group", "g2".parse().unwrap());
+        h.append("x-remote-extra-Scopes%2fA", "s1".parse().unwrap());
+        h.append("x-remote-uid", "1234".parse().unwrap());
+        let u = user_from_headers(&names, &h).unwrap();
+        assert_eq!(u.name, "bob");
+        assert_eq!(u.groups, vec!["g1", "g2"]);
+        assert_eq!(u.uid, "1234");
+        assert_eq!(u.extra.get("scopes/a"), Some(&vec!["s1".to_string()]));
     }
 
     #[tokio::test]

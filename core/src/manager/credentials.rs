@@ -23,7 +23,9 @@ pub(crate) struct ServiceAccountClients {
     root: Client,
     base: kube::Config,
     dir: PathBuf,
-    clients: tokio::sync::Mutex<HashMap<String, Client>>,
+    /// The per-ServiceAccount configurations (token file set up and refreshed); every
+    /// [`Self::client_for`] builds a new client from one, with its own rate-limit bucket.
+    configs: tokio::sync::Mutex<HashMap<String, kube::Config>>,
     qps: f32,
     burst: u32,
 }
@@ -31,7 +33,7 @@ pub(crate) struct ServiceAccountClients {
 impl ServiceAccountClients {
     pub(crate) fn new(root: Client, base: kube::Config, qps: f32, burst: u32) -> Self {
         let dir = std::env::temp_dir().join(format!("ccm-sa-tokens-{}", std::process::id()));
-        ServiceAccountClients { root, base, dir, clients: Default::default(), qps, burst }
+        ServiceAccountClients { root, base, dir, configs: Default::default(), qps, burst }
     }
 
     /// Removes the token files (on orderly shutdown).
@@ -39,11 +41,15 @@ impl ServiceAccountClients {
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 
-    /// The client acting as `kube-system/<name>`.
+    /// A new client acting as `kube-system/<name>`, with its own `--kube-api-qps` /
+    /// `--kube-api-burst` bucket (two controllers sharing a ServiceAccount, like
+    /// cloud-node and cloud-node-lifecycle, still get one bucket each, as upstream's
+    /// `ClientOrDie` builds a new client per call).
     pub(crate) async fn client_for(&self, name: &str) -> Result<Client, String> {
-        let mut clients = self.clients.lock().await;
-        if let Some(c) = clients.get(name) {
-            return Ok(c.clone());
+        let mut configs = self.configs.lock().await;
+        if let Some(c) = configs.get(name) {
+            return super::client_from(c.clone(), name, self.qps, self.burst)
+                .map_err(|e| format!("client for {name}: {e}"));
         }
         let sas: Api<ServiceAccount> = Api::namespaced(self.root.clone(), NAMESPACE);
         let sa = ServiceAccount {
@@ -67,7 +73,7 @@ impl ServiceAccountClients {
         super::set_user_agent(&mut config, Some(name));
         // Each controller's client has its own --kube-api-qps/--kube-api-burst bucket, as
         // each client-go client built from the rest config has.
-        let client = super::client_from(config, name, self.qps, self.burst)
+        let client = super::client_from(config.clone(), name, self.qps, self.burst)
             .map_err(|e| format!("client for {name}: {e}"))?;
         // Check that the credentials work, and say who the controller acts as.
         let review = Api::<SelfSubjectReview>::all(client.clone())
@@ -80,7 +86,7 @@ impl ServiceAccountClients {
             review.status.and_then(|s| s.user_info).and_then(|u| u.username).unwrap_or_default();
         tracing::info!(serviceaccount = %format!("{NAMESPACE}/{name}"), user = %user, "controller client acts as its own ServiceAccount");
         tokio::spawn(refresh(sas, name.to_string(), path, self.dir.clone(), lifetime));
-        clients.insert(name.to_string(), client.clone());
+        configs.insert(name.to_string(), config);
         Ok(client)
     }
 }

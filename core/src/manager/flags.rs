@@ -12,6 +12,7 @@ use clap::{ArgAction, Parser};
 
 use super::duration;
 use super::selection::{self, ControllerSelection};
+use super::tls::TlsPolicy;
 use crate::controllers::{ControllerConfig, ControllerDescriptor};
 
 /// Feature gates this manager knows, with their defaults (spec §7.3).
@@ -31,6 +32,10 @@ fn parse_bool(s: &str) -> Result<bool, String> {
         "0" | "f" | "F" | "false" | "FALSE" | "False" => Ok(false),
         _ => Err(format!("invalid boolean {s:?}")),
     }
+}
+
+fn parse_version(s: &str) -> Result<bool, String> {
+    if s == "raw" { Ok(true) } else { parse_bool(s) }
 }
 
 /// The cloud-controller-manager command line.
@@ -202,6 +207,21 @@ pub struct Flags {
     /// PEM private key for --webhook-tls-cert-file.
     #[arg(long, default_value = "", help_heading = "Webhook serving flags")]
     pub webhook_tls_private_key_file: String,
+    /// As --tls-cipher-suites, for the webhook port.
+    #[arg(long, default_value = "", value_delimiter = ',', help_heading = "Webhook serving flags")]
+    pub webhook_tls_cipher_suites: Vec<String>,
+    /// As --tls-min-version, for the webhook port.
+    #[arg(long, default_value = "", help_heading = "Webhook serving flags")]
+    pub webhook_tls_min_version: String,
+    /// As --tls-curve-preferences, for the webhook port.
+    #[arg(long, default_value = "", value_delimiter = ',', help_heading = "Webhook serving flags")]
+    pub webhook_tls_curve_preferences: Vec<String>,
+    /// As --tls-sni-cert-key, for the webhook port (repeatable).
+    #[arg(long, action = ArgAction::Append, help_heading = "Webhook serving flags")]
+    pub webhook_tls_sni_cert_key: Vec<String>,
+    /// Accepted no-op: the webhook port serves HTTP/1.1 only, so HTTP/2 is always off.
+    #[arg(long, action = ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false", value_parser = parse_bool, help_heading = "Webhook serving flags")]
+    pub webhook_disable_http2_serving: bool,
 
     // ---- secure serving
     /// The IP address on which to listen for --secure-port.
@@ -219,12 +239,37 @@ pub struct Flags {
     /// PEM private key matching --tls-cert-file.
     #[arg(long, default_value = "", help_heading = "Secure serving flags")]
     pub tls_private_key_file: String,
-    /// Cipher suites (accepted; rustls' safe defaults are used).
+    /// Comma-separated TLS 1.2 cipher suites (Go names, e.g.
+    /// TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256); empty: rustls' defaults. TLS 1.3 suites are not
+    /// configurable. Suites rustls does not implement (RSA key exchange, CBC) are refused.
     #[arg(long, default_value = "", value_delimiter = ',', help_heading = "Secure serving flags")]
     pub tls_cipher_suites: Vec<String>,
-    /// Minimum TLS version (accepted; TLS 1.2 and 1.3 are served).
+    /// Minimum TLS version: VersionTLS12 (default) or VersionTLS13 (rustls has no TLS 1.0/1.1).
     #[arg(long, default_value = "", help_heading = "Secure serving flags")]
     pub tls_min_version: String,
+    /// Elliptic curves (key-exchange groups) offered, in order: Go names (X25519, CurveP256,
+    /// CurveP384, X25519MLKEM768) or their decimal IDs. Empty: rustls' defaults. CurveP521 is
+    /// refused (rustls does not implement it).
+    #[arg(long, default_value = "", value_delimiter = ',', help_heading = "Secure serving flags")]
+    pub tls_curve_preferences: Vec<String>,
+    /// A certificate and key for the SNI names it matches: "cert.pem,key.pem" (names from the
+    /// certificate) or "cert.pem,key.pem:*.foo.com,foo.com". Repeatable; the most specific
+    /// match wins; without a match --tls-cert-file is served.
+    #[arg(long, action = ArgAction::Append, help_heading = "Secure serving flags")]
+    pub tls_sni_cert_key: Vec<String>,
+    /// Accepted no-op: the secure port serves HTTP/1.1 only.
+    #[arg(long, default_value = "0", help_heading = "Secure serving flags")]
+    pub http2_max_streams_per_connection: i64,
+    /// If true, SO_REUSEPORT is set on the listening sockets, so several processes can bind the
+    /// same port.
+    #[arg(long, action = ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false", value_parser = parse_bool, help_heading = "Secure serving flags")]
+    pub permit_port_sharing: bool,
+    /// Accepted; SO_REUSEADDR is always set on the listening sockets (the effect of true).
+    #[arg(long, action = ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false", value_parser = parse_bool, help_heading = "Secure serving flags")]
+    pub permit_address_sharing: bool,
+    /// Accepted no-op: the secure port serves HTTP/1.1 only, so HTTP/2 is always off.
+    #[arg(long, action = ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false", value_parser = parse_bool, help_heading = "Secure serving flags")]
+    pub disable_http2_serving: bool,
 
     // ---- authentication / authorization
     /// Kubeconfig pointing at the core apiserver that can create TokenReviews (optional).
@@ -239,9 +284,46 @@ pub struct Flags {
     /// Accepted for compatibility.
     #[arg(long, action = ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false", value_parser = parse_bool, help_heading = "Authentication flags")]
     pub authentication_tolerate_lookup_failure: bool,
-    /// Client certificate CA (accepted; client certificates are not authenticated yet).
+    /// If set, a client certificate signed by one of these CAs authenticates its request as
+    /// the certificate's CommonName (user) and Organizations (groups).
     #[arg(long, default_value = "", help_heading = "Authentication flags")]
     pub client_ca_file: String,
+    /// Root CA of the front proxy: requests with a client certificate from it may name their
+    /// user in the --requestheader-username-headers. Without it, those headers are ignored.
+    #[arg(long, default_value = "", help_heading = "Authentication flags")]
+    pub requestheader_client_ca_file: String,
+    /// Client certificate CommonNames allowed to name users in the request headers (empty:
+    /// any certificate from --requestheader-client-ca-file).
+    #[arg(long, default_value = "", value_delimiter = ',', help_heading = "Authentication flags")]
+    pub requestheader_allowed_names: Vec<String>,
+    /// Request headers to inspect for the username, first non-empty wins.
+    #[arg(
+        long,
+        default_value = "x-remote-user",
+        value_delimiter = ',',
+        help_heading = "Authentication flags"
+    )]
+    pub requestheader_username_headers: Vec<String>,
+    /// Request headers to inspect for groups.
+    #[arg(
+        long,
+        default_value = "x-remote-group",
+        value_delimiter = ',',
+        help_heading = "Authentication flags"
+    )]
+    pub requestheader_group_headers: Vec<String>,
+    /// Request header prefixes to inspect for extra attributes (the rest of the header name,
+    /// lower-cased and unescaped, is the key).
+    #[arg(
+        long,
+        default_value = "x-remote-extra-",
+        value_delimiter = ',',
+        help_heading = "Authentication flags"
+    )]
+    pub requestheader_extra_headers_prefix: Vec<String>,
+    /// Request headers to inspect for the UID (empty: none).
+    #[arg(long, default_value = "", value_delimiter = ',', help_heading = "Authentication flags")]
+    pub requestheader_uid_headers: Vec<String>,
     /// Kubeconfig pointing at the core apiserver that can create SubjectAccessReviews (optional).
     #[arg(long, default_value = "", help_heading = "Authorization flags")]
     pub authorization_kubeconfig: String,
@@ -273,8 +355,8 @@ pub struct Flags {
     pub node_status_update_frequency: Duration,
 
     // ---- global
-    /// Print version information and quit.
-    #[arg(long, action = ArgAction::SetTrue, help_heading = "Global flags")]
+    /// Print version information and quit (--version, --version=true or --version=raw).
+    #[arg(long, action = ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false", value_parser = parse_version, help_heading = "Global flags")]
     pub version: bool,
     /// Number for the log level verbosity (as klog: 0 info, 2 debug, 4 trace of this manager).
     #[arg(short = 'v', long = "v", default_value = "0", help_heading = "Global flags")]
@@ -282,12 +364,25 @@ pub struct Flags {
     /// Sets the log format. Permitted formats: "text", "json".
     #[arg(long, default_value = "text", help_heading = "Global flags")]
     pub logging_format: String,
-    /// Accepted for compatibility (per-module verbosity is not supported).
+    /// Comma-separated pattern=N settings (Go source file patterns). Accepted, syntax checked;
+    /// no effect: Rust modules are not Go files (use -v or RUST_LOG).
     #[arg(long, default_value = "", help_heading = "Global flags")]
     pub vmodule: String,
-    /// Accepted for compatibility (logs are not buffered).
+    /// Accepted no-op: log lines are written unbuffered.
     #[arg(long, default_value = "5s", value_parser = parse_duration, help_heading = "Global flags")]
     pub log_flush_frequency: Duration,
+    /// Accepted no-op (alpha upstream): info lines are not buffered.
+    #[arg(long, default_value = "0", help_heading = "Global flags")]
+    pub log_json_info_buffer_size: String,
+    /// Accepted no-op (alpha upstream): every JSON line goes to stderr.
+    #[arg(long, action = ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false", value_parser = parse_bool, help_heading = "Global flags")]
+    pub log_json_split_stream: bool,
+    /// Accepted no-op (alpha upstream): info lines are not buffered.
+    #[arg(long, default_value = "0", help_heading = "Global flags")]
+    pub log_text_info_buffer_size: String,
+    /// Accepted no-op (alpha upstream): every text line goes to stderr.
+    #[arg(long, action = ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false", value_parser = parse_bool, help_heading = "Global flags")]
+    pub log_text_split_stream: bool,
 
     /// Positional arguments are rejected with upstream's message.
     #[arg(hide = true)]
@@ -347,12 +442,79 @@ pub struct Options {
     pub log_format: LogFormat,
     /// The validated `--webhooks` entries.
     pub webhooks: Vec<String>,
+    /// `--tls-min-version` / `--tls-cipher-suites` of the secure port.
+    pub tls: TlsPolicy,
+    /// `--webhook-tls-min-version` / `--webhook-tls-cipher-suites` of the webhook port.
+    pub webhook_tls: TlsPolicy,
 }
 
 impl Options {
     /// Whether a feature gate is on.
     pub fn feature_enabled(&self, gate: &str) -> bool {
         self.feature_gates.get(gate).copied().unwrap_or(false)
+    }
+
+    /// `/configz`: the effective configuration as upstream's v1alpha1
+    /// `CloudControllerManagerConfiguration`, keyed `cloudcontrollermanager.config.k8s.io`.
+    /// Only settings, never credentials (kubeconfig paths are paths, not contents).
+    pub fn configz(&self) -> serde_json::Value {
+        let f = &self.flags;
+        let d = duration::format;
+        serde_json::json!({
+            "cloudcontrollermanager.config.k8s.io": {
+                "apiVersion": "cloudcontrollermanager.config.k8s.io/v1alpha1",
+                "kind": "CloudControllerManagerConfiguration",
+                "Generic": {
+                    "Port": f.secure_port,
+                    "Address": f.bind_address.to_string(),
+                    "MinResyncPeriod": d(f.min_resync_period),
+                    "ClientConnection": {
+                        "kubeconfig": f.kubeconfig,
+                        "acceptContentTypes": "",
+                        "contentType": f.kube_api_content_type,
+                        "qps": f.kube_api_qps,
+                        "burst": f.kube_api_burst,
+                    },
+                    "ControllerStartInterval": d(f.controller_start_interval),
+                    "LeaderElection": {
+                        "leaderElect": f.leader_elect,
+                        "leaseDuration": d(f.leader_elect_lease_duration),
+                        "renewDeadline": d(f.leader_elect_renew_deadline),
+                        "retryPeriod": d(f.leader_elect_retry_period),
+                        "resourceLock": f.leader_elect_resource_lock,
+                        "resourceName": f.leader_elect_resource_name,
+                        "resourceNamespace": f.leader_elect_resource_namespace,
+                    },
+                    "Controllers": f.controllers,
+                    "Debugging": {
+                        "EnableProfiling": f.profiling,
+                        "EnableContentionProfiling": f.contention_profiling,
+                    },
+                    "LeaderMigrationEnabled": f.enable_leader_migration,
+                },
+                "KubeCloudShared": {
+                    "CloudProvider": { "Name": f.cloud_provider, "CloudConfigFile": f.cloud_config },
+                    "ExternalCloudVolumePlugin": f.external_cloud_volume_plugin,
+                    "UseServiceAccountCredentials": f.use_service_account_credentials,
+                    "AllowUntaggedCloud": f.allow_untagged_cloud,
+                    "RouteReconciliationPeriod": d(f.route_reconciliation_period),
+                    "NodeMonitorPeriod": d(f.node_monitor_period),
+                    "ClusterName": f.cluster_name,
+                    "ClusterCIDR": f.cluster_cidr,
+                    "AllocateNodeCIDRs": f.allocate_node_cidrs,
+                    "CIDRAllocatorType": f.cidr_allocator_type,
+                    "ConfigureCloudRoutes": f.configure_cloud_routes,
+                    "NodeSyncPeriod": d(f.node_sync_period),
+                },
+                "NodeController": {
+                    "ConcurrentNodeSyncs": f.concurrent_node_syncs,
+                    "ConcurrentNodeStatusUpdates": f.concurrent_node_status_updates,
+                },
+                "ServiceController": { "ConcurrentServiceSyncs": f.concurrent_service_syncs },
+                "NodeStatusUpdateFrequency": d(f.node_status_update_frequency),
+                "Webhook": { "Webhooks": self.webhooks },
+            }
+        })
     }
 
     /// The cloud-config path, if given.
@@ -387,6 +549,35 @@ fn parse_feature_gates(items: &[String]) -> Result<BTreeMap<String, bool>, FlagE
     Ok(gates)
 }
 
+/// `--vmodule`: comma-separated `pattern=N` (as klog).
+fn validate_vmodule(value: &str) -> Result<(), FlagError> {
+    for item in value.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let ok = item
+            .split_once('=')
+            .is_some_and(|(pat, n)| !pat.is_empty() && n.trim().parse::<u32>().is_ok());
+        if !ok {
+            return Err(invalid(format!(
+                "invalid argument {value:?} for \"--vmodule\" flag: expected comma-separated pattern=N, got {item:?}"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// A Kubernetes quantity as the log buffer sizes take (e.g. `0`, `512`, `64Ki`, `1M`).
+fn validate_quantity(flag: &str, value: &str) -> Result<(), FlagError> {
+    let v = value.trim();
+    let digits = v.trim_end_matches(|c: char| c.is_ascii_alphabetic());
+    let suffix = &v[digits.len()..];
+    let known = ["", "k", "M", "G", "T", "P", "E", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei"];
+    if digits.is_empty() || digits.parse::<f64>().is_err() || !known.contains(&suffix) {
+        return Err(invalid(format!(
+            "invalid argument {value:?} for \"{flag}\" flag: not a quantity"
+        )));
+    }
+    Ok(())
+}
+
 fn parse_cidrs(flag: &str, value: &str, max: usize) -> Result<Vec<ipnet::IpNet>, FlagError> {
     let mut out = Vec::new();
     for item in value.split(',').map(str::trim).filter(|s| !s.is_empty()) {
@@ -401,11 +592,23 @@ fn parse_cidrs(flag: &str, value: &str, max: usize) -> Result<Vec<ipnet::IpNet>,
 }
 
 impl Flags {
-    /// Validates the flags for the binary of `provider` against the known controllers.
+    /// Validates the flags for the binary of `provider` against the known controllers (and
+    /// the core's webhooks).
     pub fn validate(
         self,
         provider: &str,
         known: &[ControllerDescriptor],
+    ) -> Result<Options, FlagError> {
+        self.validate_with_webhooks(provider, known, super::webhooks::KNOWN)
+    }
+
+    /// [`Self::validate`] with `--webhooks` checked against `webhooks`, `(name, alias)` pairs
+    /// (the core's and a provider's, see [`super::extensions::Extensions::validate`]).
+    pub fn validate_with_webhooks(
+        self,
+        provider: &str,
+        known: &[ControllerDescriptor],
+        webhooks: &[(&str, &str)],
     ) -> Result<Options, FlagError> {
         if let Some(first) = self.args.first() {
             let _ = first;
@@ -424,8 +627,7 @@ impl Flags {
             )));
         }
         let controllers = selection::validate(&self.controllers, known)?;
-        let webhooks =
-            selection::validate_names(&self.webhooks, super::webhooks::KNOWN, "webhooks")?;
+        let webhooks = selection::validate_names(&self.webhooks, webhooks, "webhooks")?;
         let log_format = match self.logging_format.as_str() {
             "text" => LogFormat::Text,
             "json" => LogFormat::Json,
@@ -436,6 +638,45 @@ impl Flags {
             }
         };
         let feature_gates = parse_feature_gates(&self.feature_gates)?;
+        // Periods that drive a controller loop: zero would spin (upstream's wait.Until) or stop
+        // the controller; refused at start.
+        for (flag, value) in [
+            ("--node-monitor-period", self.node_monitor_period),
+            ("--node-status-update-frequency", self.node_status_update_frequency),
+            ("--route-reconciliation-period", self.route_reconciliation_period),
+        ] {
+            if value.is_zero() {
+                return Err(invalid(format!(
+                    "{flag} must be greater than 0, got {}",
+                    duration::format(value)
+                )));
+            }
+        }
+        let tls = TlsPolicy::from_flags("", &self.tls_min_version, &self.tls_cipher_suites)
+            .and_then(|p| {
+                p.with_curves_and_sni("", &self.tls_curve_preferences, &self.tls_sni_cert_key)
+            })
+            .map_err(invalid)?;
+        let webhook_tls = TlsPolicy::from_flags(
+            "webhook-",
+            &self.webhook_tls_min_version,
+            &self.webhook_tls_cipher_suites,
+        )
+        .and_then(|p| {
+            p.with_curves_and_sni(
+                "webhook-",
+                &self.webhook_tls_curve_preferences,
+                &self.webhook_tls_sni_cert_key,
+            )
+        })
+        .map_err(invalid)?;
+        validate_vmodule(&self.vmodule)?;
+        for (flag, value) in [
+            ("--log-json-info-buffer-size", &self.log_json_info_buffer_size),
+            ("--log-text-info-buffer-size", &self.log_text_info_buffer_size),
+        ] {
+            validate_quantity(flag, value)?;
+        }
         if !(self.kube_api_qps > 0.0 && self.kube_api_qps.is_finite()) {
             return Err(invalid("--kube-api-qps must be a positive number"));
         }
@@ -551,6 +792,7 @@ impl Flags {
             node_monitor_period: self.node_monitor_period,
             node_status_update_frequency: self.node_status_update_frequency,
             route_reconciliation_period: self.route_reconciliation_period,
+            ..ControllerConfig::default()
         };
         Ok(Options {
             flags: self,
@@ -560,6 +802,8 @@ impl Flags {
             feature_gates,
             log_format,
             webhooks,
+            tls,
+            webhook_tls,
         })
     }
 }
@@ -658,11 +902,208 @@ mod tests {
                 "--leader-elect-lease-duration must be greater",
             ),
             (&["--cloud-provider=test", "extra"], "does not take any arguments, got [\"extra\"]"),
+            (
+                &["--cloud-provider=test", "--node-monitor-period=0s"],
+                "--node-monitor-period must be greater than 0, got 0s",
+            ),
+            (
+                &["--cloud-provider=test", "--node-status-update-frequency=0"],
+                "--node-status-update-frequency must be greater than 0",
+            ),
+            (
+                &["--cloud-provider=test", "--route-reconciliation-period=0ms"],
+                "--route-reconciliation-period must be greater than 0",
+            ),
+            (&["--cloud-provider=test", "--tls-min-version=VersionTLS11"], "--tls-min-version"),
+            (
+                &["--cloud-provider=test", "--tls-cipher-suites=TLS_RSA_WITH_AES_128_CBC_SHA"],
+                "TLS_RSA_WITH_AES_128_CBC_SHA",
+            ),
+            (
+                &["--cloud-provider=test", "--webhook-tls-min-version=VersionTLS10"],
+                "--webhook-tls-min-version",
+            ),
         ];
         for (args, want) in cases {
             let err = parse(args).err().unwrap_or_else(|| panic!("{args:?} should fail"));
             assert!(err.contains(want), "{args:?}: {err:?} should contain {want:?}");
         }
+    }
+
+    /// Every flag upstream's `aws-cloud-controller-manager --help` lists (k8s.io/cloud-provider
+    /// options, k8s.io/apiserver secure serving / delegated authn / authz, component-base
+    /// logs, verflag, plus the webhook serving and node-ipam sets), with a representative value.
+    pub(crate) const UPSTREAM_FLAGS: &[&str] = &[
+        // generic
+        "--allocate-node-cidrs=true",
+        "--allow-untagged-cloud=true",
+        "--cidr-allocator-type=RangeAllocator",
+        "--cloud-config=/etc/kubernetes/cloud.conf",
+        "--cloud-provider=test",
+        "--cluster-cidr=10.0.0.0/16",
+        "--cluster-name=kubernetes",
+        "--configure-cloud-routes=false",
+        "--controller-start-interval=0s",
+        "--controllers=*",
+        "--external-cloud-volume-plugin=aws",
+        "--feature-gates=CloudControllerManagerWebhook=false",
+        "--kube-api-burst=30",
+        "--kube-api-content-type=application/vnd.kubernetes.protobuf",
+        "--kube-api-qps=20",
+        "--leader-elect=true",
+        "--leader-elect-lease-duration=15s",
+        "--leader-elect-renew-deadline=10s",
+        "--leader-elect-resource-lock=leases",
+        "--leader-elect-resource-name=cloud-controller-manager",
+        "--leader-elect-resource-namespace=kube-system",
+        "--leader-elect-retry-period=2s",
+        "--min-resync-period=12h0m0s",
+        "--node-monitor-period=5s",
+        "--node-sync-period=0s",
+        "--route-reconciliation-period=10s",
+        "--use-service-account-credentials=true",
+        // debugging
+        "--contention-profiling=false",
+        "--profiling=true",
+        // leader migration
+        "--enable-leader-migration=false",
+        "--leader-migration-config=",
+        // controllers
+        "--concurrent-node-status-updates=0",
+        "--concurrent-node-syncs=1",
+        "--concurrent-service-syncs=1",
+        "--node-cidr-mask-size-ipv4=24",
+        "--node-cidr-mask-size-ipv6=64",
+        "--service-cluster-ip-range=10.96.0.0/12",
+        // webhook
+        "--webhooks=",
+        "--webhook-bind-address=0.0.0.0",
+        "--webhook-cert-dir=/var/run/webhook",
+        "--webhook-disable-http2-serving=true",
+        "--webhook-secure-port=10260",
+        "--webhook-tls-cert-file=",
+        "--webhook-tls-cipher-suites=TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256",
+        "--webhook-tls-curve-preferences=X25519",
+        "--webhook-tls-min-version=VersionTLS12",
+        "--webhook-tls-private-key-file=",
+        "--webhook-tls-sni-cert-key=/w.crt,/w.key:w.example.com",
+        // secure serving
+        "--bind-address=0.0.0.0",
+        "--cert-dir=/var/run/kubernetes",
+        "--disable-http2-serving=true",
+        "--http2-max-streams-per-connection=1000",
+        "--permit-address-sharing=true",
+        "--permit-port-sharing=false",
+        "--secure-port=10258",
+        "--tls-cert-file=",
+        "--tls-cipher-suites=TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,TLS_AES_128_GCM_SHA256",
+        "--tls-curve-preferences=X25519,CurveP256",
+        "--tls-min-version=VersionTLS12",
+        "--tls-private-key-file=",
+        "--tls-sni-cert-key=/a.crt,/a.key",
+        "--tls-sni-cert-key=/b.crt,/b.key:*.example.com,example.com",
+        // authentication
+        "--authentication-kubeconfig=/etc/kubernetes/ccm.conf",
+        "--authentication-skip-lookup=true",
+        "--authentication-token-webhook-cache-ttl=10s",
+        "--authentication-tolerate-lookup-failure=true",
+        "--client-ca-file=/etc/kubernetes/pki/ca.crt",
+        "--requestheader-allowed-names=front-proxy-client",
+        "--requestheader-client-ca-file=/etc/kubernetes/pki/front-proxy-ca.crt",
+        "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+        "--requestheader-group-headers=X-Remote-Group",
+        "--requestheader-uid-headers=X-Remote-Uid",
+        "--requestheader-username-headers=X-Remote-User",
+        // authorization
+        "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics",
+        "--authorization-kubeconfig=/etc/kubernetes/ccm.conf",
+        "--authorization-webhook-cache-authorized-ttl=10s",
+        "--authorization-webhook-cache-unauthorized-ttl=10s",
+        // misc
+        "--kubeconfig=/etc/kubernetes/ccm.conf",
+        "--master=https://127.0.0.1:6443",
+        "--node-status-update-frequency=5m0s",
+        // logs (component-base) and global
+        "--log-flush-frequency=5s",
+        "--log-json-info-buffer-size=0",
+        "--log-json-split-stream=false",
+        "--log-text-info-buffer-size=64Ki",
+        "--log-text-split-stream=true",
+        "--logging-format=text",
+        "--v=2",
+        "--vmodule=controller*=4,node=2",
+        "--version=false",
+    ];
+
+    #[test]
+    fn every_upstream_flag_parses() {
+        let o = parse(UPSTREAM_FLAGS).unwrap_or_else(|e| panic!("{e}"));
+        let f = &o.flags;
+        assert_eq!(f.requestheader_username_headers, vec!["X-Remote-User"]);
+        assert_eq!(f.requestheader_allowed_names, vec!["front-proxy-client"]);
+        assert_eq!(o.tls.sni.len(), 2);
+        assert_eq!(o.webhook_tls.sni.len(), 1);
+        assert_eq!(o.tls.kx_groups.as_ref().map(Vec::len), Some(2));
+        assert!(f.disable_http2_serving && f.permit_address_sharing);
+        assert_eq!(f.verbosity, 2);
+        // Each flag on its own, too (defaults of the others).
+        for flag in UPSTREAM_FLAGS {
+            let args: Vec<&str> = if flag.starts_with("--cloud-provider") {
+                vec![flag]
+            } else {
+                vec!["--cloud-provider=test", flag]
+            };
+            parse(&args).unwrap_or_else(|e| panic!("{flag}: {e}"));
+        }
+        // Bare booleans and the other spellings pflag takes.
+        parse(&[
+            "--cloud-provider=test",
+            "--disable-http2-serving",
+            "--permit-port-sharing",
+            "-v",
+            "4",
+        ])
+        .unwrap();
+        assert!(Flags::try_parse_from(["ccm", "--version=raw"]).unwrap().version);
+        assert!(Flags::try_parse_from(["ccm", "--version"]).unwrap().version);
+        let e = parse(&["--cloud-provider=test", "--vmodule=nonsense"]).unwrap_err();
+        assert!(e.contains("--vmodule"), "{e}");
+        let e = parse(&["--cloud-provider=test", "--log-json-info-buffer-size=lots"]).unwrap_err();
+        assert!(e.contains("--log-json-info-buffer-size"), "{e}");
+    }
+
+    #[test]
+    fn configz_is_upstreams_shape() {
+        let o = parse(&["--cloud-provider=test", "--cluster-name=prod", "--leader-elect=false"])
+            .unwrap();
+        let c = &o.configz()["cloudcontrollermanager.config.k8s.io"];
+        assert_eq!(c["kind"], "CloudControllerManagerConfiguration");
+        assert_eq!(c["KubeCloudShared"]["ClusterName"], "prod");
+        assert_eq!(c["Generic"]["LeaderElection"]["leaderElect"], false);
+        assert_eq!(c["Generic"]["LeaderElection"]["leaseDuration"], "15s");
+        assert_eq!(c["NodeStatusUpdateFrequency"], "5m0s");
+    }
+
+    #[test]
+    fn help_says_which_flags_are_no_ops() {
+        let help = Flags::try_parse_from(["ccm", "--help"]).unwrap_err().to_string();
+        let flat = help.split_whitespace().collect::<Vec<_>>().join(" ");
+        for flag in [
+            "--http2-max-streams-per-connection",
+            "--disable-http2-serving",
+            "--webhook-disable-http2-serving",
+            "--log-json-split-stream",
+            "--log-text-info-buffer-size",
+            "--log-flush-frequency",
+        ] {
+            let at = [" ", "[", "<"]
+                .iter()
+                .find_map(|end| flat.find(&format!("{flag}{end}")))
+                .unwrap_or_else(|| panic!("{flag} in help"));
+            let text = &flat[at..(at + 200).min(flat.len())];
+            assert!(text.contains("no-op"), "{flag}: {text}");
+        }
+        assert!(flat.contains("--vmodule"), "{flat}");
     }
 
     #[test]

@@ -79,6 +79,10 @@ pub struct Elector {
     api: Api<Lease>,
     cfg: ElectorConfig,
     observed: Option<(LeaseSpec, Instant)>,
+    /// The Lease as we last wrote it, while we lead: renewals update it directly (client-go's
+    /// fast path) and fall back to read-then-update when that fails (the slow path, counted
+    /// in `leader_election_slowpath_total`).
+    cached: Option<Lease>,
     /// Shared state for health checks.
     pub state: LeaderState,
 }
@@ -148,6 +152,7 @@ impl Elector {
             api: Api::namespaced(client, &cfg.namespace),
             cfg,
             observed: None,
+            cached: None,
             state: LeaderState::default(),
         }
     }
@@ -159,6 +164,29 @@ impl Elector {
 
     async fn try_acquire_or_renew(&mut self) -> Result<(), AttemptError> {
         let me = self.cfg.identity.clone();
+        // Fast path: we lead and our record is still valid; update it without reading it.
+        if let (Some(mut lease), Some((spec, at))) = (self.cached.take(), self.observed.clone()) {
+            let duration = Duration::from_secs(
+                u64::try_from(spec.lease_duration_seconds.unwrap_or(0)).unwrap_or(0),
+            );
+            if spec.holder_identity.as_deref() == Some(me.as_str())
+                && at + duration > Instant::now()
+            {
+                let renewed = LeaseSpec { renew_time: Some(now()), ..spec };
+                lease.spec = Some(renewed.clone());
+                match self.api.replace(&self.cfg.name, &PostParams::default(), &lease).await {
+                    Ok(written) => {
+                        self.cached = Some(written);
+                        self.observed = Some((renewed, Instant::now()));
+                        return Ok(());
+                    }
+                    Err(e) => {
+                        tracing::warn!(lock = %self.cfg.name, error = %e, "Failed to update lock optimistically, falling back to slow path");
+                        super::metrics::leader_election_slowpath(&self.cfg.name);
+                    }
+                }
+            }
+        }
         let current = self.api.get_opt(&self.cfg.name).await.map_err(AttemptError::Api)?;
         let Some(lease) = current else {
             let spec = LeaseSpec {
@@ -177,7 +205,9 @@ impl Elector {
                 },
                 spec: Some(spec.clone()),
             };
-            self.api.create(&PostParams::default(), &lease).await.map_err(AttemptError::Api)?;
+            let written =
+                self.api.create(&PostParams::default(), &lease).await.map_err(AttemptError::Api)?;
+            self.cached = Some(written);
             self.observed = Some((spec, Instant::now()));
             return Ok(());
         };
@@ -209,10 +239,12 @@ impl Elector {
         };
         let mut updated = lease;
         updated.spec = Some(spec.clone());
-        self.api
+        let written = self
+            .api
             .replace(&self.cfg.name, &PostParams::default(), &updated)
             .await
             .map_err(AttemptError::Api)?;
+        self.cached = Some(written);
         self.observed = Some((spec, Instant::now()));
         Ok(())
     }
@@ -318,6 +350,7 @@ impl Elector {
     /// Gives the lock up if we still hold it (holder emptied, duration 1 s).
     pub async fn release(&mut self) {
         self.state.set(None);
+        self.cached = None;
         let result = async {
             let Some(mut lease) = self.api.get_opt(&self.cfg.name).await? else {
                 return Ok(false);

@@ -2,42 +2,56 @@
 //! election and migration, secure serving, per-controller credentials and webhooks.
 //!
 //! ```text
-//! main(provider, factory)
+//! main(provider, factory) / main_with_extensions(provider, factory, extensions)
 //!   ├─ flags ─▶ Options (validated; bad input exits 1 with a message naming the flag)
 //!   ├─ cloud = factory(--cloud-config bytes)
-//!   ├─ secure port: /healthz (leaderElection + one ping per controller), /metrics
-//!   │    (delegated TokenReview / SubjectAccessReview)
-//!   ├─ webhook port (gate CloudControllerManagerWebhook and --webhooks)
+//!   ├─ secure port: /healthz, /livez, /readyz (leaderElection + one check per controller),
+//!   │    /metrics, /configz (request-header, client-certificate or delegated TokenReview
+//!   │    authentication; SubjectAccessReview; limits checked before any body is read)
+//!   ├─ webhook port (gate CloudControllerManagerWebhook and --webhooks; core + provider webhooks)
 //!   └─ leader election (main lock; migration lock for migrated controllers)
-//!        └─ start enabled controllers (own ServiceAccount with --use-service-account-credentials)
+//!        ├─ cloud.initialize(Kubernetes client)
+//!        └─ start enabled controllers, core + provider (each its own client and rate-limit
+//!             bucket; own ServiceAccount with --use-service-account-credentials)
 //! ```
 //!
-//! Exit codes: 0 after SIGTERM/SIGINT (controllers stopped, leases released), 1 on any start
-//! error or when leadership is lost (controllers are cancelled first).
+//! Exit codes: 0 after SIGTERM/SIGINT (controllers stopped, leases released; a second signal
+//! exits 1 at once), 1 on any start error, when leadership is lost (controllers are cancelled
+//! first) or when a controller dies (its `/healthz` check turns red, the other controllers are
+//! stopped and the leases released first).
+//!
+//! Logging never panics or blocks the process: if stderr goes away, log lines are dropped
+//! (see [`logging`]).
 
 pub mod authn;
 pub mod duration;
+pub mod extensions;
 pub mod flags;
 pub mod leader;
 pub mod logging;
+pub mod metrics;
 pub mod migration;
 pub mod ratelimit;
 pub mod selection;
 pub mod serving;
+pub mod supervise;
+pub mod tls;
 pub mod webhooks;
 
 mod credentials;
 
+use std::io::Write as _;
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use clap::Parser;
+use clap::{CommandFactory as _, FromArgMatches as _};
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use tokio::task::JoinHandle;
-use tokio_util::sync::CancellationToken;
+/// The shutdown token of [`run_until`] (re-exported so callers need no `tokio-util`).
+pub use tokio_util::sync::CancellationToken;
 
 use crate::cloud::{BoxError, CloudProvider};
 use crate::controllers::{
@@ -99,6 +113,25 @@ pub enum ManagerError {
     /// Leadership of a lock was lost.
     #[error("leaderelection lost ({0})")]
     LeaderElectionLost(String),
+    /// A controller's task died (panicked or returned before shutdown).
+    #[error("controller {controller} died: {reason}")]
+    ControllerDied {
+        /// Canonical controller name.
+        controller: String,
+        /// What happened.
+        reason: String,
+    },
+}
+
+impl From<supervise::Death> for ManagerError {
+    fn from(d: supervise::Death) -> Self {
+        ManagerError::ControllerDied { controller: d.controller, reason: d.reason }
+    }
+}
+
+/// Writes a line to stderr, ignoring failures (stderr may be closed; this must not panic).
+fn print_error(msg: &dyn std::fmt::Display) {
+    let _ = writeln!(std::io::stderr(), "error: {msg}");
 }
 
 /// Runs the manager for the binary of `provider` with the process arguments and exits.
@@ -114,7 +147,35 @@ where
     I: IntoIterator<Item = T>,
     T: Into<std::ffi::OsString> + Clone,
 {
-    let flags = match Flags::try_parse_from(args) {
+    main_with_extensions(provider, factory, extensions::Extensions::default(), args)
+}
+
+/// Parses the manager's flags plus the provider's ([`extensions::Extensions::flags`]; their
+/// values go to [`extensions::Extensions::parsed`]).
+pub fn parse_flags<I, T>(extensions: &extensions::Extensions, args: I) -> Result<Flags, clap::Error>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    let matches =
+        Flags::command().args(extensions.flags.iter().cloned()).try_get_matches_from(args)?;
+    let flags = Flags::from_arg_matches(&matches)?;
+    extensions.parsed.set(matches);
+    Ok(flags)
+}
+
+/// [`main_with_args`] for a provider that adds controllers, webhooks or flags to the manager.
+pub fn main_with_extensions<I, T>(
+    provider: &str,
+    factory: CloudFactory,
+    extensions: extensions::Extensions,
+    args: I,
+) -> ExitCode
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    let flags = match parse_flags(&extensions, args) {
         Ok(f) => f,
         Err(e) => {
             let code = if e.use_stderr() { ExitCode::FAILURE } else { ExitCode::SUCCESS };
@@ -123,13 +184,17 @@ where
         }
     };
     if flags.version {
-        println!("cloud-controller-manager-{provider} {}", env!("CARGO_PKG_VERSION"));
+        let _ = writeln!(
+            std::io::stdout(),
+            "cloud-controller-manager-{provider} {}",
+            env!("CARGO_PKG_VERSION")
+        );
         return ExitCode::SUCCESS;
     }
-    let options = match flags.validate(provider, &controllers::all()) {
+    let options = match extensions.validate(flags, provider) {
         Ok(o) => o,
         Err(e) => {
-            eprintln!("error: {e}");
+            print_error(&e);
             return ExitCode::FAILURE;
         }
     };
@@ -137,11 +202,15 @@ where
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(r) => r,
         Err(e) => {
-            eprintln!("error: cannot start the async runtime: {e}");
+            print_error(&format_args!("cannot start the async runtime: {e}"));
             return ExitCode::FAILURE;
         }
     };
-    let result = runtime.block_on(run(provider, options, factory));
+    let result = runtime.block_on(async {
+        let shutdown = CancellationToken::new();
+        spawn_signal_handler(shutdown.clone());
+        run_until(provider, options, factory, &extensions, shutdown).await
+    });
     match result {
         Ok(()) => {
             tracing::info!("stopped");
@@ -149,7 +218,7 @@ where
         }
         Err(e) => {
             tracing::error!(error = %e, "cloud-controller-manager failed");
-            eprintln!("error: {e}");
+            print_error(&e);
             // Leave at once: no controller task gets to run again.
             std::process::exit(1)
         }
@@ -214,9 +283,64 @@ pub(crate) fn client_from(
     qps: f32,
     burst: u32,
 ) -> Result<kube::Client, ManagerError> {
+    let host = config.cluster_url.authority().map(|a| a.to_string()).unwrap_or_default();
     let builder = kube::client::ClientBuilder::try_from(config)
         .map_err(|e| ManagerError::Client { what: what.to_string(), message: e.to_string() })?;
-    Ok(builder.with_layer(&ratelimit::RateLimitLayer::new(qps, burst)).build())
+    // The metrics layer sits inside the rate limiter: it times the request, not the wait.
+    Ok(builder
+        .with_layer(&metrics::RestClientMetricsLayer::new(host))
+        .with_layer(&ratelimit::RateLimitLayer::new(qps, burst))
+        .build())
+}
+
+/// Builds each controller's API client, as upstream's controller client builder: every
+/// controller gets a client of its own, named by its client name in the `User-Agent`, with
+/// its own `--kube-api-qps` / `--kube-api-burst` token bucket, so one busy controller never
+/// delays another's writes. Its events go through that same client (as each upstream
+/// controller's event broadcaster writes through the controller's client). With
+/// `--use-service-account-credentials` the client acts as the controller's ServiceAccount,
+/// still one bucket per controller.
+pub struct ControllerClients {
+    base: kube::Config,
+    qps: f32,
+    burst: u32,
+    service_accounts: Option<credentials::ServiceAccountClients>,
+}
+
+impl ControllerClients {
+    /// Clients from `base` (the `--kubeconfig`/`--master` configuration), each limited to
+    /// `qps` requests per second with bursts of `burst`.
+    pub fn new(base: kube::Config, qps: f32, burst: u32) -> Self {
+        ControllerClients { base, qps, burst, service_accounts: None }
+    }
+
+    /// The client handed to the provider ([`CloudProvider::initialize`]): the manager's own
+    /// credentials, user agent `.../cloud-provider`, a bucket of its own.
+    pub fn provider_client(&self) -> Result<kube::Client, ManagerError> {
+        let mut config = self.base.clone();
+        set_user_agent(&mut config, Some("cloud-provider"));
+        client_from(config, "cloud-provider", self.qps, self.burst)
+    }
+
+    /// A new client for the controller `controller` acting as `client_name` (e.g.
+    /// `node-controller`), with a rate-limit bucket of its own.
+    pub async fn controller_client(
+        &self,
+        controller: &str,
+        client_name: &str,
+    ) -> Result<kube::Client, ManagerError> {
+        match &self.service_accounts {
+            Some(sa) => sa
+                .client_for(client_name)
+                .await
+                .map_err(|e| ManagerError::Credentials(format!("{controller}: {e}"))),
+            None => {
+                let mut config = self.base.clone();
+                set_user_agent(&mut config, Some(client_name));
+                client_from(config, controller, self.qps, self.burst)
+            }
+        }
+    }
 }
 
 /// A delegated-auth client: the given kubeconfig, else in-cluster, else none (logged).
@@ -272,19 +396,30 @@ impl ManagerMetrics {
     }
 }
 
+/// Sets `running_managed_controllers` of a controller to 0 when dropped.
+struct RunningGuard(Arc<ManagerMetrics>, &'static str);
+
+impl Drop for RunningGuard {
+    fn drop(&mut self) {
+        self.0.set_running(self.1, 0);
+    }
+}
+
 /// The tasks of started controllers.
 type Handles = tokio::sync::Mutex<Vec<JoinHandle<()>>>;
 
 /// Starts controllers and tracks them.
 struct Runner {
-    client: kube::Client,
+    clients: ControllerClients,
     cloud: Arc<dyn CloudProvider>,
     config: Arc<ControllerConfig>,
     registry: Arc<Mutex<Registry>>,
     metrics: Arc<ManagerMetrics>,
     health: serving::Health,
-    credentials: Option<credentials::ServiceAccountClients>,
     start_interval: Duration,
+    supervisor: supervise::Supervisor,
+    /// Whether [`CloudProvider::initialize`] was called.
+    initialized: std::sync::atomic::AtomicBool,
 }
 
 impl Runner {
@@ -294,18 +429,18 @@ impl Runner {
         stop: &CancellationToken,
         handles: &Handles,
     ) -> Result<(), ManagerError> {
+        if !self.initialized.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            // Upstream calls the cloud's Initialize when it starts the controllers.
+            let client = self.clients.provider_client()?;
+            let init = crate::cloud::ProviderInit::new(client, stop.child_token());
+            self.cloud.initialize(init).map_err(ManagerError::CloudInit)?;
+        }
         for c in list {
             if stop.is_cancelled() {
                 break;
             }
             tracing::info!(controller = c.name, "Starting {:?}", c.name);
-            let client = match &self.credentials {
-                Some(creds) => creds
-                    .client_for(c.client_name)
-                    .await
-                    .map_err(|e| ManagerError::Credentials(format!("{}: {e}", c.name)))?,
-                None => self.client.clone(),
-            };
+            let client = self.clients.controller_client(c.name, c.client_name).await?;
             let ctx = ControllerContext {
                 client,
                 cloud: self.cloud.clone(),
@@ -319,16 +454,18 @@ impl Runner {
                 }
                 Started::Running(fut) => {
                     tracing::info!(controller = c.name, "Started {:?}", c.name);
-                    self.health.add_ping(c.name);
                     self.metrics.set_running(c.alias, 1);
                     let metrics = self.metrics.clone();
                     let alias = c.alias;
                     let name = c.name;
-                    handles.lock().await.push(tokio::spawn(async move {
+                    let fut = Box::pin(async move {
+                        // Back to 0 however the controller ends (also when it panics).
+                        let _running = RunningGuard(metrics, alias);
                         fut.await;
-                        metrics.set_running(alias, 0);
                         tracing::info!(controller = name, "Stopped {name:?}");
-                    }));
+                    });
+                    let task = self.supervisor.spawn(name, fut, ctx.shutdown.clone(), &self.health);
+                    handles.lock().await.push(task);
                 }
             }
             if !self.start_interval.is_zero() {
@@ -378,14 +515,23 @@ fn spawn_signal_handler(shutdown: CancellationToken) {
                 _ = term.recv() => "SIGTERM",
                 _ = int.recv() => "SIGINT",
             };
+            // Cancel before logging: nothing may stand between a signal and the shutdown.
+            shutdown.cancel();
             tracing::info!(signal = which, "received signal, shutting down");
+            // A second signal leaves at once (as upstream's signal handler).
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = int.recv() => {}
+            }
+            tracing::warn!("second signal, exiting now");
+            std::process::exit(1);
         }
         #[cfg(not(unix))]
         {
             let _ = tokio::signal::ctrl_c().await;
+            shutdown.cancel();
             tracing::info!("received interrupt, shutting down");
         }
-        shutdown.cancel();
     });
 }
 
@@ -394,6 +540,20 @@ pub async fn run(
     provider: &str,
     options: Options,
     factory: CloudFactory,
+) -> Result<(), ManagerError> {
+    let shutdown = CancellationToken::new();
+    spawn_signal_handler(shutdown.clone());
+    run_until(provider, options, factory, &extensions::Extensions::default(), shutdown).await
+}
+
+/// Runs the manager with the provider's `extensions` until `shutdown` is cancelled (Ok) or a
+/// fatal error (Err). Installs no signal handler.
+pub async fn run_until(
+    provider: &str,
+    options: Options,
+    factory: CloudFactory,
+    extensions: &extensions::Extensions,
+    shutdown: CancellationToken,
 ) -> Result<(), ManagerError> {
     let flags = &options.flags;
     tracing::info!(
@@ -441,15 +601,18 @@ pub async fn run(
 
     let registry = Arc::new(Mutex::new(Registry::default()));
     let metrics = Arc::new(ManagerMetrics::register(&registry));
-    cloud.register_metrics(&mut registry.lock().unwrap_or_else(|p| p.into_inner()));
+    {
+        let mut reg = registry.lock().unwrap_or_else(|p| p.into_inner());
+        metrics::register(&mut reg);
+        cloud.register_metrics(&mut reg);
+    }
     let health = serving::Health::default();
-    let shutdown = CancellationToken::new();
-    spawn_signal_handler(shutdown.clone());
     let serving_stop = CancellationToken::new();
     let _stop_serving = serving_stop.clone().drop_guard();
 
-    let known = controllers::all();
-    let enabled = options.controllers.enabled(&known);
+    let known = extensions.all_controllers();
+    let enabled =
+        options.controllers.enabled_with_defaults(&known, &extensions.disabled_by_default());
     let migration = if options.leader_election.is_some() && flags.enable_leader_migration {
         Some(migration::load(&flags.leader_migration_config)?)
     } else {
@@ -473,13 +636,16 @@ pub async fn run(
     });
 
     if flags.secure_port != 0 {
-        let tls = serving::tls_config(
+        let x509 = authn::X509Auth::from_flags(flags)?;
+        let tls = serving::tls_config_with_client_auth(
             &flags.tls_cert_file,
             &flags.tls_private_key_file,
             ("--tls-cert-file", "--tls-private-key-file"),
+            &options.tls,
+            x509.as_ref().map(|x| x.tls_verifier()),
         )?;
         let addr = std::net::SocketAddr::new(flags.bind_address, flags.secure_port);
-        let listener = serving::bind(addr).await?;
+        let listener = serving::bind_shared(addr, flags.permit_port_sharing).await?;
         let authn =
             delegated_client(&flags.authentication_kubeconfig, "--authentication-kubeconfig").await;
         let authz =
@@ -494,43 +660,72 @@ pub async fn run(
                 "No authorization-kubeconfig provided, so SubjectAccessReview of authorization tokens won't work."
             );
         }
-        let delegation = Arc::new(authn::Delegation::new(
-            authn,
-            authz,
-            flags.authorization_always_allow_paths.clone(),
-            flags.authentication_token_webhook_cache_ttl,
-            flags.authorization_webhook_cache_authorized_ttl,
-            flags.authorization_webhook_cache_unauthorized_ttl,
-        ));
-        let handler = secure_handler(delegation, health.clone(), registry.clone());
+        let delegation = Arc::new(
+            authn::Delegation::new(
+                authn,
+                authz,
+                flags.authorization_always_allow_paths.clone(),
+                flags.authentication_token_webhook_cache_ttl,
+                flags.authorization_webhook_cache_authorized_ttl,
+                flags.authorization_webhook_cache_unauthorized_ttl,
+            )
+            .with_x509(x509),
+        );
+        let gate = secure_gate(delegation);
+        let handler = secure_handler(health.clone(), registry.clone(), options.configz());
         tracing::info!(%addr, "serving securely");
-        tokio::spawn(serving::serve(listener, tls, handler, serving_stop.clone()));
+        tokio::spawn(serving::serve(
+            listener,
+            tls,
+            serving::Limits::SECURE,
+            gate,
+            handler,
+            serving_stop.clone(),
+        ));
     }
 
-    webhooks::start(&options, cloud.clone(), registry.clone(), serving_stop.clone()).await?;
+    webhooks::start(&options, extensions, cloud.clone(), registry.clone(), serving_stop.clone())
+        .await?;
 
     wait_for_apiserver(&client).await?;
 
-    let credentials = if flags.use_service_account_credentials {
-        Some(credentials::ServiceAccountClients::new(client.clone(), kconfig.clone(), qps, burst))
-    } else {
-        None
-    };
+    let mut clients = ControllerClients::new(kconfig.clone(), qps, burst);
+    if flags.use_service_account_credentials {
+        clients.service_accounts = Some(credentials::ServiceAccountClients::new(
+            client.clone(),
+            kconfig.clone(),
+            qps,
+            burst,
+        ));
+    }
     let runner = Arc::new(Runner {
-        client: client.clone(),
+        clients,
         cloud,
         config: Arc::new(options.controller_config.clone()),
         registry: registry.clone(),
         metrics: metrics.clone(),
         health,
-        credentials,
         start_interval: flags.controller_start_interval,
+        supervisor: supervise::Supervisor::default(),
+        initialized: Default::default(),
     });
 
-    let result =
-        run_controllers(&options, &client, &runner, &enabled, migration, elector_state, &shutdown)
-            .await;
-    if let Some(c) = &runner.credentials {
+    // Leader election has its own client and bucket too (upstream: user agent
+    // `leader-election`), so busy controllers never delay lease renewals.
+    let mut le_config = kconfig.clone();
+    set_user_agent(&mut le_config, Some("leader-election"));
+    let le_client = client_from(le_config, "leader-election", qps, burst)?;
+    let result = run_controllers(
+        &options,
+        &le_client,
+        &runner,
+        &enabled,
+        migration,
+        elector_state,
+        &shutdown,
+    )
+    .await;
+    if let Some(c) = &runner.clients.service_accounts {
         c.cleanup();
     }
     result
@@ -550,10 +745,22 @@ async fn run_controllers(
     let Some(le) = options.leader_election.clone() else {
         let token = CancellationToken::new();
         let handles = Handles::default();
-        runner.start(enabled, &token, &handles).await?;
-        shutdown.cancelled().await;
+        let died = tokio::select! {
+            r = runner.start(enabled, &token, &handles) => {
+                r?;
+                tokio::select! {
+                    _ = shutdown.cancelled() => None,
+                    d = runner.supervisor.died() => Some(d),
+                }
+            }
+            d = runner.supervisor.died() => Some(d),
+            _ = shutdown.cancelled() => None,
+        };
         stop_controllers(&token, handles.into_inner()).await;
-        return Ok(());
+        return match died {
+            Some(d) => Err(d.into()),
+            None => Ok(()),
+        };
     };
 
     let identity = leader::identity();
@@ -618,10 +825,24 @@ async fn run_controllers(
             o = main_hold => Ok((o, le.name.clone())),
             e = main_start => e.map(|o| (o, le.name.clone())),
             o = mig => o.map(|o| (o, migration_name.clone().unwrap_or_default())),
+            d = runner.supervisor.died() => Err(ManagerError::from(d)),
         }
     };
     let (outcome, lock_name) = match outcome {
         Ok(x) => x,
+        Err(e @ ManagerError::ControllerDied { .. }) => {
+            // Its check is red already; stop the others, then release the locks so a standby
+            // takes over at once, and exit 1.
+            let handles = handles.into_inner();
+            mig_token.cancel();
+            if stop_controllers(&main_token, handles).await {
+                if let Some(el) = mig_elector.as_mut() {
+                    el.release().await;
+                }
+                main_elector.release().await;
+            }
+            return Err(e);
+        }
         Err(e) => {
             main_token.cancel();
             mig_token.cancel();
@@ -659,10 +880,47 @@ async fn run_controllers(
     Ok(())
 }
 
-fn secure_handler(
+/// The secure port's gate: authentication and authorization on the request head, then the
+/// method (every endpoint is GET), all before any body is read.
+fn secure_gate(
     delegation: Arc<authn::Delegation>,
+) -> impl Fn(
+    http::request::Parts,
+    std::net::SocketAddr,
+) -> futures::future::BoxFuture<
+    'static,
+    Result<http::request::Parts, http::Response<serving::Body>>,
+> + Clone
++ Send
++ Sync
++ 'static {
+    move |parts, _peer| {
+        let delegation = delegation.clone();
+        Box::pin(async move {
+            match delegation.check_request(&parts).await {
+                authn::Decision::Allow => {}
+                authn::Decision::Unauthorized => {
+                    return Err(serving::text(http::StatusCode::UNAUTHORIZED, "Unauthorized\n"));
+                }
+                authn::Decision::Forbidden(msg) => {
+                    return Err(serving::text(http::StatusCode::FORBIDDEN, format!("{msg}\n")));
+                }
+            }
+            if parts.method != http::Method::GET && parts.method != http::Method::HEAD {
+                return Err(serving::text(
+                    http::StatusCode::METHOD_NOT_ALLOWED,
+                    "method not allowed\n",
+                ));
+            }
+            Ok(parts)
+        })
+    }
+}
+
+fn secure_handler(
     health: serving::Health,
     registry: Arc<Mutex<Registry>>,
+    configz: serde_json::Value,
 ) -> impl Fn(
     http::Request<hyper::body::Bytes>,
     std::net::SocketAddr,
@@ -672,26 +930,16 @@ fn secure_handler(
 + Sync
 + 'static {
     move |req, _peer| {
-        let delegation = delegation.clone();
         let health = health.clone();
         let registry = registry.clone();
+        let configz = configz.clone();
         Box::pin(async move {
             let path = req.uri().path().to_string();
             let query = req.uri().query().map(str::to_string);
-            match delegation.check(req.headers(), req.method().as_str(), &path).await {
-                authn::Decision::Allow => {}
-                authn::Decision::Unauthorized => {
-                    return serving::text(http::StatusCode::UNAUTHORIZED, "Unauthorized\n");
-                }
-                authn::Decision::Forbidden(msg) => {
-                    return serving::text(http::StatusCode::FORBIDDEN, format!("{msg}\n"));
-                }
-            }
-            if req.method() != http::Method::GET && req.method() != http::Method::HEAD {
-                return serving::text(http::StatusCode::METHOD_NOT_ALLOWED, "method not allowed\n");
-            }
-            if path == "/healthz" || path.starts_with("/healthz/") {
+            if serving::Health::serves(&path) {
                 health.respond(&path, query.as_deref())
+            } else if path == "/configz" {
+                serving::json(http::StatusCode::OK, &configz)
             } else if path == "/metrics" {
                 serving::metrics_response(&registry)
             } else {

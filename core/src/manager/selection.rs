@@ -2,7 +2,7 @@
 //!
 //! Validation resolves aliases to canonical names and keeps the `-` prefix; enablement scans in
 //! order and the first explicit entry wins, else `*` enables everything not disabled by
-//! default (nothing is disabled by default in the CCM).
+//! default (none of the core's controllers is; a provider's extra controller may be).
 
 use super::flags::FlagError;
 use crate::controllers::ControllerDescriptor;
@@ -75,7 +75,21 @@ pub fn is_enabled(name: &str, disabled_by_default: &[&str], entries: &[String]) 
 impl ControllerSelection {
     /// The enabled controllers among `known`, in `known`'s order.
     pub fn enabled(&self, known: &[ControllerDescriptor]) -> Vec<ControllerDescriptor> {
-        known.iter().filter(|c| is_enabled(c.name, &[], &self.entries)).copied().collect()
+        self.enabled_with_defaults(known, &[])
+    }
+
+    /// [`Self::enabled`] where `*` does not enable `disabled_by_default` (a provider's
+    /// opt-in controllers); naming them enables them.
+    pub fn enabled_with_defaults(
+        &self,
+        known: &[ControllerDescriptor],
+        disabled_by_default: &[&str],
+    ) -> Vec<ControllerDescriptor> {
+        known
+            .iter()
+            .filter(|c| is_enabled(c.name, disabled_by_default, &self.entries))
+            .copied()
+            .collect()
     }
 }
 
@@ -138,6 +152,23 @@ mod tests {
             validate(&list, &known()).unwrap().entries,
             vec!["*", "-node-route-controller", "node-ipam-controller"]
         );
+    }
+
+    #[test]
+    fn star_skips_disabled_by_default_but_naming_enables() {
+        let sel = |list: &[&str]| {
+            let list: Vec<String> = list.iter().map(|s| s.to_string()).collect();
+            let names: Vec<&str> = validate(&list, &known())
+                .unwrap()
+                .enabled_with_defaults(&known(), &["node-ipam-controller"])
+                .iter()
+                .map(|c| c.name)
+                .collect();
+            names.contains(&"node-ipam-controller")
+        };
+        assert!(!sel(&["*"]));
+        assert!(sel(&["*", "nodeipam"]));
+        assert!(sel(&["node-ipam-controller"]));
     }
 
     #[test]

@@ -1,10 +1,14 @@
 //! Webhook hosting (KEP-2699, spec §9): a TLS listener on `--webhook-secure-port` (no
-//! authn/authz, as upstream) serving `admission.k8s.io/v1` AdmissionReviews.
+//! authn/authz, as upstream) serving `admission.k8s.io/v1` AdmissionReviews, on the same
+//! hardened server as the secure port ([`serving::Limits::WEBHOOK`]: bodies up to 7 MiB).
 //!
 //! Served only when the `CloudControllerManagerWebhook` gate is on **and** `--webhooks` enables
 //! at least one webhook and the port is not 0.
 //!
-//! Webhooks:
+//! Webhooks: the core's below, then the provider's
+//! ([`Extensions::webhooks`](super::extensions::Extensions::webhooks)), selected by
+//! `--webhooks` as controllers are (`*` enables all but the provider's disabled-by-default
+//! ones; `-name` disables one); each answers at its own path.
 //! - `persistentvolumelabel` at `/persistentvolumelabel`: on PersistentVolume CREATE, asks the
 //!   provider's [`Zones`](crate::cloud::Zones) for the zone of the volume (by its volume ID:
 //!   CSI `volumeHandle` or the in-tree source's ID) and patches the zone/region labels and, when
@@ -27,6 +31,7 @@ use prometheus_client::registry::Registry;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
+use super::extensions::Extensions;
 use super::flags::Options;
 use super::{ManagerError, selection, serving};
 use crate::cloud::CloudProvider;
@@ -41,8 +46,9 @@ pub const KNOWN: &[(&str, &str)] = &[("persistentvolumelabel", "")];
 /// A handler: the AdmissionRequest in, the AdmissionResponse (without `uid`) out.
 pub type Handler = fn(Arc<dyn CloudProvider>, Value) -> BoxFuture<'static, Result<Value, String>>;
 
-/// A registered webhook.
-#[derive(Clone, Copy)]
+/// A registered webhook (the core's, or a provider's through
+/// [`ExtraWebhook`](super::extensions::ExtraWebhook)).
+#[derive(Debug, Clone, Copy)]
 pub struct Webhook {
     /// Name in `--webhooks`.
     pub name: &'static str,
@@ -99,17 +105,21 @@ impl WebhookMetrics {
     }
 }
 
-/// Starts the webhook listener if enabled.
+/// Starts the webhook listener if enabled, serving the core's and the provider's
+/// (`extensions`) webhooks that `--webhooks` selects.
 pub async fn start(
     options: &Options,
+    extensions: &Extensions,
     cloud: Arc<dyn CloudProvider>,
     registry: Arc<Mutex<Registry>>,
     stop: CancellationToken,
 ) -> Result<(), ManagerError> {
     let flags = &options.flags;
-    let enabled: Vec<Webhook> = all()
+    let off = extensions.webhooks_disabled_by_default();
+    let enabled: Vec<Webhook> = extensions
+        .all_webhooks()
         .into_iter()
-        .filter(|w| selection::is_enabled(w.name, &[], &options.webhooks))
+        .filter(|w| selection::is_enabled(w.name, &off, &options.webhooks))
         .collect();
     if enabled.is_empty() || flags.webhook_secure_port == 0 {
         return Ok(());
@@ -124,6 +134,7 @@ pub async fn start(
         &flags.webhook_tls_cert_file,
         &flags.webhook_tls_private_key_file,
         ("--webhook-tls-cert-file", "--webhook-tls-private-key-file"),
+        &options.webhook_tls,
     )?;
     let addr = std::net::SocketAddr::new(flags.webhook_bind_address, flags.webhook_secure_port);
     let listener = serving::bind(addr).await?;
@@ -145,7 +156,14 @@ pub async fn start(
         });
         fut
     };
-    tokio::spawn(serving::serve(listener, tls, handler, stop));
+    tokio::spawn(serving::serve(
+        listener,
+        tls,
+        serving::Limits::WEBHOOK,
+        serving::admit_all,
+        handler,
+        stop,
+    ));
     Ok(())
 }
 

@@ -1,5 +1,6 @@
 //! Scripted load balancers: an in-memory cloud LB table keyed by load balancer name, with
-//! call counts, observed parallelism, injectable faults and latency.
+//! call counts, observed parallelism, injectable faults (including calls that never answer)
+//! and latency.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -43,6 +44,10 @@ pub struct LbCalls {
     pub in_flight: AtomicUsize,
     /// Most calls ever in progress at once.
     pub max_in_flight: AtomicUsize,
+    /// Calls that started hanging ([`LbFault::HangEnsure`]), in total.
+    pub hung: AtomicUsize,
+    /// Calls hanging now (a hanging call ends when the caller drops it, e.g. on its deadline).
+    pub hanging: AtomicUsize,
 }
 
 /// How calls fail.
@@ -54,6 +59,8 @@ pub enum LbFault {
     RetryAfter(Duration),
     /// `ensure`/`update` say another controller owns the load balancer (other calls work).
     ImplementedElsewhere,
+    /// `ensure` never answers: it waits until the caller gives up (other calls work).
+    HangEnsure,
 }
 
 /// The scripted load balancer capability.
@@ -84,6 +91,14 @@ fn node_names(nodes: &[Node]) -> Vec<String> {
 }
 
 struct InFlight<'a>(&'a LbCalls);
+
+struct Hanging<'a>(&'a LbCalls);
+
+impl Drop for Hanging<'_> {
+    fn drop(&mut self) {
+        self.0.hanging.fetch_sub(1, Ordering::SeqCst);
+    }
+}
 
 impl Drop for InFlight<'_> {
     fn drop(&mut self) {
@@ -138,6 +153,13 @@ impl TestLoadBalancers {
         self.lock().clone()
     }
 
+    fn fault_for(&self, svc: &Service) -> Option<LbFault> {
+        self.fault.lock().unwrap_or_else(|p| p.into_inner()).clone().or_else(|| {
+            let faults = self.service_faults.lock().unwrap_or_else(|p| p.into_inner());
+            faults.get(&service_key(svc)).cloned()
+        })
+    }
+
     /// One cloud request: tracks parallelism, waits the latency, applies the fault.
     async fn request(&self, svc: &Service, mutating: bool) -> Result<InFlight<'_>, ProviderError> {
         let now = self.calls.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
@@ -147,12 +169,8 @@ impl TestLoadBalancers {
         if !latency.is_zero() {
             tokio::time::sleep(latency).await;
         }
-        let fault = self.fault.lock().unwrap_or_else(|p| p.into_inner()).clone().or_else(|| {
-            let faults = self.service_faults.lock().unwrap_or_else(|p| p.into_inner());
-            faults.get(&service_key(svc)).cloned()
-        });
-        match fault {
-            None => Ok(guard),
+        match self.fault_for(svc) {
+            None | Some(LbFault::HangEnsure) => Ok(guard),
             Some(LbFault::Unavailable) => {
                 Err(ProviderError::other("test cloud: load balancer service unavailable"))
             }
@@ -188,6 +206,12 @@ impl LoadBalancer for TestLoadBalancers {
     ) -> Result<LoadBalancerStatus, ProviderError> {
         self.calls.ensure.fetch_add(1, Ordering::SeqCst);
         self.ensure_times.lock().unwrap_or_else(|p| p.into_inner()).push(Instant::now());
+        if self.fault_for(service) == Some(LbFault::HangEnsure) {
+            self.calls.hung.fetch_add(1, Ordering::SeqCst);
+            self.calls.hanging.fetch_add(1, Ordering::SeqCst);
+            let _hanging = Hanging(&self.calls);
+            std::future::pending::<()>().await;
+        }
         let _g = self.request(service, true).await?;
         let ports = service
             .spec

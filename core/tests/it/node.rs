@@ -12,6 +12,8 @@ use std::time::Duration;
 
 use crate::support::{run, wait_for};
 use ccm_core::cloud::InstanceMetadata;
+use ccm_core::controllers::node::NodeOptions;
+use ccm_core::controllers::probe::Probe;
 use ccm_core::controllers::{ControllerConfig, node, node_lifecycle};
 use ccm_core::names;
 use ccm_core::testing::{Fault, ScriptedInstance, TestCloud, TestInstances};
@@ -250,7 +252,7 @@ async fn instance_not_found_yet_is_retried_with_growing_delay_then_initialised()
     let (cp, client) = start_cp().await;
     let _logs = cp.log_guard();
     let instances = Arc::new(TestInstances::new());
-    let _ctl = run(
+    let ctl = run(
         &client,
         TestCloud::with_instances(Arc::clone(&instances)),
         ControllerConfig::default(),
@@ -271,6 +273,20 @@ async fn instance_not_found_yet_is_retried_with_growing_delay_then_initialised()
     let n = initialised(&nodes, "late").await;
     assert_eq!(n.spec.and_then(|s| s.provider_id).as_deref(), Some("test://late"));
     eprintln!("instance-not-found: {lookups} lookups in the first 4 s, then initialised");
+
+    // Issue #13 point 7: the failed tries show as retries of upstream's `Nodes` queue, every
+    // try as an add with a finished work item, and nothing is left in progress.
+    let sample = |series: &str| ctl.sample(&format!("{series}{{name=\"Nodes\"}}"));
+    let waited = std::time::Instant::now();
+    wait_for("workqueue metrics of queue Nodes", Duration::from_secs(60), || async {
+        let retries = sample("workqueue_retries_total")?;
+        let adds = sample("workqueue_adds_total")?;
+        let done = sample("workqueue_work_duration_seconds_count")?;
+        let idle = sample("workqueue_unfinished_work_seconds")? == 0.0;
+        (retries >= 2.0 && adds >= 2.0 && done >= adds && idle).then_some(())
+    })
+    .await;
+    eprintln!("instance-not-found: workqueue metrics of Nodes settled in {:?}", waited.elapsed());
 }
 
 #[tokio::test]
@@ -442,4 +458,70 @@ async fn addresses_of_initialised_nodes_are_refreshed_in_batches() {
         vec![addr("InternalIP", "10.0.2.1"), addr("Hostname", "refresh-b")],
         "unchanged node untouched"
     );
+}
+
+/// Issue #13 (9): the per-node retry backoff of a Node that is deleted while it still fails
+/// initialisation is dropped, so deleted Nodes leave nothing behind in the controller.
+#[tokio::test]
+async fn backoff_of_deleted_nodes_is_dropped() {
+    const NODES: usize = 5;
+    let (cp, client) = start_cp().await;
+    let _logs = cp.log_guard();
+    let instances = Arc::new(TestInstances::new()); // no instances: every lookup fails
+    let probe = Probe::new();
+    let opts = NodeOptions { probe: Some(probe.clone()) };
+    let _ctl = run(
+        &client,
+        TestCloud::with_instances(Arc::clone(&instances)),
+        ControllerConfig::default(),
+        move |ctx| node::start_with(ctx, opts),
+    );
+    let nodes: Api<Node> = Api::all(client.clone());
+    let names: Vec<String> = (0..NODES).map(|i| format!("doomed-{i}")).collect();
+    for (i, n) in names.iter().enumerate() {
+        let node = kubelet_node(n, &format!("10.0.1.{i}"), "True");
+        nodes.create(&PostParams::default(), &node).await.unwrap();
+    }
+    wait_for("every node failing with a backoff", Duration::from_secs(60), || async {
+        let keys = probe.keys(node::PROBE_BACKOFF_NODES)?;
+        (names.iter().all(|n| keys.contains(n))
+            && instances.calls.metadata.load(Ordering::SeqCst) >= 3 * NODES)
+            .then_some(())
+    })
+    .await;
+    for n in &names {
+        nodes.delete(n, &Default::default()).await.unwrap();
+    }
+    let left =
+        wait_for("backoff entries of deleted nodes dropped", Duration::from_secs(60), || async {
+            let keys = probe.keys(node::PROBE_BACKOFF_NODES)?;
+            keys.is_empty().then_some(keys.len())
+        })
+        .await;
+    assert_eq!(left, 0);
+}
+
+/// Issue #13 (2): an instance lookup that never answers is abandoned at
+/// `instance_call_timeout` and retried; the node stays tainted meanwhile and is initialised
+/// once the cloud answers again.
+#[tokio::test]
+async fn a_hung_instance_lookup_times_out_and_is_retried() {
+    let (cp, client) = start_cp().await;
+    let _logs = cp.log_guard();
+    let instances = Arc::new(TestInstances::new());
+    instances.set("slow", instance("slow", vec![addr("InternalIP", "10.0.0.9")]));
+    instances.set_latency(Duration::from_secs(24 * 3600));
+    let config =
+        ControllerConfig { instance_call_timeout: Duration::from_secs(2), ..Default::default() };
+    let _ctl = run(&client, TestCloud::with_instances(Arc::clone(&instances)), config, node::start);
+    let nodes: Api<Node> = Api::all(client.clone());
+    nodes.create(&PostParams::default(), &kubelet_node("slow", "10.0.0.9", "True")).await.unwrap();
+    wait_for("the hung lookup abandoned and retried", Duration::from_secs(60), || async {
+        (instances.calls.metadata.load(Ordering::SeqCst) >= 2).then_some(())
+    })
+    .await;
+    assert!(is_tainted(&nodes.get("slow").await.unwrap()), "not initialised while hanging");
+    instances.set_latency(Duration::ZERO);
+    let n = initialised(&nodes, "slow").await;
+    assert_eq!(n.spec.and_then(|s| s.provider_id).as_deref(), Some("test://slow"));
 }

@@ -216,7 +216,7 @@ async fn cloud_allocator_copies_the_clouds_cidrs_and_marks_the_network_ready() {
     cidrs.set(&name, vec!["fd00:77:0:5::/64".parse().unwrap(), "10.77.5.0/24".parse().unwrap()]);
     let cloud = TestCloud { node_cidrs: Some(cidrs.clone()), ..Default::default() };
     let o = opts();
-    let _c = run(&client, cloud, config, move |ctx| node_ipam::start_with(ctx, o));
+    let c = run(&client, cloud, config, move |ctx| node_ipam::start_with(ctx, o));
     let node = Node {
         metadata: ObjectMeta {
             name: Some(name.clone()),
@@ -236,12 +236,96 @@ async fn cloud_allocator_copies_the_clouds_cidrs_and_marks_the_network_ready() {
     })
     .await;
     assert_eq!(got, ["10.77.5.0/24", "fd00:77:0:5::/64"], "IPv4 first without service CIDRs");
-    let n = Api::<Node>::all(client.clone()).get(&name).await.unwrap();
-    let cond = n
-        .status
-        .and_then(|s| s.conditions)
-        .and_then(|c| c.into_iter().find(|c| c.type_ == "NetworkUnavailable"))
-        .expect("NetworkUnavailable set");
+    // The pod CIDR is written before the condition (see the next test), so wait for it.
+    let cond = wait_for("NetworkUnavailable set", Duration::from_secs(60), || async {
+        let n = Api::<Node>::all(client.clone()).get(&name).await.ok()?;
+        n.status
+            .and_then(|s| s.conditions)
+            .and_then(|c| c.into_iter().find(|c| c.type_ == "NetworkUnavailable"))
+    })
+    .await;
     assert_eq!((cond.status.as_str(), cond.reason.as_deref()), ("False", Some("RouteCreated")));
+    // Issue #13 point 7: the allocator's queue is upstream's `cloudCIDRAllocator`.
+    wait_for("workqueue metrics of queue cloudCIDRAllocator", Duration::from_secs(60), || async {
+        let adds = c.sample(r#"workqueue_adds_total{name="cloudCIDRAllocator"}"#)?;
+        let done =
+            c.sample(r#"workqueue_work_duration_seconds_count{name="cloudCIDRAllocator"}"#)?;
+        let depth = c.sample(r#"workqueue_depth{name="cloudCIDRAllocator"}"#)?;
+        (adds >= 1.0 && done >= 1.0 && depth == 0.0).then_some(())
+    })
+    .await;
+    delete_group(&client, &group).await;
+}
+
+/// Issue #13 (9): as upstream, `CloudAllocator` writes the pod CIDR before it reports the
+/// network ready: no version of the Node ever has `NetworkUnavailable=False` without a pod
+/// CIDR (watched from the Node's creation on the real apiserver).
+#[tokio::test]
+async fn cloud_allocator_writes_the_pod_cidr_before_the_network_condition() {
+    use kube::api::{WatchEvent, WatchParams};
+    let cp = ControlPlane::shared().await.unwrap();
+    let _g = cp.log_guard();
+    let client = cp.admin_client().await.unwrap();
+    let group = ccm_testbed::unique_name("g");
+    let config = ControllerConfig {
+        allocate_node_cidrs: true,
+        cidr_allocator_type: "CloudAllocator".into(),
+        ..Default::default()
+    };
+    let cidrs = std::sync::Arc::new(TestNodeCidrs::new());
+    let name = ccm_testbed::unique_name("ipam-order");
+    cidrs.set(&name, vec!["10.78.5.0/24".parse().unwrap()]);
+    let cloud = TestCloud { node_cidrs: Some(cidrs.clone()), ..Default::default() };
+    let o = IpamOptions { node_selector: Some(format!("{GROUP_LABEL}={group}")) };
+    let _c = run(&client, cloud, config, move |ctx| node_ipam::start_with(ctx, o));
+    let api = Api::<Node>::all(client.clone());
+    let node = Node {
+        metadata: ObjectMeta {
+            name: Some(name.clone()),
+            labels: Some(BTreeMap::from([(GROUP_LABEL.to_string(), group.clone())])),
+            ..Default::default()
+        },
+        spec: Some(k8s_openapi::api::core::v1::NodeSpec {
+            provider_id: Some(format!("test://{name}")),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let created = api.create(&PostParams::default(), &node).await.unwrap();
+    let rv = created.metadata.resource_version.clone().unwrap();
+    // (has a pod CIDR, NetworkUnavailable=False) of every version after the creation.
+    let state = |n: &Node| {
+        let cidr =
+            n.spec.as_ref().and_then(|s| s.pod_cidr.as_deref()).is_some_and(|c| !c.is_empty());
+        let ready = n
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|c| c.iter().find(|c| c.type_ == "NetworkUnavailable"))
+            .is_some_and(|c| c.status == "False");
+        (cidr, ready)
+    };
+    let mut versions = vec![state(&created)];
+    let wp = WatchParams::default().fields(&format!("metadata.name={name}")).timeout(60);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let mut from = rv;
+    'watch: while Instant::now() < deadline {
+        let mut stream = api.watch(&wp, &from).await.unwrap().boxed();
+        while let Some(ev) = stream.next().await {
+            if let WatchEvent::Modified(n) = ev.unwrap() {
+                from = n.metadata.resource_version.clone().unwrap_or(from);
+                versions.push(state(&n));
+                if state(&n) == (true, true) {
+                    break 'watch;
+                }
+            }
+        }
+    }
+    eprintln!("node versions (has pod CIDR, network ready): {versions:?}");
+    assert_eq!(versions.last(), Some(&(true, true)), "the node got its CIDR and a ready network");
+    assert!(
+        !versions.contains(&(false, true)),
+        "the network was reported ready before the pod CIDR was set: {versions:?}"
+    );
     delete_group(&client, &group).await;
 }

@@ -6,13 +6,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ccm_core::cloud::Route;
+use ccm_core::controllers::probe::Probe;
 use ccm_core::controllers::route::{self, RouteOptions};
 use ccm_core::controllers::{ControllerConfig, ControllerContext, Started};
 use ccm_core::testing::{RouteFault, TestCloud, TestRoutes};
 use ccm_testbed::ControlPlane;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, NodeSpec};
-use kube::api::{DeleteParams, ObjectMeta, PostParams};
+use kube::api::{DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use tokio_util::sync::CancellationToken;
 
@@ -29,7 +30,10 @@ fn config() -> ControllerConfig {
 
 fn start(client: &Client, routes: &Arc<TestRoutes>, group: &str) -> Running {
     let cloud = TestCloud { routes: Some(routes.clone()), ..Default::default() };
-    let opts = RouteOptions { node_selector: Some(format!("{GROUP_LABEL}={group}")) };
+    let opts = RouteOptions {
+        node_selector: Some(format!("{GROUP_LABEL}={group}")),
+        ..Default::default()
+    };
     run(client, cloud, config(), move |ctx| route::start_with(ctx, opts))
 }
 
@@ -230,4 +234,75 @@ async fn route_operations_run_in_parallel_with_at_most_200_in_flight() {
         routes.routes().is_empty().then_some(())
     })
     .await;
+}
+
+/// Issue #13 (1): the route controller used to keep every Node change (old and new version)
+/// in a channel nobody read, so its memory grew with every Node update. 10 000 updates of
+/// 10 Nodes against the real apiserver: the Node versions it retains stay at one per Node.
+#[tokio::test]
+async fn node_updates_do_not_accumulate_in_the_route_controller() {
+    const NODES: usize = 10;
+    const UPDATES_PER_NODE: usize = 1_000;
+    let cp = ControlPlane::shared().await.unwrap();
+    let _g = cp.log_guard();
+    let client = cp.admin_client().await.unwrap();
+    let group = ccm_testbed::unique_name("g");
+    let names: Vec<String> = (0..NODES).map(|_| ccm_testbed::unique_name("route-mem")).collect();
+    for (i, n) in names.iter().enumerate() {
+        node_with_cidrs(&client, &group, n, &[&format!("10.200.{}.0/24", 240 + i)]).await;
+    }
+    let routes = Arc::new(TestRoutes::new());
+    let probe = Probe::new();
+    let cloud = TestCloud { routes: Some(routes.clone()), ..Default::default() };
+    let opts = RouteOptions {
+        node_selector: Some(format!("{GROUP_LABEL}={group}")),
+        probe: Some(probe.clone()),
+    };
+    let _c = run(&client, cloud, config(), move |ctx| route::start_with(ctx, opts));
+    for n in &names {
+        wait_for("NetworkUnavailable=False", Duration::from_secs(60), || async {
+            network_unavailable(&client, n).await.filter(|c| c.0 == "False")
+        })
+        .await;
+    }
+    let before = probe.count(route::PROBE_RETAINED_NODE_VERSIONS).expect("gauge registered");
+
+    let api = Api::<Node>::all(client.clone());
+    let start = std::time::Instant::now();
+    futures::stream::iter(names.iter())
+        .for_each_concurrent(NODES, |n| {
+            let api = api.clone();
+            async move {
+                for j in 0..UPDATES_PER_NODE {
+                    let patch = serde_json::json!({"metadata": {"labels": {
+                        "ccm-test.example.com/generation": j.to_string()}}});
+                    api.patch(n, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+                }
+            }
+        })
+        .await;
+    let wrote = start.elapsed();
+    // The controller has seen the last version of every Node.
+    let mut want: Vec<String> = Vec::new();
+    for n in &names {
+        let rv = api.get(n).await.unwrap().metadata.resource_version.unwrap();
+        want.push(format!("{n}@{rv}"));
+    }
+    wait_for(
+        "the controller's cache has the last version of every node",
+        Duration::from_secs(120),
+        || async {
+            let cached = probe.keys(route::PROBE_CACHED_NODES)?;
+            want.iter().all(|w| cached.contains(w)).then_some(())
+        },
+    )
+    .await;
+    let after = probe.count(route::PROBE_RETAINED_NODE_VERSIONS).unwrap();
+    eprintln!(
+        "{} node updates written in {wrote:?}; node versions retained by the route \
+         controller: {before} before, {after} after",
+        NODES * UPDATES_PER_NODE
+    );
+    assert_eq!(after, NODES, "one version per node: memory does not grow with updates");
+    crate::service::delete_nodes(&client, &names).await;
 }

@@ -326,6 +326,28 @@ async fn load_balancer_class_is_ignored_and_implemented_elsewhere_writes_no_stat
     assert_eq!(lbs.calls.ensure.load(Ordering::SeqCst), 2, "one ensure each, no retry");
 }
 
+/// Waits until the service queue is idle (no item queued or in progress) and stays so, with
+/// no new item added, for a second.
+async fn service_queue_settled(c: &crate::support::Running) {
+    let idle = || {
+        c.sample("workqueue_depth{name=\"service\"}") == Some(0.0)
+            && c.sample("workqueue_unfinished_work_seconds{name=\"service\"}") == Some(0.0)
+    };
+    let mut last = None;
+    wait_for("the service queue to settle", Duration::from_secs(120), || {
+        let adds = c.sample("workqueue_adds_total{name=\"service\"}");
+        let settled = idle() && last == Some(adds);
+        last = Some(adds);
+        async move {
+            if !settled {
+                tokio::time::sleep(Duration::from_millis(900)).await;
+            }
+            settled.then_some(())
+        }
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn node_changes_update_only_changed_load_balancers_in_parallel() {
     const SERVICES: usize = 200;
@@ -361,6 +383,10 @@ async fn node_changes_update_only_changed_load_balancers_in_parallel() {
     })
     .await;
     eprintln!("{SERVICES} LoadBalancer Services ensured in {:?}", start.elapsed());
+    // Each ingress write comes back as a Service event and is synced (no cloud call). A node
+    // sync that meets a Service mid-sync re-queues it for a full ensure instead of waiting on
+    // its lock, so the exact call counts below hold only once those syncs are done.
+    service_queue_settled(&c).await;
     assert_eq!(lbs.all().len(), SERVICES);
     assert_eq!(lbs.calls.update.load(Ordering::SeqCst), 0);
 
@@ -436,4 +462,219 @@ async fn node_changes_update_only_changed_load_balancers_in_parallel() {
     })
     .await;
     delete_nodes(&client, &[n1, n2, n3, excluded]).await;
+}
+
+/// Issue #13 (2): one load balancer whose `EnsureLoadBalancer` never answers must not hold
+/// back the backend updates of the others. 50 Services have load balancers, a 51st is stuck
+/// in its ensure; two Nodes are added one after the other and all 50 load balancers get
+/// each new node while the stuck ensure is still hanging. The deadline then ends the stuck
+/// call: an error event, a retry, and once the cloud answers, a load balancer with every
+/// node.
+#[tokio::test]
+async fn a_hung_ensure_holds_back_no_other_load_balancer() {
+    const SERVICES: usize = 50;
+    const DEADLINE: Duration = Duration::from_secs(30);
+    // Its own control plane: the shared one's Service range (a /24) cannot hold these 51
+    // Services next to the 200 of `node_changes_update_only_changed_load_balancers_in_parallel`.
+    let cp = ControlPlane::start().await.unwrap();
+    let _g = cp.log_guard();
+    let client = cp.admin_client().await.unwrap();
+    let ns = namespace(&client, "svc-hung").await;
+    let group = ccm_testbed::unique_name("g");
+    let n1 = ccm_testbed::unique_name("svc-node");
+    create_node(&client, &group, &n1, &[]).await;
+    let lbs = Arc::new(TestLoadBalancers::new());
+    let config = ControllerConfig { load_balancer_call_timeout: DEADLINE, ..Default::default() };
+    let _c = start_service(&client, &lbs, config, fast(&ns, &group));
+    let api = Api::<Service>::namespaced(client.clone(), &ns);
+    futures::stream::iter(0..SERVICES)
+        .for_each_concurrent(10, |i| {
+            let api = api.clone();
+            let svc = lb_service(&ns, &format!("lb-{i}"), 80);
+            async move {
+                api.create(&PostParams::default(), &svc).await.unwrap();
+            }
+        })
+        .await;
+    wait_for("all load balancers with ingress", Duration::from_secs(120), || async {
+        let list = api.list(&Default::default()).await.ok()?;
+        (list.items.iter().filter(|s| ingress_ip(s).is_some()).count() == SERVICES).then_some(())
+    })
+    .await;
+
+    lbs.set_service_fault(&ns, "stuck", Some(LbFault::HangEnsure));
+    api.create(&PostParams::default(), &lb_service(&ns, "stuck", 80)).await.unwrap();
+    wait_for("the stuck ensure hangs", Duration::from_secs(60), || async {
+        (lbs.calls.hanging.load(Ordering::SeqCst) == 1).then_some(())
+    })
+    .await;
+    let hung_at = Instant::now();
+
+    let mut want = vec![n1.clone()];
+    for round in 0..2 {
+        let n = ccm_testbed::unique_name("svc-node");
+        create_node(&client, &group, &n, &[]).await;
+        want.push(n.clone());
+        want.sort();
+        let updated = || {
+            lbs.all()
+                .values()
+                .filter(|lb| lb.service != format!("{ns}/stuck") && lb.nodes == want)
+                .count()
+        };
+        wait_for(
+            "every other load balancer has the new node",
+            Duration::from_secs(120),
+            || async { (updated() == SERVICES).then_some(()) },
+        )
+        .await;
+        eprintln!(
+            "node {round}: {SERVICES} load balancers updated {:?} after the stuck ensure started \
+             ({} UpdateLoadBalancer calls so far)",
+            hung_at.elapsed(),
+            lbs.calls.update.load(Ordering::SeqCst)
+        );
+        assert_eq!(
+            (lbs.calls.hung.load(Ordering::SeqCst), lbs.calls.hanging.load(Ordering::SeqCst)),
+            (1, 1),
+            "the updates happened while the first stuck ensure was still hanging"
+        );
+    }
+    assert!(lbs.for_service(&ns, "stuck").is_none(), "no load balancer for the stuck one yet");
+
+    // The deadline ends the stuck call: a sync error the user can see, then a retry.
+    wait_for("SyncLoadBalancerFailed on the stuck service", Duration::from_secs(120), || async {
+        event_reasons(&client, &ns, "stuck")
+            .await
+            .contains(&"SyncLoadBalancerFailed".to_string())
+            .then_some(())
+    })
+    .await;
+    let events =
+        Api::<Event>::namespaced(client.clone(), &ns).list(&Default::default()).await.unwrap();
+    let note = events
+        .items
+        .iter()
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("stuck"))
+        .find(|e| e.reason.as_deref() == Some("SyncLoadBalancerFailed"))
+        .and_then(|e| e.note.clone())
+        .unwrap_or_default();
+    assert!(note.contains("EnsureLoadBalancer") && note.contains("deadline"), "{note}");
+    eprintln!("stuck ensure ended after {:?}: {note}", hung_at.elapsed());
+    wait_for("the stuck service's ensure is retried", Duration::from_secs(120), || async {
+        (lbs.calls.hung.load(Ordering::SeqCst) >= 2).then_some(())
+    })
+    .await;
+    lbs.set_service_fault(&ns, "stuck", None);
+    let svc =
+        wait_for("the stuck service gets its load balancer", Duration::from_secs(180), || async {
+            let s = api.get("stuck").await.ok()?;
+            ingress_ip(&s).is_some().then_some(s)
+        })
+        .await;
+    assert!(has_finalizer(&svc));
+    assert_eq!(lbs.for_service(&ns, "stuck").unwrap().nodes, want, "ensured with every node");
+
+    api.delete_collection(&DeleteParams::default(), &Default::default()).await.unwrap();
+    wait_for("all load balancers deleted", Duration::from_secs(120), || async {
+        lbs.all().is_empty().then_some(())
+    })
+    .await;
+    delete_nodes(&client, &want).await;
+}
+
+/// Issue #13 point 7: the service controller's queues expose client-go's `workqueue_*`
+/// series under upstream's queue names (`service`, and `node` for the node sync), so
+/// dashboards and alerts written for the Go controller manager work unchanged.
+#[tokio::test]
+async fn workqueue_metrics_use_upstream_names_and_labels() {
+    let cp = ControlPlane::shared().await.unwrap();
+    let _g = cp.log_guard();
+    let client = cp.admin_client().await.unwrap();
+    let ns = namespace(&client, "svc-wq").await;
+    let group = ccm_testbed::unique_name("g");
+    let node = ccm_testbed::unique_name("svc-wq-node");
+    create_node(&client, &group, &node, &[]).await;
+    let lbs = Arc::new(TestLoadBalancers::new());
+    let c = start_service(&client, &lbs, ControllerConfig::default(), fast(&ns, &group));
+    let api = Api::<Service>::namespaced(client.clone(), &ns);
+
+    api.create(&PostParams::default(), &lb_service(&ns, "web", 80)).await.unwrap();
+    wait_for("finalizer and ingress", Duration::from_secs(60), || async {
+        let s = api.get("web").await.ok()?;
+        (has_finalizer(&s) && ingress_ip(&s).is_some()).then_some(())
+    })
+    .await;
+    // The worker marks the key done right after the sync: poll until it is observed.
+    wait_for("a finished work item of queue service", Duration::from_secs(60), || async {
+        let done = c.sample(r#"workqueue_work_duration_seconds_count{name="service"}"#)?;
+        let depth = c.sample(r#"workqueue_depth{name="service"}"#)?;
+        (done >= 1.0 && depth == 0.0).then_some(())
+    })
+    .await;
+
+    let text = c.encoded();
+    let service = |series: &str| c.sample(&format!("{series}{{name=\"service\"}}"));
+    assert!(service("workqueue_adds_total").is_some_and(|n| n >= 1.0), "{text}");
+    assert_eq!(service("workqueue_depth"), Some(0.0), "{text}");
+    assert!(service("workqueue_queue_duration_seconds_count").is_some_and(|n| n >= 1.0));
+    assert!(service("workqueue_work_duration_seconds_count").is_some_and(|n| n >= 1.0));
+    assert_eq!(service("workqueue_retries_total"), Some(0.0), "no sync failed: {text}");
+    assert_eq!(service("workqueue_unfinished_work_seconds"), Some(0.0), "{text}");
+    assert_eq!(service("workqueue_longest_running_processor_seconds"), Some(0.0), "{text}");
+    // The node sync runs through upstream's `node` queue; the Node above triggered it.
+    wait_for("a node-sync pass", Duration::from_secs(60), || async {
+        let done = c.sample(r#"workqueue_work_duration_seconds_count{name="node"}"#)?;
+        (done >= 1.0 && c.sample(r#"workqueue_adds_total{name="node"}"#)? >= 1.0).then_some(())
+    })
+    .await;
+    // Exactly client-go's families and types: one of each, nothing else named workqueue_.
+    let mut families: Vec<&str> =
+        text.lines().filter(|l| l.starts_with("# TYPE workqueue_")).collect();
+    families.sort_unstable();
+    assert_eq!(
+        families,
+        vec![
+            "# TYPE workqueue_adds counter",
+            "# TYPE workqueue_depth gauge",
+            "# TYPE workqueue_longest_running_processor_seconds gauge",
+            "# TYPE workqueue_queue_duration_seconds histogram",
+            "# TYPE workqueue_retries counter",
+            "# TYPE workqueue_unfinished_work_seconds gauge",
+            "# TYPE workqueue_work_duration_seconds histogram",
+        ],
+        "{text}"
+    );
+    // The only label besides a histogram's `le` is `name`.
+    for line in text.lines().filter(|l| l.starts_with("workqueue_")) {
+        let labels = line.split_once('{').and_then(|(_, r)| r.split_once('}')).map(|(l, _)| l);
+        let keys: Vec<&str> = labels
+            .unwrap_or_default()
+            .split(',')
+            .filter_map(|kv| kv.split_once('=').map(|(k, _)| k))
+            .filter(|k| *k != "le")
+            .collect();
+        assert_eq!(keys, vec!["name"], "{line}");
+    }
+
+    // A failing sync is retried through the queue: `workqueue_retries_total` counts it.
+    lbs.set_fault(Some(LbFault::Unavailable));
+    let patch = json!({"spec": {"ports": [{"port": 81, "protocol": "TCP"}]}});
+    api.patch("web", &PatchParams::default(), &Patch::Merge(patch)).await.unwrap();
+    wait_for("a retry of queue service", Duration::from_secs(60), || async {
+        (c.sample(r#"workqueue_retries_total{name="service"}"#)? >= 1.0).then_some(())
+    })
+    .await;
+    lbs.set_fault(None);
+    wait_for("load balancer on port 81", Duration::from_secs(60), || async {
+        (lbs.for_service(&ns, "web")?.ports == vec![81]).then_some(())
+    })
+    .await;
+
+    api.delete("web", &DeleteParams::default()).await.unwrap();
+    wait_for("service gone", Duration::from_secs(60), || async {
+        matches!(api.get("web").await, Err(kube::Error::Api(s)) if s.code == 404).then_some(())
+    })
+    .await;
+    delete_nodes(&client, &[node]).await;
 }

@@ -45,6 +45,22 @@ pub fn run(
 }
 
 impl Running {
+    /// The registry as `/metrics` serves it (Prometheus text).
+    pub fn encoded(&self) -> String {
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &self.metrics.lock().unwrap())
+            .unwrap();
+        text
+    }
+
+    /// The value of the sample `series`, written exactly as exposed (name and labels, e.g.
+    /// `workqueue_depth{name="service"}`); `None` if it is not exposed.
+    pub fn sample(&self, series: &str) -> Option<f64> {
+        self.encoded()
+            .lines()
+            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse::<f64>().ok())
+    }
+
     /// The value of a metric sample (sum over label sets), 0 if absent.
     pub fn metric(&self, sample: &str) -> f64 {
         let mut text = String::new();

@@ -11,10 +11,21 @@
 //! every failed call in `cloudprovider_aws_api_request_errors_total{service,operation}`, and
 //! every call's latency in upstream's `cloudprovider_aws_api_request_duration_seconds{request}`,
 //! through an SDK interceptor, so no call site can forget it.
+//!
+//! No call hangs: every client (EC2, ELB, ELBv2, STS for `RoleARN`) carries a
+//! [`CallTimeouts`] (connect 5 s, attempt 10 s, operation 30 s as upstream) in its SDK
+//! `TimeoutConfig`, and the same interceptor logs a warning naming the operation when a call
+//! has been running for half its operation timeout ([`ccm_core::cloud_call::StallWatch`]).
+//!
+//! Throttling and transient errors are retried inside a call up to [`MAX_ATTEMPTS`] times (the
+//! SDK's standard mode: jittered exponential backoff and a retry quota), still within the
+//! operation timeout. Upstream keeps the SDK default of 3; at 3, an account throttling half
+//! of its calls fails most load-balancer syncs (each ~12 calls in a row) and the Service's
+//! backoff doubles towards 5 minutes.
 
 use std::fmt;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use aws_config::{BehaviorVersion, Region, SdkConfig};
 use aws_credential_types::provider::SharedCredentialsProvider;
@@ -28,7 +39,10 @@ use aws_smithy_runtime_api::client::interceptors::context::{
 use aws_smithy_runtime_api::client::orchestrator::Metadata;
 use aws_smithy_runtime_api::client::runtime_components::RuntimeComponents;
 use aws_smithy_types::config_bag::{ConfigBag, Storable, StoreReplace};
+use aws_smithy_types::retry::RetryConfig;
+use aws_smithy_types::timeout::TimeoutConfig;
 use ccm_core::cloud::ProviderError;
+use ccm_core::cloud_call::{self, StallWatch};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::Histogram;
@@ -44,6 +58,58 @@ pub enum ClientError {
         "no AWS region: set Region (or Zone) in [Global], AWS_REGION, a profile region, or run on EC2"
     )]
     NoRegion,
+}
+
+/// Attempts per AWS call for throttling and other transient errors (standard retry mode).
+pub const MAX_ATTEMPTS: u32 = 5;
+
+/// How long one AWS call may take. Every SDK client the provider builds carries these in its
+/// `TimeoutConfig`, so a call to an endpoint that accepts and never answers fails with an
+/// error naming the operation instead of hanging.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CallTimeouts {
+    /// Establishing the TCP (and TLS) connection.
+    pub connect: Duration,
+    /// One attempt (request sent, response read); a timed-out attempt is retried while the
+    /// operation timeout allows.
+    pub attempt: Duration,
+    /// The whole call, retries included: upstream's 30 s.
+    pub operation: Duration,
+}
+
+impl Default for CallTimeouts {
+    /// Connect 5 s, attempt 10 s, operation 30 s (upstream's AWS client deadline). Three
+    /// attempts of a stalled endpoint fit in the operation timeout; the SDK's own default is
+    /// a connect timeout only.
+    fn default() -> Self {
+        CallTimeouts {
+            connect: Duration::from_secs(5),
+            attempt: Duration::from_secs(10),
+            operation: cloud_call::DEFAULT_DEADLINE,
+        }
+    }
+}
+
+impl CallTimeouts {
+    /// An operation timeout of `operation`, with connect and attempt timeouts a third of it
+    /// (tests use this to fail in seconds).
+    pub fn with_operation(operation: Duration) -> Self {
+        CallTimeouts { connect: operation / 3, attempt: operation / 3, operation }
+    }
+
+    /// The SDK timeout config.
+    pub fn timeout_config(&self) -> TimeoutConfig {
+        TimeoutConfig::builder()
+            .connect_timeout(self.connect)
+            .operation_attempt_timeout(self.attempt)
+            .operation_timeout(self.operation)
+            .build()
+    }
+
+    /// When a call counts as stalled and is logged: half the operation timeout.
+    pub fn stall_after(&self) -> Duration {
+        self.operation / 2
+    }
 }
 
 type Labels = Vec<(String, String)>;
@@ -119,11 +185,21 @@ impl Storable for CallStart {
     type Storer = StoreReplace<Self>;
 }
 
-/// The interceptor that feeds [`ApiMetrics`] for one client.
+/// The stall warning of the current call (kept in the call's config bag; dropping it, at the
+/// end of the call or when the call is cancelled, ends the watch).
+#[derive(Debug)]
+struct CallWatch(#[allow(dead_code)] StallWatch);
+
+impl Storable for CallWatch {
+    type Storer = StoreReplace<Self>;
+}
+
+/// The interceptor that feeds [`ApiMetrics`] for one client and logs stalled calls.
 #[derive(Debug, Clone)]
 struct CallCounter {
     service: &'static str,
     metrics: ApiMetrics,
+    timeouts: CallTimeouts,
 }
 
 impl CallCounter {
@@ -154,6 +230,17 @@ impl Intercept for CallCounter {
     ) -> Result<(), BoxError> {
         let op = Self::operation(cfg);
         self.metrics.requests.get_or_create(&labels(self.service, &op)).inc();
+        // One watch per call, from its first attempt (the operation name is known from here;
+        // credentials and endpoint are resolved after this, inside the attempt). It ends
+        // with the call: at `read_after_execution`, or when the call is dropped (timeout).
+        if cfg.load::<CallWatch>().is_none() {
+            let watch = StallWatch::start(
+                format!("{}:{op}", self.service),
+                self.timeouts.stall_after(),
+                Some(self.timeouts.operation),
+            );
+            cfg.interceptor_state().store_put(CallWatch(watch));
+        }
         Ok(())
     }
 
@@ -163,6 +250,7 @@ impl Intercept for CallCounter {
         _runtime_components: &RuntimeComponents,
         cfg: &mut ConfigBag,
     ) -> Result<(), BoxError> {
+        cfg.interceptor_state().unset::<CallWatch>();
         let op = Self::operation(cfg);
         if let Some(CallStart(start)) = cfg.load::<CallStart>() {
             let request = vec![("request".to_string(), op.clone())];
@@ -203,17 +291,34 @@ impl AwsClients {
     }
 
     /// Builds the clients from an already loaded SDK config (tests pass static credentials
-    /// here). The config's region, if set, overrides the SDK config's.
+    /// here), with the default [`CallTimeouts`]. The config's region, if set, overrides the
+    /// SDK config's.
     pub async fn from_sdk_config(
         cfg: &CloudConfig,
         sdk: &SdkConfig,
         metrics: ApiMetrics,
     ) -> Result<Self, ClientError> {
+        Self::from_sdk_config_with_timeouts(cfg, sdk, metrics, CallTimeouts::default()).await
+    }
+
+    /// [`Self::from_sdk_config`] with other timeouts (tests shorten them to fail in seconds).
+    pub async fn from_sdk_config_with_timeouts(
+        cfg: &CloudConfig,
+        sdk: &SdkConfig,
+        metrics: ApiMetrics,
+        timeouts: CallTimeouts,
+    ) -> Result<Self, ClientError> {
         let region = cfg
             .configured_region()
             .or_else(|| sdk.region().map(|r| r.to_string()))
             .ok_or(ClientError::NoRegion)?;
-        let mut sdk = sdk.to_builder().region(Region::new(region.clone())).build();
+        // On the SDK config, so every client built from it (STS for RoleARN too) has them.
+        let mut sdk = sdk
+            .to_builder()
+            .region(Region::new(region.clone()))
+            .timeout_config(timeouts.timeout_config())
+            .retry_config(RetryConfig::standard().with_max_attempts(MAX_ATTEMPTS))
+            .build();
 
         if !cfg.global.role_arn.is_empty() {
             let mut sts_sdk = sdk.clone();
@@ -236,7 +341,7 @@ impl AwsClients {
                 .build();
         }
 
-        let counter = |service| CallCounter { service, metrics: metrics.clone() };
+        let counter = |service| CallCounter { service, metrics: metrics.clone(), timeouts };
 
         let mut ec2 = aws_sdk_ec2::config::Builder::from(&sdk).interceptor(counter("ec2"));
         if let Some(o) = cfg.override_for("ec2", &region) {
@@ -320,12 +425,21 @@ impl LazyClients {
         &self.metrics
     }
 
-    /// The clients (built now if this is the first call).
+    /// The clients (built now if this is the first call; loading the SDK config, which may
+    /// ask instance metadata, is bounded by the default operation timeout).
     pub async fn get(&self) -> Result<&AwsClients, ProviderError> {
-        self.cell
-            .get_or_try_init(|| AwsClients::new(&self.cfg, self.metrics.clone()))
-            .await
-            .map_err(|e| ProviderError::with_source("building the AWS clients", e))
+        if let Some(clients) = self.cell.get() {
+            return Ok(clients);
+        }
+        // Boxed: the SDK's loading future is large, and every call site awaits `get`.
+        let init = Box::pin(async {
+            let deadline = cloud_call::Deadline::new(CallTimeouts::default().operation);
+            deadline
+                .run("loading the AWS SDK config", AwsClients::new(&self.cfg, self.metrics.clone()))
+                .await?
+                .map_err(|e| ProviderError::with_source("building the AWS clients", e))
+        });
+        self.cell.get_or_try_init(|| init).await
     }
 }
 

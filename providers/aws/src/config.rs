@@ -58,7 +58,7 @@ pub enum ConfigError {
         key: String,
     },
     /// A key with a value of the wrong type or out of range.
-    #[error("cloud config line {line}: invalid value {value:?} for key {key}: {message}")]
+    #[error("cloud config line {line}: invalid value {} for key {key}: {message}", shown_value(.value))]
     BadValue {
         /// 1-based line number.
         line: usize,
@@ -298,6 +298,12 @@ enum Section {
     Override(String),
 }
 
+/// A bad value as it may appear in an error: quoted, unless it may carry credentials (a URL
+/// with user information), which is never quoted back.
+fn shown_value(value: &str) -> String {
+    if value.contains('@') { "<redacted: contains '@'>".to_string() } else { format!("{value:?}") }
+}
+
 fn parse_section_header(s: &str, line: usize) -> Result<Section, ConfigError> {
     let inner = s
         .strip_prefix('[')
@@ -350,7 +356,11 @@ fn parse_key_value(s: &str, line: usize) -> Result<(String, Option<String>), Con
     let key_ok = key.chars().next().is_some_and(|c| c.is_ascii_alphabetic())
         && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
     if !key_ok {
-        return Err(ConfigError::Syntax { line, message: format!("malformed key {key:?}") });
+        // The "key" may be a whole line without `=`: never quote it (it may hold a secret).
+        return Err(ConfigError::Syntax {
+            line,
+            message: "malformed key: expected `key = value`, with a key of letters, digits, '-' and '_' starting with a letter".into(),
+        });
     }
     let value = match value {
         None => None,
@@ -618,6 +628,22 @@ fn validate_override(o: &ServiceOverride, line: usize) -> Result<(), ConfigError
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn errors_never_quote_a_line_without_key_or_a_url_with_credentials() {
+        let err = CloudConfig::parse("[Global]\nKubernetesClusterID = c1\nhunter2-s3cr3t-line!\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("line 3") && err.contains("malformed key"), "{err}");
+        assert!(!err.contains("hunter2"), "the malformed line is quoted back: {err}");
+        let err = CloudConfig::parse(
+            "[Global]\nKubernetesClusterID = c1\n[ServiceOverride \"1\"]\nService = ec2\nRegion = r\nURL = ftp://user:hunter2pw@host\nSigningRegion = r\n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("line 6") && err.contains("URL"), "{err}");
+        assert!(!err.contains("hunter2pw"), "a URL with credentials is quoted back: {err}");
+    }
 
     #[test]
     fn an_upstream_style_config_parses() {

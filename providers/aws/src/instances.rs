@@ -7,6 +7,14 @@
 //! it exceeds [`MAX_FILTER_VALUES`]. Both use *filters* (`instance-id`, `private-dns-name`),
 //! never the `InstanceIds` parameter, because one unknown ID makes AWS fail the whole call.
 //! Found instances are cached for a short time ([`DEFAULT_CACHE_TTL`]).
+//!
+//! Deletion safety (the `InstancesV2` rule): only a lookup by the instance ID of the Node's
+//! providerID may answer "gone" (terminated, or no such instance). A Node without providerID
+//! is looked up by name: by private DNS name, which only finds this cluster's tagged,
+//! non-terminated instances, or by the instance ID its resource-based name carries. There,
+//! "not found" is an error (the lifecycle controller keeps the Node) and only an instance
+//! positively reported terminated is gone. For metadata, "not found by name" is
+//! `InstanceNotFound`: not yet, retried.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -449,9 +457,31 @@ impl AwsInstances {
     }
 }
 
-fn status_of(found: Found) -> Result<InstanceStatus, ProviderError> {
+/// Whether the node's instance is named by its providerID (the only lookup whose "no such
+/// instance" may delete the Node).
+fn has_provider_id(node: &Node) -> bool {
+    node.spec.as_ref().and_then(|s| s.provider_id.as_deref()).is_some_and(|p| !p.is_empty())
+}
+
+/// The lifecycle answer for one node. `by_provider_id`: the instance was looked up by the ID
+/// in the node's providerID, so "not found" is a positive answer; otherwise (looked up by
+/// name) it is an error and the Node is kept.
+fn status_of(
+    node: &Node,
+    by_provider_id: bool,
+    found: Found,
+) -> Result<InstanceStatus, ProviderError> {
     Ok(match found? {
-        None => InstanceStatus::NotFound,
+        None if by_provider_id => InstanceStatus::NotFound,
+        None => {
+            let name = node.metadata.name.as_deref().unwrap_or_default();
+            return Err(ProviderError::other(format!(
+                "node {name} has no providerID and no instance of this cluster was found by its \
+                 name (by private DNS name only instances with the cluster tag that are not \
+                 terminated are found); not being found by name does not prove the instance \
+                 is gone, so the node is kept"
+            )));
+        }
         Some(i) if is_terminated(&i) => InstanceStatus::NotFound,
         Some(i) if matches!(state(&i), Some(InstanceStateName::Stopped)) => {
             InstanceStatus::Shutdown
@@ -501,7 +531,8 @@ impl InstancesV2 for AwsInstances {
     ) -> Vec<Result<InstanceStatus, ProviderError>> {
         // State is never answered from the cache: a stopped or terminated instance is seen at
         // the next lifecycle pass (one call per pass for all NotReady nodes).
-        self.find_nodes(nodes, true).await.into_iter().map(status_of).collect()
+        let found = self.find_nodes(nodes, true).await;
+        nodes.iter().zip(found).map(|(n, f)| status_of(n, has_provider_id(n), f)).collect()
     }
 }
 

@@ -17,8 +17,9 @@
 //! (`VSPHERE_VCENTER`, `VSPHERE_VCENTER_PORT`, `VSPHERE_USER`, `VSPHERE_PASSWORD`,
 //! `VSPHERE_INSECURE`, `VSPHERE_DATACENTER`). Credentials come from the vCenter entry,
 //! then `global`, then the Secret (`<vcenter>.username` / `<vcenter>.password`, keyed by
-//! the entry name or the server; read by the caller and passed in, or files in
-//! `secretsDirectory`), then the environment. The NSX-T sections (`loadBalancer`, `loadBalancerClass`, `nsxt`, `route`)
+//! the entry name or the server; read through the API at start by [`crate::credentials`],
+//! or files in `secretsDirectory`), then the environment. A vCenter's Secret is its own
+//! `secretName`/`secretNamespace`, each falling back to `global`'s. The NSX-T sections (`loadBalancer`, `loadBalancerClass`, `nsxt`, `route`)
 //! are accepted and ignored: this provider has no load balancer or routes.
 
 use std::collections::BTreeMap;
@@ -141,6 +142,9 @@ pub struct VCenter {
     pub ca_file: Option<PathBuf>,
     /// Address families for node addresses, in order.
     pub ip_families: Vec<IpFamily>,
+    /// The credentials Secret for this vCenter: its own `secretName`/`secretNamespace`,
+    /// each falling back to `global`'s.
+    pub secret: Option<SecretRef>,
 }
 
 /// The parsed config.
@@ -326,8 +330,9 @@ fn detect(text: &str) -> Format {
 
 fn parse_ini(text: &str) -> Result<RawConfig, ConfigError> {
     let opt = ini::ParseOption { enabled_quote: true, enabled_escape: false, ..Default::default() };
-    let doc =
-        ini::Ini::load_from_str_opt(text, opt).map_err(|e| ConfigError::Ini(e.to_string()))?;
+    // The parser's messages are fixed texts (no source); only the position is added.
+    let doc = ini::Ini::load_from_str_opt(text, opt)
+        .map_err(|p| ConfigError::Ini(format!("line {}, column {}: {}", p.line, p.col, p.msg)))?;
     let mut raw = RawConfig::default();
     for (section, props) in doc.iter() {
         let Some(section) = section else {
@@ -431,6 +436,84 @@ fn parse_ini(text: &str) -> Result<RawConfig, ConfigError> {
     Ok(raw)
 }
 
+// ---- YAML errors ---------------------------------------------------------------------------
+
+/// A YAML parse error as `line L, column C (key.path): what`, never quoting the source: the
+/// parser's snippet (the lines around the error, which can hold `password: ...`) is turned
+/// off, and anything the message puts in double quotes (a scalar value) is redacted.
+fn yaml_error(text: &str, e: &serde_saphyr::Error) -> String {
+    let e = e.without_snippet();
+    let rendered = e.to_string();
+    let Some(loc) = e.location().filter(|l| l.line() > 0) else {
+        return redact_quoted(&rendered);
+    };
+    let (line, column) = (loc.line(), loc.column());
+    let message =
+        rendered.strip_suffix(&format!(" at line {line}, column {column}")).unwrap_or(&rendered);
+    let path = usize::try_from(line)
+        .ok()
+        .and_then(|l| yaml_key_path(text, l))
+        .map(|p| format!(" ({p})"))
+        .unwrap_or_default();
+    format!("line {line}, column {column}{path}: {}", redact_quoted(message))
+}
+
+/// Replaces the contents of every `"..."` in a message by `<redacted>`.
+fn redact_quoted(message: &str) -> String {
+    let mut out = String::with_capacity(message.len());
+    let mut parts = message.split('"');
+    if let Some(first) = parts.next() {
+        out.push_str(first);
+    }
+    for (i, part) in parts.enumerate() {
+        if i % 2 == 0 {
+            out.push_str("\"<redacted>\"");
+        } else {
+            out.push_str(part);
+        }
+    }
+    out
+}
+
+/// The block-mapping key path of a 1-based line (`vcenter.vc1.port`), from the keys of the
+/// line and of its less-indented ancestors. Best effort: `None` when the line holds no key
+/// (flow style, sequences). Keys only; values are never read.
+fn yaml_key_path(text: &str, line: usize) -> Option<String> {
+    let lines: Vec<&str> = text.lines().take(line).collect();
+    let mut path = Vec::new();
+    let mut limit = usize::MAX;
+    for (i, l) in lines.iter().enumerate().rev() {
+        let trimmed = l.trim_start();
+        if trimmed.is_empty() || trimmed.starts_with('#') {
+            continue;
+        }
+        let indent = l.len() - trimmed.len();
+        if indent >= limit {
+            continue;
+        }
+        match block_key(trimmed) {
+            Some(key) => path.push(key),
+            // The error's own line must be a key; a keyless ancestor ends the path.
+            None if i + 1 == lines.len() => return None,
+            None => break,
+        }
+        limit = indent;
+        if indent == 0 {
+            break;
+        }
+    }
+    path.reverse();
+    (!path.is_empty()).then(|| path.join("."))
+}
+
+/// The key of a `key: ...` line (plain keys only).
+fn block_key(line: &str) -> Option<&str> {
+    let (key, rest) = line.split_once(':')?;
+    let plain = !key.is_empty()
+        && key.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'));
+    (plain && (rest.is_empty() || rest.starts_with([' ', '\t']))).then_some(key)
+}
+
 // ---- validation -------------------------------------------------------------------------
 
 struct Keys {
@@ -495,8 +578,11 @@ impl Config {
         let raw = match format {
             Format::Ini => parse_ini(text)?,
             Format::Yaml if text.trim().is_empty() => RawConfig::default(),
-            Format::Yaml => serde_saphyr::from_str::<RawConfig>(text)
-                .map_err(|e| ConfigError::Yaml(e.to_string()))?,
+            Format::Yaml => {
+                let options = serde_saphyr::options! { with_snippet: false };
+                serde_saphyr::from_str_with_options::<RawConfig>(text, options)
+                    .map_err(|e| ConfigError::Yaml(yaml_error(text, &e)))?
+            }
         };
         Self::validate(format, raw, env)
     }
@@ -590,7 +676,24 @@ impl Config {
                     if out.is_empty() { vec![IpFamily::V4] } else { out }
                 }
             };
+            let secret = match (pick(|v| &v.secret_name), pick(|v| &v.secret_namespace)) {
+                (None, None) => None,
+                (Some((name, _)), Some((namespace, _))) => Some(SecretRef { name, namespace }),
+                (Some((_, src)), None) => {
+                    return Err(ConfigError::Invalid {
+                        key: key_of(&src, "secretNamespace", "secret-namespace"),
+                        message: "required when the secret name is set".into(),
+                    });
+                }
+                (None, Some((_, src))) => {
+                    return Err(ConfigError::Invalid {
+                        key: key_of(&src, "secretName", "secret-name"),
+                        message: "required when the secret namespace is set".into(),
+                    });
+                }
+            };
             vcenters.push(VCenter {
+                secret,
                 name: name.clone(),
                 server,
                 port,
@@ -680,63 +783,69 @@ impl Config {
         sources: &CredentialSources,
         timeout: Duration,
     ) -> Result<Vec<Endpoint>, ConfigError> {
+        self.vcenters.iter().map(|vc| self.endpoint(vc, sources, timeout)).collect()
+    }
+
+    /// The connection settings of one vCenter, with credentials resolved: the vCenter
+    /// entry, then `global`, then the Secret data in `sources` (`<name or server>.username`),
+    /// then `secretsDirectory`, then the environment.
+    pub fn endpoint(
+        &self,
+        vc: &VCenter,
+        sources: &CredentialSources,
+        timeout: Duration,
+    ) -> Result<Endpoint, ConfigError> {
         let keys = Keys { format: self.format };
-        self.vcenters
-            .iter()
-            .map(|vc| {
-                let secret = |suffix: &str| {
-                    let names = [vc.name.as_str(), vc.server.as_str()];
-                    let from_data = names
-                        .iter()
-                        .find_map(|n| sources.secret_data.get(&format!("{n}.{suffix}")))
-                        .filter(|s| !s.is_empty())
-                        .cloned();
-                    from_data.or_else(|| {
-                        let dir = self.secrets_directory.as_ref()?;
-                        names.iter().find_map(|n| {
-                            let text =
-                                std::fs::read_to_string(dir.join(format!("{n}.{suffix}"))).ok()?;
-                            Some(Secret::new(text.trim().to_string())).filter(|s| !s.is_empty())
-                        })
-                    })
-                };
-                let env = |k: &str| sources.env.get(k).filter(|v| !v.is_empty()).cloned();
-                let user = vc
-                    .user
-                    .clone()
-                    .or_else(|| secret("username").map(|s| s.expose().to_string()))
-                    .or_else(|| env("VSPHERE_USER"))
-                    .ok_or_else(|| ConfigError::MissingCredentials {
-                        vcenter: vc.name.clone(),
-                        what: "user name",
-                        key: keys.key(Some(&vc.name), "user", "user"),
-                        secret_key: "username",
-                        env: "VSPHERE_USER",
-                    })?;
-                let password = vc
-                    .password
-                    .clone()
-                    .or_else(|| secret("password"))
-                    .or_else(|| env("VSPHERE_PASSWORD").map(Secret::new))
-                    .ok_or_else(|| ConfigError::MissingCredentials {
-                        vcenter: vc.name.clone(),
-                        what: "password",
-                        key: keys.key(Some(&vc.name), "password", "password"),
-                        secret_key: "password",
-                        env: "VSPHERE_PASSWORD",
-                    })?;
-                Ok(Endpoint {
-                    name: vc.name.clone(),
-                    server: vc.server.clone(),
-                    port: vc.port,
-                    user,
-                    password,
-                    insecure: vc.insecure,
-                    ca_file: vc.ca_file.clone(),
-                    timeout,
+        let secret = |suffix: &str| {
+            let names = [vc.name.as_str(), vc.server.as_str()];
+            let from_data = names
+                .iter()
+                .find_map(|n| sources.secret_data.get(&format!("{n}.{suffix}")))
+                .filter(|s| !s.is_empty())
+                .cloned();
+            from_data.or_else(|| {
+                let dir = self.secrets_directory.as_ref()?;
+                names.iter().find_map(|n| {
+                    let text = std::fs::read_to_string(dir.join(format!("{n}.{suffix}"))).ok()?;
+                    Some(Secret::new(text.trim().to_string())).filter(|s| !s.is_empty())
                 })
             })
-            .collect()
+        };
+        let env = |k: &str| sources.env.get(k).filter(|v| !v.is_empty()).cloned();
+        let user = vc
+            .user
+            .clone()
+            .or_else(|| secret("username").map(|s| s.expose().to_string()))
+            .or_else(|| env("VSPHERE_USER"))
+            .ok_or_else(|| ConfigError::MissingCredentials {
+                vcenter: vc.name.clone(),
+                what: "user name",
+                key: keys.key(Some(&vc.name), "user", "user"),
+                secret_key: "username",
+                env: "VSPHERE_USER",
+            })?;
+        let password = vc
+            .password
+            .clone()
+            .or_else(|| secret("password"))
+            .or_else(|| env("VSPHERE_PASSWORD").map(Secret::new))
+            .ok_or_else(|| ConfigError::MissingCredentials {
+                vcenter: vc.name.clone(),
+                what: "password",
+                key: keys.key(Some(&vc.name), "password", "password"),
+                secret_key: "password",
+                env: "VSPHERE_PASSWORD",
+            })?;
+        Ok(Endpoint {
+            name: vc.name.clone(),
+            server: vc.server.clone(),
+            port: vc.port,
+            user,
+            password,
+            insecure: vc.insecure,
+            ca_file: vc.ca_file.clone(),
+            timeout,
+        })
     }
 }
 
@@ -852,6 +961,66 @@ exclude-internal-network-subnet-cidr = "10.1.0.0/16,10.2.0.0/16"
         assert!(e.contains("global.secretNamespace"), "{e}");
         let e = err("vcenter: {vc: {ipFamily: ipv5}}\n");
         assert!(e.contains("vcenter.vc.ipFamily"), "{e}");
+    }
+
+    /// Issue #11: a parse error next to the password names the key and the line, and never
+    /// quotes the config text (the parser's snippet used to print `password: "..."`).
+    #[test]
+    fn parse_errors_name_the_key_and_line_but_never_quote_the_password() {
+        const PW: &str = "s3cr3t-4f9c1a";
+        let cases: &[(&str, String, &[&str])] = &[
+            (
+                "wrong-typed value",
+                format!("global:\n  user: u\n  password: \"{PW}\"\n  port: [443]\n"),
+                &["line 4", "global.port"],
+            ),
+            (
+                "syntax error (mis-indented key)",
+                format!("global:\n  user: u\n password: \"{PW}\"\n  port: 443\n"),
+                &["line 3", "global.password"],
+            ),
+            (
+                "unknown key",
+                format!("vcenter:\n  vc1:\n    user: u\n    password: \"{PW}\"\n    prot: 443\n"),
+                &["line 5", "vcenter.vc1.prot", "unknown field"],
+            ),
+            (
+                "unclosed quote in the password itself",
+                format!("global:\n  password: \"{PW}\n  user: u\n"),
+                &["line 2", "global.password"],
+            ),
+            (
+                "the password where a mapping belongs",
+                format!("global: \"{PW}\"\n"),
+                &["line 1", "global"],
+            ),
+            (
+                "password as a mapping",
+                format!("global:\n  password: {{x: {PW}}}\n"),
+                &["line 2", "global.password"],
+            ),
+            (
+                "legacy INI, unclosed quote",
+                format!("[Global]\nuser = u\npassword = \"{PW}\nport = 443\n"),
+                &["INI", "line"],
+            ),
+            (
+                "legacy INI, unknown key",
+                format!("[Global]\npassword = \"{PW}\"\nprot = 443\n"),
+                &["INI", "prot"],
+            ),
+        ];
+        for (what, text, wanted) in cases {
+            let err = parse(text).unwrap_err();
+            let shown = err.to_string();
+            eprintln!("{what}: {shown}");
+            for s in [&shown, &format!("{err:?}")] {
+                assert!(!s.contains("s3cr3t"), "{what}: the error quotes the password: {s}");
+            }
+            for w in *wanted {
+                assert!(shown.contains(w), "{what}: {w:?} missing in {shown}");
+            }
+        }
     }
 
     #[test]

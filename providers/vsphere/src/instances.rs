@@ -168,7 +168,10 @@ fn node_key(node: &Node) -> Result<Key, ProviderError> {
 /// The `InstancesV2` implementation over one or more vCenters.
 #[derive(Debug)]
 pub struct Instances {
-    vcenters: Vec<Arc<VCenterConn>>,
+    vcenters: std::sync::RwLock<Vec<Arc<VCenterConn>>>,
+    /// vCenters not connected yet (credentials from a Secret not read yet): name → why.
+    /// While any is here every lookup is an error, never "gone".
+    waiting: std::sync::RwLock<BTreeMap<String, String>>,
     labels: Labels,
     nodes: NodeSelection,
     skip_node_deletion: bool,
@@ -177,7 +180,27 @@ pub struct Instances {
 impl Instances {
     /// Instances over these vCenters.
     pub fn new(vcenters: Vec<Arc<VCenterConn>>, labels: Labels, nodes: NodeSelection) -> Self {
-        Instances { vcenters, labels, nodes, skip_node_deletion: false }
+        Instances {
+            vcenters: std::sync::RwLock::new(vcenters),
+            waiting: Default::default(),
+            labels,
+            nodes,
+            skip_node_deletion: false,
+        }
+    }
+
+    /// Marks a vCenter as not connected yet; `why` (no credential values) is the error
+    /// of every lookup until [`Instances::connect`] adds it.
+    pub fn await_credentials(&self, vcenter: &str, why: String) {
+        self.waiting.write().unwrap_or_else(|e| e.into_inner()).insert(vcenter.to_string(), why);
+    }
+
+    /// Adds (or replaces) a connected vCenter.
+    pub fn connect(&self, conn: Arc<VCenterConn>) {
+        self.waiting.write().unwrap_or_else(|e| e.into_inner()).remove(&conn.name);
+        let mut all = self.vcenters.write().unwrap_or_else(|e| e.into_inner());
+        all.retain(|c| c.name != conn.name);
+        all.push(conn);
     }
 
     /// Never report a VM as gone (upstream's `SKIP_NODE_DELETION`): Nodes are kept even
@@ -193,7 +216,15 @@ impl Instances {
         node: &Node,
     ) -> Result<Option<(Arc<VCenterConn>, MoRef)>, ProviderError> {
         let key = node_key(node)?;
-        let searches = self.vcenters.iter().map(|vc| {
+        if let Some((name, why)) =
+            self.waiting.read().unwrap_or_else(|e| e.into_inner()).iter().next()
+        {
+            return Err(ProviderError::other(format!(
+                "vSphere: vCenter {name} is not connected: {why}"
+            )));
+        }
+        let vcenters = self.vcenters.read().unwrap_or_else(|e| e.into_inner()).clone();
+        let searches = vcenters.iter().map(|vc| {
             let key = key.clone();
             async move { (vc.clone(), search_one(vc, &key).await) }
         });

@@ -5,25 +5,26 @@
 //!                                                                     └─ TaggingClient (REST /rest)
 //! ```
 //!
-//! Modules: [`config`] (YAML/INI cloud config, credentials), [`client`] (vim25 SOAP and CIS
-//! tagging REST on reqwest), [`instances`] (`InstancesV2`). Zones come with the instance
+//! Modules: [`config`] (YAML/INI cloud config, credentials), [`credentials`] (the
+//! credentials Secret, read at [`CloudProvider::initialize`] through the handed client),
+//! [`client`] (vim25 SOAP and CIS tagging REST on reqwest), [`instances`] (`InstancesV2`). Zones come with the instance
 //! metadata. LoadBalancer and Routes are not supported (upstream offers them only with
 //! NSX-T); the provider says so once when it is built.
 
 pub mod client;
 pub mod config;
+pub mod credentials;
 pub mod instances;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use ccm_core::cloud::{CloudProvider, InstancesV2};
+use ccm_core::cloud::{BoxError, CloudProvider, InstancesV2, ProviderInit};
 
 use crate::client::ClientError;
-use crate::client::tagging::TaggingClient;
-use crate::client::vim25::Vim25Client;
 use crate::config::{Config, ConfigError, CredentialSources};
-use crate::instances::{Instances, VCenterConn};
+use crate::credentials::Loader;
+use crate::instances::Instances;
 
 /// The provider name, as given to `--cloud-provider`.
 pub const PROVIDER_NAME: &str = "vsphere";
@@ -47,24 +48,28 @@ pub enum Error {
 pub struct VsphereProvider {
     config: Config,
     instances: Arc<Instances>,
+    /// vCenters whose credentials come from a Secret read at [`CloudProvider::initialize`].
+    loader: Option<Arc<Loader>>,
 }
 
 impl VsphereProvider {
     /// Builds the provider from the cloud-config file's bytes and the other credential
-    /// sources (the Secret named by `global.secretName`, which the caller reads, and the
-    /// `VSPHERE_*` environment; `SKIP_NODE_DELETION=true` there keeps Nodes whose VM is
-    /// gone). No request is sent; a bad config or missing credentials
-    /// fail here with a message naming the key.
+    /// sources (Secret data the caller read, if any, and the `VSPHERE_*` environment;
+    /// `SKIP_NODE_DELETION=true` there keeps Nodes whose VM is gone). No request is sent; a
+    /// bad config or missing credentials fail here with a message naming the key. A
+    /// vCenter whose credentials are only in the Secret named by `secretName`/
+    /// `secretNamespace` (when `sources` holds no Secret data) is connected by
+    /// [`CloudProvider::initialize`], which reads that Secret through the handed client.
     pub fn new(cloud_config: &[u8], sources: &CredentialSources) -> Result<Self, Error> {
         let config = Config::parse(cloud_config, &sources.env)?;
         Self::from_config(config, sources)
     }
 
     /// The manager's factory: builds the provider from the `--cloud-config` contents (if
-    /// any) and this process's environment (`VSPHERE_*`, `SKIP_NODE_DELETION`). Secret
-    /// credentials are read from `secretsDirectory` (the Secret mounted as a volume); a
-    /// caller with API access can add the Secret itself with [`CredentialSources::with_secret`]
-    /// and [`VsphereProvider::new`].
+    /// any) and this process's environment (`VSPHERE_*`, `SKIP_NODE_DELETION`). Credentials
+    /// come from the config, `secretsDirectory` (the Secret mounted as a volume), the
+    /// environment, or the Secret named by `secretName`/`secretNamespace`, read at
+    /// [`CloudProvider::initialize`].
     ///
     /// ```ignore
     /// ccm_cmd::main_with(ccm_provider_vsphere::PROVIDER_NAME, Box::new(|config| {
@@ -77,18 +82,18 @@ impl VsphereProvider {
 
     /// Builds the provider from a parsed config.
     pub fn from_config(config: Config, sources: &CredentialSources) -> Result<Self, Error> {
-        let endpoints = config.endpoints(sources, REQUEST_TIMEOUT)?;
         let mut vcenters = Vec::new();
-        for (endpoint, vc) in endpoints.into_iter().zip(&config.vcenters) {
-            let vim = Vim25Client::new(endpoint.clone())?;
-            let tagging = TaggingClient::new(endpoint)?;
-            vcenters.push(Arc::new(VCenterConn::new(
-                vc.name.clone(),
-                vim,
-                tagging,
-                vc.datacenters.clone(),
-                vc.ip_families.clone(),
-            )));
+        let mut pending = Vec::new();
+        for vc in &config.vcenters {
+            match credentials::connect(&config, vc, sources, REQUEST_TIMEOUT) {
+                Ok(conn) => vcenters.push(conn),
+                Err(Error::Config(ConfigError::MissingCredentials { .. }))
+                    if vc.secret.is_some() && sources.secret_data.is_empty() =>
+                {
+                    pending.push(vc.clone());
+                }
+                Err(e) => return Err(e),
+            }
         }
         tracing::info!(
             vcenters = %config.vcenters.iter().map(|v| v.name.as_str()).collect::<Vec<_>>().join(","),
@@ -107,7 +112,16 @@ impl VsphereProvider {
             Instances::new(vcenters, config.labels.clone(), config.nodes.clone())
                 .with_skip_node_deletion(skip_node_deletion),
         );
-        Ok(VsphereProvider { config, instances })
+        let loader = (!pending.is_empty()).then(|| {
+            Arc::new(Loader::new(
+                config.clone(),
+                sources.env.clone(),
+                REQUEST_TIMEOUT,
+                pending,
+                instances.clone(),
+            ))
+        });
+        Ok(VsphereProvider { config, instances, loader })
     }
 
     /// The parsed config (e.g. to find the credentials Secret).
@@ -123,5 +137,16 @@ impl CloudProvider for VsphereProvider {
 
     fn instances_v2(&self) -> Option<Arc<dyn InstancesV2>> {
         Some(self.instances.clone())
+    }
+
+    /// Reads the credentials Secret(s) through the handed client and connects the vCenters
+    /// waiting for them, in the background (retrying until done or the manager stops).
+    fn initialize(&self, init: ProviderInit) -> Result<(), BoxError> {
+        let Some(loader) = &self.loader else { return Ok(()) };
+        let runtime = tokio::runtime::Handle::try_current().map_err(|e| {
+            format!("vSphere: no async runtime to read the credentials Secret: {e}")
+        })?;
+        runtime.spawn(loader.clone().run(init.client, init.shutdown));
+        Ok(())
     }
 }

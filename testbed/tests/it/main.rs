@@ -3,5 +3,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod clients;
 mod control_plane;
 mod manager;
+mod startup;

@@ -1,7 +1,9 @@
 //! The cloud-controller-manager command as real processes against the real apiserver:
 //! flags and exit codes, controller selection, secure serving with delegated auth, leader
 //! election (takeover on kill -9 and SIGTERM, exit on lost lease), service-account
-//! credentials, webhooks, and leader migration with a real kube-controller-manager.
+//! credentials, webhooks, and leader migration with a real kube-controller-manager; upstream
+//! manifests' arguments, /livez, /readyz, /configz, serving-certificate reload and SNI, and
+//! client-certificate and request-header authentication (issue #13 points 5 and 6).
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -17,7 +19,13 @@ use kube::api::{ObjectMeta, PostParams};
 use kube::{Api, Client};
 use tokio::process::{Child, Command};
 
-const BIN: &str = env!("CARGO_BIN_EXE_cloud-controller-manager-test");
+const BUILT_BIN: &str = env!("CARGO_BIN_EXE_cloud-controller-manager-test");
+
+/// The manager binary: the one cargo built, or `CCM_MANAGER_TEST_BIN` (to run these tests
+/// against another build, e.g. the code before a fix).
+static BIN: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    std::env::var("CCM_MANAGER_TEST_BIN").unwrap_or_else(|_| BUILT_BIN.to_string())
+});
 
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
@@ -57,6 +65,10 @@ struct Ccm {
 
 impl Ccm {
     fn spawn(dir: &Path, name: &str, args: &[String]) -> Ccm {
+        Self::spawn_with_env(dir, name, args, &[])
+    }
+
+    fn spawn_with_env(dir: &Path, name: &str, args: &[String], env: &[(&str, &str)]) -> Ccm {
         let log = dir.join(format!("{name}.log"));
         let file = std::fs::File::create(&log).unwrap();
         let port = args
@@ -64,8 +76,9 @@ impl Ccm {
             .find_map(|a| a.strip_prefix("--secure-port="))
             .map(|p| p.parse().unwrap())
             .unwrap_or(0);
-        let child = Command::new(BIN)
+        let child = Command::new(&*BIN)
             .args(args)
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(file)
@@ -212,7 +225,7 @@ async fn service_account_token(client: &Client, ns: &str, allow_metrics: bool) -
 // ---------------------------------------------------------------- flags and exit codes
 
 async fn run_to_exit(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(BIN).args(args).stdin(Stdio::null()).output().await.unwrap();
+    let out = Command::new(&*BIN).args(args).stdin(Stdio::null()).output().await.unwrap();
     (
         out.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&out.stdout).to_string(),
@@ -717,4 +730,764 @@ async fn leader_migration_hands_a_controller_over_from_a_real_kube_controller_ma
     ccm.signal("-TERM");
     let mut ccm = ccm;
     assert_eq!(ccm.wait_exit(Duration::from_secs(20)).await.code(), Some(0), "{}", ccm.logs());
+}
+
+// ---------------------------------------------------------------- hardening (issues #11, #13)
+
+/// A `/proc/<pid>/status` field in its unit (kB for VmRSS), or 0.
+fn proc_status(pid: u32, key: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix(key).and_then(|v| v.trim_start_matches(':').split_whitespace().next())
+        })
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+fn open_fds(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd")).map(|d| d.count()).unwrap_or(0)
+}
+
+/// A manager that only serves the secure port (no controllers, no leader election), with
+/// delegated auth against the shared apiserver.
+async fn serving_only(dir: &Path, kubeconfig: &Path, name: &str, extra: &[&str]) -> Ccm {
+    let port = free_port();
+    let mut args = base_args(kubeconfig);
+    args.extend([
+        "--controllers=".to_string(),
+        "--leader-elect=false".into(),
+        "--bind-address=127.0.0.1".into(),
+        format!("--secure-port={port}"),
+        format!("--authentication-kubeconfig={}", kubeconfig.display()),
+        format!("--authorization-kubeconfig={}", kubeconfig.display()),
+        "--webhook-secure-port=0".into(),
+    ]);
+    args.extend(extra.iter().map(|s| s.to_string()));
+    let ccm = Ccm::spawn(dir, name, &args);
+    wait_healthz(ccm.port).await;
+    ccm
+}
+
+#[tokio::test]
+async fn zero_periods_and_tls_flags_rustls_cannot_honour_are_refused_at_start() {
+    let cases: &[(&str, &str)] = &[
+        ("--node-monitor-period=0s", "--node-monitor-period must be greater than 0"),
+        (
+            "--node-status-update-frequency=0s",
+            "--node-status-update-frequency must be greater than 0",
+        ),
+        (
+            "--route-reconciliation-period=0s",
+            "--route-reconciliation-period must be greater than 0",
+        ),
+        (
+            "--tls-min-version=VersionTLS10",
+            "--tls-min-version: VersionTLS10 is not supported: rustls",
+        ),
+        ("--tls-min-version=VersionTLS99", "--tls-min-version: unknown tls version"),
+        (
+            "--tls-cipher-suites=TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,TLS_RSA_WITH_AES_128_CBC_SHA",
+            "--tls-cipher-suites: cipher suite TLS_RSA_WITH_AES_128_CBC_SHA is not supported by rustls",
+        ),
+        ("--tls-cipher-suites=TLS_BOGUS", "Cipher suite TLS_BOGUS not supported or doesn't exist"),
+        ("--webhook-tls-min-version=VersionTLS11", "--webhook-tls-min-version"),
+    ];
+    for (flag, want) in cases {
+        let (code, _, stderr) = run_to_exit(&["--cloud-provider=test", flag]).await;
+        assert_eq!(code, 1, "{flag} exits 1; stderr: {stderr}");
+        assert!(stderr.contains(want), "{flag}: stderr {stderr:?} should contain {want:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_controller_that_dies_turns_healthz_red_and_ends_the_process_non_zero() {
+    let (cp, client, dir, kubeconfig) = setup().await;
+    let _logs = cp.log_guard();
+    let port = free_port();
+    let lease = unique_name("ccm-dies");
+    let cfg = dir.join("cloud.json");
+    // Every instances call of the scripted cloud panics (a provider bug).
+    std::fs::write(&cfg, r#"{"panic": true}"#).unwrap();
+    let mut args = base_args(&kubeconfig);
+    args.extend([
+        format!("--cloud-config={}", cfg.display()),
+        "--controllers=cloud-node-lifecycle".to_string(),
+        format!("--leader-elect-resource-name={lease}"),
+        "--bind-address=127.0.0.1".into(),
+        format!("--secure-port={port}"),
+        "--webhook-secure-port=0".into(),
+        "--node-monitor-period=1s".into(),
+    ]);
+    let mut ccm = Ccm::spawn(&dir, "dies", &args);
+    // (A NotReady node of another test may kill it even sooner: that is fine.)
+    ccm.wait_for_log("Started \"cloud-node-lifecycle-controller\"", Duration::from_secs(60)).await;
+
+    // A NotReady node makes the lifecycle controller ask the cloud, which panics.
+    let node_name = unique_name("dies-node");
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
+    let node = k8s_openapi::api::core::v1::Node {
+        metadata: ObjectMeta { name: Some(node_name.clone()), ..Default::default() },
+        spec: Some(k8s_openapi::api::core::v1::NodeSpec {
+            provider_id: Some(format!("test://{node_name}")),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    nodes.create(&PostParams::default(), &node).await.unwrap();
+
+    // From the moment the death is logged, /healthz is never green again; the process exits 1.
+    let url = format!("https://127.0.0.1:{port}/healthz?verbose");
+    let start = Instant::now();
+    let mut seen_red = None;
+    let mut died_logged_at = None;
+    let status = loop {
+        if let Some(status) = ccm.child.try_wait().unwrap() {
+            break status;
+        }
+        let logged = ccm.logs().contains("controller died");
+        let (code, body) = curl(&url, None, &["--max-time", "5"]).await;
+        if logged {
+            died_logged_at.get_or_insert(start.elapsed());
+            assert_ne!(
+                code,
+                200,
+                "/healthz green after the controller died:\n{body}\n{}",
+                ccm.logs()
+            );
+        }
+        if code == 500 {
+            seen_red.get_or_insert(body);
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "the manager did not exit within 60s of the controller's death:\n{}",
+            ccm.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let logs = ccm.logs();
+    let _ = nodes.delete(&node_name, &Default::default()).await;
+    assert_eq!(status.code(), Some(1), "{logs}");
+    assert!(
+        logs.contains(
+            "controller cloud-node-lifecycle-controller died: panicked: test cloud: scripted panic"
+        ),
+        "{logs}"
+    );
+    assert!(
+        logs.contains("released leader lease"),
+        "the lease is released on the way out:\n{logs}"
+    );
+    assert_eq!(lease_holder(&client, &lease).await.as_deref(), Some(""));
+    if let Some(body) = &seen_red {
+        assert!(body.contains("[-]cloud-node-lifecycle-controller failed"), "{body}");
+    }
+    eprintln!(
+        "MEASURED controller death: exit code 1 {:.2}s after the node was created; red /healthz observed while going down: {}",
+        start.elapsed().as_secs_f64(),
+        seen_red.is_some()
+    );
+}
+
+#[tokio::test]
+async fn closing_stderr_neither_panics_the_manager_nor_keeps_sigterm_from_stopping_it() {
+    let (cp, _client, _dir, kubeconfig) = setup().await;
+    let _logs = cp.log_guard();
+    let port = free_port();
+    let lease = unique_name("ccm-stderr");
+    let mut args = base_args(&kubeconfig);
+    args.extend([
+        "--controllers=cloud-node,cloud-node-lifecycle".to_string(),
+        format!("--leader-elect-resource-name={lease}"),
+        "--bind-address=127.0.0.1".into(),
+        format!("--secure-port={port}"),
+        "--webhook-secure-port=0".into(),
+        "--node-monitor-period=1s".into(),
+        // Chatty: every pass and every lease renewal logs.
+        "-v=6".into(),
+    ]);
+    let mut child = Command::new(&*BIN)
+        .args(&args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    // The log reader goes away: from now on every write to stderr fails with EPIPE.
+    drop(child.stderr.take());
+    wait_healthz(port).await;
+    // The controllers run and log for a few passes; they must stay alive and /healthz green.
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(5) {
+        let (code, body) =
+            curl(&format!("https://127.0.0.1:{port}/healthz?verbose"), None, &[]).await;
+        assert_eq!(code, 200, "{body}");
+        assert!(child.try_wait().unwrap().is_none(), "the manager is still running");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let (_, body) = curl(&format!("https://127.0.0.1:{port}/healthz?verbose"), None, &[]).await;
+    assert!(body.contains("[+]cloud-node-lifecycle-controller ok"), "{body}");
+    let pid = child.id().unwrap();
+    let t0 = Instant::now();
+    let status = std::process::Command::new("kill").args(["-TERM", &pid.to_string()]).status();
+    assert!(status.unwrap().success());
+    let status = tokio::time::timeout(Duration::from_secs(30), child.wait())
+        .await
+        .expect("SIGTERM stops the manager although stderr is gone")
+        .unwrap();
+    assert_eq!(status.code(), Some(0));
+    eprintln!(
+        "MEASURED stderr closed: SIGTERM to exit {:.2}s, exit code 0",
+        t0.elapsed().as_secs_f64()
+    );
+}
+
+/// Sends a request head one line every half second over TLS (`openssl s_client`) until the
+/// server closes the connection; returns how long the server kept it open. With `idle`, sends
+/// one complete keep-alive request instead and then nothing.
+async fn slow_header_client(port: u16, give_up: Duration, idle: bool) -> Option<Duration> {
+    use tokio::io::AsyncWriteExt;
+    let mut child = Command::new("openssl")
+        .args(["s_client", "-quiet", "-connect", &format!("127.0.0.1:{port}")])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let start = Instant::now();
+    let _ = stdin.write_all(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n").await;
+    if idle {
+        let _ = stdin.write_all(b"\r\n").await;
+    }
+    let mut n = 0;
+    while start.elapsed() < give_up {
+        if child.try_wait().unwrap().is_some() {
+            return Some(start.elapsed());
+        }
+        if !idle {
+            let _ = stdin.write_all(format!("X-Slow-{n}: 1\r\n").as_bytes()).await;
+        }
+        let _ = stdin.flush().await;
+        n += 1;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let _ = child.start_kill();
+    None
+}
+
+#[tokio::test]
+async fn a_slow_header_client_is_cut_off() {
+    let (cp, _client, dir, kubeconfig) = setup().await;
+    let _logs = cp.log_guard();
+    let mut ccm = serving_only(&dir, &kubeconfig, "slow-header", &[]).await;
+    // The header deadline is 10s; give a loaded machine plenty of room.
+    let held = slow_header_client(ccm.port, Duration::from_secs(45), false).await;
+    let held = held
+        .unwrap_or_else(|| panic!("a client trickling its headers kept the connection for 45s"));
+    eprintln!(
+        "MEASURED slow header client cut off after {:.2}s (header deadline 10s)",
+        held.as_secs_f64()
+    );
+    // An idle keep-alive connection is closed as well.
+    let idle = slow_header_client(ccm.port, Duration::from_secs(45), true).await;
+    let idle = idle.unwrap_or_else(|| panic!("an idle keep-alive connection was kept for 45s"));
+    eprintln!("MEASURED idle keep-alive connection closed after {:.2}s", idle.as_secs_f64());
+    let (code, _) = curl(&format!("https://127.0.0.1:{}/healthz", ccm.port), None, &[]).await;
+    assert_eq!(code, 200);
+    ccm.signal("-TERM");
+    assert_eq!(ccm.wait_exit(Duration::from_secs(20)).await.code(), Some(0));
+}
+
+/// POSTs `body_file` to `url` `n` times in parallel (one curl); returns the status codes (0:
+/// no response).
+async fn parallel_posts(url: &str, body_file: &Path, n: usize, extra: &[&str]) -> Vec<u16> {
+    let mut cmd = Command::new("curl");
+    cmd.args(["-sk", "-Z", "--parallel-max", &n.to_string(), "--max-time", "60"])
+        .args(["-w", "CODE:%{http_code}\n"])
+        .args(extra)
+        .arg("--data-binary")
+        .arg(format!("@{}", body_file.display()));
+    for _ in 0..n {
+        cmd.args(["-o", "/dev/null", url]);
+    }
+    let out = cmd.output().await.unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.lines()
+        .filter_map(|l| l.strip_prefix("CODE:"))
+        .map(|c| c.trim().parse().unwrap_or(0))
+        .collect()
+}
+
+#[tokio::test]
+async fn unauthenticated_large_posts_are_refused_without_reading_the_body() {
+    let (cp, _client, dir, kubeconfig) = setup().await;
+    let _logs = cp.log_guard();
+    let mut ccm = serving_only(&dir, &kubeconfig, "big-post", &[]).await;
+    let pid = ccm.child.id().unwrap();
+    let body = dir.join("8mib.bin");
+    std::fs::write(&body, vec![b'x'; 8 << 20]).unwrap();
+    let url = format!("https://127.0.0.1:{}/metrics", ccm.port);
+    let rss_before = proc_status(pid, "VmRSS");
+    // As curl sends large bodies (Expect: 100-continue): the 403 comes before the body.
+    let codes = parallel_posts(&url, &body, 40, &[]).await;
+    assert_eq!(codes.len(), 40);
+    assert!(codes.iter().all(|c| *c == 403), "anonymous POSTs are refused: {codes:?}");
+    let rss_expect = proc_status(pid, "VmRSS");
+    // Without Expect the body is on its way; the server answers and closes without reading it.
+    let codes = parallel_posts(&url, &body, 40, &["-H", "Expect:"]).await;
+    assert!(codes.iter().all(|c| *c == 403 || *c == 0), "never served: {codes:?}");
+    let rss_after = proc_status(pid, "VmRSS");
+    eprintln!(
+        "MEASURED 2x40 anonymous 8 MiB POSTs: VmRSS {} kB before, {} kB after the Expect round, {} kB after the no-Expect round (403s in the second round: {})",
+        rss_before,
+        rss_expect,
+        rss_after,
+        codes.iter().filter(|c| **c == 403).count()
+    );
+    assert!(
+        rss_after.saturating_sub(rss_before) < 64 * 1024,
+        "RSS grew from {rss_before} kB to {rss_after} kB: bodies were buffered"
+    );
+    // The port still serves.
+    let (code, _) = curl(&format!("https://127.0.0.1:{}/healthz", ccm.port), None, &[]).await;
+    assert_eq!(code, 200);
+    ccm.signal("-TERM");
+    assert_eq!(ccm.wait_exit(Duration::from_secs(20)).await.code(), Some(0));
+}
+
+#[tokio::test]
+async fn a_connection_flood_is_bounded_and_the_port_still_answers_afterwards() {
+    let (cp, _client, dir, kubeconfig) = setup().await;
+    let _logs = cp.log_guard();
+    let mut ccm = serving_only(&dir, &kubeconfig, "flood", &[]).await;
+    let pid = ccm.child.id().unwrap();
+    let (fds_before, threads_before, rss_before) =
+        (open_fds(pid), proc_status(pid, "Threads"), proc_status(pid, "VmRSS"));
+    // 600 connections that never start TLS (the limit is 256 per port).
+    let mut flood = Vec::new();
+    for _ in 0..600 {
+        match tokio::net::TcpStream::connect(("127.0.0.1", ccm.port)).await {
+            Ok(s) => flood.push(s),
+            Err(_) => break,
+        }
+    }
+    // Let the server accept what it will.
+    let mut fds_peak = open_fds(pid);
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(3) {
+        fds_peak = fds_peak.max(open_fds(pid));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (threads_peak, rss_peak) = (proc_status(pid, "Threads"), proc_status(pid, "VmRSS"));
+    eprintln!(
+        "MEASURED flood of {} idle connections: server fds {fds_before} -> {fds_peak}, threads {threads_before} -> {threads_peak}, VmRSS {rss_before} kB -> {rss_peak} kB",
+        flood.len()
+    );
+    assert!(flood.len() > 300, "the kernel queued the flood ({} connections)", flood.len());
+    assert!(
+        fds_peak <= fds_before + 256 + 16,
+        "open fds grew from {fds_before} to {fds_peak} for {} connections",
+        flood.len()
+    );
+    assert!(threads_peak <= threads_before + 16, "threads {threads_before} -> {threads_peak}");
+    drop(flood);
+    // Afterwards a legitimate client is served (poll: the server drains the queued ones).
+    let start = Instant::now();
+    loop {
+        let (code, _) = curl(&format!("https://127.0.0.1:{}/healthz", ccm.port), None, &[]).await;
+        if code == 200 {
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(60), "the port answers again (last {code})");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    eprintln!(
+        "MEASURED port answered {:.2}s after the flood closed",
+        start.elapsed().as_secs_f64()
+    );
+    ccm.signal("-TERM");
+    assert_eq!(ccm.wait_exit(Duration::from_secs(20)).await.code(), Some(0));
+}
+
+#[tokio::test]
+async fn tls_min_version_and_cipher_suites_are_honoured() {
+    let (cp, _client, dir, kubeconfig) = setup().await;
+    let _logs = cp.log_guard();
+    // The self-signed certificate is ECDSA P-256, so ECDSA suites are the usable TLS 1.2 ones.
+    let mut tls13 =
+        serving_only(&dir, &kubeconfig, "tls13", &["--tls-min-version=VersionTLS13"]).await;
+    let url = format!("https://127.0.0.1:{}/healthz", tls13.port);
+    let (code, _) = curl(&url, None, &["--tls-max", "1.2"]).await;
+    assert_eq!(
+        code, 0,
+        "a TLS 1.2-only client cannot handshake with --tls-min-version=VersionTLS13"
+    );
+    let (code, _) = curl(&url, None, &["--tlsv1.3"]).await;
+    assert_eq!(code, 200);
+    tls13.signal("-TERM");
+    assert_eq!(tls13.wait_exit(Duration::from_secs(20)).await.code(), Some(0));
+
+    let mut suites = serving_only(
+        &dir,
+        &kubeconfig,
+        "suites",
+        &["--tls-cipher-suites=TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384"],
+    )
+    .await;
+    let url = format!("https://127.0.0.1:{}/healthz", suites.port);
+    let (code, _) =
+        curl(&url, None, &["--tls-max", "1.2", "--ciphers", "ECDHE-ECDSA-AES128-GCM-SHA256"]).await;
+    assert_eq!(code, 0, "a suite outside --tls-cipher-suites is refused");
+    let (code, _) =
+        curl(&url, None, &["--tls-max", "1.2", "--ciphers", "ECDHE-ECDSA-CHACHA20-POLY1305"]).await;
+    assert_eq!(code, 0, "a suite outside --tls-cipher-suites is refused");
+    let (code, _) =
+        curl(&url, None, &["--tls-max", "1.2", "--ciphers", "ECDHE-ECDSA-AES256-GCM-SHA384"]).await;
+    assert_eq!(code, 200, "the listed suite is served");
+    // TLS 1.3 suites are not configurable (as in Go).
+    let (code, _) = curl(&url, None, &["--tlsv1.3"]).await;
+    assert_eq!(code, 200);
+    suites.signal("-TERM");
+    assert_eq!(suites.wait_exit(Duration::from_secs(20)).await.code(), Some(0));
+}
+
+#[tokio::test]
+async fn the_webhook_port_caps_bodies_at_7_mib() {
+    let (cp, _client, dir, kubeconfig) = setup().await;
+    let _logs = cp.log_guard();
+    let (port, wport) = (free_port(), free_port());
+    let mut args = base_args(&kubeconfig);
+    args.extend([
+        "--controllers=".to_string(),
+        "--leader-elect=false".into(),
+        "--bind-address=127.0.0.1".into(),
+        format!("--secure-port={port}"),
+        "--webhook-bind-address=127.0.0.1".into(),
+        format!("--webhook-secure-port={wport}"),
+        "--webhooks=persistentvolumelabel".into(),
+        "--feature-gates=CloudControllerManagerWebhook=true".into(),
+    ]);
+    let mut ccm = Ccm::spawn(&dir, "webhook-cap", &args);
+    wait_healthz(port).await;
+    let url = format!("https://127.0.0.1:{wport}/persistentvolumelabel");
+    let json = ["-H", "Content-Type: application/json"];
+    // Over the cap: 413 (from Content-Length, before the body is read).
+    let big = dir.join("big.json");
+    std::fs::write(&big, vec![b' '; 8 << 20]).unwrap();
+    let (code, body) =
+        curl(&url, None, &[json[0], json[1], "--data-binary", &format!("@{}", big.display())])
+            .await;
+    assert_eq!(code, 413, "{body}");
+    // Just under it: read and handled (here: not a valid review, 400).
+    let under = dir.join("under.json");
+    std::fs::write(&under, vec![b' '; (7 << 20) - 1]).unwrap();
+    let (code, body) =
+        curl(&url, None, &[json[0], json[1], "--data-binary", &format!("@{}", under.display())])
+            .await;
+    assert_eq!(code, 400, "{body}");
+    assert!(body.starts_with("failed to decode admission review"), "{body}");
+    ccm.signal("-TERM");
+    assert_eq!(ccm.wait_exit(Duration::from_secs(20)).await.code(), Some(0));
+}
+
+// ---- issue #13 points 5 and 6
+
+/// The subject of the certificate the port serves for `server_name` (`openssl s_client`).
+async fn served_subject(port: u16, server_name: &str) -> String {
+    let script = format!(
+        "openssl s_client -connect 127.0.0.1:{port} -servername {server_name} </dev/null 2>/dev/null | openssl x509 -noout -subject"
+    );
+    let out = Command::new("sh").arg("-c").arg(script).output().await.unwrap();
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// A self-signed serving certificate and key (PEM) with CommonName `cn`, for `names`.
+fn serving_pair(cn: &str, names: &[&str]) -> (String, String) {
+    let mut params =
+        rcgen::CertificateParams::new(names.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+            .unwrap();
+    params.distinguished_name.push(rcgen::DnType::CommonName, cn);
+    let key = rcgen::KeyPair::generate().unwrap();
+    let cert = params.self_signed(&key).unwrap();
+    (cert.pem(), key.serialize_pem())
+}
+
+/// Writes `contents` to `path` atomically (as a kubelet secret volume update does).
+fn replace_file(path: &Path, contents: &str) {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, contents).unwrap();
+    std::fs::rename(&tmp, path).unwrap();
+}
+
+/// The argument list of upstream's AWS manifests, unchanged: the example DaemonSet of
+/// kubernetes/cloud-provider-aws (`--v=2 --cloud-provider=aws
+/// --use-service-account-credentials=true --configure-cloud-routes=false`), the chart's, and the
+/// flags kubeadm-style control planes add (delegated authn/authz kubeconfigs, request-header and
+/// client CAs, bind address, profiling, JSON logs, leader-election settings). Only paths, the
+/// port and the lease name are this test's.
+#[tokio::test]
+async fn an_upstream_aws_manifest_argument_list_starts_the_binary_unchanged() {
+    let (cp, client, dir, kubeconfig) = setup().await;
+    let _logs = cp.log_guard();
+    let front = ccm_testbed::pki::Pki::generate().unwrap();
+    let clients = ccm_testbed::pki::Pki::generate().unwrap();
+    let (front_ca, client_ca) = (dir.join("front-proxy-ca.crt"), dir.join("ca.crt"));
+    std::fs::write(&front_ca, front.client_ca_pem()).unwrap();
+    std::fs::write(&client_ca, clients.client_ca_pem()).unwrap();
+    let port = free_port();
+    let lease = unique_name("aws-manifest");
+    let k = kubeconfig.display().to_string();
+    let args: Vec<String> = [
+        "--v=2".to_string(),
+        "--cloud-provider=aws".into(),
+        "--use-service-account-credentials=true".into(),
+        "--configure-cloud-routes=false".into(),
+        "--allocate-node-cidrs=false".into(),
+        "--cluster-name=upstream-manifest".into(),
+        "--controllers=*,-cloud-node-lifecycle".into(),
+        "--leader-elect=true".into(),
+        format!("--leader-elect-resource-name={lease}"),
+        "--leader-elect-lease-duration=15s".into(),
+        "--leader-elect-renew-deadline=10s".into(),
+        "--leader-elect-retry-period=2s".into(),
+        format!("--kubeconfig={k}"),
+        format!("--authentication-kubeconfig={k}"),
+        format!("--authorization-kubeconfig={k}"),
+        "--bind-address=127.0.0.1".into(),
+        format!("--secure-port={port}"),
+        "--webhook-secure-port=0".into(),
+        format!("--client-ca-file={}", client_ca.display()),
+        format!("--requestheader-client-ca-file={}", front_ca.display()),
+        "--requestheader-allowed-names=front-proxy-client".into(),
+        "--requestheader-extra-headers-prefix=X-Remote-Extra-".into(),
+        "--requestheader-group-headers=X-Remote-Group".into(),
+        "--requestheader-username-headers=X-Remote-User".into(),
+        "--profiling=false".into(),
+        "--permit-address-sharing=true".into(),
+        "--disable-http2-serving=true".into(),
+        "--tls-min-version=VersionTLS12".into(),
+        "--tls-curve-preferences=X25519,CurveP256".into(),
+        "--logging-format=json".into(),
+        "--log-json-split-stream=false".into(),
+        "--vmodule=controller*=4".into(),
+        "--feature-gates=CloudControllerManagerWebhook=false".into(),
+    ]
+    .into();
+    let mut ccm =
+        Ccm::spawn_with_env(&dir, "aws-manifest", &args, &[("CCM_TEST_PROVIDER_NAME", "aws")]);
+    wait_healthz(port).await;
+    // Ready once it leads: /readyz carries the leader-election check, as upstream's healthz.
+    let start = Instant::now();
+    loop {
+        let (code, body) =
+            curl(&format!("https://127.0.0.1:{port}/readyz?verbose"), None, &[]).await;
+        if code == 200 && lease_holder(&client, &lease).await.is_some() {
+            assert!(body.contains("[+]leaderElection ok"), "{body}");
+            assert!(body.ends_with("readyz check passed\n"), "{body}");
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(60), "not ready in 60s: {code} {body}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let (code, _) = curl(&format!("https://127.0.0.1:{port}/livez"), None, &[]).await;
+    assert_eq!(code, 200);
+    // --logging-format=json: every stderr line is one JSON object.
+    ccm.wait_for_log("\"message\"", Duration::from_secs(30)).await;
+    let logs = ccm.logs();
+    for line in logs.lines().filter(|l| !l.trim().is_empty()) {
+        let v: serde_json::Value = serde_json::from_str(line)
+            .unwrap_or_else(|e| panic!("not a JSON log line ({e}): {line}\n{logs}"));
+        assert!(v.get("level").is_some(), "{line}");
+    }
+    ccm.signal("-TERM");
+    assert_eq!(ccm.wait_exit(Duration::from_secs(30)).await.code(), Some(0), "{}", ccm.logs());
+}
+
+/// `/livez` and `/readyz` are always allowed (as upstream's defaults); `/configz` is the
+/// effective configuration in upstream's shape and needs authorization: a client certificate
+/// from `--client-ca-file` in `system:masters` gets it, one without rights gets 403 after a
+/// SubjectAccessReview, and anonymous gets 403.
+#[tokio::test]
+async fn livez_readyz_and_configz_with_client_certificate_authentication() {
+    let (cp, _client, dir, kubeconfig) = setup().await;
+    let _logs = cp.log_guard();
+    let pki = ccm_testbed::pki::Pki::generate().unwrap();
+    let ca = dir.join("client-ca.crt");
+    std::fs::write(&ca, pki.client_ca_pem()).unwrap();
+    let write_id = |name: &str, id: &Identity| {
+        let (cert, key) = pki.client_cert(id).unwrap();
+        let (c, k) = (dir.join(format!("{name}.crt")), dir.join(format!("{name}.key")));
+        std::fs::write(&c, cert).unwrap();
+        std::fs::write(&k, key).unwrap();
+        (c.display().to_string(), k.display().to_string())
+    };
+    let admin = write_id("admin", &Identity::new("cert-admin", &["system:masters"]));
+    let nobody = write_id("nobody", &Identity::new(unique_name("nobody"), &[]));
+    let mut ccm = serving_only(
+        &dir,
+        &kubeconfig,
+        "configz",
+        &[&format!("--client-ca-file={}", ca.display()), "--cluster-name=configz-cluster"],
+    )
+    .await;
+    let base = format!("https://127.0.0.1:{}", ccm.port);
+    for path in ["/livez", "/readyz", "/healthz", "/readyz?verbose", "/livez?verbose"] {
+        let (code, body) = curl(&format!("{base}{path}"), None, &[]).await;
+        assert_eq!(code, 200, "{path}: {body}");
+    }
+    let (code, body) = curl(&format!("{base}/configz"), None, &[]).await;
+    assert_eq!(code, 403, "anonymous: {body}");
+    let (code, body) =
+        curl(&format!("{base}/configz"), None, &["--cert", &nobody.0, "--key", &nobody.1]).await;
+    assert_eq!(code, 403, "{body}");
+    assert!(body.contains("nobody-"), "the certificate's CN is the user: {body}");
+    let (code, body) =
+        curl(&format!("{base}/configz"), None, &["--cert", &admin.0, "--key", &admin.1]).await;
+    assert_eq!(code, 200, "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let c = &v["cloudcontrollermanager.config.k8s.io"];
+    assert_eq!(c["kind"], "CloudControllerManagerConfiguration");
+    assert_eq!(c["KubeCloudShared"]["ClusterName"], "configz-cluster");
+    assert_eq!(c["Generic"]["Port"], ccm.port);
+    // A certificate from another CA is refused (the handshake fails).
+    let other = ccm_testbed::pki::Pki::generate().unwrap();
+    let (cert, key) = other.client_cert(&Identity::new("stranger", &["system:masters"])).unwrap();
+    let (oc, ok) = (dir.join("other.crt"), dir.join("other.key"));
+    std::fs::write(&oc, cert).unwrap();
+    std::fs::write(&ok, key).unwrap();
+    let (code, _) = curl(
+        &format!("{base}/configz"),
+        None,
+        &["--cert", &oc.display().to_string(), "--key", &ok.display().to_string()],
+    )
+    .await;
+    assert_ne!(code, 200);
+    ccm.signal("-TERM");
+    assert_eq!(ccm.wait_exit(Duration::from_secs(20)).await.code(), Some(0));
+}
+
+/// Request-header authentication: only a client certificate from
+/// `--requestheader-client-ca-file` whose CN is allowed may name the user in headers.
+#[tokio::test]
+async fn request_headers_are_trusted_only_from_the_front_proxy_certificate() {
+    let (cp, _client, dir, kubeconfig) = setup().await;
+    let _logs = cp.log_guard();
+    let front = ccm_testbed::pki::Pki::generate().unwrap();
+    let clients = ccm_testbed::pki::Pki::generate().unwrap();
+    let write = |name: &str, contents: String| {
+        let p = dir.join(name);
+        std::fs::write(&p, contents).unwrap();
+        p.display().to_string()
+    };
+    let front_ca = write("front-ca.crt", front.client_ca_pem());
+    let client_ca = write("client-ca.crt", clients.client_ca_pem());
+    let pair = |pki: &ccm_testbed::pki::Pki, name: &str, cn: &str| {
+        let (c, k) = pki.client_cert(&Identity::new(cn, &[])).unwrap();
+        (write(&format!("{name}.crt"), c), write(&format!("{name}.key"), k))
+    };
+    let proxy = pair(&front, "proxy", "front-proxy-client");
+    let rogue_proxy = pair(&front, "rogue", "some-other-proxy");
+    let mallory = pair(&clients, "mallory", "mallory");
+    let mut ccm = serving_only(
+        &dir,
+        &kubeconfig,
+        "requestheader",
+        &[
+            &format!("--client-ca-file={client_ca}"),
+            &format!("--requestheader-client-ca-file={front_ca}"),
+            "--requestheader-allowed-names=front-proxy-client",
+            "--requestheader-username-headers=X-Remote-User",
+            "--requestheader-group-headers=X-Remote-Group",
+            "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+        ],
+    )
+    .await;
+    let url = format!("https://127.0.0.1:{}/configz", ccm.port);
+    let as_masters = ["-H", "X-Remote-User: alice", "-H", "X-Remote-Group: system:masters"];
+    let with = |pair: &(String, String)| -> Vec<String> {
+        let mut v: Vec<String> =
+            vec!["--cert".into(), pair.0.clone(), "--key".into(), pair.1.clone()];
+        v.extend(as_masters.iter().map(|s| s.to_string()));
+        v
+    };
+    let run = |extra: Vec<String>| {
+        let url = url.clone();
+        async move {
+            let refs: Vec<&str> = extra.iter().map(String::as_str).collect();
+            curl(&url, None, &refs).await
+        }
+    };
+    // The front proxy names alice in system:masters: served.
+    let (code, body) = run(with(&proxy)).await;
+    assert_eq!(code, 200, "front proxy: {body}");
+    // A front-proxy CA certificate whose CN is not allowed: 401.
+    let (code, body) = run(with(&rogue_proxy)).await;
+    assert_eq!(code, 401, "CN not in --requestheader-allowed-names: {body}");
+    // A certificate from --client-ca-file: the headers are ignored, the user is mallory.
+    let (code, body) = run(with(&mallory)).await;
+    assert_eq!(code, 403, "client CA certificate with headers: {body}");
+    assert!(body.contains("mallory"), "{body}");
+    // No certificate: the headers are ignored, anonymous.
+    let (code, body) = run(as_masters.iter().map(|s| s.to_string()).collect()).await;
+    assert_eq!(code, 403, "headers without a certificate: {body}");
+    assert!(body.contains("system:anonymous"), "{body}");
+    ccm.signal("-TERM");
+    assert_eq!(ccm.wait_exit(Duration::from_secs(20)).await.code(), Some(0));
+}
+
+/// `--tls-cert-file`/`--tls-private-key-file` are re-read when they change: new connections
+/// get the new certificate without a restart. `--tls-sni-cert-key` serves its certificate for
+/// its names.
+#[tokio::test]
+async fn the_serving_certificate_is_reloaded_when_its_files_change_and_sni_picks_certificates() {
+    let (cp, _client, dir, kubeconfig) = setup().await;
+    let _logs = cp.log_guard();
+    let (cert, key) = (dir.join("serving.crt"), dir.join("serving.key"));
+    let (c1, k1) = serving_pair("serving-one", &["localhost", "127.0.0.1"]);
+    std::fs::write(&cert, &c1).unwrap();
+    std::fs::write(&key, &k1).unwrap();
+    let (sc, sk) = serving_pair("sni-cert", &["sni.example.com"]);
+    let (sni_cert, sni_key) = (dir.join("sni.crt"), dir.join("sni.key"));
+    std::fs::write(&sni_cert, sc).unwrap();
+    std::fs::write(&sni_key, sk).unwrap();
+    let mut ccm = serving_only(
+        &dir,
+        &kubeconfig,
+        "reload",
+        &[
+            &format!("--tls-cert-file={}", cert.display()),
+            &format!("--tls-private-key-file={}", key.display()),
+            &format!("--tls-sni-cert-key={},{}", sni_cert.display(), sni_key.display()),
+        ],
+    )
+    .await;
+    assert!(served_subject(ccm.port, "localhost").await.contains("serving-one"));
+    assert!(served_subject(ccm.port, "sni.example.com").await.contains("sni-cert"));
+    // Replace both files (key first, then certificate: a half-updated pair keeps the old one).
+    let (c2, k2) = serving_pair("serving-two", &["localhost", "127.0.0.1"]);
+    replace_file(&key, &k2);
+    replace_file(&cert, &c2);
+    let start = Instant::now();
+    loop {
+        let subject = served_subject(ccm.port, "localhost").await;
+        if subject.contains("serving-two") {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "still serving {subject:?} 60s after the files changed; log:\n{}",
+            ccm.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    assert!(served_subject(ccm.port, "sni.example.com").await.contains("sni-cert"));
+    let (code, _) = curl(&format!("https://127.0.0.1:{}/healthz", ccm.port), None, &[]).await;
+    assert_eq!(code, 200);
+    ccm.signal("-TERM");
+    assert_eq!(ccm.wait_exit(Duration::from_secs(20)).await.code(), Some(0));
 }

@@ -5,6 +5,10 @@
 //! Queue `cloudCIDRAllocator`: per-node backoff 250 ms doubling to 15 s, 30 workers, a node
 //! is dropped after 20 failed attempts (until its next qualifying update). Deleted nodes
 //! need nothing: the cloud releases their ranges.
+//!
+//! Order of writes as upstream: `spec.podCIDR(s)` first, then `NetworkUnavailable=False`,
+//! so a node never reports a ready network without its pod CIDR. The cloud lookup has a
+//! deadline (`ControllerConfig::instance_call_timeout`); a timeout is retried like any error.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,11 +19,12 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::events::{EventType, Recorder, Reporter};
 use serde_json::json;
-use tokio::sync::mpsc::UnboundedReceiver;
 use tokio_util::sync::CancellationToken;
 
-use super::super::service::{Change, Informer, WorkQueue};
+use super::super::service::{Change, Changes, Informer, WorkQueue};
+use super::super::workqueue_metrics::QueueMetrics;
 use crate::cloud::{NodeCidrs, ProviderError};
+use crate::cloud_call::Deadline;
 use crate::names::{self, controllers as cnames, reasons};
 
 const WORKERS: usize = 30;
@@ -56,7 +61,14 @@ pub(super) struct CloudAllocator {
     /// Service CIDRs: the first one's family comes first in `podCIDRs`.
     pub(super) service_cidrs: Vec<IpNet>,
     pub(super) shutdown: CancellationToken,
+    /// Deadline of each cloud lookup.
+    pub(super) deadline: Deadline,
+    /// The `workqueue_*` metrics of the queue ([`QUEUE_NAME`]).
+    pub(super) queue_metrics: QueueMetrics,
 }
+
+/// Upstream's name of the allocator's work queue (the `name` label of `workqueue_*`).
+pub(super) const QUEUE_NAME: &str = "cloudCIDRAllocator";
 
 fn needs_sync(node: &Node) -> bool {
     let spec = node.spec.as_ref();
@@ -83,12 +95,13 @@ impl CloudAllocator {
     pub(super) async fn run(
         self: Arc<Self>,
         nodes: Arc<Informer<Node>>,
-        mut changes: UnboundedReceiver<Change<Node>>,
+        mut changes: Changes<Node>,
     ) {
         let queue = WorkQueue::new(
             Duration::from_millis(250),
             Duration::from_secs(15),
             self.shutdown.clone(),
+            self.queue_metrics.clone(),
         );
         let recorder =
             Arc::new(Recorder::new(self.client.clone(), Reporter::from(cnames::COMPONENT_IPAM)));
@@ -160,8 +173,8 @@ impl CloudAllocator {
             return Err(SyncError::NoProviderId(name.into()));
         }
         let mut cidrs = self
-            .cloud
-            .node_pod_cidrs(&node)
+            .deadline
+            .try_run("NodePodCIDRs", self.cloud.node_pod_cidrs(&node))
             .await
             .map_err(|source| SyncError::Cloud { node: name.into(), source })?;
         if cidrs.is_empty() {
@@ -178,6 +191,25 @@ impl CloudAllocator {
         let want: Vec<String> = cidrs.iter().map(ToString::to_string).collect();
         let api = Api::<Node>::all(self.client.clone());
         let patch_err = |source| SyncError::Patch { node: name.into(), source };
+        let have = spec.pod_cidrs.clone().unwrap_or_default();
+        if have.is_empty() {
+            let patch = json!({"spec": {"podCIDR": want[0], "podCIDRs": want}});
+            if let Err(e) = api.patch(name, &PatchParams::default(), &Patch::Strategic(patch)).await
+            {
+                self.event(recorder, &node, reasons::CIDR_ASSIGNMENT_FAILED).await;
+                return Err(patch_err(e));
+            }
+            tracing::info!(node = name, cidrs = ?want, "set node pod CIDRs from the cloud");
+        } else if have != want {
+            tracing::warn!(
+                node = name,
+                ?have,
+                ?want,
+                "node has other pod CIDRs than the cloud; left alone (they are immutable)"
+            );
+        }
+        // After the pod CIDR, as upstream: the network is only reported ready once the node
+        // has its range.
         let now = Time(k8s_openapi::jiff::Timestamp::now());
         let cond = json!({"status": {"conditions": [{
             "type": names::CONDITION_NETWORK_UNAVAILABLE,
@@ -190,25 +222,6 @@ impl CloudAllocator {
         api.patch_status(name, &PatchParams::default(), &Patch::Strategic(cond))
             .await
             .map_err(patch_err)?;
-        let have = spec.pod_cidrs.clone().unwrap_or_default();
-        if have == want {
-            return Ok(());
-        }
-        if !have.is_empty() {
-            tracing::warn!(
-                node = name,
-                ?have,
-                ?want,
-                "node has other pod CIDRs than the cloud; left alone (they are immutable)"
-            );
-            return Ok(());
-        }
-        let patch = json!({"spec": {"podCIDR": want[0], "podCIDRs": want}});
-        if let Err(e) = api.patch(name, &PatchParams::default(), &Patch::Strategic(patch)).await {
-            self.event(recorder, &node, reasons::CIDR_ASSIGNMENT_FAILED).await;
-            return Err(patch_err(e));
-        }
-        tracing::info!(node = name, cidrs = ?want, "set node pod CIDRs from the cloud");
         Ok(())
     }
 }

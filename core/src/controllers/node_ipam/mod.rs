@@ -130,6 +130,11 @@ pub fn start_with(ctx: &ControllerContext, opts: IpamOptions) -> Result<Started,
                 cloud,
                 service_cidrs: ctx.config.service_cidrs.clone(),
                 shutdown: ctx.shutdown.clone(),
+                deadline: crate::cloud_call::Deadline::new(ctx.config.instance_call_timeout),
+                queue_metrics: crate::controllers::workqueue_metrics::WorkqueueMetrics::of(
+                    &ctx.metrics,
+                )
+                .queue(cloud_allocator::QUEUE_NAME),
             });
             let ctx = ctx.clone();
             return Ok(Started::Running(Box::pin(async move {
@@ -275,7 +280,7 @@ impl RangeAllocator {
     async fn run(
         self: Arc<Self>,
         nodes: Arc<Informer<Node>>,
-        mut changes: tokio::sync::mpsc::UnboundedReceiver<Change<Node>>,
+        mut changes: super::service::Changes<Node>,
     ) {
         // Changes before the first complete list are covered by the rebuild below.
         let mut synced = false;

@@ -16,6 +16,10 @@
 //! - **FIX**: upstream waits for deletions before creations only for providers that track
 //!   node addresses; otherwise both run at once, so an `update` (delete + re-create of the
 //!   same CIDR) can race with itself. Here deletions always finish first.
+//! - Every cloud call has a deadline (`ControllerConfig::route_call_timeout`); a timed-out
+//!   call counts as failed and the next pass retries it.
+//! - The Node cache keeps only the current version of each Node (no change stream: the
+//!   controller is periodic), so memory does not grow with Node updates.
 //! - Kept: the watch-based mode behind the alpha gate
 //!   `CloudControllerManagerWatchBasedRoutesReconciliation` is not implemented; the periodic
 //!   mode is upstream's default.
@@ -35,9 +39,11 @@ use kube::runtime::watcher;
 use prometheus_client::metrics::counter::Counter;
 use serde_json::json;
 
-use super::service::Informer;
+use super::probe::Probe;
+use super::service::{Informer, informer};
 use super::{ControllerContext, StartError, Started};
 use crate::cloud::{self, ProviderError, Routes};
+use crate::cloud_call::Deadline;
 use crate::names::{self, controllers as cnames, reasons};
 
 /// Most route creations or deletions in flight (upstream `maxConcurrentRouteOperations`).
@@ -48,7 +54,15 @@ pub const MAX_CONCURRENT_ROUTE_OPERATIONS: usize = 200;
 pub struct RouteOptions {
     /// Consider only Nodes matching this label selector (`None`: all Nodes). For tests.
     pub node_selector: Option<String>,
+    /// Where to publish debug gauges: `retained_node_versions` (Node versions the
+    /// controller keeps in memory). For tests.
+    pub probe: Option<Probe>,
 }
+
+/// Probe gauge: how many Node versions the route controller keeps in memory.
+pub const PROBE_RETAINED_NODE_VERSIONS: &str = "retained_node_versions";
+/// Probe gauge: `name@resourceVersion` of every Node in the route controller's cache.
+pub const PROBE_CACHED_NODES: &str = "cached_nodes";
 
 /// Starts the route controller with upstream's settings.
 pub fn start(ctx: &ControllerContext) -> Result<Started, StartError> {
@@ -101,6 +115,7 @@ pub fn start_with(ctx: &ControllerContext, opts: RouteOptions) -> Result<Started
         cluster_cidrs: ctx.config.cluster_cidrs.clone(),
         recorder: Recorder::new(ctx.client.clone(), Reporter::from(cnames::COMPONENT_ROUTE)),
         route_sync,
+        deadline: Deadline::new(ctx.config.route_call_timeout),
     };
     let (ctx, period) = (ctx.clone(), ctx.config.route_reconciliation_period);
     Ok(Started::Running(Box::pin(async move {
@@ -108,14 +123,27 @@ pub fn start_with(ctx: &ControllerContext, opts: RouteOptions) -> Result<Started
         if let Some(sel) = &opts.node_selector {
             cfg = cfg.labels(sel);
         }
-        let nodes = Informer::<Node>::new();
-        let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
-        tokio::spawn(nodes.clone().run(
-            Api::all(ctx.client.clone()),
-            cfg,
-            tx,
-            ctx.shutdown.clone(),
-        ));
+        // Cache only: the controller is periodic and reads the cache on each pass.
+        let nodes =
+            informer::spawn_cache::<Node>(Api::all(ctx.client.clone()), cfg, ctx.shutdown.clone());
+        if let Some(probe) = &opts.probe {
+            let n = nodes.clone();
+            probe.register_count(PROBE_RETAINED_NODE_VERSIONS, move || n.retained_versions());
+            let n = nodes.clone();
+            probe.register_keys(PROBE_CACHED_NODES, move || {
+                n.list()
+                    .iter()
+                    .map(|node| {
+                        let m = &node.metadata;
+                        format!(
+                            "{}@{}",
+                            m.name.as_deref().unwrap_or_default(),
+                            m.resource_version.as_deref().unwrap_or_default()
+                        )
+                    })
+                    .collect()
+            });
+        }
         tokio::select! {
             _ = ctx.shutdown.cancelled() => return,
             _ = nodes.wait_synced() => {}
@@ -157,6 +185,7 @@ struct RouteController {
     cluster_cidrs: Vec<IpNet>,
     recorder: Recorder,
     route_sync: Counter,
+    deadline: Deadline,
 }
 
 impl RouteController {
@@ -170,7 +199,11 @@ impl RouteController {
 
     async fn reconcile_inner(&self, nodes: &Informer<Node>) -> Result<(), RouteError> {
         self.route_sync.inc();
-        let routes = self.routes.list_routes(&self.cluster_name).await.map_err(RouteError::List)?;
+        let routes = self
+            .deadline
+            .try_run("ListRoutes", self.routes.list_routes(&self.cluster_name))
+            .await
+            .map_err(RouteError::List)?;
         let nodes = nodes.list();
         let node_refs: Vec<&Node> = nodes.iter().map(|n| n.as_ref()).collect();
         let mut p = plan::plan(&routes, &node_refs, &self.cluster_cidrs);
@@ -215,7 +248,11 @@ impl RouteController {
     }
 
     async fn delete_one(&self, r: &cloud::Route) {
-        match self.routes.delete_route(&self.cluster_name, r).await {
+        match self
+            .deadline
+            .try_run("DeleteRoute", self.routes.delete_route(&self.cluster_name, r))
+            .await
+        {
             Ok(()) => {
                 tracing::info!(route = %r.name, cidr = %r.destination_cidr, node = %r.target_node, "deleted route")
             }
@@ -227,7 +264,13 @@ impl RouteController {
 
     async fn create_one(&self, c: &plan::Create, nodes: &[Arc<Node>]) -> (String, String, bool) {
         let start = Instant::now();
-        let res = self.routes.create_route(&self.cluster_name, &c.name_hint, &c.route).await;
+        let res = self
+            .deadline
+            .try_run(
+                "CreateRoute",
+                self.routes.create_route(&self.cluster_name, &c.name_hint, &c.route),
+            )
+            .await;
         let cidr = c.route.destination_cidr.clone();
         match res {
             Ok(()) => {

@@ -5,9 +5,15 @@
 //! The service, route and node-IPAM controllers each run one for Nodes today. The cache is
 //! behind an `Arc`, so a later change can run one Node informer per process and hand the same
 //! [`Informer`] to every controller.
+//!
+//! Memory: every change sent is held until its receiver reads it, so [`spawn`] is for
+//! consumers that keep reading; a controller that only reads the cache (the route
+//! controller) uses [`spawn_cache`], which sends no changes at all.
+//! [`Informer::retained_versions`] counts what is held.
 
 use std::collections::{HashMap, HashSet};
 use std::fmt::Debug;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 
 use futures::StreamExt;
@@ -37,11 +43,42 @@ pub(crate) enum Change<K> {
     Synced,
 }
 
+impl<K> Change<K> {
+    /// How many object versions this change carries.
+    fn versions(&self) -> usize {
+        match self {
+            Change::Added(_) | Change::Deleted(_) => 1,
+            Change::Updated { .. } => 2,
+            Change::Synced => 0,
+        }
+    }
+}
+
+/// The change stream of an informer started with [`spawn`]. Every change sent is held until
+/// received, so a consumer must keep reading; a controller that only needs the cache uses
+/// [`spawn_cache`] instead.
+#[derive(Debug)]
+pub(crate) struct Changes<K> {
+    rx: mpsc::UnboundedReceiver<Change<K>>,
+    queued: Arc<AtomicUsize>,
+}
+
+impl<K> Changes<K> {
+    /// The next change; `None` once the informer stopped.
+    pub(crate) async fn recv(&mut self) -> Option<Change<K>> {
+        let change = self.rx.recv().await?;
+        self.queued.fetch_sub(change.versions(), Ordering::SeqCst);
+        Some(change)
+    }
+}
+
 /// The cache of one list+watch.
 #[derive(Debug)]
 pub(crate) struct Informer<K> {
     items: RwLock<HashMap<String, Arc<K>>>,
     synced: watch::Sender<bool>,
+    /// Object versions sent as changes and not received yet.
+    queued: Arc<AtomicUsize>,
 }
 
 /// The cache key of an object: `namespace/name`, or `name` for cluster-scoped objects.
@@ -59,7 +96,28 @@ where
 {
     /// An empty informer.
     pub(crate) fn new() -> Arc<Self> {
-        Arc::new(Informer { items: RwLock::new(HashMap::new()), synced: watch::channel(false).0 })
+        Arc::new(Informer {
+            items: RwLock::new(HashMap::new()),
+            synced: watch::channel(false).0,
+            queued: Arc::new(AtomicUsize::new(0)),
+        })
+    }
+
+    /// How many object versions this informer keeps alive: the cache plus the versions in
+    /// changes not received yet. Stays near the number of objects when the consumer keeps
+    /// up (or there is none).
+    pub(crate) fn retained_versions(&self) -> usize {
+        self.items.read().unwrap_or_else(|p| p.into_inner()).len()
+            + self.queued.load(Ordering::SeqCst)
+    }
+
+    fn send(&self, changes: Option<&mpsc::UnboundedSender<Change<K>>>, change: Change<K>) {
+        let Some(tx) = changes else { return };
+        let n = change.versions();
+        self.queued.fetch_add(n, Ordering::SeqCst);
+        if tx.send(change).is_err() {
+            self.queued.fetch_sub(n, Ordering::SeqCst);
+        }
     }
 
     /// The cached object with this key.
@@ -93,14 +151,15 @@ where
     }
 
     /// Runs the list+watch until `shutdown`, filling the cache and sending every change to
-    /// `changes` (closed receivers are fine: the cache is still kept).
-    pub(crate) async fn run(
+    /// `changes` if given (closed receivers are fine: the cache is still kept).
+    async fn run(
         self: Arc<Self>,
         api: Api<K>,
         config: watcher::Config,
-        changes: mpsc::UnboundedSender<Change<K>>,
+        changes: Option<mpsc::UnboundedSender<Change<K>>>,
         shutdown: CancellationToken,
     ) {
+        let changes = changes.as_ref();
         let mut stream = watcher::watcher(api, config).default_backoff().boxed();
         let mut listed: HashSet<String> = HashSet::new();
         loop {
@@ -120,7 +179,7 @@ where
                 Event::Init => listed.clear(),
                 Event::InitApply(obj) => {
                     listed.insert(key_of(&obj));
-                    let _ = changes.send(self.apply(obj));
+                    self.send(changes, self.apply(obj));
                 }
                 Event::InitDone => {
                     let gone: Vec<String> = self
@@ -133,19 +192,19 @@ where
                         .collect();
                     for key in gone {
                         if let Some(c) = self.delete(&key) {
-                            let _ = changes.send(c);
+                            self.send(changes, c);
                         }
                     }
                     listed.clear();
                     self.synced.send_replace(true);
-                    let _ = changes.send(Change::Synced);
+                    self.send(changes, Change::Synced);
                 }
                 Event::Apply(obj) => {
-                    let _ = changes.send(self.apply(obj));
+                    self.send(changes, self.apply(obj));
                 }
                 Event::Delete(obj) => {
                     if let Some(c) = self.delete(&key_of(&obj)) {
-                        let _ = changes.send(c);
+                        self.send(changes, c);
                     }
                 }
             }
@@ -153,18 +212,36 @@ where
     }
 }
 
-/// Starts an informer for `api` and returns it with its change stream.
+/// Starts an informer for `api` and returns it with its change stream, which the caller
+/// must keep reading (or drop).
 pub(crate) fn spawn<K>(
     api: Api<K>,
     config: watcher::Config,
     shutdown: CancellationToken,
-) -> (Arc<Informer<K>>, mpsc::UnboundedReceiver<Change<K>>)
+) -> (Arc<Informer<K>>, Changes<K>)
 where
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
     K::DynamicType: Default,
 {
     let informer = Informer::new();
     let (tx, rx) = mpsc::unbounded_channel();
-    tokio::spawn(informer.clone().run(api, config, tx, shutdown));
-    (informer, rx)
+    let changes = Changes { rx, queued: informer.queued.clone() };
+    tokio::spawn(informer.clone().run(api, config, Some(tx), shutdown));
+    (informer, changes)
+}
+
+/// Starts an informer for `api` that only keeps its cache: no change stream, so nothing
+/// but the current version of each object is retained.
+pub(crate) fn spawn_cache<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    shutdown: CancellationToken,
+) -> Arc<Informer<K>>
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K::DynamicType: Default,
+{
+    let informer = Informer::new();
+    tokio::spawn(informer.clone().run(api, config, None, shutdown));
+    informer
 }

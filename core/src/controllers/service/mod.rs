@@ -32,7 +32,12 @@
 //!   which reads the current nodes anyway.
 //! - **FIX**: upstream can run a Service's sync (`EnsureLoadBalancer`) and its node-sync
 //!   `UpdateLoadBalancer` at the same time. Here both hold a per-Service lock, so a provider
-//!   never sees two concurrent calls for one load balancer.
+//!   never sees two concurrent calls for one load balancer. The node sync never waits for
+//!   that lock: a Service whose sync is in flight is re-queued instead (its next ensure
+//!   reads the current nodes), so one slow or hung load balancer never holds back the
+//!   backend updates of the others.
+//! - Every cloud call has a deadline (`ControllerConfig::load_balancer_call_timeout`,
+//!   default 5 min); a timed-out call is a sync error like any other (event, backoff).
 //! - **FIX**: upstream has no Service delete handler, so a Service that vanished without the
 //!   finalizer (e.g. created before the finalizer existed) is only cleaned up if it happened
 //!   to be queued. Here a delete of a cached Service queues its key, and the cached copy is
@@ -40,12 +45,15 @@
 //!
 //! The [`informer`] (list+watch cache with old/new change events) and the keyed work queue
 //! live here and are shared with the route and node-IPAM controllers.
+//!
+//! Both queues record client-go's `workqueue_*` metrics under upstream's names: `service`
+//! (Service keys) and `node` (the node-sync trigger, a single key).
 
 pub(crate) mod informer;
 mod predicates;
 mod queue;
 
-pub(crate) use informer::{Change, Informer};
+pub(crate) use informer::{Change, Changes, Informer};
 pub(crate) use queue::WorkQueue;
 
 use std::collections::HashMap;
@@ -60,12 +68,18 @@ use kube::runtime::watcher;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use serde_json::json;
-use tokio::sync::Notify;
 
+use super::workqueue_metrics::WorkqueueMetrics;
 use super::{ControllerContext, StartError, Started};
 use crate::cloud::{LoadBalancer, ProviderError};
+use crate::cloud_call::Deadline;
 use crate::names::{self, controllers as cnames, reasons};
 use predicates::{NodeSet, is_backend, needs_cleanup, needs_update, wants_load_balancer};
+
+/// Upstream's names of the Service queue and the node-sync queue (the `name` label of the
+/// `workqueue_*` metrics).
+const SERVICE_QUEUE: &str = "service";
+const NODE_QUEUE: &str = "node";
 
 /// Least number of parallel `UpdateLoadBalancer` calls during a node sync.
 pub const DEFAULT_NODE_SYNC_WORKERS: usize = 16;
@@ -214,9 +228,13 @@ struct Controller {
     /// the cloud at the same time.
     key_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     queue: Arc<WorkQueue>,
-    node_sync: Notify,
+    /// The node-sync trigger: a queue holding at most the one key [`NODE_QUEUE`], so triggers
+    /// during a pass collapse into one more pass (upstream's `node` queue).
+    node_sync: Arc<WorkQueue>,
     metrics: Metrics,
     node_sync_workers: usize,
+    /// Deadline of every load balancer call.
+    deadline: Deadline,
 }
 
 async fn run(
@@ -253,10 +271,21 @@ async fn run(
         cache: Mutex::new(HashMap::new()),
         last_synced: Mutex::new(HashMap::new()),
         key_locks: Mutex::new(HashMap::new()),
-        queue: WorkQueue::new(opts.min_retry_delay, opts.max_retry_delay, shutdown.clone()),
-        node_sync: Notify::new(),
+        queue: WorkQueue::new(
+            opts.min_retry_delay,
+            opts.max_retry_delay,
+            shutdown.clone(),
+            WorkqueueMetrics::of(&ctx.metrics).queue(SERVICE_QUEUE),
+        ),
+        node_sync: WorkQueue::new(
+            opts.min_retry_delay,
+            opts.max_retry_delay,
+            shutdown.clone(),
+            WorkqueueMetrics::of(&ctx.metrics).queue(NODE_QUEUE),
+        ),
         metrics,
         node_sync_workers,
+        deadline: Deadline::new(ctx.config.load_balancer_call_timeout),
     });
 
     // Service event handlers (spec §4.2).
@@ -294,7 +323,7 @@ async fn run(
                 Change::Synced => false,
             };
             if trigger {
-                this.node_sync.notify_one();
+                this.node_sync.add(NODE_QUEUE);
             }
         }
     });
@@ -316,13 +345,10 @@ async fn run(
         }));
     }
     let this = c.clone();
-    let sd = shutdown.clone();
     tasks.push(tokio::spawn(async move {
-        loop {
-            tokio::select! {
-                _ = sd.cancelled() => return,
-                _ = this.node_sync.notified() => this.sync_nodes().await,
-            }
+        while let Some(key) = this.node_sync.get().await {
+            this.sync_nodes().await;
+            this.node_sync.done(&key);
         }
     }));
     shutdown.cancelled().await;
@@ -383,6 +409,18 @@ impl Controller {
         }
     }
 
+    /// `GetLoadBalancer`, under the deadline.
+    async fn get_lb(&self, svc: &Service) -> Result<Option<LoadBalancerStatus>, ProviderError> {
+        let get = self.lb.get_load_balancer(&self.cluster_name, svc);
+        self.deadline.try_run("GetLoadBalancer", get).await
+    }
+
+    /// `EnsureLoadBalancerDeleted`, under the deadline.
+    async fn delete_lb(&self, svc: &Service) -> Result<(), ProviderError> {
+        let delete = self.lb.ensure_load_balancer_deleted(&self.cluster_name, svc);
+        self.deadline.try_run("EnsureLoadBalancerDeleted", delete).await
+    }
+
     fn key_lock(&self, key: &str) -> Arc<tokio::sync::Mutex<()>> {
         let mut locks = self.key_locks.lock().unwrap_or_else(|p| p.into_inner());
         locks.entry(key.to_string()).or_default().clone()
@@ -427,7 +465,7 @@ impl Controller {
                 "Deleting load balancer".into(),
             )
             .await;
-            if let Err(e) = self.lb.ensure_load_balancer_deleted(&self.cluster_name, svc).await {
+            if let Err(e) = self.delete_lb(svc).await {
                 self.event(
                     svc,
                     EventType::Warning,
@@ -492,12 +530,7 @@ impl Controller {
     ) -> Result<Op, SyncError> {
         let previous = svc.status.as_ref().and_then(|s| s.load_balancer.clone());
         let (op, new_status) = if !wants_load_balancer(svc) || needs_cleanup(svc) {
-            let exists = self
-                .lb
-                .get_load_balancer(&self.cluster_name, svc)
-                .await
-                .map_err(SyncError::GetLoadBalancer)?
-                .is_some();
+            let exists = self.get_lb(svc).await.map_err(SyncError::GetLoadBalancer)?.is_some();
             if exists {
                 self.event(
                     svc,
@@ -507,7 +540,7 @@ impl Controller {
                     "Deleting load balancer".into(),
                 )
                 .await;
-                match self.lb.ensure_load_balancer_deleted(&self.cluster_name, svc).await {
+                match self.delete_lb(svc).await {
                     Ok(()) | Err(ProviderError::ImplementedElsewhere) => {}
                     Err(e) => return Err(SyncError::DeleteLoadBalancer(e)),
                 }
@@ -549,7 +582,8 @@ impl Controller {
             }
             self.store_last_synced(key, predicates::node_set(&nodes));
             self.metrics.loadbalancer_sync.inc();
-            let status = match self.lb.ensure_load_balancer(&self.cluster_name, svc, &nodes).await {
+            let ensure = self.lb.ensure_load_balancer(&self.cluster_name, svc, &nodes);
+            let status = match self.deadline.try_run("EnsureLoadBalancer", ensure).await {
                 Ok(status) => status,
                 Err(ProviderError::ImplementedElsewhere) => {
                     tracing::debug!(
@@ -663,7 +697,25 @@ impl Controller {
         set: &NodeSet,
     ) -> Result<(), SyncError> {
         let lock = self.key_lock(key);
-        let _guard = lock.lock().await;
+        let Ok(_guard) = lock.try_lock() else {
+            // The Service's own sync (or deletion) is calling the cloud right now. Waiting
+            // for it would hold this whole pass behind one load balancer; instead its key is
+            // queued again, and that sync ensures with the nodes current by then.
+            let stale = self
+                .last_synced
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .get(key)
+                .is_none_or(|old| old != set);
+            if stale {
+                tracing::debug!(
+                    service = key,
+                    "service sync in flight; re-queued for the new node set"
+                );
+                self.queue.add(key);
+            }
+            return Ok(());
+        };
         if !self.lock_cache().contains_key(key) {
             // Deleted meanwhile: nothing to update, and no lock to keep.
             self.key_locks.lock().unwrap_or_else(|p| p.into_inner()).remove(key);
@@ -681,7 +733,8 @@ impl Controller {
         }
         self.metrics.loadbalancer_sync.inc();
         let start = Instant::now();
-        match self.lb.update_load_balancer(&self.cluster_name, svc, nodes).await {
+        let update = self.lb.update_load_balancer(&self.cluster_name, svc, nodes);
+        match self.deadline.try_run("UpdateLoadBalancer", update).await {
             Ok(()) => {
                 self.metrics.update_host_latency.observe(start.elapsed().as_secs_f64());
                 if nodes.is_empty() {
@@ -707,7 +760,7 @@ impl Controller {
             }
             Err(ProviderError::ImplementedElsewhere) => Ok(()),
             Err(e) => {
-                if let Ok(None) = self.lb.get_load_balancer(&self.cluster_name, svc).await {
+                if let Ok(None) = self.get_lb(svc).await {
                     return Ok(());
                 }
                 self.event(svc, EventType::Warning, reasons::UPDATE_LOAD_BALANCER_FAILED, "UpdateLoadBalancer", format!(

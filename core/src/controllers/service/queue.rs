@@ -1,6 +1,8 @@
 //! A keyed work queue with client-go semantics: a key is queued at most once, a key that is
 //! re-added while being processed is processed again after [`WorkQueue::done`], and failures
 //! back off per key (`min · 2^failures`, capped at `max`) until [`WorkQueue::forget`].
+//! Every queue records client-go's `workqueue_*` metrics under its name
+//! ([`crate::controllers::workqueue_metrics`]).
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -10,6 +12,8 @@ use tokio::time::Instant;
 
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
+
+use crate::controllers::workqueue_metrics::QueueMetrics;
 
 #[derive(Debug, Default)]
 struct State {
@@ -29,14 +33,17 @@ pub(crate) struct WorkQueue {
     min_delay: Duration,
     max_delay: Duration,
     shutdown: CancellationToken,
+    metrics: QueueMetrics,
 }
 
 impl WorkQueue {
-    /// A queue whose per-key backoff runs from `min_delay` doubling to `max_delay`.
+    /// A queue whose per-key backoff runs from `min_delay` doubling to `max_delay`,
+    /// recording its `workqueue_*` metrics through `metrics`.
     pub(crate) fn new(
         min_delay: Duration,
         max_delay: Duration,
         shutdown: CancellationToken,
+        metrics: QueueMetrics,
     ) -> Arc<Self> {
         Arc::new(WorkQueue {
             state: Mutex::new(State::default()),
@@ -44,6 +51,7 @@ impl WorkQueue {
             min_delay,
             max_delay,
             shutdown,
+            metrics,
         })
     }
 
@@ -57,6 +65,7 @@ impl WorkQueue {
         if !s.dirty.insert(key.to_string()) {
             return;
         }
+        self.metrics.added(key);
         if !s.processing.contains(key) {
             s.queue.push_back(key.to_string());
             drop(s);
@@ -66,6 +75,8 @@ impl WorkQueue {
 
     /// Queues `key` after `delay`. A key waits at most once: an earlier ready time wins.
     pub(crate) fn add_after(self: &Arc<Self>, key: &str, delay: Duration) {
+        // client-go counts every delayed add as a retry, even one without delay.
+        self.metrics.retried();
         if delay.is_zero() {
             return self.add(key);
         }
@@ -138,6 +149,7 @@ impl WorkQueue {
                 if let Some(key) = s.queue.pop_front() {
                     s.dirty.remove(&key);
                     s.processing.insert(key.clone());
+                    self.metrics.taken(&key);
                     if !s.queue.is_empty() {
                         self.notify.notify_one();
                     }
@@ -153,6 +165,7 @@ impl WorkQueue {
 
     /// Marks `key` as processed; it is queued again if it was added meanwhile.
     pub(crate) fn done(&self, key: &str) {
+        self.metrics.done(key);
         let mut s = self.lock();
         s.processing.remove(key);
         if s.dirty.contains(key) {
@@ -173,6 +186,7 @@ mod tests {
             Duration::from_secs(5),
             Duration::from_secs(300),
             CancellationToken::new(),
+            QueueMetrics::unregistered("test"),
         );
         q.add("a");
         q.add("a");
@@ -193,6 +207,7 @@ mod tests {
             Duration::from_secs(5),
             Duration::from_secs(300),
             CancellationToken::new(),
+            QueueMetrics::unregistered("test"),
         );
         q.add_after("a", Duration::from_millis(300));
         q.add_after("a", Duration::from_millis(50));
@@ -213,6 +228,7 @@ mod tests {
             Duration::from_secs(5),
             Duration::from_secs(300),
             CancellationToken::new(),
+            QueueMetrics::unregistered("test"),
         );
         let delays: Vec<u64> = (0..8).map(|_| q.next_backoff("k").as_secs()).collect();
         assert_eq!(delays, vec![5, 10, 20, 40, 80, 160, 300, 300]);

@@ -152,3 +152,48 @@ async fn a_batch_of_nodes_costs_one_describe_instances_per_lookup_kind() {
         "{text}"
     );
 }
+
+/// Deletion safety: only a lookup by the providerID's instance ID may say "gone". Without a
+/// providerID a node is looked up by name, and "not found by name" is an error (the lifecycle
+/// controller keeps the Node), never `NotFound`.
+#[tokio::test]
+async fn not_found_by_name_is_an_error_never_gone() {
+    let moto = Moto::start().await.unwrap();
+    let ec2 = moto.ec2().await;
+    let net = network(&ec2, "safe").await.unwrap();
+    // Running, but without this cluster's tag (e.g. the tag was removed or never set).
+    let untagged =
+        run_instances(&ec2, &net.subnets[0].0, "another-cluster", 1, None).await.unwrap().remove(0);
+    // Tagged and terminated, named by its instance ID (resource-based name).
+    let terminated =
+        run_instances(&ec2, &net.subnets[0].0, "safe", 1, None).await.unwrap().remove(0);
+    let terminated_id = terminated.instance_id().unwrap().to_string();
+    ec2.terminate_instances().instance_ids(&terminated_id).send().await.unwrap();
+
+    let (cloud, _) = moto.cloud("safe", "").await.unwrap();
+    let iv2 = cloud.instances_v2().unwrap();
+    let nodes = vec![
+        node(untagged.private_dns_name().unwrap(), None),
+        node("ip-10-0-0-250.ec2.internal", None),
+        node("i-0000000000000000f", None),
+        node(&terminated_id, None),
+        node("by-pid", Some("aws:///us-east-1a/i-0000000000000000f".into())),
+    ];
+    let status = iv2.instance_status_batch(&nodes).await;
+    for (n, s) in nodes[..3].iter().zip(&status) {
+        let name = n.metadata.name.as_deref().unwrap();
+        let err = s.as_ref().expect_err(name);
+        assert!(err.to_string().contains("no providerID"), "{name}: {err}");
+    }
+    // Positive answers about an instance looked up by ID: terminated, or no such instance
+    // for the providerID's ID.
+    assert!(matches!(status[3], Ok(InstanceStatus::NotFound)), "{:?}", status[3]);
+    assert!(matches!(status[4], Ok(InstanceStatus::NotFound)), "{:?}", status[4]);
+    // The single-node methods follow the batch.
+    assert!(iv2.instance_exists(&nodes[0]).await.is_err());
+    assert!(iv2.instance_exists(&nodes[1]).await.is_err());
+    assert!(!iv2.instance_exists(&nodes[4]).await.unwrap());
+    // Node initialisation: not found by name is "not yet" (retried), as before.
+    let err = iv2.instance_metadata(&nodes[0]).await.unwrap_err();
+    assert!(matches!(err, ProviderError::InstanceNotFound), "{err:?}");
+}

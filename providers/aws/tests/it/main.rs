@@ -9,3 +9,5 @@ mod instances;
 mod load_balancer;
 mod moto;
 mod routes;
+mod throttling;
+mod timeouts;

@@ -5,6 +5,11 @@
 //! configured credentials and log in again once when the server says the session is gone
 //! (expired, terminated, vCenter restarted), so a long-running manager survives session
 //! expiry without a keep-alive loop. Credentials never appear in errors or logs.
+//!
+//! Transient faults (HTTP 429/503 — vCenter's and its proxy's "busy, retry later", with or
+//! without `Retry-After` — and a connection refused or reset mid-call) are retried for the
+//! idempotent calls with [`RETRY`], inside the call's deadline; see [`ClientError::classify`].
+//! A rejected credential is never retried.
 
 pub mod tagging;
 pub mod vim25;
@@ -13,6 +18,8 @@ pub mod xml;
 use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
+
+use ccm_core::cloud_call::{Classified, Deadline, Retry, parse_retry_after};
 
 /// A managed object reference (`<obj type="HostSystem">host-21</obj>`).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -80,7 +87,9 @@ pub struct Endpoint {
     pub insecure: bool,
     /// PEM file with the CA(s) to trust (`caFile`).
     pub ca_file: Option<PathBuf>,
-    /// Per-request timeout.
+    /// Per-request deadline: a call (connect, send, answer) that has not finished after
+    /// this long is abandoned with [`ClientError::Deadline`]; it is logged as stalled at
+    /// half of it.
     pub timeout: Duration,
 }
 
@@ -140,6 +149,17 @@ pub enum ClientError {
         #[source]
         source: reqwest::Error,
     },
+    /// vCenter did not answer within the call's deadline (a stalled call, logged as it
+    /// stalled and abandoned at the deadline).
+    #[error("vCenter {vcenter}: {call}: no answer within the deadline of {deadline:?}")]
+    Deadline {
+        /// The vCenter.
+        vcenter: String,
+        /// The call.
+        call: String,
+        /// The deadline that passed.
+        deadline: Duration,
+    },
     /// vCenter answered with an unexpected HTTP status.
     #[error("vCenter {vcenter}: {call}: HTTP {status}: {body}")]
     Http {
@@ -151,6 +171,19 @@ pub enum ClientError {
         status: u16,
         /// The start of the body.
         body: String,
+    },
+    /// vCenter (or a proxy in front of it) said it is busy: HTTP 429 or 503, after the
+    /// retries ran out.
+    #[error("vCenter {vcenter}: {call}: busy (HTTP {status}), retry later")]
+    Busy {
+        /// The vCenter.
+        vcenter: String,
+        /// The call.
+        call: String,
+        /// The status (429 or 503).
+        status: u16,
+        /// The server's `Retry-After`, if any.
+        retry_after: Option<Duration>,
     },
     /// vCenter answered with a SOAP fault.
     #[error("vCenter {vcenter}: {call}: fault {fault}")]
@@ -190,14 +223,112 @@ impl ClientError {
             _ => None,
         }
     }
+
+    /// Whether retrying may help: a busy answer (HTTP 429/503, with its `Retry-After`) or a
+    /// connection refused, reset or closed mid-call. Everything else is permanent: faults
+    /// (including a rejected login: retrying it could lock the SSO account), other HTTP
+    /// statuses, decode errors, a call past its deadline.
+    pub fn classify(&self) -> Classified {
+        match self {
+            ClientError::Busy { retry_after, .. } => {
+                Classified::Transient { retry_after: *retry_after }
+            }
+            ClientError::Transport { source, .. } if is_connection_fault(source) => {
+                Classified::Transient { retry_after: None }
+            }
+            _ => Classified::Permanent,
+        }
+    }
 }
 
-/// Builds the HTTP client for one endpoint: rustls, the configured CA or no verification.
+/// A connection that could not be made or broke mid-call (not a timeout, not TLS trust).
+fn is_connection_fault(e: &reqwest::Error) -> bool {
+    if e.is_timeout() {
+        return false;
+    }
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = source {
+        if let Some(io) = err.downcast_ref::<std::io::Error>() {
+            use std::io::ErrorKind::*;
+            if matches!(
+                io.kind(),
+                ConnectionRefused
+                    | ConnectionReset
+                    | ConnectionAborted
+                    | BrokenPipe
+                    | UnexpectedEof
+            ) {
+                return true;
+            }
+        }
+        // hyper: "connection closed before message completed".
+        if err.to_string().contains("connection closed before message completed") {
+            return true;
+        }
+        source = err.source();
+    }
+    false
+}
+
+/// The retry policy of the idempotent vCenter calls: 5 attempts in all, jittered exponential
+/// backoff from 500 ms capped at 8 s, at least the server's `Retry-After`; all attempts and
+/// waits inside the endpoint's per-call deadline.
+pub const RETRY: Retry =
+    Retry { attempts: 5, base: Duration::from_millis(500), max: Duration::from_secs(8) };
+
+/// A busy answer's status (429/503) and `Retry-After`, or `None` for any other status.
+pub(crate) fn busy(resp: &reqwest::Response) -> Option<(u16, Option<Duration>)> {
+    let status = resp.status().as_u16();
+    if status != 429 && status != 503 {
+        return None;
+    }
+    let retry_after = resp
+        .headers()
+        .get(reqwest::header::RETRY_AFTER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(parse_retry_after);
+    Some((status, retry_after))
+}
+
+/// How long a TCP/TLS connect may take at most (the per-request deadline still bounds the
+/// whole call when it is shorter).
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Runs one call's HTTP exchange (send and read the answer; `exchange` makes a fresh attempt
+/// each time it is called) under the endpoint's per-request deadline: attempts that fail
+/// transiently are retried with `retry` (pass [`Retry::NONE`] for a call that is not
+/// idempotent), each retry logged at debug level; a warning naming the vCenter and the call
+/// once it has stalled for half the deadline, [`ClientError::Deadline`] when the deadline
+/// passes (the request is dropped). The deadline bounds all attempts and waits together.
+pub(crate) async fn with_deadline<T, F, Fut>(
+    endpoint: &Endpoint,
+    call: &str,
+    retry: Retry,
+    exchange: F,
+) -> Result<T, ClientError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, ClientError>>,
+{
+    let deadline = Deadline::new(endpoint.timeout);
+    let operation = format!("vCenter {} {call}", endpoint.name);
+    let attempts =
+        retry.attempts_within(endpoint.timeout, operation.clone(), ClientError::classify, exchange);
+    deadline.run(operation, attempts).await.map_err(|e| ClientError::Deadline {
+        vcenter: endpoint.name.clone(),
+        call: call.to_string(),
+        deadline: e.deadline,
+    })?
+}
+
+/// Builds the HTTP client for one endpoint: rustls, the configured CA or no verification;
+/// connect timeout [`CONNECT_TIMEOUT`] and a per-request timeout a little past the
+/// endpoint's deadline (a backstop: [`with_deadline`] gives up first, with a clear error).
 pub(crate) fn http_client(endpoint: &Endpoint) -> Result<reqwest::Client, ClientError> {
     let setup = |message: String| ClientError::Setup { vcenter: endpoint.name.clone(), message };
     let mut builder = reqwest::Client::builder()
-        .connect_timeout(Duration::from_secs(10).min(endpoint.timeout))
-        .timeout(endpoint.timeout)
+        .connect_timeout(CONNECT_TIMEOUT)
+        .timeout(endpoint.timeout + Duration::from_secs(5))
         .user_agent(concat!("ccm-rs-vsphere/", env!("CARGO_PKG_VERSION")));
     if endpoint.insecure {
         builder = builder.tls_danger_accept_invalid_certs(true);

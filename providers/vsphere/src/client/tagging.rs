@@ -2,13 +2,15 @@
 //! session create, tags attached to an object, tag and category lookups.
 //!
 //! The session id travels in the `vmware-api-session-id` header. A 401 means the session is
-//! gone: the client logs in again once and retries.
+//! gone: the client logs in again once and retries. Every call here is a read (or the
+//! session create), so busy answers and broken connections are retried (see
+//! [`super::RETRY`]); a refused login (401) never is.
 
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use tokio::sync::Mutex;
 
-use super::{ClientError, Endpoint, MoRef, http_client, snippet};
+use super::{ClientError, Endpoint, MoRef, RETRY, busy, http_client, snippet, with_deadline};
 
 const SESSION_HEADER: &str = "vmware-api-session-id";
 
@@ -61,20 +63,22 @@ impl TaggingClient {
 
     async fn login(&self) -> Result<String, ClientError> {
         let call = "create tagging session";
-        let resp = self
-            .http
-            .post(format!("{}/session", self.base))
-            .basic_auth(&self.endpoint.user, Some(self.endpoint.password.expose()))
-            .send()
-            .await
-            .map_err(|source| self.transport(call, source))?;
-        if resp.status() == reqwest::StatusCode::UNAUTHORIZED {
+        let url = format!("{}/session", self.base);
+        let (status, text) = self
+            .exchange(call, || {
+                self.http
+                    .post(&url)
+                    .basic_auth(&self.endpoint.user, Some(self.endpoint.password.expose()))
+            })
+            .await?;
+        if status == reqwest::StatusCode::UNAUTHORIZED {
             return Err(ClientError::Unauthorized {
                 vcenter: self.endpoint.name.clone(),
                 call: call.into(),
             });
         }
-        let id: Value<String> = self.decode(call, resp).await?;
+        // The answer is the session token: never quoted in an error.
+        let id: Value<String> = self.decode(call, status, &text, false)?;
         Ok(id.value)
     }
 
@@ -106,16 +110,20 @@ impl TaggingClient {
         let mut retried = false;
         loop {
             let id = self.session().await?;
-            let mut req = self
-                .http
-                .request(method.clone(), format!("{}{path}", self.base))
-                .query(query)
-                .header(SESSION_HEADER, &id);
-            if let Some(body) = body {
-                req = req.json(body);
-            }
-            let resp = req.send().await.map_err(|source| self.transport(call, source))?;
-            if resp.status() == reqwest::StatusCode::UNAUTHORIZED {
+            let url = format!("{}{path}", self.base);
+            let request = || {
+                let req = self
+                    .http
+                    .request(method.clone(), &url)
+                    .query(query)
+                    .header(SESSION_HEADER, &id);
+                match body {
+                    Some(body) => req.json(body),
+                    None => req,
+                }
+            };
+            let (status, text) = self.exchange(call, request).await?;
+            if status == reqwest::StatusCode::UNAUTHORIZED {
                 if retried {
                     return Err(ClientError::Unauthorized {
                         vcenter: self.endpoint.name.clone(),
@@ -127,7 +135,7 @@ impl TaggingClient {
                 retried = true;
                 continue;
             }
-            let value: Value<T> = self.decode(call, resp).await?;
+            let value: Value<T> = self.decode(call, status, &text, true)?;
             return Ok(value.value);
         }
     }
@@ -187,25 +195,51 @@ impl TaggingClient {
         }
     }
 
-    async fn decode<T: DeserializeOwned>(
+    /// Sends the request (built afresh for each attempt) and reads the answer under the
+    /// per-request deadline, retrying busy answers and broken connections.
+    async fn exchange(
         &self,
         call: &str,
-        resp: reqwest::Response,
+        request: impl Fn() -> reqwest::RequestBuilder,
+    ) -> Result<(reqwest::StatusCode, String), ClientError> {
+        with_deadline(&self.endpoint, call, RETRY, || async {
+            let resp = request().send().await.map_err(|source| self.transport(call, source))?;
+            if let Some((status, retry_after)) = busy(&resp) {
+                return Err(ClientError::Busy {
+                    vcenter: self.endpoint.name.clone(),
+                    call: call.to_string(),
+                    status,
+                    retry_after,
+                });
+            }
+            let status = resp.status();
+            let text = resp.text().await.map_err(|source| self.transport(call, source))?;
+            Ok((status, text))
+        })
+        .await
+    }
+
+    fn decode<T: DeserializeOwned>(
+        &self,
+        call: &str,
+        status: reqwest::StatusCode,
+        text: &str,
+        quote_body: bool,
     ) -> Result<T, ClientError> {
-        let status = resp.status();
-        let text = resp.text().await.map_err(|source| self.transport(call, source))?;
+        let body = |text: &str| if quote_body { snippet(text) } else { "<not shown>".into() };
         if !status.is_success() {
             return Err(ClientError::Http {
                 vcenter: self.endpoint.name.clone(),
                 call: call.to_string(),
                 status: status.as_u16(),
-                body: snippet(&text),
+                body: body(text),
             });
         }
-        serde_json::from_str(&text).map_err(|e| ClientError::Decode {
+        // serde_json's message names a position, never the text.
+        serde_json::from_str(text).map_err(|e| ClientError::Decode {
             vcenter: self.endpoint.name.clone(),
             call: call.to_string(),
-            message: format!("{e}: {}", snippet(&text)),
+            message: if quote_body { format!("{e}: {}", snippet(text)) } else { e.to_string() },
         })
     }
 }

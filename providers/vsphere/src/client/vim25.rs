@@ -6,18 +6,39 @@
 //!      ──▶ POST /sdk ──▶ NotAuthenticated? ──▶ forget that session, log in, retry once
 //! ```
 //!
+//! Every method sent here is idempotent ([`IDEMPOTENT`]: reads, searches, `Login`), so busy
+//! answers (HTTP 429/503) and broken connections are retried with [`super::RETRY`] inside
+//! the call's deadline; a fault (`InvalidLogin` above all) never is.
+//!
 //! Request bodies are written by hand (a handful of fixed shapes, every value escaped);
 //! responses are read through [`super::xml`] into the typed structs below.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
+use ccm_core::cloud_call::Retry;
 use tokio::sync::{Mutex, OnceCell};
 
 use super::xml::{self, Element, escape};
-use super::{ClientError, Endpoint, FaultKind, MoRef, SoapFault, http_client, snippet};
+use super::{
+    ClientError, Endpoint, FaultKind, MoRef, RETRY, SoapFault, busy, http_client, snippet,
+    with_deadline,
+};
 
 const SESSION_COOKIE: &str = "vmware_soap_session";
+
+/// The methods that may be sent again after a busy answer or a broken connection: they
+/// read, or (`Login`) open a session that a lost answer merely leaves to expire.
+pub const IDEMPOTENT: &[&str] = &[
+    "RetrieveServiceContent",
+    "Login",
+    "RetrieveProperties",
+    "RetrievePropertiesEx",
+    "FindByUuid",
+    "FindByIp",
+    "FindByDnsName",
+    "FindAllByDnsName",
+];
 
 /// The parts of `ServiceContent` the CCM uses.
 #[derive(Debug, Clone, PartialEq)]
@@ -246,31 +267,49 @@ impl Vim25Client {
              xmlns:xsi=\"http://www.w3.org/2001/XMLSchema-instance\">\
              <soapenv:Body>{body}</soapenv:Body></soapenv:Envelope>"
         );
-        let mut req = self
-            .http
-            .post(&self.sdk_url)
-            .header("Content-Type", "text/xml; charset=utf-8")
-            .header("SOAPAction", soap_action)
-            .body(envelope);
-        if let Some(cookie) = cookie {
-            req = req.header("Cookie", format!("{SESSION_COOKIE}={cookie}"));
-        }
+        let request = || {
+            let req = self
+                .http
+                .post(&self.sdk_url)
+                .header("Content-Type", "text/xml; charset=utf-8")
+                .header("SOAPAction", soap_action)
+                .body(envelope.clone());
+            match cookie {
+                Some(cookie) => req.header("Cookie", format!("{SESSION_COOKIE}={cookie}")),
+                None => req,
+            }
+        };
         let transport = |source| ClientError::Transport {
             vcenter: self.endpoint.name.clone(),
             call: call.to_string(),
             source,
         };
-        let resp = req.send().await.map_err(transport)?;
-        let status = resp.status();
-        let new_cookie =
-            resp.headers().get_all("set-cookie").iter().filter_map(|v| v.to_str().ok()).find_map(
-                |v| {
+        let retry = if IDEMPOTENT.contains(&call) { RETRY } else { Retry::NONE };
+        let (status, new_cookie, text) = with_deadline(&self.endpoint, call, retry, || async {
+            let resp = request().send().await.map_err(transport)?;
+            if let Some((status, retry_after)) = busy(&resp) {
+                return Err(ClientError::Busy {
+                    vcenter: self.endpoint.name.clone(),
+                    call: call.to_string(),
+                    status,
+                    retry_after,
+                });
+            }
+            let status = resp.status();
+            let new_cookie = resp
+                .headers()
+                .get_all("set-cookie")
+                .iter()
+                .filter_map(|v| v.to_str().ok())
+                .find_map(|v| {
                     let pair = v.split(';').next()?.trim();
                     let (name, value) = pair.split_once('=')?;
                     (name == SESSION_COOKIE).then(|| value.to_string())
-                },
-            );
-        let text = resp.text().await.map_err(transport)?;
+                });
+            let text = resp.text().await.map_err(transport)?;
+            Ok((status, new_cookie, text))
+        })
+        .await?;
         let doc = match xml::parse(&text) {
             Ok(doc) => doc,
             Err(e) if status.is_success() => return Err(self.decode_err(call, e)),

@@ -7,9 +7,11 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod client;
+mod deadline;
 mod instances;
 mod provider;
 mod sim;
+mod throttling;
 
 use k8s_openapi::api::core::v1::{Node, NodeSpec};
 

@@ -1,0 +1,443 @@
+//! Deadlines and stall warnings for cloud calls, shared by every provider.
+//!
+//! Owns the rule "no cloud call hangs": [`Deadline::run`] (or [`Deadline::try_run`] for calls
+//! that return a `Result`) drives a call's future under a deadline, logs a `tracing` warning
+//! naming the operation once the call has been running longer than the stall threshold, and
+//! gives up with [`DeadlineExceeded`] (naming the operation and the deadline, nothing else:
+//! no request bodies, no credentials) when the deadline passes. The future is dropped then,
+//! which cancels the request.
+//!
+//! For SDKs that enforce their own timeouts (e.g. the AWS SDK's `TimeoutConfig`),
+//! [`StallWatch`] gives the same warning without a deadline: start it when the call starts
+//! and drop it when it ends.
+//!
+//! [`Retry`] is the shared retry policy for transient cloud faults (throttling, a busy
+//! service, a connection reset mid-call): a bounded number of attempts with jittered
+//! exponential backoff that honours a server-given `Retry-After` hint, retrying only what the
+//! caller classifies as [`Classified::Transient`], all inside one [`Deadline`] (the deadline
+//! bounds every attempt and every sleep together).
+//!
+//! ```no_run
+//! # async fn f() -> Result<(), ccm_core::cloud::ProviderError> {
+//! use ccm_core::cloud_call::Deadline;
+//! let vm = Deadline::default()
+//!     .try_run("FindByUuid", async { Ok::<_, ccm_core::cloud::ProviderError>("vm-1") })
+//!     .await?;
+//! # Ok(()) }
+//! ```
+
+use std::borrow::Cow;
+use std::fmt::Display;
+use std::future::Future;
+use std::hash::BuildHasher;
+use std::time::{Duration, Instant};
+
+use crate::cloud::ProviderError;
+
+/// The deadline of one cloud call when nothing else is configured: 30 s, as upstream's AWS
+/// client.
+pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(30);
+
+/// A cloud call did not finish within its deadline.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("cloud call {operation} did not finish within its deadline of {deadline:?}")]
+pub struct DeadlineExceeded {
+    /// The operation, e.g. `DescribeInstances`.
+    pub operation: Cow<'static, str>,
+    /// The deadline that passed.
+    pub deadline: Duration,
+}
+
+impl From<DeadlineExceeded> for ProviderError {
+    fn from(e: DeadlineExceeded) -> Self {
+        ProviderError::with_source(e.to_string(), e)
+    }
+}
+
+/// How long a cloud call may take, and when it counts as stalled (logged once).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Deadline {
+    /// The call fails with [`DeadlineExceeded`] after this long.
+    pub timeout: Duration,
+    /// A warning naming the operation is logged once the call has run this long.
+    pub stall_after: Duration,
+}
+
+impl Default for Deadline {
+    /// [`DEFAULT_DEADLINE`], stalled at half of it.
+    fn default() -> Self {
+        Deadline::new(DEFAULT_DEADLINE)
+    }
+}
+
+impl Deadline {
+    /// A deadline of `timeout`, with a stall warning at half of it.
+    pub fn new(timeout: Duration) -> Self {
+        Deadline { timeout, stall_after: timeout / 2 }
+    }
+
+    /// Runs `call` under this deadline: its output, or [`DeadlineExceeded`] naming
+    /// `operation` once the deadline passed (the call is dropped, which cancels it).
+    pub async fn run<F>(
+        &self,
+        operation: impl Into<Cow<'static, str>>,
+        call: F,
+    ) -> Result<F::Output, DeadlineExceeded>
+    where
+        F: Future,
+    {
+        let operation = operation.into();
+        let _watch = StallWatch::start(operation.clone(), self.stall_after, Some(self.timeout));
+        match tokio::time::timeout(self.timeout, call).await {
+            Ok(out) => Ok(out),
+            Err(_) => {
+                tracing::warn!(
+                    operation = %operation,
+                    deadline = ?self.timeout,
+                    "cloud call abandoned: deadline exceeded"
+                );
+                Err(DeadlineExceeded { operation, deadline: self.timeout })
+            }
+        }
+    }
+
+    /// [`Self::run`] for a call that returns a `Result`: the deadline error becomes the
+    /// call's error type (e.g. [`ProviderError`]).
+    pub async fn try_run<F, T, E>(
+        &self,
+        operation: impl Into<Cow<'static, str>>,
+        call: F,
+    ) -> Result<T, E>
+    where
+        F: Future<Output = Result<T, E>>,
+        E: From<DeadlineExceeded>,
+    {
+        self.run(operation, call).await?
+    }
+}
+
+/// How the caller reads a failed attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Classified {
+    /// Not worth retrying (a rejected credential, a missing object, a bad request...).
+    Permanent,
+    /// Worth retrying (throttled, busy, connection reset); `retry_after` is the server's
+    /// hint, if it gave one: the next attempt waits at least that long.
+    Transient {
+        /// The server's `Retry-After`, if any.
+        retry_after: Option<Duration>,
+    },
+}
+
+/// Retry policy for transient cloud faults: up to `attempts` attempts in all, the n-th
+/// retry waiting a jittered `base * 2^(n-1)` capped at `max` (at least the server's
+/// `Retry-After` when it gives one). Only idempotent calls may be retried; the caller decides
+/// which errors are transient.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Retry {
+    /// Attempts in all, the first included (1 = no retry).
+    pub attempts: u32,
+    /// The backoff before the first retry (before jitter).
+    pub base: Duration,
+    /// The longest backoff between attempts (a `Retry-After` hint may ask for longer).
+    pub max: Duration,
+}
+
+impl Default for Retry {
+    /// 5 attempts, 500 ms base, 8 s cap: about 8 s of backoff at most before the fifth
+    /// attempt, well inside [`DEFAULT_DEADLINE`].
+    fn default() -> Self {
+        Retry { attempts: 5, base: Duration::from_millis(500), max: Duration::from_secs(8) }
+    }
+}
+
+impl Retry {
+    /// No retries: one attempt.
+    pub const NONE: Retry = Retry { attempts: 1, base: Duration::ZERO, max: Duration::ZERO };
+
+    /// The backoff before retry number `retry` (1-based), jittered into `[d/2, d]` where
+    /// `d = min(max, base * 2^(retry-1))`.
+    pub fn backoff(&self, retry: u32) -> Duration {
+        let factor = 2u32.saturating_pow(retry.saturating_sub(1));
+        let d = self.base.saturating_mul(factor).min(self.max);
+        d / 2 + d.mul_f64(jitter() / 2.0)
+    }
+
+    /// Runs `call` (a fresh attempt each time it is called) under `deadline`, retrying the
+    /// errors `classify` calls transient. Gives up with the last error after
+    /// [`Self::attempts`], at once on a permanent error, and when the next wait would reach
+    /// the deadline; an attempt still running at the deadline fails with
+    /// [`DeadlineExceeded`]. Each retry is logged at debug level with the error's `Display`
+    /// (which must never hold credentials or bodies).
+    pub async fn run<T, E, F, Fut>(
+        &self,
+        deadline: &Deadline,
+        operation: impl Into<Cow<'static, str>>,
+        classify: impl Fn(&E) -> Classified,
+        call: F,
+    ) -> Result<T, E>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+        E: From<DeadlineExceeded> + Display,
+    {
+        let operation = operation.into();
+        let attempts = self.attempts_within(deadline.timeout, operation.clone(), classify, call);
+        deadline.try_run(operation, attempts).await
+    }
+
+    /// The retry loop of [`Self::run`] without enforcing the deadline on a running attempt
+    /// (for callers that wrap it in [`Deadline::run`] themselves): retries stop once the next
+    /// wait would reach `budget` from now.
+    pub async fn attempts_within<T, E, F, Fut>(
+        &self,
+        budget: Duration,
+        operation: impl Into<Cow<'static, str>>,
+        classify: impl Fn(&E) -> Classified,
+        mut call: F,
+    ) -> Result<T, E>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+        E: Display,
+    {
+        let operation = operation.into();
+        let started = tokio::time::Instant::now();
+        let mut attempt = 1;
+        loop {
+            let err = match call().await {
+                Ok(out) => return Ok(out),
+                Err(err) => err,
+            };
+            let Classified::Transient { retry_after } = classify(&err) else {
+                return Err(err);
+            };
+            if attempt >= self.attempts.max(1) {
+                tracing::debug!(operation = %operation, attempt, error = %err, "transient cloud error, out of attempts");
+                return Err(err);
+            }
+            let wait = self.backoff(attempt).max(retry_after.unwrap_or_default());
+            if started.elapsed() + wait >= budget {
+                tracing::debug!(operation = %operation, attempt, ?wait, error = %err, "transient cloud error, no time left to retry");
+                return Err(err);
+            }
+            tracing::debug!(operation = %operation, attempt, ?wait, error = %err, "transient cloud error, retrying");
+            tokio::time::sleep(wait).await;
+            attempt += 1;
+        }
+    }
+}
+
+/// A `Retry-After` header value in seconds (the form cloud APIs use), capped at an hour;
+/// `None` for anything else (an HTTP date is left to the backoff).
+pub fn parse_retry_after(value: &str) -> Option<Duration> {
+    let secs: u64 = value.trim().parse().ok()?;
+    Some(Duration::from_secs(secs.min(3600)))
+}
+
+/// A number in `[0, 1)`, different on each call (std's per-instance random hash keys).
+fn jitter() -> f64 {
+    let bits = std::collections::hash_map::RandomState::new().hash_one(Instant::now());
+    (bits >> 11) as f64 / (1u64 << 53) as f64
+}
+
+/// Logs a warning naming an operation if it is still running after a threshold; the watch
+/// ends when dropped. Needs a tokio runtime; outside one it does nothing.
+#[derive(Debug)]
+pub struct StallWatch {
+    task: Option<tokio::task::AbortHandle>,
+}
+
+impl StallWatch {
+    /// Starts watching `operation`: unless dropped first, one `tracing` warning after
+    /// `stall_after`, naming the operation, how long it has run, and its `deadline` if known.
+    pub fn start(
+        operation: impl Into<Cow<'static, str>>,
+        stall_after: Duration,
+        deadline: Option<Duration>,
+    ) -> Self {
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return StallWatch { task: None };
+        };
+        let operation = operation.into();
+        let started = Instant::now();
+        let task = rt.spawn(async move {
+            tokio::time::sleep(stall_after).await;
+            tracing::warn!(
+                operation = %operation,
+                elapsed = ?started.elapsed(),
+                deadline = ?deadline,
+                "cloud call is stalled: still waiting for an answer"
+            );
+        });
+        StallWatch { task: Some(task.abort_handle()) }
+    }
+}
+
+impl Drop for StallWatch {
+    fn drop(&mut self) {
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_call_that_never_answers_fails_naming_the_operation_and_deadline() {
+        let d = Deadline::new(Duration::from_millis(200));
+        let err = d.run("DescribeInstances", std::future::pending::<()>()).await.unwrap_err();
+        assert_eq!(err.operation, "DescribeInstances");
+        assert_eq!(err.deadline, Duration::from_millis(200));
+        let msg = ProviderError::from(err).to_string();
+        assert!(msg.contains("DescribeInstances") && msg.contains("200ms"), "{msg}");
+    }
+
+    #[tokio::test]
+    async fn a_call_that_answers_in_time_returns_its_output() {
+        // Generous: the call answers at once, the deadline is far away.
+        let d = Deadline::new(Duration::from_secs(60));
+        let out: Result<u8, ProviderError> = d.try_run("GetThing", async { Ok(7) }).await;
+        assert_eq!(out.unwrap(), 7);
+        let out: Result<u8, ProviderError> =
+            d.try_run("GetThing", async { Err(ProviderError::other("boom")) }).await;
+        assert_eq!(out.unwrap_err().to_string(), "boom");
+    }
+
+    #[test]
+    fn the_default_is_upstreams_thirty_seconds_stalled_at_half() {
+        let d = Deadline::default();
+        assert_eq!(d.timeout, Duration::from_secs(30));
+        assert_eq!(d.stall_after, Duration::from_secs(15));
+        // Outside a runtime a watch is inert, not a panic.
+        drop(StallWatch::start("x", Duration::ZERO, None));
+    }
+
+    #[derive(Debug, PartialEq)]
+    enum E {
+        Busy(Option<Duration>),
+        Denied,
+        Deadline,
+    }
+    impl std::fmt::Display for E {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "{self:?}")
+        }
+    }
+    impl From<DeadlineExceeded> for E {
+        fn from(_: DeadlineExceeded) -> Self {
+            E::Deadline
+        }
+    }
+    fn classify(e: &E) -> Classified {
+        match e {
+            E::Busy(retry_after) => Classified::Transient { retry_after: *retry_after },
+            _ => Classified::Permanent,
+        }
+    }
+    // Real (short) time: tokio's paused clock needs its `test-util` feature, which the
+    // workspace does not enable. Only lower bounds and counts are asserted.
+    const POLICY: Retry =
+        Retry { attempts: 4, base: Duration::from_millis(10), max: Duration::from_millis(40) };
+
+    #[tokio::test]
+    async fn retry_gives_up_after_the_configured_attempts_with_the_last_error() {
+        let calls = std::cell::Cell::new(0);
+        let out: Result<(), E> = POLICY
+            .run(&Deadline::new(Duration::from_secs(60)), "op", classify, || {
+                calls.set(calls.get() + 1);
+                async { Err(E::Busy(None)) }
+            })
+            .await;
+        assert_eq!(out, Err(E::Busy(None)));
+        assert_eq!(calls.get(), 4);
+        // A transient error that clears is retried to success.
+        calls.set(0);
+        let out = POLICY
+            .run(&Deadline::new(Duration::from_secs(60)), "op", classify, || {
+                calls.set(calls.get() + 1);
+                let n = calls.get();
+                async move { if n < 3 { Err(E::Busy(None)) } else { Ok(n) } }
+            })
+            .await;
+        assert_eq!(out, Ok(3));
+    }
+
+    #[tokio::test]
+    async fn retry_waits_at_least_the_servers_retry_after() {
+        let start = tokio::time::Instant::now();
+        let calls = std::cell::Cell::new(0);
+        let out = POLICY
+            .run(&Deadline::new(Duration::from_secs(60)), "op", classify, || {
+                calls.set(calls.get() + 1);
+                let n = calls.get();
+                async move {
+                    if n == 1 { Err(E::Busy(Some(Duration::from_millis(700)))) } else { Ok(n) }
+                }
+            })
+            .await;
+        assert_eq!(out, Ok(2));
+        // The hint (700 ms) is longer than the policy's cap (40 ms): the hint wins.
+        assert!(start.elapsed() >= Duration::from_millis(700), "{:?}", start.elapsed());
+        // Without a hint the wait is the jittered backoff, within [base/2, base].
+        for retry in 1..=6 {
+            let d = POLICY.backoff(retry);
+            let full = (POLICY.base * 2u32.pow(retry - 1)).min(POLICY.max);
+            assert!(d >= full / 2 && d <= full, "retry {retry}: {d:?}");
+        }
+    }
+
+    #[tokio::test]
+    async fn retry_never_repeats_a_permanent_error() {
+        let calls = std::cell::Cell::new(0);
+        let out: Result<(), E> = POLICY
+            .run(&Deadline::new(Duration::from_secs(60)), "op", classify, || {
+                calls.set(calls.get() + 1);
+                async { Err(E::Denied) }
+            })
+            .await;
+        assert_eq!(out, Err(E::Denied));
+        assert_eq!(calls.get(), 1);
+    }
+
+    #[tokio::test]
+    async fn retry_stops_at_the_deadline() {
+        let many = Retry { attempts: 1000, ..POLICY };
+        let start = tokio::time::Instant::now();
+        let calls = std::cell::Cell::new(0);
+        // Always busy, asking for 1 s each time: the 3 s deadline allows 3 attempts (2 if
+        // the machine is slow), then gives up with the last error rather than sleeping into
+        // the deadline.
+        let out: Result<(), E> = many
+            .run(&Deadline::new(Duration::from_secs(3)), "op", classify, || {
+                calls.set(calls.get() + 1);
+                async { Err(E::Busy(Some(Duration::from_secs(1)))) }
+            })
+            .await;
+        assert_eq!(out, Err(E::Busy(Some(Duration::from_secs(1)))));
+        assert!((2..=3).contains(&calls.get()), "{}", calls.get());
+        assert!(start.elapsed() >= Duration::from_secs(1), "{:?}", start.elapsed());
+        // An attempt still running at the deadline is abandoned with DeadlineExceeded.
+        calls.set(0);
+        let out: Result<(), E> = many
+            .run(&Deadline::new(Duration::from_millis(500)), "op", classify, || {
+                calls.set(calls.get() + 1);
+                let n = calls.get();
+                async move {
+                    if n == 1 {
+                        Err(E::Busy(None))
+                    } else {
+                        std::future::pending().await
+                    }
+                }
+            })
+            .await;
+        assert_eq!(out, Err(E::Deadline));
+        assert_eq!(calls.get(), 2);
+        assert_eq!(parse_retry_after(" 3 "), Some(Duration::from_secs(3)));
+        assert_eq!(parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT"), None);
+    }
+}

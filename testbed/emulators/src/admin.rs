@@ -1,0 +1,245 @@
+//! The admin API's wire types ([`Counters`], [`RequestRecord`], [`PauseMode`]) and its Rust
+//! client [`Admin`], which tests use to inject faults, pause, reset and read counters of an
+//! emulator or a fault proxy.
+//!
+//! Every path is under the reserved prefix [`PREFIX`] (`/__emulator/`), JSON in and out.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+pub use crate::faults::{Fault, FaultRule};
+
+/// The reserved path prefix of the admin API.
+pub const PREFIX: &str = "/__emulator/";
+
+/// How a paused emulator treats calls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PauseMode {
+    /// Every call hangs until `resume` (then it is served).
+    Hang,
+    /// Every call fails with the cloud's "service unavailable" error.
+    Fail,
+}
+
+/// Per-operation call counters (`GET /__emulator/counters`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Counters {
+    /// Calls per operation, faulted or not.
+    pub operations: BTreeMap<String, u64>,
+    /// Every call (admin calls excluded).
+    pub total: u64,
+    /// Calls answered by an injected fault or a paused emulator.
+    pub faulted: u64,
+}
+
+impl Counters {
+    /// Calls of exactly `op`.
+    pub fn get(&self, op: &str) -> u64 {
+        self.operations.get(op).copied().unwrap_or(0)
+    }
+
+    /// Calls of every operation matching the glob `pattern` (e.g. `ec2:*`).
+    pub fn matching(&self, pattern: &str) -> u64 {
+        self.operations
+            .iter()
+            .filter(|(op, _)| crate::faults::glob_matches(pattern, op))
+            .map(|(_, n)| n)
+            .sum()
+    }
+}
+
+/// One entry of the request log (`GET /__emulator/requests`), oldest first.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RequestRecord {
+    /// The operation name.
+    pub operation: String,
+    /// The HTTP method.
+    pub method: String,
+    /// The path (no query string).
+    pub path: String,
+    /// The status answered; 0 when the connection was closed without an answer.
+    pub status: u16,
+    /// Milliseconds until the response head (or the close).
+    pub ms: u64,
+}
+
+/// An admin call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum AdminError {
+    /// Building the HTTP client failed.
+    #[error("building the admin client: {0}")]
+    Client(#[source] reqwest::Error),
+    /// The emulator could not be reached or its answer not read.
+    #[error("{what} {url}: {source}")]
+    Http {
+        /// The call.
+        what: &'static str,
+        /// Its URL.
+        url: String,
+        /// Why.
+        source: reqwest::Error,
+    },
+    /// The emulator refused the call.
+    #[error("{what} {url}: HTTP {status}: {body}")]
+    Refused {
+        /// The call.
+        what: &'static str,
+        /// Its URL.
+        url: String,
+        /// The status.
+        status: u16,
+        /// The answer.
+        body: String,
+    },
+}
+
+/// A client of one emulator's admin API.
+#[derive(Debug, Clone)]
+pub struct Admin {
+    base: String,
+    http: reqwest::Client,
+}
+
+#[derive(Deserialize)]
+struct Id {
+    id: u64,
+}
+
+impl Admin {
+    /// A client for the emulator at `base_url` (e.g. `http://127.0.0.1:8080`). For an
+    /// `https` emulator the server certificate is not verified: the admin API is a loopback
+    /// test interface carrying no secrets. Use [`Admin::with_ca_pem`] to verify it.
+    pub fn new(base_url: impl AsRef<str>) -> Result<Admin, AdminError> {
+        Self::build(base_url.as_ref(), None)
+    }
+
+    /// A client that trusts only the CA in `ca_pem` for an `https` emulator.
+    pub fn with_ca_pem(base_url: impl AsRef<str>, ca_pem: &str) -> Result<Admin, AdminError> {
+        Self::build(base_url.as_ref(), Some(ca_pem))
+    }
+
+    fn build(base: &str, ca_pem: Option<&str>) -> Result<Admin, AdminError> {
+        let mut b = reqwest::Client::builder()
+            .timeout(Duration::from_secs(60))
+            .connect_timeout(Duration::from_secs(20))
+            .no_proxy();
+        match ca_pem {
+            Some(pem) => {
+                let cert =
+                    reqwest::Certificate::from_pem(pem.as_bytes()).map_err(AdminError::Client)?;
+                b = b.tls_certs_only([cert]);
+            }
+            None => b = b.tls_danger_accept_invalid_certs(true),
+        }
+        let http = b.build().map_err(AdminError::Client)?;
+        Ok(Admin { base: base.trim_end_matches('/').to_string(), http })
+    }
+
+    /// The emulator's base URL.
+    pub fn base_url(&self) -> &str {
+        &self.base
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{PREFIX}{path}", self.base)
+    }
+
+    async fn call(
+        &self,
+        what: &'static str,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<serde_json::Value>,
+    ) -> Result<serde_json::Value, AdminError> {
+        let url = self.url(path);
+        let mut req = self.http.request(method, &url);
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        let http = |source| AdminError::Http { what, url: url.clone(), source };
+        let resp = req.send().await.map_err(http)?;
+        let status = resp.status();
+        let text = resp.text().await.map_err(http)?;
+        if !status.is_success() {
+            return Err(AdminError::Refused { what, url, status: status.as_u16(), body: text });
+        }
+        if text.trim().is_empty() {
+            return Ok(serde_json::Value::Null);
+        }
+        serde_json::from_str(&text).map_err(|e| AdminError::Refused {
+            what,
+            url: url.clone(),
+            status: status.as_u16(),
+            body: format!("not JSON ({e}): {text}"),
+        })
+    }
+
+    fn decode<T: serde::de::DeserializeOwned>(
+        &self,
+        what: &'static str,
+        path: &str,
+        v: serde_json::Value,
+    ) -> Result<T, AdminError> {
+        serde_json::from_value(v.clone()).map_err(|e| AdminError::Refused {
+            what,
+            url: self.url(path),
+            status: 200,
+            body: format!("unexpected answer ({e}): {v}"),
+        })
+    }
+
+    /// Installs a fault rule and returns its id.
+    pub async fn inject(&self, rule: FaultRule) -> Result<u64, AdminError> {
+        let body = serde_json::to_value(&rule).unwrap_or_default();
+        let v = self.call("injecting a fault", reqwest::Method::POST, "faults", Some(body)).await?;
+        Ok(self.decode::<Id>("injecting a fault", "faults", v)?.id)
+    }
+
+    /// Removes one fault rule.
+    pub async fn remove_fault(&self, id: u64) -> Result<(), AdminError> {
+        let path = format!("faults/{id}");
+        self.call("removing a fault", reqwest::Method::DELETE, &path, None).await.map(drop)
+    }
+
+    /// Removes every fault rule (hung calls are released by closing their connections).
+    pub async fn clear_faults(&self) -> Result<(), AdminError> {
+        self.call("clearing faults", reqwest::Method::DELETE, "faults", None).await.map(drop)
+    }
+
+    /// Pauses the emulator: every call hangs or fails until [`Admin::resume`].
+    pub async fn pause(&self, mode: PauseMode) -> Result<(), AdminError> {
+        let body = serde_json::json!({ "mode": mode });
+        self.call("pausing", reqwest::Method::POST, "pause", Some(body)).await.map(drop)
+    }
+
+    /// Ends a pause; calls that were hanging are served.
+    pub async fn resume(&self) -> Result<(), AdminError> {
+        self.call("resuming", reqwest::Method::POST, "resume", None).await.map(drop)
+    }
+
+    /// Clears faults, counters, the request log and a pause; an emulator also reloads its
+    /// world.
+    pub async fn reset(&self) -> Result<(), AdminError> {
+        self.call("resetting", reqwest::Method::POST, "reset", None).await.map(drop)
+    }
+
+    /// The call counters.
+    pub async fn counters(&self) -> Result<Counters, AdminError> {
+        let v = self.call("reading counters", reqwest::Method::GET, "counters", None).await?;
+        self.decode("reading counters", "counters", v)
+    }
+
+    /// The recent request log, oldest first.
+    pub async fn requests(&self) -> Result<Vec<RequestRecord>, AdminError> {
+        let v = self.call("reading requests", reqwest::Method::GET, "requests", None).await?;
+        self.decode("reading requests", "requests", v)
+    }
+
+    /// The emulator's state (for the fault proxy: its rules, counters and pause).
+    pub async fn state(&self) -> Result<serde_json::Value, AdminError> {
+        self.call("reading state", reqwest::Method::GET, "state", None).await
+    }
+}

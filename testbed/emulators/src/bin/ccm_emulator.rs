@@ -1,0 +1,132 @@
+//! `ccm-emulator`: the kit's fault proxy (and later the clouds' emulators) as a standalone
+//! process, for `ci/demo` and manual runs.
+//!
+//! ```text
+//! ccm-emulator proxy --upstream http://127.0.0.1:5000 --protocol aws-query --listen 127.0.0.1:0
+//! ccm-emulator world path/to/world.yaml
+//! ```
+//!
+//! `proxy` prints its URL as the first line of stdout (then, when serving HTTPS, the path of
+//! its CA file on the second) and runs until SIGINT/SIGTERM or until its stdin closes when
+//! started with `--exit-on-stdin-close`.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use anyhow::Context as _;
+use ccm_emulators::proxy::{FaultProxy, Protocol, Url};
+use ccm_emulators::world::World;
+use clap::{Parser, Subcommand};
+use tokio::io::AsyncReadExt as _;
+
+#[derive(Parser)]
+#[command(
+    name = "ccm-emulator",
+    about = "Cloud emulators and the fault proxy for tests and the demo"
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// A fault proxy in front of moto or vcsim.
+    Proxy {
+        /// The upstream's base URL, e.g. http://127.0.0.1:5000 or https://127.0.0.1:8989.
+        #[arg(long)]
+        upstream: Url,
+        /// How to name calls and shape error bodies.
+        #[arg(long, value_enum)]
+        protocol: Protocol,
+        /// Where to listen.
+        #[arg(long, default_value = "127.0.0.1:0")]
+        listen: SocketAddr,
+        /// Serve HTTPS (default: the upstream's scheme).
+        #[arg(long)]
+        tls: Option<bool>,
+        /// PEM CA to verify an https upstream with (default: accept its certificate).
+        #[arg(long)]
+        upstream_ca: Option<PathBuf>,
+        /// Exit when stdin reaches end of file (so a parent's death stops the proxy).
+        #[arg(long)]
+        exit_on_stdin_close: bool,
+    },
+    /// Checks a world file and prints a summary.
+    World {
+        /// The YAML or JSON file.
+        file: PathBuf,
+    },
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .init();
+    match Cli::parse().cmd {
+        Cmd::Proxy { upstream, protocol, listen, tls, upstream_ca, exit_on_stdin_close } => {
+            let mut b = FaultProxy::builder(upstream, protocol).listen(listen);
+            if let Some(on) = tls {
+                b = b.tls(on);
+            }
+            if let Some(path) = upstream_ca {
+                let pem = std::fs::read_to_string(&path)
+                    .with_context(|| format!("reading --upstream-ca {}", path.display()))?;
+                b = b.upstream_ca_pem(pem);
+            }
+            let proxy = b.start().await.context("starting the fault proxy")?;
+            println!("{}", proxy.url());
+            if let Some(ca) = proxy.ca_file() {
+                println!("{}", ca.display());
+            }
+            wait_for_exit(exit_on_stdin_close).await;
+            drop(proxy);
+            Ok(())
+        }
+        Cmd::World { file } => {
+            let w = World::load(&file)?;
+            let zones = w.zones();
+            println!(
+                "{} instances in {} zones ({}), {} networks, {} subnets",
+                w.instances.len(),
+                zones.len(),
+                zones.into_iter().collect::<Vec<_>>().join(", "),
+                w.networks.len(),
+                w.subnets.len()
+            );
+            Ok(())
+        }
+    }
+}
+
+async fn wait_for_exit(on_stdin_close: bool) {
+    let stdin_closed = async {
+        if !on_stdin_close {
+            return std::future::pending::<()>().await;
+        }
+        let mut buf = [0u8; 256];
+        let mut stdin = tokio::io::stdin();
+        while matches!(stdin.read(&mut buf).await, Ok(n) if n > 0) {}
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term => {}
+        _ = stdin_closed => {}
+    }
+}

@@ -1,0 +1,31 @@
+//! The cloud emulator kit and the fault proxy (dev/test only, never shipped).
+//!
+//! Everything a cloud emulator needs apart from the cloud's own resources, written once:
+//! - [`server`]: the loopback HTTP(S) server, the admin API under `/__emulator/`, fault
+//!   injection, pause/resume, per-operation counters and the request log; a cloud plugs in
+//!   through [`server::Cloud`] (operation names, error bodies, serving, state, reset);
+//! - [`faults`]: fault rules (status, throttle, latency, hang, drop; times, probability);
+//! - [`admin`]: the admin API's types and its Rust client [`admin::Admin`];
+//! - [`world`]: the declarative world file (instances, networks, subnets);
+//! - [`asyncop`]: long-running operations (ARM, GCE, Octavia, IBM shapes);
+//! - [`tls`]: HTTPS certificates from the testbed's CA;
+//! - [`proxy`]: the same fault controls as a reverse proxy in front of moto ([`aws`]) and
+//!   vcsim ([`vsphere`]).
+//!
+//! `docs/emulators.md` tells how to add a cloud. The `ccm-emulator` binary runs the proxy
+//! (and later the clouds' emulators) as a standalone process for `ci/demo`.
+
+pub mod admin;
+pub mod asyncop;
+pub mod aws;
+pub mod faults;
+pub mod proxy;
+pub mod server;
+pub mod tls;
+pub mod vsphere;
+pub mod world;
+
+pub use admin::{Admin, Counters, PauseMode};
+pub use faults::{Fault, FaultRule};
+pub use proxy::{FaultProxy, Protocol};
+pub use world::World;

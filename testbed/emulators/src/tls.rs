@@ -1,0 +1,178 @@
+//! The HTTPS identity of an emulator: a serving certificate for `localhost`, `127.0.0.1` and
+//! `::1` from a fresh testbed CA (`ccm_testbed::pki`), and that CA as PEM and as a file for a
+//! provider's `caFile`. Also the upstream TLS client of the fault proxy.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+
+/// Making or using TLS material failed.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    /// The testbed PKI failed.
+    #[error("generating the emulator's certificate: {0}")]
+    Pki(#[from] ccm_testbed::Error),
+    /// A file could not be written or read.
+    #[error("{what} {path}: {source}")]
+    Io {
+        /// What was being done.
+        what: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// PEM material did not parse.
+    #[error("{what}: {detail}")]
+    Pem {
+        /// Which material.
+        what: &'static str,
+        /// Why.
+        detail: String,
+    },
+    /// rustls refused the configuration.
+    #[error("TLS configuration: {0}")]
+    Rustls(#[from] rustls::Error),
+}
+
+/// A serving certificate and the CA that signed it.
+pub struct TlsIdentity {
+    /// PEM of the CA (what clients trust).
+    pub ca_pem: String,
+    config: Arc<rustls::ServerConfig>,
+    ca_path: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl std::fmt::Debug for TlsIdentity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TlsIdentity").field("ca_file", &self.ca_file()).finish_non_exhaustive()
+    }
+}
+
+fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+    Arc::new(rustls::crypto::aws_lc_rs::default_provider())
+}
+
+impl TlsIdentity {
+    /// A fresh CA and serving certificate (SANs `localhost`, `127.0.0.1`, `::1`).
+    pub fn generate() -> Result<TlsIdentity, TlsError> {
+        let dir =
+            tempfile::Builder::new().prefix("ccm-emulator-tls-").tempdir().map_err(|source| {
+                TlsError::Io { what: "creating", path: std::env::temp_dir(), source }
+            })?;
+        let pki = ccm_testbed::pki::Pki::generate()?;
+        pki.write_server_files(dir.path())?;
+        let read = |name: &str| {
+            let path = dir.path().join(name);
+            std::fs::read(&path).map_err(|source| TlsError::Io { what: "reading", path, source })
+        };
+        let (cert, key) = (read("apiserver.crt")?, read("apiserver.key")?);
+        // Only the CA file is kept on disk.
+        for name in ["apiserver.key", "sa-signer.key", "sa-signer.pub", "client-ca.crt"] {
+            let _ = std::fs::remove_file(dir.path().join(name));
+        }
+        let ca_pem = pki.server_ca_pem();
+        let ca_path = dir.path().join("ca.crt");
+        std::fs::write(&ca_path, &ca_pem).map_err(|source| TlsError::Io {
+            what: "writing",
+            path: ca_path.clone(),
+            source,
+        })?;
+        let chain = CertificateDer::pem_slice_iter(&cert)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| TlsError::Pem { what: "serving certificate", detail: e.to_string() })?;
+        let key = PrivateKeyDer::from_pem_slice(&key)
+            .map_err(|e| TlsError::Pem { what: "serving key", detail: e.to_string() })?;
+        let config = rustls::ServerConfig::builder_with_provider(provider())
+            .with_safe_default_protocol_versions()?
+            .with_no_client_auth()
+            .with_single_cert(chain, key)?;
+        Ok(TlsIdentity { ca_pem, config: Arc::new(config), ca_path, _dir: dir })
+    }
+
+    /// The rustls server configuration.
+    pub fn server_config(&self) -> Arc<rustls::ServerConfig> {
+        self.config.clone()
+    }
+
+    /// The CA as a PEM file (lives as long as this identity).
+    pub fn ca_file(&self) -> &Path {
+        &self.ca_path
+    }
+}
+
+/// A TLS client configuration for the proxy's upstream: trusting only `ca_pem`, or (None)
+/// accepting any certificate — the upstream is a loopback emulator with its own self-signed
+/// certificate (vcsim), and the proxy carries no trust decision of the provider under test.
+pub fn upstream_client_config(ca_pem: Option<&str>) -> Result<rustls::ClientConfig, TlsError> {
+    let builder = rustls::ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()?;
+    let config = match ca_pem {
+        Some(pem) => {
+            let mut roots = rustls::RootCertStore::empty();
+            for cert in CertificateDer::pem_slice_iter(pem.as_bytes()) {
+                let cert =
+                    cert.map_err(|e| TlsError::Pem { what: "upstream CA", detail: e.to_string() })?;
+                roots.add(cert)?;
+            }
+            builder.with_root_certificates(roots).with_no_client_auth()
+        }
+        None => builder
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(AnyServerCert(provider())))
+            .with_no_client_auth(),
+    };
+    Ok(config)
+}
+
+/// Accepts any server certificate but still checks the handshake signatures.
+#[derive(Debug)]
+struct AnyServerCert(Arc<rustls::crypto::CryptoProvider>);
+
+impl rustls::client::danger::ServerCertVerifier for AnyServerCert {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &rustls::pki_types::ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: rustls::pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        Ok(rustls::client::danger::ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
+}

@@ -1,0 +1,53 @@
+//! The standalone `ccm-emulator proxy` process, as `ci/demo` runs it: prints its URL, proxies,
+//! answers the admin API, and exits when its stdin closes.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use ccm_emulators::admin::Admin;
+use ccm_emulators::faults::{Fault, FaultRule};
+
+use crate::example::Example;
+
+#[tokio::test]
+async fn the_proxy_binary_prints_its_url_and_proxies() {
+    let (upstream, _) = Example::start(ccm_emulators::World::synthetic(3, &["a", "b"])).await;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ccm-emulator"))
+        .args(["proxy", "--upstream", &upstream.url(), "--protocol", "aws-query"])
+        .args(["--listen", "127.0.0.1:0", "--exit-on-stdin-close"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let url = tokio::task::spawn_blocking(move || {
+        let mut line = String::new();
+        BufReader::new(stdout).read_line(&mut line).unwrap();
+        line.trim().to_string()
+    })
+    .await
+    .unwrap();
+    assert!(url.starts_with("http://127.0.0.1:"), "{url:?}");
+
+    let admin = Admin::new(&url).unwrap();
+    admin
+        .inject(FaultRule::new("*", Fault::Status { status: 503, body: None }).times(1))
+        .await
+        .unwrap();
+    let http = reqwest::Client::builder().timeout(Duration::from_secs(60)).build().unwrap();
+    let get = || http.get(format!("{url}/v1/instances")).send();
+    let r = get().await.unwrap();
+    assert_eq!(r.status(), 503);
+    assert!(r.text().await.unwrap().contains("<Code>ServiceUnavailable</Code>"));
+    let v: serde_json::Value = get().await.unwrap().json().await.unwrap();
+    assert_eq!(v["instances"].as_array().unwrap().len(), 3);
+    let c = admin.counters().await.unwrap();
+    assert_eq!(c.get("aws:GET /v1/instances"), 2, "{c:?}");
+    assert_eq!(upstream.counters().get("example.instances.list"), 1, "one call reached upstream");
+
+    drop(child.stdin.take());
+    let status = tokio::task::spawn_blocking(move || child.wait().unwrap()).await.unwrap();
+    assert!(status.success(), "{status}");
+}
