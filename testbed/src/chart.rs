@@ -5,6 +5,11 @@
 //! It owns:
 //! - finding `helm` (`CCM_HELM`, else `ci/install-tools --print-helm`) ([`helm`]),
 //! - rendering the chart with values into plain JSON objects ([`render`], [`render_with`]),
+//!   and with a cloud's preset `values-<cloud>.yaml` ([`presets`], [`render_preset`]),
+//! - a server-side dry-run apply of every rendered object, whatever its kind, through API
+//!   discovery ([`dry_run_apply`]): the apiserver validates and admits each as it would on
+//!   install, and stores nothing,
+//! - the manager's command line as the chart runs it ([`workload`], [`container_args`]),
 //! - applying the rendered RBAC (ServiceAccounts, ClusterRoles, ClusterRoleBindings, Roles,
 //!   RoleBindings) to a control plane with an admin client ([`apply_rbac`]),
 //! - a client acting as a ServiceAccount through a TokenRequest token
@@ -16,8 +21,10 @@ use std::process::Command;
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
-use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
+use kube::api::{DynamicObject, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::core::GroupVersionKind;
+use kube::discovery::{Discovery, Scope};
 use kube::{Api, Client};
 use serde_json::Value;
 
@@ -62,6 +69,19 @@ pub enum ChartError {
         /// The API error.
         source: kube::Error,
     },
+    /// A rendered object's kind is not served by the apiserver.
+    #[error("the apiserver serves no {api_version} {kind} (object {name})")]
+    UnknownKind {
+        /// The object's apiVersion.
+        api_version: String,
+        /// The object's kind.
+        kind: String,
+        /// The object's name.
+        name: String,
+    },
+    /// API discovery failed.
+    #[error("API discovery: {0}")]
+    Discovery(kube::Error),
     /// A client could not be built.
     #[error("building a client for {who}: {detail}")]
     Client {
@@ -112,9 +132,54 @@ pub fn render_with(
     namespace: &str,
     values: &[(&str, &str)],
 ) -> Result<Vec<Value>, ChartError> {
+    template(release, namespace, None, values)
+}
+
+/// The clouds the chart has a preset for: every `values-<cloud>.yaml` next to its
+/// `values.yaml`, sorted. Adding a cloud's preset file adds it here (and to every test that
+/// iterates over the presets).
+pub fn presets() -> Result<Vec<String>, ChartError> {
+    let dir = tools::repo_root().join(CHART_DIR);
+    let entries = std::fs::read_dir(&dir)
+        .map_err(|e| ChartError::Parse(format!("listing {}: {e}", dir.display())))?;
+    let mut clouds: Vec<String> = entries
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            name.strip_prefix("values-")?.strip_suffix(".yaml").map(str::to_string)
+        })
+        .collect();
+    clouds.sort();
+    Ok(clouds)
+}
+
+/// Renders the chart as `release` in `namespace` with the preset `values-<cloud>.yaml` and
+/// then `values` (`--set key=value`).
+pub fn render_preset(
+    cloud: &str,
+    release: &str,
+    namespace: &str,
+    values: &[(&str, &str)],
+) -> Result<Vec<Value>, ChartError> {
+    let file = tools::repo_root().join(CHART_DIR).join(format!("values-{cloud}.yaml"));
+    if !file.is_file() {
+        return Err(ChartError::Helm(format!("the chart has no preset {}", file.display())));
+    }
+    template(release, namespace, Some(&file), values)
+}
+
+fn template(
+    release: &str,
+    namespace: &str,
+    values_file: Option<&std::path::Path>,
+    values: &[(&str, &str)],
+) -> Result<Vec<Value>, ChartError> {
     let chart = tools::repo_root().join(CHART_DIR);
     let mut cmd = Command::new(helm()?);
     cmd.arg("template").arg(release).arg(&chart).arg("--namespace").arg(namespace);
+    if let Some(f) = values_file {
+        cmd.arg("--values").arg(f);
+    }
     for (k, v) in values {
         cmd.arg("--set").arg(format!("{k}={v}"));
     }
@@ -149,6 +214,81 @@ pub fn name(obj: &Value) -> &str {
 /// The object's `metadata.namespace` (None if cluster-scoped or unset).
 pub fn namespace(obj: &Value) -> Option<&str> {
     obj["metadata"]["namespace"].as_str()
+}
+
+/// The rendered workload running the manager (the DaemonSet or Deployment).
+pub fn workload(objects: &[Value]) -> Result<&Value, ChartError> {
+    objects
+        .iter()
+        .find(|o| matches!(kind(o), "DaemonSet" | "Deployment"))
+        .ok_or_else(|| ChartError::Parse("the chart renders no DaemonSet or Deployment".into()))
+}
+
+/// The manager container's `command` followed by its `args`, as the kubelet would run them.
+pub fn container_args(workload: &Value) -> Result<Vec<String>, ChartError> {
+    let container = workload["spec"]["template"]["spec"]["containers"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["name"] == "cloud-controller-manager"))
+        .ok_or_else(|| {
+            ChartError::Parse(format!(
+                "{} {} has no container cloud-controller-manager",
+                kind(workload),
+                name(workload)
+            ))
+        })?;
+    let strings = |v: &Value| -> Result<Vec<String>, ChartError> {
+        v.as_array()
+            .map(|a| a.iter().map(|s| s.as_str().map(str::to_string)).collect::<Option<Vec<_>>>())
+            .unwrap_or(Some(Vec::new()))
+            .ok_or_else(|| ChartError::Parse(format!("a non-string command or arg: {v}")))
+    };
+    let mut argv = strings(&container["command"])?;
+    argv.extend(strings(&container["args"])?);
+    Ok(argv)
+}
+
+/// Applies every rendered object with server-side apply and `dryRun=All`: the apiserver
+/// decodes, defaults, validates and admits each one (schema, field validation `Strict`, the
+/// RBAC escalation checks; what is only checked when a pod is created, such as the priority
+/// class, is not) as on install, and persists nothing. Namespaces
+/// the objects name are not created: they must exist. Returns what it applied, as
+/// `Kind namespace/name`; the first rejected object is the error.
+pub async fn dry_run_apply(admin: &Client, objects: &[Value]) -> Result<Vec<String>, ChartError> {
+    let discovery = Discovery::new(admin.clone()).run().await.map_err(ChartError::Discovery)?;
+    let mut pp = PatchParams::apply(FIELD_MANAGER).force();
+    pp.dry_run = true;
+    pp = pp.validation_strict();
+    let mut applied = Vec::new();
+    for obj in objects {
+        let (kind, name) = (kind(obj), name(obj));
+        let api_version = obj["apiVersion"].as_str().unwrap_or_default();
+        let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+        let gvk = GroupVersionKind::gvk(group, version, kind);
+        let unknown = || ChartError::UnknownKind {
+            api_version: api_version.to_string(),
+            kind: kind.to_string(),
+            name: name.to_string(),
+        };
+        let (resource, caps) = discovery.resolve_gvk(&gvk).ok_or_else(unknown)?;
+        let (api, what): (Api<DynamicObject>, String) = match (&caps.scope, namespace(obj)) {
+            (Scope::Cluster, _) => (Api::all_with(admin.clone(), &resource), name.to_string()),
+            (Scope::Namespaced, Some(ns)) => {
+                (Api::namespaced_with(admin.clone(), ns, &resource), format!("{ns}/{name}"))
+            }
+            (Scope::Namespaced, None) => {
+                return Err(ChartError::Parse(format!(
+                    "namespaced {kind} {name} has no namespace"
+                )));
+            }
+        };
+        api.patch(name, &pp, &Patch::Apply(obj)).await.map_err(|source| ChartError::Apply {
+            kind: kind.to_string(),
+            name: what.clone(),
+            source,
+        })?;
+        applied.push(format!("{kind} {what}"));
+    }
+    Ok(applied)
 }
 
 /// Applies the rendered RBAC objects ([`RBAC_KINDS`], other kinds are skipped) with
@@ -220,14 +360,15 @@ async fn ensure_namespace(admin: &Client, ns: &str) -> Result<(), kube::Error> {
     }
 }
 
-/// A client acting as ServiceAccount `namespace/name`, with a one-hour token the admin client
-/// requests through the TokenRequest API (as the kubelet does for a pod).
-pub async fn service_account_client(
+/// A kubeconfig (as JSON) for ServiceAccount `namespace/name`: the control plane's server and
+/// CA, and a one-hour token the admin client requests through the TokenRequest API (as the
+/// kubelet does for a pod) as the only credential.
+pub async fn service_account_kubeconfig(
     cp: &ControlPlane,
     admin: &Client,
     namespace: &str,
     name: &str,
-) -> Result<Client, ChartError> {
+) -> Result<Value, ChartError> {
     let who = format!("system:serviceaccount:{namespace}:{name}");
     let req = TokenRequest {
         spec: TokenRequestSpec {
@@ -247,10 +388,23 @@ pub async fn service_account_client(
             who: who.clone(),
             detail: "TokenRequest returned no status".into(),
         })?;
-    let err = |detail: String| ChartError::Client { who: who.clone(), detail };
-    // The control plane's kubeconfig (server, CA) with the token as the only credential.
-    let mut json = cp.kubeconfig_json(&Identity::admin()).map_err(|e| err(e.to_string()))?;
+    let mut json = cp
+        .kubeconfig_json(&Identity::admin())
+        .map_err(|e| ChartError::Client { who: who.clone(), detail: e.to_string() })?;
     json["users"] = serde_json::json!([{"name": Identity::admin().user, "user": {"token": token}}]);
+    Ok(json)
+}
+
+/// A client acting as ServiceAccount `namespace/name` ([`service_account_kubeconfig`]).
+pub async fn service_account_client(
+    cp: &ControlPlane,
+    admin: &Client,
+    namespace: &str,
+    name: &str,
+) -> Result<Client, ChartError> {
+    let who = format!("system:serviceaccount:{namespace}:{name}");
+    let err = |detail: String| ChartError::Client { who: who.clone(), detail };
+    let json = service_account_kubeconfig(cp, admin, namespace, name).await?;
     let kubeconfig: Kubeconfig = serde_json::from_value(json).map_err(|e| err(e.to_string()))?;
     let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
         .await

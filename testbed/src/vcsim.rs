@@ -181,6 +181,43 @@ impl Vcsim {
         self.cmd(json!({"op": "resume"}));
     }
 
+    /// Sets the guest host name and NICs like [`Vcsim::guest`], each NIC with its
+    /// `deviceConfigId` (`-1`: an interface that is not a vNIC, e.g. docker0 or a CNI bridge).
+    pub fn guest_with_devices(&self, vm: &str, host_name: &str, nics: &[(&str, &[&str], i32)]) {
+        let nics: Vec<Value> = nics
+            .iter()
+            .map(|(n, ips, id)| json!({"network": n, "ips": ips, "deviceConfigId": id}))
+            .collect();
+        self.cmd(json!({"op": "guest", "vm": vm, "hostName": host_name, "nics": nics}));
+    }
+
+    /// Sets one `config.extraConfig` entry of a VM (e.g. `guestinfo.metadata`).
+    pub fn extra_config(&self, vm: &str, key: &str, value: &str) {
+        self.cmd(json!({"op": "extra-config", "vm": vm, "key": key, "value": value}));
+    }
+
+    /// Attaches a tag to an object related to a VM: `"resourcePool"` (its resource pool)
+    /// or `"folder"` (its parent folder).
+    pub fn tag_of(&self, category: &str, tag: &str, vm: &str, of: &str) {
+        self.cmd(json!({"op": "tag", "category": category, "tag": tag, "object": vm, "of": of}));
+    }
+
+    /// Creates an empty datacenter under the root folder.
+    pub fn create_datacenter(&self, name: &str) {
+        self.cmd(json!({"op": "datacenter", "name": name}));
+    }
+
+    /// Destroys an empty datacenter.
+    pub fn destroy_datacenter(&self, name: &str) {
+        self.cmd(json!({"op": "destroy-datacenter", "name": name}));
+    }
+
+    /// Moves a VM into another datacenter's VM folder. (The simulator's `SearchIndex`
+    /// honours the datacenter argument of its finds, as vCenter does.)
+    pub fn move_vm(&self, vm: &str, datacenter: &str) {
+        self.cmd(json!({"op": "move", "vm": vm, "datacenter": datacenter}));
+    }
+
     /// A `vcenter.<name>` YAML entry for this simulator.
     pub fn vcenter_yaml(&self, name: &str) -> String {
         format!("  {name}:\n    server: 127.0.0.1\n    port: {}\n", self.port)

@@ -13,9 +13,77 @@ Names shared by the templates. Every object is named after the release, so two r
 {{- end -}}
 
 {{- define "ccm.labels" -}}
+{{ include "ccm.selectorLabels" . }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | quote }}
+{{- end -}}
+
+{{- define "ccm.selectorLabels" -}}
 app.kubernetes.io/name: cloud-controller-manager
 app.kubernetes.io/instance: {{ .Release.Name }}
-app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end -}}
+
+{{/* The cloud: values.provider, one of the clouds this chart has a preset for. */}}
+{{- define "ccm.provider" -}}
+{{- $p := .Values.provider | required "provider is required: install with -f values-<cloud>.yaml" -}}
+{{- if not (has $p (list "aws" "azure" "gcp" "openstack" "vsphere" "ibm")) -}}
+{{- fail (printf "provider %q is not one of aws, azure, gcp, openstack, vsphere, ibm" $p) -}}
+{{- end -}}
+{{- $p -}}
+{{- end -}}
+
+{{/*
+The cloud's image: <registry>/<repository>[:tag][@digest]; the repository defaults to
+cloud-controller-manager-<provider> (one image per cloud, built by ci/image or cmd/Dockerfile).
+*/}}
+{{- define "ccm.image" -}}
+{{- $repo := .Values.image.repository | default (printf "cloud-controller-manager-%s" (include "ccm.provider" .)) -}}
+{{- $ref := $repo -}}
+{{- if .Values.image.registry -}}
+{{- $ref = printf "%s/%s" (trimSuffix "/" .Values.image.registry) $repo -}}
+{{- end -}}
+{{- $ref = printf "%s:%s" $ref (.Values.image.tag | default .Chart.AppVersion) -}}
+{{- if .Values.image.digest -}}
+{{- $ref = printf "%s@%s" $ref .Values.image.digest -}}
+{{- end -}}
+{{- $ref -}}
+{{- end -}}
+
+{{/* Where the cloud config is mounted and the --cloud-config path. */}}
+{{- define "ccm.cloudConfigDir" -}}/etc/kubernetes/cloud-config{{- end -}}
+{{- define "ccm.hasCloudConfig" -}}
+{{- if and .Values.cloudConfig.secretName .Values.cloudConfig.configMapName -}}
+{{- fail "cloudConfig: set secretName or configMapName, not both" -}}
+{{- end -}}
+{{- if or .Values.cloudConfig.secretName .Values.cloudConfig.configMapName -}}true{{- end -}}
+{{- end -}}
+
+{{/*
+The manager's flags (upstream names), each one list item, quoted. The chart's own flags come
+first; values.args are appended (a later flag overrides an earlier one).
+*/}}
+{{- define "ccm.args" -}}
+- {{ printf "--cloud-provider=%s" (include "ccm.provider" .) | quote }}
+- {{ printf "--cluster-name=%s" .Values.clusterName | quote }}
+- {{ printf "--controllers=%s" (join "," .Values.controllers) | quote }}
+- {{ printf "--leader-elect=%t" .Values.leaderElect | quote }}
+{{- if .Values.leaderElect }}
+- {{ printf "--leader-elect-resource-namespace=%s" .Values.leaderElectResourceNamespace | quote }}
+- {{ printf "--leader-elect-resource-name=%s" .Values.leaderElectResourceName | quote }}
+{{- end }}
+- {{ printf "--configure-cloud-routes=%t" .Values.configureCloudRoutes | quote }}
+{{- if .Values.clusterCIDR }}
+- {{ printf "--cluster-cidr=%s" .Values.clusterCIDR | quote }}
+{{- end }}
+- {{ printf "--use-service-account-credentials=%t" .Values.useServiceAccountCredentials | quote }}
+- {{ printf "--secure-port=%d" (int .Values.securePort) | quote }}
+{{- if eq (include "ccm.hasCloudConfig" .) "true" }}
+- {{ printf "--cloud-config=%s/%s" (include "ccm.cloudConfigDir" .) .Values.cloudConfig.key | quote }}
+{{- end }}
+{{- range .Values.args }}
+- {{ . | quote }}
+{{- end }}
 {{- end -}}
 
 {{/*

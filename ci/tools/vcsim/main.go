@@ -18,6 +18,17 @@
 //	{"op":"destroy","vm":"DC0_H0_VM0"}
 //	{"op":"drop-sessions"}     terminates every SOAP session and revokes every REST session
 //	{"op":"pause"} / {"op":"resume"}   while paused, every connection is closed unanswered
+//	{"op":"guest",...,"nics":[{"network":"cni0","ips":[...],"deviceConfigId":-1}]}   a non-vNIC interface (default id 4000+i)
+//	{"op":"extra-config","vm":"DC0_H0_VM0","key":"guestinfo.metadata","value":"..."}   sets config.extraConfig
+//	{"op":"tag",...,"object":"DC0_H0_VM0","of":"resourcePool"}   tags the VM's resource pool ("folder": its folder)
+//	{"op":"datacenter","name":"DC1"}            creates an empty datacenter under the root folder
+//	{"op":"destroy-datacenter","name":"DC1"}    destroys an (empty) datacenter
+//	{"op":"move","vm":"DC0_H0_VM0","datacenter":"DC1"}   moves a VM into another datacenter's VM folder
+//
+// SearchIndex finds (FindByUuid, FindByIp, FindByDnsName, FindAllByDnsName) honour their
+// datacenter argument as vCenter does (govmomi's simulator ignores it): only VMs in that
+// datacenter are answered, and a datacenter that no longer exists is a
+// ManagedObjectNotFound fault.
 package main
 
 import (
@@ -120,19 +131,25 @@ func (p *pauser) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 }
 
 type nic struct {
-	Network string   `json:"network"`
-	IPs     []string `json:"ips"`
+	Network        string   `json:"network"`
+	IPs            []string `json:"ips"`
+	DeviceConfigID *int32   `json:"deviceConfigId"`
 }
 
 type command struct {
-	Op       string `json:"op"`
-	VM       string `json:"vm"`
-	HostName string `json:"hostName"`
-	Nics     []nic  `json:"nics"`
-	Category string `json:"category"`
-	Tag      string `json:"tag"`
-	Object   string `json:"object"`
-	State    string `json:"state"`
+	Op         string `json:"op"`
+	VM         string `json:"vm"`
+	HostName   string `json:"hostName"`
+	Nics       []nic  `json:"nics"`
+	Category   string `json:"category"`
+	Tag        string `json:"tag"`
+	Object     string `json:"object"`
+	State      string `json:"state"`
+	Key        string `json:"key"`
+	Value      string `json:"value"`
+	Of         string `json:"of"`
+	Name       string `json:"name"`
+	Datacenter string `json:"datacenter"`
 }
 
 type vmInfo struct {
@@ -220,6 +237,7 @@ func run(listen, user, pass string) error {
 	}
 	f.tags = tags.NewManager(f.rest)
 	f.finder = find.NewFinder(vc, true)
+	model.Map().Handler = scopedSearch
 	dc, err := f.finder.DefaultDatacenter(ctx)
 	if err != nil {
 		return err
@@ -307,7 +325,7 @@ func (f *fixture) apply(ctx context.Context, cmd command) error {
 					IpAddress:      n.IPs,
 					MacAddress:     fmt.Sprintf("00:50:56:00:00:%02x", i),
 					Connected:      true,
-					DeviceConfigId: int32(4000 + i),
+					DeviceConfigId: deviceConfigID(n, i),
 				})
 				if first == "" && len(n.IPs) > 0 {
 					first = n.IPs[0]
@@ -322,6 +340,11 @@ func (f *fixture) apply(ctx context.Context, cmd command) error {
 		ref, err := f.inventoryObject(ctx, cmd.Object)
 		if err != nil {
 			return err
+		}
+		if cmd.Of != "" {
+			if ref, err = f.relatedObject(ctx, ref, cmd.Of); err != nil {
+				return err
+			}
 		}
 		catID, err := f.ensureCategory(ctx, cmd.Category)
 		if err != nil {
@@ -378,6 +401,49 @@ func (f *fixture) apply(ctx context.Context, cmd command) error {
 		}
 		_, err := methods.TerminateSession(ctx, f.vim, &types.TerminateSession{This: *pc, SessionId: ids})
 		return err
+	case "extra-config":
+		vm, err := f.vm(ctx, cmd.VM)
+		if err != nil {
+			return err
+		}
+		task, err := vm.Reconfigure(ctx, types.VirtualMachineConfigSpec{
+			ExtraConfig: []types.BaseOptionValue{&types.OptionValue{Key: cmd.Key, Value: cmd.Value}},
+		})
+		if err != nil {
+			return err
+		}
+		return task.Wait(ctx)
+	case "datacenter":
+		_, err := object.NewRootFolder(f.vim).CreateDatacenter(ctx, cmd.Name)
+		return err
+	case "destroy-datacenter":
+		dc, err := f.finder.Datacenter(ctx, cmd.Name)
+		if err != nil {
+			return err
+		}
+		task, err := dc.Destroy(ctx)
+		if err != nil {
+			return err
+		}
+		return task.Wait(ctx)
+	case "move":
+		vm, err := f.vm(ctx, cmd.VM)
+		if err != nil {
+			return err
+		}
+		dc, err := f.finder.Datacenter(ctx, cmd.Datacenter)
+		if err != nil {
+			return err
+		}
+		folders, err := dc.Folders(ctx)
+		if err != nil {
+			return err
+		}
+		task, err := folders.VmFolder.MoveInto(ctx, []types.ManagedObjectReference{vm.Reference()})
+		if err != nil {
+			return err
+		}
+		return task.Wait(ctx)
 	case "pause":
 		f.pauser.paused.Store(true)
 		return nil
@@ -467,4 +533,132 @@ func newCertificates() (tls.Certificate, []byte, error) {
 	}
 	caPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER})
 	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}, caPEM, nil
+}
+
+func deviceConfigID(n nic, i int) int32 {
+	if n.DeviceConfigID != nil {
+		return *n.DeviceConfigID
+	}
+	return int32(4000 + i)
+}
+
+// relatedObject is the VM's resource pool ("resourcePool") or parent folder ("folder").
+func (f *fixture) relatedObject(ctx context.Context, ref mo.Reference, of string) (mo.Reference, error) {
+	var m mo.VirtualMachine
+	if err := object.NewCommon(f.vim, ref.Reference()).Properties(ctx, ref.Reference(), []string{"resourcePool", "parent"}, &m); err != nil {
+		return nil, err
+	}
+	switch {
+	case of == "resourcePool" && m.ResourcePool != nil:
+		return *m.ResourcePool, nil
+	case of == "folder" && m.Parent != nil:
+		return *m.Parent, nil
+	}
+	return nil, fmt.Errorf("%s has no %s", ref.Reference(), of)
+}
+
+// scopedSearch routes SearchIndex finds to searchIndexInDatacenter.
+func scopedSearch(ctx *simulator.Context, m *simulator.Method) (mo.Reference, types.BaseMethodFault) {
+	if m.This.Type != "SearchIndex" {
+		return nil, nil
+	}
+	switch m.Name {
+	case "FindByUuid", "FindByIp", "FindByDnsName", "FindAllByDnsName":
+		if s, ok := ctx.Map.Get(m.This).(*simulator.SearchIndex); ok {
+			return &searchIndexInDatacenter{s}, nil
+		}
+	}
+	return nil, nil
+}
+
+// searchIndexInDatacenter answers only VMs inside the datacenter argument.
+type searchIndexInDatacenter struct {
+	*simulator.SearchIndex
+}
+
+// inDatacenter: nil when no datacenter is given or ref lies inside it; otherwise false.
+func inDatacenter(ctx *simulator.Context, ref types.ManagedObjectReference, dc *types.ManagedObjectReference) bool {
+	if dc == nil {
+		return true
+	}
+	for i := 0; i < 64; i++ {
+		if ref == *dc {
+			return true
+		}
+		e, ok := ctx.Map.Get(ref).(mo.Entity)
+		if !ok || e.Entity().Parent == nil {
+			return false
+		}
+		ref = *e.Entity().Parent
+	}
+	return false
+}
+
+func missingDatacenter(ctx *simulator.Context, dc *types.ManagedObjectReference) *soap.Fault {
+	if dc == nil || ctx.Map.Get(*dc) != nil {
+		return nil
+	}
+	return simulator.Fault("The object has already been deleted or has not been completely created",
+		&types.ManagedObjectNotFound{Obj: *dc})
+}
+
+func (s *searchIndexInDatacenter) FindByUuid(ctx *simulator.Context, req *types.FindByUuid) soap.HasFault {
+	if fault := missingDatacenter(ctx, req.Datacenter); fault != nil {
+		return &methods.FindByUuidBody{Fault_: fault}
+	}
+	body := s.SearchIndex.FindByUuid(ctx, req)
+	if b, ok := body.(*methods.FindByUuidBody); ok && b.Res != nil && b.Res.Returnval != nil &&
+		!inDatacenter(ctx, *b.Res.Returnval, req.Datacenter) {
+		b.Res.Returnval = nil
+	}
+	return body
+}
+
+func (s *searchIndexInDatacenter) FindByIp(ctx *simulator.Context, req *types.FindByIp) soap.HasFault {
+	if fault := missingDatacenter(ctx, req.Datacenter); fault != nil {
+		return &methods.FindByIpBody{Fault_: fault}
+	}
+	all := s.SearchIndex.FindAllByIp(ctx, &types.FindAllByIp{This: req.This, Datacenter: req.Datacenter, Ip: req.Ip, VmSearch: req.VmSearch})
+	body := &methods.FindByIpBody{Res: new(types.FindByIpResponse)}
+	if b, ok := all.(*methods.FindAllByIpBody); ok && b.Res != nil {
+		for _, ref := range b.Res.Returnval {
+			if inDatacenter(ctx, ref, req.Datacenter) {
+				ref := ref
+				body.Res.Returnval = &ref
+				break
+			}
+		}
+	}
+	return body
+}
+
+func (s *searchIndexInDatacenter) FindAllByDnsName(ctx *simulator.Context, req *types.FindAllByDnsName) soap.HasFault {
+	if fault := missingDatacenter(ctx, req.Datacenter); fault != nil {
+		return &methods.FindAllByDnsNameBody{Fault_: fault}
+	}
+	body := s.SearchIndex.FindAllByDnsName(ctx, req)
+	if b, ok := body.(*methods.FindAllByDnsNameBody); ok && b.Res != nil {
+		var kept []types.ManagedObjectReference
+		for _, ref := range b.Res.Returnval {
+			if inDatacenter(ctx, ref, req.Datacenter) {
+				kept = append(kept, ref)
+			}
+		}
+		b.Res.Returnval = kept
+	}
+	return body
+}
+
+func (s *searchIndexInDatacenter) FindByDnsName(ctx *simulator.Context, req *types.FindByDnsName) soap.HasFault {
+	all := s.FindAllByDnsName(ctx, &types.FindAllByDnsName{This: req.This, Datacenter: req.Datacenter, DnsName: req.DnsName, VmSearch: req.VmSearch})
+	body := &methods.FindByDnsNameBody{Res: new(types.FindByDnsNameResponse)}
+	if b, ok := all.(*methods.FindAllByDnsNameBody); ok {
+		if b.Fault_ != nil {
+			return &methods.FindByDnsNameBody{Fault_: b.Fault_}
+		}
+		if b.Res != nil && len(b.Res.Returnval) > 0 {
+			body.Res.Returnval = &b.Res.Returnval[0]
+		}
+	}
+	return body
 }

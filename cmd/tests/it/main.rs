@@ -12,11 +12,25 @@
 
 #[cfg(all(feature = "provider-aws", feature = "testing"))]
 mod aws;
-#[cfg(any(all(feature = "provider-aws", feature = "testing"), feature = "provider-vsphere"))]
+#[cfg(any(
+    all(feature = "provider-aws", feature = "testing"),
+    feature = "provider-vsphere",
+    feature = "provider-ibm"
+))]
 mod conformance;
-#[cfg(any(all(feature = "provider-aws", feature = "testing"), feature = "provider-vsphere"))]
+#[cfg(feature = "provider-ibm")]
+mod ibm;
+#[cfg(any(
+    all(feature = "provider-aws", feature = "testing"),
+    feature = "provider-vsphere",
+    feature = "provider-ibm"
+))]
 mod secrets;
-#[cfg(any(all(feature = "provider-aws", feature = "testing"), feature = "provider-vsphere"))]
+#[cfg(any(
+    all(feature = "provider-aws", feature = "testing"),
+    feature = "provider-vsphere",
+    feature = "provider-ibm"
+))]
 mod support;
 #[cfg(feature = "provider-vsphere")]
 mod vsphere;

@@ -295,3 +295,39 @@ mod aws {
         }
     }
 }
+
+#[cfg(feature = "provider-ibm")]
+mod ibm {
+    use std::time::Duration;
+
+    use super::{assert_verbose, v10};
+    use crate::ibm::{BIN, cloud_config, emulator};
+    use crate::support::{Env, SecretKind, initialised, register, register_secret};
+
+    /// Start-up, a node looked up in the VPC (token exchange, VPC calls) and a rejected API
+    /// key, all at `-v=10`: the manager's output never holds the API key (scanned when each
+    /// manager's guard is dropped).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn start_node_init_and_a_rejected_key_at_v10_never_print_the_api_key() {
+        let (cloud, server) = emulator(Duration::from_millis(300)).await;
+        let env = Env::start(BIN).await;
+        let _logs = env.cp.log_guard();
+        let config = cloud_config(&env.dir, &server.url(), &cloud.account_id());
+        let nodes = env.nodes();
+        {
+            let ccm = env.spawn_ccm(&config, &v10());
+            register(&nodes, "node-a", "10.240.0.4", "True").await;
+            initialised(&nodes, "node-a").await;
+            assert_verbose(&ccm.logs());
+        }
+        // IAM refuses the key now in the file: the node waits, the error is logged, and
+        // neither key is printed.
+        const WRONG: &str = "ibm-e2e-Wrong-ApiKey-never-logged-3Vd8";
+        register_secret(SecretKind::IbmApiKey, WRONG);
+        std::fs::write(env.dir.join("api-key"), WRONG).unwrap();
+        let ccm = env.spawn_ccm(&config, &v10());
+        register(&nodes, "node-b", "10.240.1.4", "True").await;
+        ccm.wait_for_log("not authorized", 1).await;
+        assert_verbose(&ccm.logs());
+    }
+}

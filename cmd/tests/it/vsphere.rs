@@ -72,13 +72,15 @@ async fn vcsim_vms_become_nodes_with_provider_id_addresses_and_zone_labels() {
         );
         assert_eq!(
             addresses(n),
-            pairs(&[("InternalIP", ip), ("ExternalIP", ip), ("Hostname", name)]),
+            pairs(&[("Hostname", name), ("InternalIP", ip), ("ExternalIP", ip)]),
             "{name}"
         );
         assert_eq!(label(n, names::LABEL_ZONE), Some(zone), "{name}");
         assert_eq!(label(n, names::LABEL_REGION), Some("region-1"), "{name}");
         let instance_type = label(n, names::LABEL_INSTANCE_TYPE).unwrap_or_default();
         assert!(instance_type.starts_with("vsphere-vm.cpu-"), "{name}: {instance_type:?}");
+        // Upstream's guest-OS short name (vcsim's VMs are `otherGuest`).
+        assert!(instance_type.ends_with("gb.os-other"), "{name}: {instance_type:?}");
     }
 }
 
@@ -201,7 +203,7 @@ async fn two_vcenters_in_one_config_both_serve_nodes() {
     ] {
         let n = initialised(&nodes, name).await;
         assert_eq!(provider_id(&n), Some(format!("vsphere://{}", sim.vm(vm).uuid).as_str()));
-        assert_eq!(addresses(&n)[0], ("InternalIP".to_string(), ip.to_string()), "{name}");
+        assert_eq!(addresses(&n)[1], ("InternalIP".to_string(), ip.to_string()), "{name}");
         assert_eq!(label(&n, names::LABEL_ZONE), Some(zone), "{name}");
         assert_eq!(label(&n, names::LABEL_REGION), Some(region), "{name}");
     }

@@ -31,12 +31,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::controllers::events::EventRecorder;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::runtime::controller::{Action, Config as ControllerRuntimeConfig, Controller};
-use kube::runtime::events::{EventType, Recorder, Reporter};
+use kube::runtime::events::{EventType, Reporter};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::{Api, Resource, ResourceExt};
@@ -139,7 +140,7 @@ struct Ctx {
     lookup: Coalescer<Node, Result<InstanceMetadata, ProviderError>>,
     writes: Semaphore,
     backoff: FailureBackoff<String>,
-    recorder: Recorder,
+    recorder: EventRecorder,
     metrics: Metrics,
     /// `workqueue_*` metrics of upstream's `Nodes` queue (kube-runtime's scheduler here).
     queue: QueueMetrics,
@@ -232,7 +233,7 @@ async fn run(
         lookup: lookup_coalescer(Arc::clone(&instances), deadline),
         writes: Semaphore::new(ctx.config.concurrent_node_syncs.max(1)),
         backoff: FailureBackoff::new(RETRY_BASE, RETRY_MAX),
-        recorder: Recorder::new(ctx.client.clone(), reporter),
+        recorder: EventRecorder::new(ctx.client.clone(), reporter),
         metrics,
         queue: WorkqueueMetrics::of(&ctx.metrics).queue(QUEUE_NAME),
         deadline,

@@ -18,10 +18,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::controllers::events::EventRecorder;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Taint};
 use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
-use kube::runtime::events::{EventType, Recorder, Reporter};
+use kube::runtime::events::{EventType, Reporter};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, ResourceExt};
@@ -55,7 +56,7 @@ async fn run(ctx: ControllerContext, instances: Arc<dyn InstancesV2>) {
                 tracing::warn!(error = %e, "cloud-node-lifecycle: node watch error");
             }
         });
-    let recorder = Recorder::new(
+    let recorder = EventRecorder::new(
         ctx.client.clone(),
         Reporter { controller: cnames::COMPONENT_CLOUD_NODE_LIFECYCLE.into(), instance: None },
     );
@@ -76,7 +77,7 @@ async fn monitor_loop(
     store: Store<Node>,
     nodes: Api<Node>,
     instances: Arc<dyn InstancesV2>,
-    recorder: Recorder,
+    recorder: EventRecorder,
     period: Duration,
     deadline: Deadline,
 ) {
@@ -111,7 +112,7 @@ pub(crate) async fn monitor_nodes(
     store: &Store<Node>,
     nodes: &Api<Node>,
     instances: &dyn InstancesV2,
-    recorder: &Recorder,
+    recorder: &EventRecorder,
     deadline: Deadline,
 ) {
     let all = store.state();
@@ -162,7 +163,7 @@ pub(crate) async fn monitor_nodes(
     }
 }
 
-async fn delete_node(nodes: &Api<Node>, node: &Node, recorder: &Recorder) {
+async fn delete_node(nodes: &Api<Node>, node: &Node, recorder: &EventRecorder) {
     let name = node.name_any();
     publish(
         recorder,
@@ -220,6 +221,12 @@ async fn set_shutdown_taint(nodes: &Api<Node>, node: &Node, present: bool) {
     }
 }
 
-async fn publish(recorder: &Recorder, node: &Node, type_: EventType, reason: &str, note: String) {
+async fn publish(
+    recorder: &EventRecorder,
+    node: &Node,
+    type_: EventType,
+    reason: &str,
+    note: String,
+) {
     super::events::publish(recorder, node, type_, reason, "MonitorNode", note).await;
 }

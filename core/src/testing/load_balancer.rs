@@ -61,6 +61,8 @@ pub enum LbFault {
     ImplementedElsewhere,
     /// `ensure` never answers: it waits until the caller gives up (other calls work).
     HangEnsure,
+    /// Every call fails with this message.
+    Failing(String),
 }
 
 /// The scripted load balancer capability.
@@ -174,6 +176,7 @@ impl TestLoadBalancers {
             Some(LbFault::Unavailable) => {
                 Err(ProviderError::other("test cloud: load balancer service unavailable"))
             }
+            Some(LbFault::Failing(message)) => Err(ProviderError::other(message)),
             Some(LbFault::RetryAfter(delay)) => Err(ProviderError::RetryAfter {
                 message: "test cloud: load balancer is still provisioning".into(),
                 delay,

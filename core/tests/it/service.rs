@@ -199,6 +199,55 @@ async fn load_balancer_lifecycle_follows_the_service() {
     delete_nodes(&client, &[n1, n2]).await;
 }
 
+/// A second, different failure is a new event, not folded into the first one's series
+/// (what `kubectl describe service` shows is the cloud's latest error); the same failure
+/// again grows one event's series, as client-go's correlator does.
+#[tokio::test]
+async fn a_different_failure_is_a_new_event_and_a_repeated_one_is_counted() {
+    let cp = ControlPlane::shared().await.unwrap();
+    let _g = cp.log_guard();
+    let client = cp.admin_client().await.unwrap();
+    let ns = namespace(&client, "svc-events").await;
+    let group = ccm_testbed::unique_name("g");
+    let n1 = ccm_testbed::unique_name("svc-node");
+    create_node(&client, &group, &n1, &[]).await;
+    let lbs = Arc::new(TestLoadBalancers::new());
+    lbs.set_fault(Some(LbFault::Failing("first failure: quota exceeded".into())));
+    let _c = start_service(&client, &lbs, ControllerConfig::default(), fast(&ns, &group));
+    let api = Api::<Service>::namespaced(client.clone(), &ns);
+    api.create(&PostParams::default(), &lb_service(&ns, "evs", 80)).await.unwrap();
+    let events = Api::<Event>::namespaced(client.clone(), &ns);
+    let failures = || async {
+        let mut evs: Vec<(String, i32)> = events
+            .list(&Default::default())
+            .await
+            .ok()?
+            .items
+            .into_iter()
+            .filter(|e| e.reason.as_deref() == Some("SyncLoadBalancerFailed"))
+            .map(|e| (e.note.unwrap_or_default(), e.series.map_or(1, |s| s.count)))
+            .collect();
+        evs.sort();
+        Some(evs)
+    };
+    let first = wait_for("the first failure counted twice", Duration::from_secs(60), || async {
+        let evs = failures().await?;
+        evs.iter().any(|(n, c)| n.contains("first failure") && *c >= 2).then_some(evs)
+    })
+    .await;
+    assert_eq!(first.len(), 1, "a repeated failure is one event: {first:?}");
+    lbs.set_fault(Some(LbFault::Failing("second failure: subnet full".into())));
+    let both = wait_for("an event with the second failure", Duration::from_secs(60), || async {
+        let evs = failures().await?;
+        evs.iter().any(|(n, _)| n.contains("second failure")).then_some(evs)
+    })
+    .await;
+    assert!(both.iter().any(|(n, _)| n.contains("first failure")), "{both:?}");
+    lbs.set_fault(None);
+    api.delete("evs", &DeleteParams::default()).await.unwrap();
+    delete_nodes(&client, &[n1]).await;
+}
+
 #[tokio::test]
 async fn cloud_failures_keep_the_finalizer_retry_with_backoff_and_leak_nothing() {
     let cp = ControlPlane::shared().await.unwrap();

@@ -22,24 +22,45 @@
 //! operation timeout. Upstream keeps the SDK default of 3; at 3, an account throttling half
 //! of its calls fails most load-balancer syncs (each ~12 calls in a row) and the Service's
 //! backoff doubles towards 5 minutes.
+//!
+//! Throttling is also remembered across calls, as upstream does: a throttled answer from a
+//! service makes every following request to that service (any operation, any caller) wait a
+//! delay first ([`ThrottleBackoff`]: 250 ms after the first throttle, doubling per throttle up
+//! to 5 s, halved by every answered request, forgotten a minute after the last throttle), so
+//! the provider slows down as a whole instead of each call finding out on its own. Throttled
+//! requests are counted in upstream's `cloudprovider_aws_api_throttled_requests_total
+//! {operation_name}`, delayed ones in `cloudprovider_aws_api_delayed_requests_total{service}`.
+//!
+//! With `SourceARN`, the STS `AssumeRole` call for `RoleARN` carries upstream's
+//! confused-deputy headers `x-amz-source-arn` and `x-amz-source-account` (the ARN's account).
 
+use std::collections::HashMap;
 use std::fmt;
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
 
 use aws_config::{BehaviorVersion, Region, SdkConfig};
-use aws_credential_types::provider::SharedCredentialsProvider;
+use aws_credential_types::Credentials;
+use aws_credential_types::provider::error::CredentialsError;
+use aws_credential_types::provider::{ProvideCredentials, SharedCredentialsProvider, future};
 use aws_sdk_ec2::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
 use aws_smithy_runtime_api::box_error::BoxError;
+use aws_smithy_runtime_api::client::http::{
+    HttpClient, HttpConnector, HttpConnectorFuture, HttpConnectorSettings, SharedHttpClient,
+    SharedHttpConnector,
+};
 use aws_smithy_runtime_api::client::interceptors::Intercept;
 use aws_smithy_runtime_api::client::interceptors::context::{
     BeforeSerializationInterceptorContextRef, BeforeTransmitInterceptorContextRef,
     FinalizerInterceptorContextRef,
 };
-use aws_smithy_runtime_api::client::orchestrator::Metadata;
+use aws_smithy_runtime_api::client::orchestrator::{HttpRequest, Metadata};
+use aws_smithy_runtime_api::client::retries::classifiers::{
+    ClassifyRetry, RetryAction, RetryReason,
+};
 use aws_smithy_runtime_api::client::runtime_components::RuntimeComponents;
 use aws_smithy_types::config_bag::{ConfigBag, Storable, StoreReplace};
-use aws_smithy_types::retry::RetryConfig;
+use aws_smithy_types::retry::{ErrorKind, RetryConfig};
 use aws_smithy_types::timeout::TimeoutConfig;
 use ccm_core::cloud::ProviderError;
 use ccm_core::cloud_call::{self, StallWatch};
@@ -120,6 +141,8 @@ pub struct ApiMetrics {
     requests: Family<Labels, Counter>,
     errors: Family<Labels, Counter>,
     durations: Family<Labels, Histogram, fn() -> Histogram>,
+    throttled: Family<Labels, Counter>,
+    delayed: Family<Labels, Counter>,
 }
 
 impl Default for ApiMetrics {
@@ -132,6 +155,8 @@ impl Default for ApiMetrics {
             requests: Family::default(),
             errors: Family::default(),
             durations: Family::new_with_constructor(histogram),
+            throttled: Family::default(),
+            delayed: Family::default(),
         }
     }
 }
@@ -156,6 +181,26 @@ impl ApiMetrics {
             "AWS API calls that failed (after retries), by service and operation",
             self.errors.clone(),
         );
+        registry.register(
+            "cloudprovider_aws_api_throttled_requests",
+            "AWS API requests answered with a throttling error, by operation",
+            self.throttled.clone(),
+        );
+        registry.register(
+            "cloudprovider_aws_api_delayed_requests",
+            "AWS API requests held back by the shared throttling back-off, by service",
+            self.delayed.clone(),
+        );
+    }
+
+    /// Requests of `operation` answered with a throttling error so far.
+    pub fn throttled(&self, operation: &str) -> u64 {
+        self.throttled.get_or_create(&operation_label(operation)).get()
+    }
+
+    /// Requests to `service` held back by the shared throttling back-off so far.
+    pub fn delayed(&self, service: &str) -> u64 {
+        self.delayed.get_or_create(&service_label(service)).get()
     }
 
     /// Request attempts made so far for `service` (`ec2`, `elb`, `elbv2`, `sts`) and `operation`
@@ -170,11 +215,139 @@ impl ApiMetrics {
     }
 }
 
+fn operation_label(operation: &str) -> Labels {
+    vec![("operation_name".to_string(), operation.to_string())]
+}
+
+fn service_label(service: &str) -> Labels {
+    vec![("service".to_string(), service.to_string())]
+}
+
 fn labels(service: &str, operation: &str) -> Labels {
     vec![
         ("service".to_string(), service.to_string()),
         ("operation".to_string(), operation.to_string()),
     ]
+}
+
+/// The first delay after a throttle.
+pub const THROTTLE_DELAY_MIN: Duration = Duration::from_millis(250);
+/// The longest delay (well inside one attempt's timeout).
+pub const THROTTLE_DELAY_MAX: Duration = Duration::from_secs(5);
+/// A throttle older than this no longer delays anything.
+pub const THROTTLE_FORGET_AFTER: Duration = Duration::from_secs(60);
+
+/// The throttling back-off one service's requests share: a throttled answer grows the delay
+/// every following request waits before it is sent; an answered request shrinks it.
+#[derive(Debug, Default)]
+pub struct ThrottleBackoff {
+    state: Mutex<BackoffState>,
+}
+
+#[derive(Debug, Default)]
+struct BackoffState {
+    delay: Duration,
+    last_throttle: Option<Instant>,
+}
+
+impl ThrottleBackoff {
+    fn state(&self) -> std::sync::MutexGuard<'_, BackoffState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A request was throttled: the next ones wait longer (doubling, from
+    /// [`THROTTLE_DELAY_MIN`] up to [`THROTTLE_DELAY_MAX`]).
+    pub fn throttled(&self) {
+        let mut s = self.state();
+        s.delay = if s.delay.is_zero() {
+            THROTTLE_DELAY_MIN
+        } else {
+            (s.delay * 2).min(THROTTLE_DELAY_MAX)
+        };
+        s.last_throttle = Some(Instant::now());
+    }
+
+    /// A request was answered (not throttled): the delay halves, and ends below the minimum.
+    pub fn answered(&self) {
+        let mut s = self.state();
+        s.delay /= 2;
+        if s.delay < THROTTLE_DELAY_MIN {
+            s.delay = Duration::ZERO;
+        }
+    }
+
+    /// How long the next request waits (zero when nothing was throttled lately).
+    pub fn delay(&self) -> Duration {
+        let mut s = self.state();
+        if s.last_throttle.is_some_and(|t| t.elapsed() > THROTTLE_FORGET_AFTER) {
+            *s = BackoffState::default();
+        }
+        s.delay
+    }
+}
+
+/// The HTTP client of one service: the SDK's own, behind the service's shared throttling
+/// back-off (each request waits the current delay before it is sent).
+#[derive(Debug, Clone)]
+struct BackoffHttpClient {
+    inner: SharedHttpClient,
+    service: &'static str,
+    backoff: Arc<ThrottleBackoff>,
+    metrics: ApiMetrics,
+}
+
+impl HttpClient for BackoffHttpClient {
+    fn http_connector(
+        &self,
+        settings: &HttpConnectorSettings,
+        components: &RuntimeComponents,
+    ) -> SharedHttpConnector {
+        SharedHttpConnector::new(BackoffConnector {
+            inner: self.inner.http_connector(settings, components),
+            client: self.clone(),
+        })
+    }
+}
+
+#[derive(Debug)]
+struct BackoffConnector {
+    inner: SharedHttpConnector,
+    client: BackoffHttpClient,
+}
+
+impl HttpConnector for BackoffConnector {
+    fn call(&self, request: HttpRequest) -> HttpConnectorFuture {
+        let delay = self.client.backoff.delay();
+        if delay.is_zero() {
+            return self.inner.call(request);
+        }
+        let inner = self.inner.clone();
+        let service = self.client.service;
+        self.client.metrics.delayed.get_or_create(&service_label(service)).inc();
+        tracing::debug!(service, ?delay, "delaying an AWS request after recent throttling");
+        HttpConnectorFuture::new(async move {
+            tokio::time::sleep(delay).await;
+            inner.call(request).await
+        })
+    }
+}
+
+/// The SDK's default HTTPS client (hyper 1, rustls with aws-lc, proxy from the environment),
+/// for SDK configs that do not bring their own.
+fn default_http_client() -> SharedHttpClient {
+    use aws_smithy_http_client::proxy::ProxyConfig;
+    use aws_smithy_http_client::tls::{Provider, rustls_provider::CryptoMode};
+    use aws_smithy_http_client::{Builder, ConnectorBuilder};
+    Builder::new().build_with_connector_fn(|settings, components| {
+        let mut conn =
+            ConnectorBuilder::default().tls_provider(Provider::Rustls(CryptoMode::AwsLc));
+        conn.set_connector_settings(settings.cloned());
+        if let Some(components) = components {
+            conn.set_sleep_impl(components.sleep_impl());
+        }
+        conn.set_proxy_config(Some(ProxyConfig::from_env()));
+        conn.build()
+    })
 }
 
 /// When the current call started (kept in the call's config bag).
@@ -200,6 +373,7 @@ struct CallCounter {
     service: &'static str,
     metrics: ApiMetrics,
     timeouts: CallTimeouts,
+    backoff: Arc<ThrottleBackoff>,
 }
 
 impl CallCounter {
@@ -240,6 +414,46 @@ impl Intercept for CallCounter {
                 Some(self.timeouts.operation),
             );
             cfg.interceptor_state().store_put(CallWatch(watch));
+        }
+        Ok(())
+    }
+
+    fn read_after_attempt(
+        &self,
+        context: &FinalizerInterceptorContextRef<'_>,
+        runtime_components: &RuntimeComponents,
+        cfg: &mut ConfigBag,
+    ) -> Result<(), BoxError> {
+        let ctx = context.inner();
+        match ctx.output_or_error() {
+            Some(Ok(_)) => self.backoff.answered(),
+            Some(Err(_)) => {
+                // The SDK's own classifiers know each service's throttling codes.
+                let throttled = runtime_components.retry_classifiers().any(|c| {
+                    matches!(
+                        c.classify_retry(ctx),
+                        RetryAction::RetryIndicated(RetryReason::RetryableError {
+                            kind: ErrorKind::ThrottlingError,
+                            ..
+                        })
+                    )
+                });
+                if throttled {
+                    let op = Self::operation(cfg);
+                    self.metrics.throttled.get_or_create(&operation_label(&op)).inc();
+                    self.backoff.throttled();
+                    tracing::warn!(
+                        service = self.service,
+                        operation = %op,
+                        delay = ?self.backoff.delay(),
+                        "AWS throttled a request; delaying this service's requests"
+                    );
+                } else if ctx.response().is_some() {
+                    // An answer that is not throttling: the service is keeping up.
+                    self.backoff.answered();
+                }
+            }
+            None => {}
         }
         Ok(())
     }
@@ -329,28 +543,61 @@ impl AwsClients {
                     .region(Region::new(o.signing_region.clone()))
                     .build();
             }
-            let provider =
-                aws_config::sts::AssumeRoleProvider::builder(cfg.global.role_arn.clone())
-                    .session_name("cloud-controller-manager-aws")
-                    .configure(&sts_sdk)
-                    .build()
-                    .await;
-            sdk = sdk
-                .to_builder()
-                .credentials_provider(SharedCredentialsProvider::new(provider))
-                .build();
+            let provider = match source_headers(cfg) {
+                None => SharedCredentialsProvider::new(
+                    aws_config::sts::AssumeRoleProvider::builder(cfg.global.role_arn.clone())
+                        .session_name(ROLE_SESSION_NAME)
+                        .configure(&sts_sdk)
+                        .build()
+                        .await,
+                ),
+                Some(headers) => {
+                    let sts =
+                        aws_sdk_sts::config::Builder::from(&sts_sdk).interceptor(CallCounter {
+                            service: "sts",
+                            metrics: metrics.clone(),
+                            timeouts,
+                            backoff: Arc::default(),
+                        });
+                    SharedCredentialsProvider::new(AssumeRoleWithSource {
+                        sts: aws_sdk_sts::Client::from_conf(sts.build()),
+                        role_arn: cfg.global.role_arn.clone(),
+                        headers,
+                    })
+                }
+            };
+            sdk = sdk.to_builder().credentials_provider(provider).build();
         }
 
-        let counter = |service| CallCounter { service, metrics: metrics.clone(), timeouts };
+        let http = sdk.http_client().unwrap_or_else(default_http_client);
+        let backoffs: HashMap<&'static str, Arc<ThrottleBackoff>> =
+            ["ec2", "elb", "elbv2"].into_iter().map(|s| (s, Arc::default())).collect();
+        let backoff = |service: &'static str| backoffs.get(service).cloned().unwrap_or_default();
+        let counter = |service| CallCounter {
+            service,
+            metrics: metrics.clone(),
+            timeouts,
+            backoff: backoff(service),
+        };
+        let http_client = |service| BackoffHttpClient {
+            inner: http.clone(),
+            service,
+            backoff: backoff(service),
+            metrics: metrics.clone(),
+        };
 
-        let mut ec2 = aws_sdk_ec2::config::Builder::from(&sdk).interceptor(counter("ec2"));
+        let mut ec2 = aws_sdk_ec2::config::Builder::from(&sdk)
+            .interceptor(counter("ec2"))
+            .http_client(http_client("ec2"));
         if let Some(o) = cfg.override_for("ec2", &region) {
             ec2 = ec2.endpoint_url(o.url.clone()).region(Region::new(o.signing_region.clone()));
         }
-        let mut elb =
-            aws_sdk_elasticloadbalancing::config::Builder::from(&sdk).interceptor(counter("elb"));
+        let mut elb = aws_sdk_elasticloadbalancing::config::Builder::from(&sdk)
+            .interceptor(counter("elb"))
+            .http_client(http_client("elb"));
         let mut elbv2 = aws_sdk_elasticloadbalancingv2::config::Builder::from(&sdk)
-            .interceptor(counter("elbv2"));
+            .interceptor(counter("elbv2"))
+            .http_client(http_client("elbv2"));
         // Classic ELB and ELBv2 share the `elasticloadbalancing` endpoint ID, as upstream.
         if let Some(o) = cfg.override_for("elasticloadbalancing", &region) {
             elb = elb.endpoint_url(o.url.clone()).region(Region::new(o.signing_region.clone()));
@@ -363,6 +610,82 @@ impl AwsClients {
             region,
             metrics,
         })
+    }
+}
+
+/// The STS session name of `RoleARN` sessions.
+const ROLE_SESSION_NAME: &str = "cloud-controller-manager-aws";
+
+/// Upstream's confused-deputy headers for `SourceARN`: `x-amz-source-arn` and
+/// `x-amz-source-account`; `None` without `SourceARN`.
+fn source_headers(cfg: &CloudConfig) -> Option<Vec<(&'static str, String)>> {
+    let arn = cfg.global.source_arn.trim();
+    if arn.is_empty() {
+        return None;
+    }
+    let mut headers = vec![("x-amz-source-arn", arn.to_string())];
+    if let Some(account) = crate::config::arn_account(arn).filter(|a| !a.is_empty()) {
+        headers.push(("x-amz-source-account", account.to_string()));
+    }
+    Some(headers)
+}
+
+/// `RoleARN` credentials from STS `AssumeRole` with the `SourceARN` headers (the SDK's own
+/// provider cannot add headers). The clients' identity cache keeps the credentials until
+/// shortly before they expire.
+#[derive(Debug)]
+struct AssumeRoleWithSource {
+    sts: aws_sdk_sts::Client,
+    role_arn: String,
+    headers: Vec<(&'static str, String)>,
+}
+
+impl AssumeRoleWithSource {
+    async fn assume(&self) -> aws_credential_types::provider::Result {
+        let headers = self.headers.clone();
+        let resp = self
+            .sts
+            .assume_role()
+            .role_arn(&self.role_arn)
+            .role_session_name(ROLE_SESSION_NAME)
+            .customize()
+            .mutate_request(move |req| {
+                for (name, value) in &headers {
+                    req.headers_mut().insert(*name, value.clone());
+                }
+            })
+            .send()
+            .await
+            .map_err(|e| {
+                CredentialsError::provider_error(format!(
+                    "sts:AssumeRole {}: {}",
+                    self.role_arn,
+                    DisplayErrorContext(&e)
+                ))
+            })?;
+        let c = resp.credentials().ok_or_else(|| {
+            CredentialsError::provider_error(format!(
+                "sts:AssumeRole {} returned no credentials",
+                self.role_arn
+            ))
+        })?;
+        let expiry = SystemTime::try_from(*c.expiration()).ok();
+        Ok(Credentials::new(
+            c.access_key_id(),
+            c.secret_access_key(),
+            Some(c.session_token().to_string()),
+            expiry,
+            "AssumeRoleWithSourceArn",
+        ))
+    }
+}
+
+impl ProvideCredentials for AssumeRoleWithSource {
+    fn provide_credentials<'a>(&'a self) -> future::ProvideCredentials<'a>
+    where
+        Self: 'a,
+    {
+        future::ProvideCredentials::new(self.assume())
     }
 }
 

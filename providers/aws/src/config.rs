@@ -113,7 +113,8 @@ pub struct Global {
     pub route_table_id: String,
     /// `RoleARN`: assume this IAM role for every call.
     pub role_arn: String,
-    /// `SourceARN`: accepted for compatibility (see the crate docs).
+    /// `SourceARN`: sent as `x-amz-source-arn` (and its account as `x-amz-source-account`) on
+    /// the STS `AssumeRole` call for `RoleARN`, as upstream.
     pub source_arn: String,
     /// `KubernetesClusterTag` (legacy `KubernetesCluster=<value>` tagging).
     pub kubernetes_cluster_tag: String,
@@ -179,9 +180,9 @@ impl Default for CloudConfig {
     }
 }
 
-/// The signing names the SDK clients this provider builds use, by endpoint ID.
-const KNOWN_SERVICES: &[&str] =
-    &["ec2", "elasticloadbalancing", "sts", "ecr", "ecr-public", "autoscaling", "kms"];
+/// The endpoint IDs of the services this provider (and `ecr-credential-provider`) calls. An
+/// override for any other service is accepted, as upstream, with a warning that it is unused.
+pub const CALLED_SERVICES: &[&str] = &["ec2", "elasticloadbalancing", "sts", "ecr", "ecr-public"];
 
 impl CloudConfig {
     /// Reads and parses a cloud-config file.
@@ -251,8 +252,26 @@ impl CloudConfig {
                         ),
                     });
                 }
+                if !CALLED_SERVICES.contains(&o.service.as_str()) {
+                    tracing::warn!(
+                        section = %format!("ServiceOverride \"{}\"", o.name),
+                        service = %o.service,
+                        "cloud config overrides the endpoint of a service this provider does not call; the override is unused (called: {})",
+                        CALLED_SERVICES.join(", ")
+                    );
+                }
                 cfg.service_overrides.push(o);
             }
+        }
+        let (tag, id) =
+            (cfg.global.kubernetes_cluster_tag.trim(), cfg.global.kubernetes_cluster_id.trim());
+        if !tag.is_empty() && !id.is_empty() && tag != id {
+            return Err(ConfigError::Invalid {
+                key: "KubernetesClusterID".into(),
+                message: format!(
+                    "KubernetesClusterID {id:?} and KubernetesClusterTag {tag:?} are both set and differ; set one, or both to the same cluster ID"
+                ),
+            });
         }
         Ok(cfg)
     }
@@ -278,6 +297,20 @@ impl CloudConfig {
         self.service_overrides
             .iter()
             .find(|o| o.service.eq_ignore_ascii_case(service) && o.region == region)
+    }
+}
+
+/// The account field of an ARN (`arn:<partition>:<service>:<region>:<account>:<resource>`);
+/// `None` when `arn` is not an ARN. The account may be empty (e.g. an S3 bucket ARN).
+pub fn arn_account(arn: &str) -> Option<&str> {
+    let parts: Vec<&str> = arn.splitn(6, ':').collect();
+    match parts.as_slice() {
+        ["arn", partition, service, _region, account, resource]
+            if !partition.is_empty() && !service.is_empty() && !resource.is_empty() =>
+        {
+            Some(account)
+        }
+        _ => None,
     }
 }
 
@@ -470,8 +503,13 @@ fn set_global(
         }
         "sourcearn" => {
             let v = string(key, value, line)?;
-            if !v.is_empty() && !v.starts_with("arn:") {
-                return Err(bad(line, key, &v, "expected an ARN"));
+            if !v.is_empty() && arn_account(&v).is_none() {
+                return Err(bad(
+                    line,
+                    key,
+                    &v,
+                    "expected an ARN (arn:<partition>:<service>:<region>:<account>:<resource>)",
+                ));
             }
             g.source_arn = v;
         }
@@ -559,13 +597,8 @@ fn set_override(
     match key.to_ascii_lowercase().as_str() {
         "service" => {
             let s = v.trim().to_ascii_lowercase();
-            if !KNOWN_SERVICES.contains(&s.as_str()) {
-                return Err(bad(
-                    line,
-                    key,
-                    &v,
-                    format!("unknown service; expected one of {}", KNOWN_SERVICES.join(", ")),
-                ));
+            if s.is_empty() {
+                return Err(bad(line, key, &v, "expected a service endpoint ID, e.g. ec2"));
             }
             o.service = s;
         }
@@ -740,7 +773,6 @@ signingmethod = v4
             ),
             ("[Global]\nElbSecurityGroup = default\n", "ElbSecurityGroup", 2),
             ("[Global]\nRoleARN = ccm-role\n", "RoleARN", 2),
-            ("[ServiceOverride \"1\"]\nService = s3\n", "Service", 2),
             ("[ServiceOverride \"1\"]\nURL = 127.0.0.1:5000\n", "URL", 2),
             ("[ServiceOverride \"1\"]\nSigningMethod = v2\n", "SigningMethod", 2),
         ] {
@@ -791,6 +823,35 @@ signingmethod = v4
         let cfg =
             CloudConfig::parse("[Global]\nKubernetesClusterID = \"a;b#c\" ; comment\n").unwrap();
         assert_eq!(cfg.cluster_id(), Some("a;b#c"));
+    }
+
+    #[test]
+    fn any_service_override_is_accepted() {
+        let cfg = CloudConfig::parse(
+            "[ServiceOverride \"s3\"]\nService = s3\nRegion = r\nURL = http://a\nSigningRegion = r\n\
+             [ServiceOverride \"asg\"]\nService = autoscaling\nRegion = r\nURL = http://b\nSigningRegion = r\n",
+        )
+        .unwrap();
+        assert_eq!(cfg.override_for("s3", "r").map(|o| o.url.as_str()), Some("http://a"));
+        assert_eq!(cfg.override_for("autoscaling", "r").map(|o| o.url.as_str()), Some("http://b"));
+    }
+
+    #[test]
+    fn cluster_tag_and_id_must_agree() {
+        let err =
+            CloudConfig::parse("[Global]\nKubernetesClusterTag = one\nKubernetesClusterID = two\n")
+                .unwrap_err();
+        assert!(matches!(err, ConfigError::Invalid { .. }), "{err:?}");
+        let msg = err.to_string();
+        assert!(
+            msg.contains("KubernetesClusterTag") && msg.contains("KubernetesClusterID"),
+            "{msg}"
+        );
+        let cfg = CloudConfig::parse(
+            "[Global]\nKubernetesClusterTag = same\nKubernetesClusterID = same\n",
+        )
+        .unwrap();
+        assert_eq!(cfg.cluster_id(), Some("same"));
     }
 
     #[test]

@@ -2,10 +2,15 @@
 //! and how long the kubelet may cache it; the plugin itself is [`plugin`] (feature
 //! `ecr-credential-provider`).
 //!
-//! Private registries are `<12-digit account>.dkr.ecr[-fips].<region>.<partition domain>` (also
-//! with `dkr-ecr`); public ones are `public.ecr.aws` and `ecr-public.aws.com`, served by
-//! `ecr-public` in `us-east-1`. The cache duration is half the token's remaining lifetime; a token
-//! that has already expired (moto returns one from 2015) is not cached at all.
+//! Private registries are `<12-digit account>.dkr.ecr[-fips].<region>.<domain>` (also with
+//! `dkr-ecr`), the domain one of upstream's: `amazonaws.com`, `amazonaws.com.cn`,
+//! `amazonaws.eu`, the dual-stack `on.aws` and `on.amazonwebservices.com.cn`, and the isolated
+//! partitions'; public ones are `public.ecr.aws` and `ecr-public.aws.com`, served by
+//! `ecr-public` in `us-east-1`. Any other host is asked of private ECR in the default region
+//! (the SDK's: `AWS_REGION`, the profile, instance metadata), as upstream: the kubelet only
+//! calls the plugin for images its `matchImages` list sends here. The cache duration is half
+//! the token's remaining lifetime; a token that has already expired (moto returns one from
+//! 2015) is not cached at all.
 
 use std::time::{Duration, SystemTime};
 
@@ -18,6 +23,9 @@ pub mod plugin;
 const PRIVATE_DOMAINS: &[&str] = &[
     "amazonaws.com",
     "amazonaws.com.cn",
+    "amazonaws.eu",
+    "on.aws",
+    "on.amazonwebservices.com.cn",
     "sc2s.sgov.gov",
     "c2s.ic.gov",
     "cloud.adc-e.uk",
@@ -42,6 +50,8 @@ pub enum EcrRegistry {
     },
     /// ECR Public.
     Public,
+    /// A host that is not a known ECR name: private ECR in the default region, as upstream.
+    DefaultRegion,
 }
 
 /// The ECR registry of an image or registry host (`host[:port]/path...`), if it is one.
@@ -66,8 +76,9 @@ pub fn parse_registry(image: &str) -> Option<EcrRegistry> {
         return None;
     };
     let (region, domain) = rest.split_once('.')?;
-    let region_ok = !region.is_empty()
-        && region.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+    // Upstream's region pattern: an alphanumeric, then alphanumerics, '-' and '_'.
+    let region_ok = region.bytes().next().is_some_and(|b| b.is_ascii_alphanumeric())
+        && region.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
     (region_ok && PRIVATE_DOMAINS.contains(&domain)).then(|| EcrRegistry::Private {
         account: account.to_string(),
         region: region.to_string(),
@@ -135,6 +146,30 @@ mod tests {
                 fips: false
             })
         );
+        for (host, region) in [
+            ("123456789012.dkr-ecr.us-east-1.on.aws", "us-east-1"),
+            ("123456789012.dkr.ecr.eu-central-1.on.aws", "eu-central-1"),
+            ("123456789012.dkr-ecr.cn-north-1.on.amazonwebservices.com.cn", "cn-north-1"),
+            ("123456789012.dkr.ecr.eusc-de-east-1.amazonaws.eu", "eusc-de-east-1"),
+        ] {
+            assert_eq!(
+                parse_registry(&format!("{host}/app:v1")),
+                Some(EcrRegistry::Private {
+                    account: "123456789012".into(),
+                    region: region.into(),
+                    fips: false
+                }),
+                "{host}"
+            );
+        }
+        assert_eq!(
+            parse_registry("123456789012.dkr-ecr-fips.us-east-1.on.aws/app"),
+            Some(EcrRegistry::Private {
+                account: "123456789012".into(),
+                region: "us-east-1".into(),
+                fips: true
+            })
+        );
         assert_eq!(parse_registry("public.ecr.aws/nginx/nginx:latest"), Some(EcrRegistry::Public));
         assert_eq!(parse_registry("ecr-public.aws.com/x"), Some(EcrRegistry::Public));
         for not in [
@@ -142,7 +177,8 @@ mod tests {
             "12345678901.dkr.ecr.us-east-1.amazonaws.com/x",
             "123456789012.dkr.ecr.us-east-1.example.com/x",
             "123456789012.ecr.us-east-1.amazonaws.com/x",
-            "123456789012.dkr.ecr.US_EAST.amazonaws.com/x",
+            "123456789012.dkr.ecr.-east.amazonaws.com/x",
+            "123456789012.dkr-ecr.us-east-1.on.aws.example.com/x",
         ] {
             assert_eq!(parse_registry(not), None, "{not}");
         }

@@ -10,19 +10,21 @@
 //! | [`load_balancer`] | LoadBalancer: classic ELB and NLB, security groups, annotations |
 //! | [`routes`] | Routes: pod-CIDR routes in the cluster route table |
 //! | [`credential`] | ECR registry patterns, token decoding, cache duration (credential plugin) |
+//! | [`metadata`] | drop-in without a cloud config: region, VPC and cluster ID from IMDS and tags |
 //! | `testing` | (feature `testing`) moto fixtures: SDK clients, cloud config, VPC, instances |
 //!
 //! Upstream decisions kept or changed are listed in `providers/aws/README.md`.
 
 use std::sync::Arc;
 
-use ccm_core::cloud::{CloudProvider, InstancesV2, LoadBalancer, Routes};
+use ccm_core::cloud::{BoxError, CloudProvider, InstancesV2, LoadBalancer, ProviderInit, Routes};
 
 pub mod client;
 pub mod config;
 pub mod credential;
 pub mod instances;
 pub mod load_balancer;
+pub mod metadata;
 pub mod routes;
 pub mod tags;
 #[cfg(feature = "testing")]
@@ -48,6 +50,15 @@ pub enum AwsError {
     /// The `--cloud-config` file is not UTF-8.
     #[error("cloud config is not valid UTF-8: {0}")]
     NotUtf8(#[from] std::str::Utf8Error),
+    /// Instance metadata or the instance's tags cannot be used.
+    #[error(transparent)]
+    Metadata(#[from] metadata::MetadataError),
+    /// The discovery runtime could not be started.
+    #[error("starting the runtime for instance metadata discovery: {0}")]
+    Runtime(String),
+    /// The clients could not be built.
+    #[error(transparent)]
+    Client(#[from] client::ClientError),
 }
 
 /// The AWS cloud provider.
@@ -63,14 +74,56 @@ pub struct Cloud {
 impl Cloud {
     /// Builds the provider from the `--cloud-config` contents (none: all defaults). The SDK
     /// clients are created on first use from the default credential chain.
+    ///
+    /// Without a cluster ID in the config (e.g. no `--cloud-config` at all, as upstream's
+    /// example manifest), the region, VPC and cluster ID are read from instance metadata and
+    /// the tags of the instance the manager runs on ([`metadata`]), as upstream.
     pub fn from_config(config: Option<&[u8]>) -> Result<Self, AwsError> {
-        let text = match config {
-            Some(bytes) => std::str::from_utf8(bytes)?,
-            None => "",
-        };
-        let cfg = CloudConfig::parse(text)?;
+        let mut cfg = parse(config)?;
+        if cfg.cluster_id().is_none() {
+            // Called synchronously, possibly on the manager's runtime: discover on a thread
+            // with its own runtime (bounded by `metadata::DISCOVERY_DEADLINE`).
+            let found = std::thread::scope(|scope| {
+                let cfg = &cfg;
+                scope
+                    .spawn(move || {
+                        let rt = tokio::runtime::Builder::new_current_thread()
+                            .enable_all()
+                            .build()
+                            .map_err(|e| AwsError::Runtime(e.to_string()))?;
+                        Ok::<_, AwsError>(
+                            rt.block_on(metadata::discover(cfg, &metadata::Sources::default()))?,
+                        )
+                    })
+                    .join()
+                    .map_err(|_| AwsError::Runtime("the discovery thread panicked".into()))?
+            })?;
+            if let Some(found) = found {
+                found.apply(&mut cfg);
+            }
+        }
         let clients = Arc::new(LazyClients::new(cfg.clone(), ApiMetrics::default()));
         Ok(Self::with_clients(cfg, clients))
+    }
+
+    /// [`Self::from_config`] on the current runtime, discovering from `sources` (tests point
+    /// them at the IMDS emulator and moto; `sources.sdk` also builds the clients).
+    pub async fn from_config_with_sources(
+        config: Option<&[u8]>,
+        sources: metadata::Sources,
+    ) -> Result<Self, AwsError> {
+        let mut cfg = parse(config)?;
+        if cfg.cluster_id().is_none()
+            && let Some(found) = metadata::discover(&cfg, &sources).await?
+        {
+            found.apply(&mut cfg);
+        }
+        let metrics = ApiMetrics::default();
+        let clients = match &sources.sdk {
+            Some(sdk) => LazyClients::ready(AwsClients::from_sdk_config(&cfg, sdk, metrics).await?),
+            None => LazyClients::new(cfg.clone(), metrics),
+        };
+        Ok(Self::with_clients(cfg, Arc::new(clients)))
     }
 
     /// Builds the provider on given clients (tests point these at moto).
@@ -112,6 +165,14 @@ impl Cloud {
     }
 }
 
+fn parse(config: Option<&[u8]>) -> Result<CloudConfig, AwsError> {
+    let text = match config {
+        Some(bytes) => std::str::from_utf8(bytes)?,
+        None => "",
+    };
+    Ok(CloudConfig::parse(text)?)
+}
+
 impl CloudProvider for Cloud {
     fn name(&self) -> &str {
         PROVIDER_NAME
@@ -135,5 +196,11 @@ impl CloudProvider for Cloud {
 
     fn register_metrics(&self, registry: &mut prometheus_client::registry::Registry) {
         self.metrics().register(registry);
+    }
+
+    /// Keeps the client to name route targets by their Nodes (see [`routes`]).
+    fn initialize(&self, init: ProviderInit) -> Result<(), BoxError> {
+        self.routes.node_names().set_client(init.client);
+        Ok(())
     }
 }

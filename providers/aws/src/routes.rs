@@ -5,17 +5,79 @@
 //! point at instances, creating a route (after disabling the instance's source/dest check and
 //! removing a blackholed route for the same CIDR), and deleting by CIDR.
 //!
-//! A route's target node is the instance's private DNS name, as upstream: clusters whose node
-//! names are not the private DNS names do not get their routes matched to nodes.
+//! A route's target is reported as the name of the Node whose providerID names the route's
+//! instance, as upstream (its node informer): clusters whose Nodes are named by instance ID
+//! (`i-…`) or by a custom hostname get their routes matched to their Nodes, so the route
+//! controller keeps them instead of deleting and re-creating them every pass. The Nodes are
+//! listed through the client handed over at `initialize` ([`NodeNames`], one list per pass,
+//! served from the API server's watch cache); an instance no Node names falls back to its
+//! private DNS name. Creating a route finds the instance the same way (the Node's providerID),
+//! else by the node name (`i-…` as an ID, anything else as a private DNS name). Listing Nodes
+//! failing is an error: the pass is skipped and no route is deleted.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, OnceLock};
 
 use async_trait::async_trait;
 use aws_sdk_ec2::types::{AttributeBooleanValue, Filter, RouteState, RouteTable};
 use ccm_core::cloud::{ProviderError, Route, Routes};
+use ccm_core::cloud_call::{DEFAULT_DEADLINE, Deadline};
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Api, ListParams};
 
 use crate::client::{Clients, api_error};
-use crate::instances::{AwsInstances, InstanceRef, instance_ref_for_name};
+use crate::instances::{AwsInstances, InstanceRef, instance_ref_for_name, parse_provider_id};
+
+/// The Nodes' names by instance ID and their instance IDs by name, read from the API server
+/// through the client handed over at `initialize`.
+#[derive(Default)]
+pub struct NodeNames {
+    client: OnceLock<kube::Client>,
+}
+
+impl std::fmt::Debug for NodeNames {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NodeNames").field("has_client", &self.client.get().is_some()).finish()
+    }
+}
+
+/// One listing of the Nodes.
+#[derive(Debug, Default)]
+struct NodeMap {
+    by_instance: HashMap<String, String>,
+    by_name: HashMap<String, String>,
+}
+
+impl NodeNames {
+    /// Uses `client` to list Nodes from now on (the first client handed over wins).
+    pub fn set_client(&self, client: kube::Client) {
+        let _ = self.client.set(client);
+    }
+
+    /// The Nodes with a providerID of this cloud; `None` before `initialize` (no client).
+    async fn list(&self) -> Result<Option<NodeMap>, ProviderError> {
+        let Some(client) = self.client.get() else { return Ok(None) };
+        let api: Api<Node> = Api::all(client.clone());
+        let nodes = Deadline::new(DEFAULT_DEADLINE)
+            .run("listing Nodes", api.list(&ListParams::default().match_any()))
+            .await?
+            .map_err(|e| ProviderError::with_source("listing Nodes to name route targets", e))?;
+        let mut map = NodeMap::default();
+        for node in nodes {
+            let Some(name) = node.metadata.name else { continue };
+            let pid = node.spec.and_then(|s| s.provider_id).unwrap_or_default();
+            let Ok(id) = parse_provider_id(&pid) else { continue };
+            if let Some(other) = map.by_instance.get(&id).filter(|o| **o != name) {
+                return Err(ProviderError::other(format!(
+                    "Nodes {other} and {name} both have instance {id} as providerID; cannot tell which one its routes lead to"
+                )));
+            }
+            map.by_instance.insert(id.clone(), name.clone());
+            map.by_name.insert(name, id);
+        }
+        Ok(Some(map))
+    }
+}
 use crate::tags::ClusterTags;
 
 /// The Routes implementation.
@@ -24,6 +86,7 @@ pub struct AwsRoutes {
     instances: Arc<AwsInstances>,
     tags: ClusterTags,
     route_table_id: Option<String>,
+    nodes: Arc<NodeNames>,
 }
 
 impl std::fmt::Debug for AwsRoutes {
@@ -51,7 +114,13 @@ impl AwsRoutes {
             instances,
             tags,
             route_table_id: route_table_id.filter(|s| !s.is_empty()),
+            nodes: Arc::default(),
         }
+    }
+
+    /// Where route targets get their Node names (the provider hands it the client).
+    pub fn node_names(&self) -> &Arc<NodeNames> {
+        &self.nodes
     }
 
     async fn route_table(&self) -> Result<RouteTable, ProviderError> {
@@ -113,11 +182,16 @@ impl Routes for AwsRoutes {
         let refs: Vec<InstanceRef> =
             pending.iter().map(|(_, id, _)| InstanceRef::Id(id.clone())).collect();
         let found = self.instances.find(&refs).await;
+        let nodes = if pending.is_empty() { None } else { self.nodes.list().await? };
         let mut routes = Vec::new();
-        for ((cidr, _, blackhole), f) in pending.into_iter().zip(found) {
+        for ((cidr, instance_id, blackhole), f) in pending.into_iter().zip(found) {
             let target_node = match f? {
-                Some(i) if !blackhole => i.private_dns_name().unwrap_or_default().to_string(),
-                _ => String::new(),
+                Some(_) if blackhole => String::new(),
+                Some(i) => nodes
+                    .as_ref()
+                    .and_then(|n| n.by_instance.get(&instance_id).cloned())
+                    .unwrap_or_else(|| i.private_dns_name().unwrap_or_default().to_string()),
+                None => String::new(),
             };
             routes.push(Route {
                 name: format!("{cluster_name}-{cidr}"),
@@ -137,7 +211,12 @@ impl Routes for AwsRoutes {
         _name_hint: &str,
         route: &Route,
     ) -> Result<(), ProviderError> {
-        let r = instance_ref_for_name(&route.target_node);
+        let by_node =
+            self.nodes.list().await?.and_then(|mut n| n.by_name.remove(&route.target_node));
+        let r = match by_node {
+            Some(id) => InstanceRef::Id(id),
+            None => instance_ref_for_name(&route.target_node),
+        };
         let instance = self
             .instances
             .find(std::slice::from_ref(&r))

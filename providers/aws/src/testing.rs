@@ -103,7 +103,8 @@ pub struct Network {
 }
 
 /// Creates a VPC (10.0.0.0/16) with one subnet per zone (10.0.<i>.0/24), each tagged for
-/// `cluster` and the public ELB role.
+/// `cluster` and the public ELB role, and an internet gateway routed from the VPC's main
+/// route table (so the subnets are public).
 pub async fn network(ec2: &aws_sdk_ec2::Client, cluster: &str) -> Result<Network, Error> {
     let vpc = ec2.create_vpc().cidr_block("10.0.0.0/16").send().await?;
     let vpc = vpc.vpc().and_then(|v| v.vpc_id()).ok_or("CreateVpc returned no VPC ID")?.to_string();
@@ -126,6 +127,32 @@ pub async fn network(ec2: &aws_sdk_ec2::Client, cluster: &str) -> Result<Network
         let id = s.subnet().and_then(|s| s.subnet_id()).ok_or("CreateSubnet returned no ID")?;
         subnets.push((id.to_string(), az.to_string()));
     }
+    // An internet gateway routed from the main route table makes the subnets public, which
+    // internet-facing load balancers need (subnet discovery takes only public subnets).
+    let igw = ec2.create_internet_gateway().send().await?;
+    let igw = igw
+        .internet_gateway()
+        .and_then(|g| g.internet_gateway_id())
+        .ok_or("CreateInternetGateway returned no ID")?
+        .to_string();
+    ec2.attach_internet_gateway().internet_gateway_id(&igw).vpc_id(&vpc).send().await?;
+    let tables = ec2
+        .describe_route_tables()
+        .filters(Filter::builder().name("vpc-id").values(&vpc).build())
+        .filters(Filter::builder().name("association.main").values("true").build())
+        .send()
+        .await?;
+    let main = tables
+        .route_tables()
+        .first()
+        .and_then(|t| t.route_table_id())
+        .ok_or("the VPC has no main route table")?;
+    ec2.create_route()
+        .route_table_id(main)
+        .destination_cidr_block("0.0.0.0/0")
+        .gateway_id(&igw)
+        .send()
+        .await?;
     Ok(Network { vpc, subnets })
 }
 

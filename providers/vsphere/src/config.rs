@@ -31,7 +31,7 @@ use ipnet::IpNet;
 use serde::Deserialize;
 use serde::de::{self, IgnoredAny, Visitor};
 
-use crate::client::{Endpoint, Secret};
+use crate::client::{Endpoint, Secret, normalize_thumbprint};
 
 /// A config error; the message names the key.
 #[derive(Debug, thiserror::Error)]
@@ -145,6 +145,8 @@ pub struct VCenter {
     /// The credentials Secret for this vCenter: its own `secretName`/`secretNamespace`,
     /// each falling back to `global`'s.
     pub secret: Option<SecretRef>,
+    /// The pinned SHA-1 thumbprint of the server certificate (`AA:BB:...`), if any.
+    pub thumbprint: Option<String>,
 }
 
 /// The parsed config.
@@ -169,7 +171,7 @@ pub struct Config {
 pub struct CredentialSources {
     /// The data of the Secret named by `secretName`/`secretNamespace`, if read.
     pub secret_data: BTreeMap<String, Secret>,
-    /// Environment variables (`VSPHERE_*`, `SKIP_NODE_DELETION`).
+    /// Environment variables (`VSPHERE_*`, `VCENTER_*`, `SKIP_NODE_DELETION`).
     pub env: BTreeMap<String, String>,
 }
 
@@ -177,7 +179,9 @@ impl CredentialSources {
     /// The `VSPHERE_*` variables (and `SKIP_NODE_DELETION`) of this process.
     pub fn from_process_env() -> Self {
         let env = std::env::vars()
-            .filter(|(k, _)| k.starts_with("VSPHERE_") || k == "SKIP_NODE_DELETION")
+            .filter(|(k, _)| {
+                k.starts_with("VSPHERE_") || k.starts_with("VCENTER_") || k == "SKIP_NODE_DELETION"
+            })
             .collect();
         CredentialSources { secret_data: BTreeMap::new(), env }
     }
@@ -567,6 +571,98 @@ fn non_empty(s: &Option<Scalar>) -> Option<String> {
     s.as_ref().map(|s| s.0.trim().to_string()).filter(|s| !s.is_empty())
 }
 
+/// Upstream's environment (`FromEnv`, applied after the file, so set variables win):
+///
+/// - `VSPHERE_SECRET_NAME`, `VSPHERE_SECRET_NAMESPACE`, `VSPHERE_SECRETS_DIRECTORY`,
+///   `VSPHERE_LABEL_ZONE`, `VSPHERE_LABEL_REGION` and `VSPHERE_NODES_*` replace the file's
+///   `global`/`labels`/`nodes` values;
+/// - `VSPHERE_VCENTER_<ID>=<name>` with `VCENTER_<ID>_{SERVER,USERNAME,PASSWORD,PORT,
+///   INSECURE,DATACENTERS,CAFILE,THUMBPRINT,SECRET_NAME,SECRET_NAMESPACE,IP_FAMILY}` is a
+///   vCenter entry (replacing a file entry of that name); what it leaves out comes from
+///   `global`.
+///
+/// `VSPHERE_VCENTER`, `VSPHERE_VCENTER_PORT`, `VSPHERE_USER`, `VSPHERE_PASSWORD`,
+/// `VSPHERE_INSECURE`, `VSPHERE_DATACENTER`, `VSPHERE_CAFILE` and `VSPHERE_THUMBPRINT` are
+/// defaults for what neither a vCenter entry nor `global` sets (upstream overwrites its
+/// global values with them only after its file entries were filled from `global`, so they
+/// never change a vCenter the file configures either).
+fn apply_env_overrides(
+    raw: &mut RawConfig,
+    env: &BTreeMap<String, String>,
+) -> Result<(), ConfigError> {
+    let get =
+        |k: &str| env.get(k).map(|v| v.trim().to_string()).filter(|v| !v.is_empty()).map(Scalar);
+    let list = |k: &str| get(k).map(|Scalar(v)| List(split_list(&v)));
+    let g = &mut raw.global;
+    for (var, slot) in [
+        ("VSPHERE_SECRET_NAME", &mut g.secret_name),
+        ("VSPHERE_SECRET_NAMESPACE", &mut g.secret_namespace),
+        ("VSPHERE_SECRETS_DIRECTORY", &mut g.secrets_directory),
+        ("VSPHERE_LABEL_ZONE", &mut raw.labels.zone),
+        ("VSPHERE_LABEL_REGION", &mut raw.labels.region),
+        ("VSPHERE_NODES_INTERNAL_VM_NETWORK_NAME", &mut raw.nodes.internal_vm_network_name),
+        ("VSPHERE_NODES_EXTERNAL_VM_NETWORK_NAME", &mut raw.nodes.external_vm_network_name),
+    ] {
+        if let Some(v) = get(var) {
+            *slot = Some(v);
+        }
+    }
+    for (var, slot) in [
+        ("VSPHERE_NODES_INTERNAL_NETWORK_SUBNET_CIDR", &mut raw.nodes.internal_network_subnet_cidr),
+        ("VSPHERE_NODES_EXTERNAL_NETWORK_SUBNET_CIDR", &mut raw.nodes.external_network_subnet_cidr),
+    ] {
+        if let Some(v) = list(var) {
+            parse_cidrs(var.to_string(), &Some(v.clone()))?;
+            *slot = Some(v);
+        }
+    }
+    for (key, value) in env {
+        let Some(id) = key.strip_prefix("VSPHERE_VCENTER_") else { continue };
+        // `VSPHERE_VCENTER_PORT` is the global port, not a vCenter with the id `PORT`.
+        let name = value.trim();
+        if id.is_empty() || id == "PORT" || name.is_empty() {
+            continue;
+        }
+        let var = |suffix: &str| get(&format!("VCENTER_{id}_{suffix}"));
+        if let Some(Scalar(p)) = var("PORT")
+            && p.parse::<u16>().ok().filter(|p| *p != 0).is_none()
+        {
+            return Err(ConfigError::Invalid {
+                key: format!("VCENTER_{id}_PORT"),
+                message: format!("{p:?} is not a port number"),
+            });
+        }
+        if let Some(Scalar(v)) = var("INSECURE") {
+            parse_bool(&format!("VCENTER_{id}_INSECURE"), &v)?;
+        }
+        if let Some(Scalar(t)) = var("THUMBPRINT")
+            && normalize_thumbprint(&t).is_none()
+        {
+            return Err(ConfigError::Invalid {
+                key: format!("VCENTER_{id}_THUMBPRINT"),
+                message: "not a SHA-1 thumbprint (20 hex bytes, e.g. AA:BB:...:FF)".into(),
+            });
+        }
+        let vc = RawVc {
+            server: var("SERVER").or_else(|| Some(Scalar(name.to_string()))),
+            user: var("USERNAME"),
+            password: var("PASSWORD"),
+            port: var("PORT"),
+            insecure_flag: var("INSECURE"),
+            datacenters: var("DATACENTERS").map(|Scalar(v)| List(split_list(&v))),
+            ca_file: var("CAFILE"),
+            thumbprint: var("THUMBPRINT"),
+            secret_name: var("SECRET_NAME"),
+            secret_namespace: var("SECRET_NAMESPACE"),
+            ip_family: var("IP_FAMILY").map(|Scalar(v)| List(split_list(&v))),
+            ..RawVc::default()
+        };
+        tracing::info!(vcenter = %name, variable = %key, "vSphere: vCenter entry from the environment");
+        raw.vcenter.insert(name.to_string(), vc);
+    }
+    Ok(())
+}
+
 impl Config {
     /// Parses a config file (format auto-detected) with the given environment for defaults.
     pub fn parse(bytes: &[u8], env: &BTreeMap<String, String>) -> Result<Config, ConfigError> {
@@ -589,20 +685,31 @@ impl Config {
 
     fn validate(
         format: Format,
-        raw: RawConfig,
+        mut raw: RawConfig,
         env: &BTreeMap<String, String>,
     ) -> Result<Config, ConfigError> {
         let keys = Keys { format };
-        let g = &raw.global;
         let env_get = |k: &str| env.get(k).map(|v| v.trim().to_string()).filter(|v| !v.is_empty());
+        apply_env_overrides(&mut raw, env)?;
+        let g = &raw.global;
 
         let mut entries: Vec<(String, &RawVc)> =
             raw.vcenter.iter().map(|(k, v)| (k.clone(), v)).collect();
         let empty = RawVc::default();
-        if entries.is_empty()
-            && let Some(server) = non_empty(&g.server).or_else(|| env_get("VSPHERE_VCENTER"))
-        {
-            entries.push((server, &empty));
+        // The global server is a vCenter of its own next to the `vcenter` entries (as
+        // upstream), unless an entry already has that name or that server and port.
+        let global_server = non_empty(&g.server)
+            .or_else(|| entries.is_empty().then(|| env_get("VSPHERE_VCENTER")).flatten());
+        if let Some(server) = global_server {
+            let global_port = non_empty(&g.port);
+            let same = |vc: &RawVc| {
+                non_empty(&vc.server).as_deref() == Some(server.as_str())
+                    && non_empty(&vc.port).or_else(|| global_port.clone()) == global_port
+            };
+            if !entries.iter().any(|(name, vc)| *name == server || same(vc)) {
+                entries.push((server, &empty));
+                entries.sort_by(|a, b| a.0.cmp(&b.0));
+            }
         }
         if entries.is_empty() {
             return Err(ConfigError::Invalid {
@@ -692,8 +799,33 @@ impl Config {
                     });
                 }
             };
+            let thumbprint = match pick(|v| &v.thumbprint) {
+                Some((t, src)) => {
+                    Some(normalize_thumbprint(&t).ok_or_else(|| ConfigError::Invalid {
+                        key: key_of(&src, "thumbprint", "thumbprint"),
+                        message: "not a SHA-1 thumbprint (20 hex bytes, e.g. AA:BB:...:FF)".into(),
+                    })?)
+                }
+                None => match env_get("VSPHERE_THUMBPRINT") {
+                    Some(t) => {
+                        Some(normalize_thumbprint(&t).ok_or_else(|| ConfigError::Invalid {
+                            key: "VSPHERE_THUMBPRINT".into(),
+                            message:
+                                "not a SHA-1 thumbprint (20 hex bytes, e.g. AA:BB:...:FF)".into(),
+                        })?)
+                    }
+                    None => None,
+                },
+            };
+            if thumbprint.is_some() && insecure {
+                tracing::warn!(
+                    vcenter = %name,
+                    "vSphere: both a thumbprint and insecureFlag are set; the thumbprint is enforced"
+                );
+            }
             vcenters.push(VCenter {
                 secret,
+                thumbprint,
                 name: name.clone(),
                 server,
                 port,
@@ -701,7 +833,10 @@ impl Config {
                 password: pick(|v| &v.password).map(|(v, _)| Secret::new(v)),
                 datacenters,
                 insecure,
-                ca_file: pick(|v| &v.ca_file).map(|(v, _)| PathBuf::from(v)),
+                ca_file: pick(|v| &v.ca_file)
+                    .map(|(v, _)| v)
+                    .or_else(|| env_get("VSPHERE_CAFILE"))
+                    .map(PathBuf::from),
                 ip_families,
             });
         }
@@ -758,10 +893,6 @@ impl Config {
             );
         }
         for (what, set) in [
-            (
-                "thumbprint",
-                g.thumbprint.is_some() || raw.vcenter.values().any(|v| v.thumbprint.is_some()),
-            ),
             ("soapRoundtripCount", g.soap_roundtrip_count.is_some()),
             ("apiDisable/apiBinding", g.api_disable.is_some() || g.api_binding.is_some()),
         ] {
@@ -845,6 +976,8 @@ impl Config {
             insecure: vc.insecure,
             ca_file: vc.ca_file.clone(),
             timeout,
+            thumbprint: vc.thumbprint.clone(),
+            login: Default::default(),
         })
     }
 }
@@ -1098,5 +1231,116 @@ exclude-internal-network-subnet-cidr = "10.1.0.0/16,10.2.0.0/16"
         let vc = &cfg.vcenters[0];
         assert_eq!((vc.server.as_str(), vc.port, vc.insecure), ("vc.example", 8443, true));
         assert_eq!(vc.datacenters, vec!["dc9"]);
+    }
+
+    fn env(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    /// Issue 14: upstream's `FromEnv` runs after the file, so a set variable wins over the
+    /// file's global/labels/nodes; `VSPHERE_VCENTER_<ID>` with `VCENTER_<ID>_*` is a vCenter.
+    #[test]
+    fn upstreams_environment_overrides_the_file_and_defines_vcenters() {
+        let file = "global:\n  secretName: file-secret\n  secretNamespace: file-ns\n\
+                    vcenter:\n  vc-file: {server: 10.0.0.1}\n  vc-env: {server: 10.9.9.9, user: replaced}\n\
+                    labels: {zone: file-zone, region: file-region}\n\
+                    nodes: {internalVmNetworkName: file-net}\n";
+        let e = env(&[
+            ("VSPHERE_SECRET_NAME", "env-secret"),
+            ("VSPHERE_SECRET_NAMESPACE", "env-ns"),
+            ("VSPHERE_LABEL_ZONE", "env-zone"),
+            ("VSPHERE_NODES_INTERNAL_VM_NETWORK_NAME", "env-net"),
+            ("VSPHERE_NODES_EXTERNAL_NETWORK_SUBNET_CIDR", "192.168.0.0/16"),
+            ("VSPHERE_VCENTER_PORT", "8443"),
+            ("VSPHERE_VCENTER_X", "vc-env"),
+            ("VCENTER_X_SERVER", "10.0.0.2"),
+            ("VCENTER_X_PORT", "9443"),
+            ("VCENTER_X_INSECURE", "true"),
+            ("VCENTER_X_DATACENTERS", "dc1,dc2"),
+            ("VCENTER_X_THUMBPRINT", "aa:bb:cc:dd:ee:ff:00:11:22:33:44:55:66:77:88:99:aa:bb:cc:dd"),
+            ("VCENTER_X_SECRET_NAME", "x-secret"),
+            ("VCENTER_X_SECRET_NAMESPACE", "x-ns"),
+        ]);
+        let cfg = Config::parse(file.as_bytes(), &e).unwrap();
+        assert_eq!(
+            cfg.secret,
+            Some(SecretRef { name: "env-secret".into(), namespace: "env-ns".into() })
+        );
+        assert_eq!(cfg.labels.zone.as_deref(), Some("env-zone"));
+        assert_eq!(cfg.labels.region.as_deref(), Some("file-region"));
+        assert_eq!(cfg.nodes.internal_network.as_deref(), Some("env-net"));
+        assert_eq!(cfg.nodes.external_subnets.len(), 1);
+        // `VSPHERE_VCENTER_PORT` is the default port, never a vCenter named "8443".
+        let names: Vec<&str> = cfg.vcenters.iter().map(|v| v.name.as_str()).collect();
+        assert_eq!(names, ["vc-env", "vc-file"]);
+        let (env_vc, file_vc) = (&cfg.vcenters[0], &cfg.vcenters[1]);
+        assert_eq!(
+            (env_vc.server.as_str(), env_vc.port, env_vc.insecure),
+            ("10.0.0.2", 9443, true)
+        );
+        assert_eq!(env_vc.user, None, "the environment entry replaces the file entry of that name");
+        assert_eq!(env_vc.datacenters, ["dc1", "dc2"]);
+        assert_eq!(
+            env_vc.thumbprint.as_deref(),
+            Some("AA:BB:CC:DD:EE:FF:00:11:22:33:44:55:66:77:88:99:AA:BB:CC:DD")
+        );
+        assert_eq!(
+            env_vc.secret,
+            Some(SecretRef { name: "x-secret".into(), namespace: "x-ns".into() })
+        );
+        assert_eq!(file_vc.port, 8443);
+        assert_eq!(
+            file_vc.secret,
+            Some(SecretRef { name: "env-secret".into(), namespace: "env-ns".into() })
+        );
+
+        let err = |pairs: &[(&str, &str)]| Config::parse(b"", &env(pairs)).unwrap_err().to_string();
+        let e = err(&[("VSPHERE_VCENTER_A", "vc"), ("VCENTER_A_PORT", "x")]);
+        assert!(e.contains("VCENTER_A_PORT"), "{e}");
+        let e = err(&[("VSPHERE_VCENTER_A", "vc"), ("VCENTER_A_THUMBPRINT", "nope")]);
+        assert!(e.contains("VCENTER_A_THUMBPRINT"), "{e}");
+        let e =
+            err(&[("VSPHERE_VCENTER", "vc"), ("VSPHERE_NODES_INTERNAL_NETWORK_SUBNET_CIDR", "x")]);
+        assert!(e.contains("VSPHERE_NODES_INTERNAL_NETWORK_SUBNET_CIDR"), "{e}");
+    }
+
+    /// Issue 14: the global `server` is a vCenter next to the `vcenter` entries (upstream),
+    /// unless an entry already is that vCenter.
+    #[test]
+    fn the_global_server_joins_the_vcenter_entries() {
+        let cfg =
+            parse("global: {server: 10.0.0.9, user: u}\nvcenter: {vc1: {server: 10.0.0.1}}\n")
+                .unwrap();
+        let names: Vec<(&str, &str)> =
+            cfg.vcenters.iter().map(|v| (v.name.as_str(), v.server.as_str())).collect();
+        assert_eq!(names, [("10.0.0.9", "10.0.0.9"), ("vc1", "10.0.0.1")]);
+        assert_eq!(cfg.vcenters[0].user.as_deref(), Some("u"));
+        for same in [
+            "global: {server: 10.0.0.1}\nvcenter: {vc1: {server: 10.0.0.1}}\n",
+            "global: {server: vc1}\nvcenter: {vc1: {server: 10.0.0.1}}\n",
+            "[Global]\nserver = 10.0.0.1\n[VirtualCenter \"10.0.0.1\"]\n",
+        ] {
+            assert_eq!(parse(same).unwrap().vcenters.len(), 1, "{same}");
+        }
+        // Another port is another vCenter.
+        let cfg = parse("global: {server: 10.0.0.1, port: 443}\nvcenter: {vc1: {server: 10.0.0.1, port: 8443}}\n")
+            .unwrap();
+        assert_eq!(cfg.vcenters.len(), 2);
+    }
+
+    #[test]
+    fn thumbprints_fall_back_to_global_and_bad_ones_name_the_key() {
+        let tp = "AA:BB:CC:DD:EE:FF:00:11:22:33:44:55:66:77:88:99:AA:BB:CC:DD";
+        let cfg = parse(&format!(
+            "global: {{thumbprint: \"{tp}\"}}\nvcenter: {{vc1: {{}}, vc2: {{thumbprint: \"{}\"}}}}\n",
+            tp.replace("AA", "00")
+        ))
+        .unwrap();
+        assert_eq!(cfg.vcenters[0].thumbprint.as_deref(), Some(tp));
+        assert_eq!(cfg.vcenters[1].thumbprint, Some(tp.replace("AA", "00")));
+        let e = parse("vcenter: {vc1: {thumbprint: abc}}\n").unwrap_err().to_string();
+        assert!(e.contains("vcenter.vc1.thumbprint"), "{e}");
+        let e = parse("[Global]\nserver = vc\nthumbprint = abc\n").unwrap_err().to_string();
+        assert!(e.contains("[Global] thumbprint"), "{e}");
     }
 }

@@ -10,6 +10,9 @@
 //!   Secrets, builds the connections and hands them to [`Instances`], retrying with
 //!   back-off until all are connected or the manager stops. Until then instance calls fail
 //!   (never "gone").
+//! - [`SecretRefresh`]: after a rejected login the vCenter's [`LoginGate`] reads its Secret
+//!   again (it may have been rotated) and retries once with the new credentials; the
+//!   [`Loader`] attaches one to every vCenter that names a Secret, once the client is there.
 //!
 //! Values are never logged or put in errors: errors name the Secret and the key only.
 
@@ -23,7 +26,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::client::tagging::TaggingClient;
 use crate::client::vim25::Vim25Client;
-use crate::client::{ClientError, Secret};
+use crate::client::{ClientError, CredentialRefresh, Credentials, LoginGate, Secret};
 use crate::config::{Config, ConfigError, CredentialSources, SecretRef, VCenter};
 use crate::instances::{Instances, VCenterConn};
 
@@ -135,23 +138,72 @@ pub async fn read_secret(
     }
 }
 
-/// Builds the connection of one vCenter from its resolved settings.
+/// Builds the connection of one vCenter from its resolved settings; returns it with the
+/// login gate its clients share.
 pub fn connect(
     config: &Config,
     vc: &VCenter,
     sources: &CredentialSources,
     timeout: Duration,
-) -> Result<Arc<VCenterConn>, crate::Error> {
+) -> Result<(Arc<VCenterConn>, LoginGate), crate::Error> {
     let endpoint = config.endpoint(vc, sources, timeout)?;
+    let gate = endpoint.login.clone();
     let vim = Vim25Client::new(endpoint.clone())?;
     let tagging = TaggingClient::new(endpoint)?;
-    Ok(Arc::new(VCenterConn::new(
+    let conn = Arc::new(VCenterConn::new(
         vc.name.clone(),
         vim,
         tagging,
         vc.datacenters.clone(),
         vc.ip_families.clone(),
-    )))
+    ));
+    Ok((conn, gate))
+}
+
+/// The credentials of one vCenter in its Secret (`<name or server>.username`/`.password`),
+/// read again on each call.
+pub struct SecretRefresh {
+    client: kube::Client,
+    at: SecretRef,
+    names: [String; 2],
+}
+
+impl SecretRefresh {
+    /// Reads `vc`'s Secret through `client`; `None` when `vc` names no Secret.
+    pub fn new(client: kube::Client, vc: &VCenter) -> Option<Self> {
+        let at = vc.secret.clone()?;
+        Some(SecretRefresh { client, at, names: [vc.name.clone(), vc.server.clone()] })
+    }
+}
+
+#[async_trait::async_trait]
+impl CredentialRefresh for SecretRefresh {
+    async fn refresh(&self) -> Result<Option<Credentials>, String> {
+        let data = read_secret(&self.client, &self.at).await.map_err(|e| e.to_string())?;
+        let get = |suffix: &str| {
+            self.names
+                .iter()
+                .find_map(|n| data.get(&format!("{n}.{suffix}")))
+                .filter(|s| !s.is_empty())
+                .cloned()
+        };
+        Ok(match (get("username"), get("password")) {
+            (Some(user), Some(password)) => {
+                Some(Credentials { user: user.expose().to_string(), password })
+            }
+            _ => None,
+        })
+    }
+}
+
+/// The connections the provider made (for logging out at shutdown), by vCenter name.
+pub type Connections = Arc<Mutex<Vec<Arc<VCenterConn>>>>;
+
+/// Records a connection, replacing an older one of the same vCenter.
+pub fn record(conns: &Connections, conn: &Arc<VCenterConn>) {
+    let mut all = conns.lock().unwrap_or_else(|e| e.into_inner());
+    all.retain(|c| c.name != conn.name);
+    all.push(conn.clone());
 }
 
 /// The vCenters whose credentials come from a Secret read at start.
@@ -163,17 +215,24 @@ pub struct Loader {
     timeout: Duration,
     pending: Mutex<Vec<VCenter>>,
     instances: Arc<Instances>,
+    /// Login gates of connected vCenters naming a Secret, waiting for a refresher.
+    gates: Mutex<Vec<(VCenter, LoginGate)>>,
+    conns: Connections,
 }
 
 impl Loader {
     /// A loader for `pending` (each has a [`VCenter::secret`]); marks them as waiting in
-    /// `instances`.
+    /// `instances`. `gates` are the login gates of vCenters already connected that name a
+    /// Secret: they get a [`SecretRefresh`] once the client is there. Connections made are
+    /// recorded in `conns`.
     pub fn new(
         config: Config,
         env: BTreeMap<String, String>,
         timeout: Duration,
         pending: Vec<VCenter>,
         instances: Arc<Instances>,
+        gates: Vec<(VCenter, LoginGate)>,
+        conns: Connections,
     ) -> Self {
         for vc in &pending {
             let why = match &vc.secret {
@@ -185,7 +244,25 @@ impl Loader {
             };
             instances.await_credentials(&vc.name, why);
         }
-        Loader { config, env, timeout, pending: Mutex::new(pending), instances }
+        Loader {
+            config,
+            env,
+            timeout,
+            pending: Mutex::new(pending),
+            instances,
+            gates: Mutex::new(gates),
+            conns,
+        }
+    }
+
+    /// Attaches a [`SecretRefresh`] to every recorded gate (once).
+    fn attach_refreshers(&self, client: &kube::Client) {
+        let gates = std::mem::take(&mut *self.gates.lock().unwrap_or_else(|e| e.into_inner()));
+        for (vc, gate) in gates {
+            if let Some(refresh) = SecretRefresh::new(client.clone(), &vc) {
+                gate.set_refresh(Arc::new(refresh));
+            }
+        }
     }
 
     /// Whether any vCenter still waits for its credentials.
@@ -196,6 +273,7 @@ impl Loader {
     /// One pass: reads each needed Secret once and connects every vCenter it can. Returns
     /// the first error (the others are recorded in [`Instances`] too).
     pub async fn load_once(&self, client: &kube::Client) -> Result<(), SecretError> {
+        self.attach_refreshers(client);
         let pending = self.pending.lock().unwrap_or_else(|e| e.into_inner()).clone();
         let mut read: BTreeMap<(String, String), Result<BTreeMap<String, Secret>, String>> =
             BTreeMap::new();
@@ -237,7 +315,11 @@ impl Loader {
                 None => continue,
             };
             match result {
-                Ok(conn) => {
+                Ok((conn, gate)) => {
+                    if let Some(refresh) = SecretRefresh::new(client.clone(), &vc) {
+                        gate.set_refresh(Arc::new(refresh));
+                    }
+                    record(&self.conns, &conn);
                     tracing::info!(
                         vcenter = %vc.name,
                         secret = %format!("{}/{}", at.namespace, at.name),
@@ -261,6 +343,10 @@ impl Loader {
     /// 60s), or until `shutdown` fires.
     pub async fn run(self: Arc<Self>, client: kube::Client, shutdown: CancellationToken) {
         let mut delay = Duration::from_secs(1);
+        self.attach_refreshers(&client);
+        if !self.is_pending() {
+            return;
+        }
         loop {
             let _ = self.load_once(&client).await;
             if !self.is_pending() {

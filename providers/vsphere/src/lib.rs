@@ -10,6 +10,10 @@
 //! [`client`] (vim25 SOAP and CIS tagging REST on reqwest), [`instances`] (`InstancesV2`). Zones come with the instance
 //! metadata. LoadBalancer and Routes are not supported (upstream offers them only with
 //! NSX-T); the provider says so once when it is built.
+//!
+//! Sessions: when the manager shuts down ([`ProviderInit::shutdown`]) every vCenter session
+//! is logged out (`SessionManager.Logout` and the tagging session), best effort within
+//! [`LOGOUT_DEADLINE`]; see [`VsphereProvider::logout`].
 
 pub mod client;
 pub mod config;
@@ -23,7 +27,7 @@ use ccm_core::cloud::{BoxError, CloudProvider, InstancesV2, ProviderInit};
 
 use crate::client::ClientError;
 use crate::config::{Config, ConfigError, CredentialSources};
-use crate::credentials::Loader;
+use crate::credentials::{Connections, Loader};
 use crate::instances::Instances;
 
 /// The provider name, as given to `--cloud-provider`.
@@ -31,6 +35,9 @@ pub const PROVIDER_NAME: &str = "vsphere";
 
 /// Per-request timeout for vCenter calls.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How long logging out of every vCenter at shutdown may take in all.
+pub const LOGOUT_DEADLINE: Duration = Duration::from_secs(5);
 
 /// Why the provider could not be built.
 #[derive(Debug, thiserror::Error)]
@@ -48,8 +55,11 @@ pub enum Error {
 pub struct VsphereProvider {
     config: Config,
     instances: Arc<Instances>,
-    /// vCenters whose credentials come from a Secret read at [`CloudProvider::initialize`].
+    /// vCenters whose credentials come from a Secret read at [`CloudProvider::initialize`]
+    /// (or are read again from it after a rejected login).
     loader: Option<Arc<Loader>>,
+    /// Every connection made, for [`VsphereProvider::logout`].
+    conns: Connections,
 }
 
 impl VsphereProvider {
@@ -84,9 +94,15 @@ impl VsphereProvider {
     pub fn from_config(config: Config, sources: &CredentialSources) -> Result<Self, Error> {
         let mut vcenters = Vec::new();
         let mut pending = Vec::new();
+        let mut gates = Vec::new();
         for vc in &config.vcenters {
             match credentials::connect(&config, vc, sources, REQUEST_TIMEOUT) {
-                Ok(conn) => vcenters.push(conn),
+                Ok((conn, gate)) => {
+                    vcenters.push(conn);
+                    if vc.secret.is_some() {
+                        gates.push((vc.clone(), gate));
+                    }
+                }
                 Err(Error::Config(ConfigError::MissingCredentials { .. }))
                     if vc.secret.is_some() && sources.secret_data.is_empty() =>
                 {
@@ -108,25 +124,41 @@ impl VsphereProvider {
                 "SKIP_NODE_DELETION is set: Nodes are never deleted when their VM is gone"
             );
         }
+        let conns: Connections = Arc::new(std::sync::Mutex::new(vcenters.clone()));
         let instances = Arc::new(
             Instances::new(vcenters, config.labels.clone(), config.nodes.clone())
                 .with_skip_node_deletion(skip_node_deletion),
         );
-        let loader = (!pending.is_empty()).then(|| {
+        let loader = (!pending.is_empty() || !gates.is_empty()).then(|| {
             Arc::new(Loader::new(
                 config.clone(),
                 sources.env.clone(),
                 REQUEST_TIMEOUT,
                 pending,
                 instances.clone(),
+                gates,
+                conns.clone(),
             ))
         });
-        Ok(VsphereProvider { config, instances, loader })
+        Ok(VsphereProvider { config, instances, loader, conns })
+    }
+
+    /// Logs out of every vCenter session this provider opened (`SessionManager.Logout` and
+    /// the tagging session), concurrently, within `deadline` in all; best effort: failures
+    /// are logged. Returns how many sessions were ended. Called at shutdown.
+    pub async fn logout(&self, deadline: Duration) -> usize {
+        logout_all(&self.conns, deadline).await
     }
 
     /// The parsed config (e.g. to find the credentials Secret).
     pub fn config(&self) -> &Config {
         &self.config
+    }
+
+    /// Whether a vCenter still waits for its credentials Secret (read after
+    /// [`CloudProvider::initialize`]); its lookups fail until then.
+    pub fn awaits_credentials(&self) -> bool {
+        self.loader.as_ref().is_some_and(|l| l.is_pending())
     }
 }
 
@@ -141,12 +173,48 @@ impl CloudProvider for VsphereProvider {
 
     /// Reads the credentials Secret(s) through the handed client and connects the vCenters
     /// waiting for them, in the background (retrying until done or the manager stops).
+    /// Also logs out of every vCenter when `init.shutdown` fires.
     fn initialize(&self, init: ProviderInit) -> Result<(), BoxError> {
-        let Some(loader) = &self.loader else { return Ok(()) };
-        let runtime = tokio::runtime::Handle::try_current().map_err(|e| {
-            format!("vSphere: no async runtime to read the credentials Secret: {e}")
-        })?;
-        runtime.spawn(loader.clone().run(init.client, init.shutdown));
+        let runtime = tokio::runtime::Handle::try_current()
+            .map_err(|e| format!("vSphere: no async runtime to start the provider: {e}"))?;
+        if let Some(loader) = &self.loader {
+            runtime.spawn(loader.clone().run(init.client, init.shutdown.clone()));
+        }
+        let conns = self.conns.clone();
+        runtime.spawn(async move {
+            init.shutdown.cancelled().await;
+            logout_all(&conns, LOGOUT_DEADLINE).await;
+        });
         Ok(())
+    }
+}
+
+/// See [`VsphereProvider::logout`].
+async fn logout_all(conns: &Connections, deadline: Duration) -> usize {
+    let conns = conns.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let each = conns.iter().map(|conn| async move {
+        let (vim, tagging) = futures::join!(conn.vim.logout(), conn.tagging.logout());
+        let mut ended = 0;
+        for (what, result) in [("vim25", vim), ("tagging", tagging)] {
+            match result {
+                Ok(true) => ended += 1,
+                Ok(false) => {}
+                Err(e) => {
+                    tracing::warn!(vcenter = %conn.name, session = what, error = %e, "vCenter logout failed")
+                }
+            }
+        }
+        ended
+    });
+    match tokio::time::timeout(deadline, futures::future::join_all(each)).await {
+        Ok(ended) => {
+            let ended = ended.into_iter().sum();
+            tracing::info!(sessions = ended, "logged out of the vCenters");
+            ended
+        }
+        Err(_) => {
+            tracing::warn!(deadline = ?deadline, "vCenter logout did not finish in time; sessions will expire");
+            0
+        }
     }
 }

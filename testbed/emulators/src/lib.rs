@@ -8,7 +8,9 @@
 //! - [`admin`]: the admin API's types and its Rust client [`admin::Admin`];
 //! - [`world`]: the declarative world file (instances, networks, subnets);
 //! - [`asyncop`]: long-running operations (ARM, GCE, Octavia, IBM shapes);
+//! - [`ibm`]: the IBM Cloud emulator (IAM, Resource Manager, VPC `/v1`);
 //! - [`tls`]: HTTPS certificates from the testbed's CA;
+//! - [`aws_imds`]: an EC2 instance metadata service (IMDSv2) for one instance;
 //! - [`proxy`]: the same fault controls as a reverse proxy in front of moto ([`aws`]) and
 //!   vcsim ([`vsphere`]).
 //!
@@ -18,7 +20,9 @@
 pub mod admin;
 pub mod asyncop;
 pub mod aws;
+pub mod aws_imds;
 pub mod faults;
+pub mod ibm;
 pub mod proxy;
 pub mod server;
 pub mod tls;

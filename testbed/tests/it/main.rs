@@ -3,6 +3,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod chart;
 mod clients;
 mod control_plane;
 mod manager;

@@ -31,6 +31,8 @@ use crate::support::{Binary, Ccm, Env, addresses, has_taint, label, provider_id}
 
 #[cfg(all(feature = "provider-aws", feature = "testing"))]
 mod aws;
+#[cfg(feature = "provider-ibm")]
+mod ibm;
 #[cfg(feature = "provider-vsphere")]
 mod vsphere;
 
@@ -185,9 +187,11 @@ pub(crate) use scenarios;
 
 /// A harness, a control plane and the manager.
 struct Cluster<H> {
-    h: H,
-    env: Env,
+    // Dropped in this order: the manager (its drop scans its log for secrets) before the
+    // environment that holds the log.
     ccm: Ccm,
+    env: Env,
+    h: H,
 }
 
 impl<H: Harness> Cluster<H> {

@@ -56,9 +56,9 @@ impl Harness for Vsphere {
             let uuid = sim.vm(vm).uuid.clone();
             instances.push(Instance {
                 addresses: vec![
+                    ("Hostname".into(), node.clone()),
                     ("InternalIP".into(), ip.clone()),
                     ("ExternalIP".into(), ip.clone()),
-                    ("Hostname".into(), node.clone()),
                 ],
                 node,
                 ip,

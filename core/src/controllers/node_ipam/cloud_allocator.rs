@@ -13,11 +13,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::controllers::events::EventRecorder;
 use ipnet::IpNet;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, Patch, PatchParams};
-use kube::runtime::events::{EventType, Recorder, Reporter};
+use kube::runtime::events::{EventType, Reporter};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
@@ -103,8 +104,10 @@ impl CloudAllocator {
             self.shutdown.clone(),
             self.queue_metrics.clone(),
         );
-        let recorder =
-            Arc::new(Recorder::new(self.client.clone(), Reporter::from(cnames::COMPONENT_IPAM)));
+        let recorder = Arc::new(EventRecorder::new(
+            self.client.clone(),
+            Reporter::from(cnames::COMPONENT_IPAM),
+        ));
         let q = queue.clone();
         tokio::spawn(async move {
             while let Some(change) = changes.recv().await {
@@ -147,7 +150,7 @@ impl CloudAllocator {
         }
     }
 
-    async fn event(&self, recorder: &Recorder, node: &Node, status: &str) {
+    async fn event(&self, recorder: &EventRecorder, node: &Node, status: &str) {
         let name = node.metadata.name.as_deref().unwrap_or_default();
         let note = format!("Node {name} status is now: {status}");
         crate::controllers::events::publish(
@@ -164,7 +167,7 @@ impl CloudAllocator {
     async fn sync(
         &self,
         nodes: &Informer<Node>,
-        recorder: &Recorder,
+        recorder: &EventRecorder,
         name: &str,
     ) -> Result<(), SyncError> {
         let Some(node) = nodes.get(name) else { return Ok(()) };

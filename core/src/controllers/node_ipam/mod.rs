@@ -31,10 +31,11 @@ use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::controllers::events::EventRecorder;
 use ipnet::IpNet;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, Patch, PatchParams};
-use kube::runtime::events::{EventType, Recorder, Reporter};
+use kube::runtime::events::{EventType, Reporter};
 use kube::runtime::watcher;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -160,7 +161,7 @@ pub fn start_with(ctx: &ControllerContext, opts: IpamOptions) -> Result<Started,
         service_cidrs: ctx.config.service_cidrs.clone(),
         processing: Mutex::new(HashSet::new()),
         writers: Semaphore::new(CIDR_UPDATE_WORKERS),
-        recorder: Recorder::new(ctx.client.clone(), Reporter::from(cnames::COMPONENT_IPAM)),
+        recorder: EventRecorder::new(ctx.client.clone(), Reporter::from(cnames::COMPONENT_IPAM)),
         metrics,
         shutdown: ctx.shutdown.clone(),
     });
@@ -239,7 +240,7 @@ struct RangeAllocator {
     /// Nodes with a reservation being written.
     processing: Mutex<HashSet<String>>,
     writers: Semaphore,
-    recorder: Recorder,
+    recorder: EventRecorder,
     metrics: Metrics,
     shutdown: CancellationToken,
 }

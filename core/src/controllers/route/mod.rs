@@ -29,12 +29,13 @@ mod plan;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::controllers::events::EventRecorder;
 use futures::StreamExt;
 use ipnet::IpNet;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, Patch, PatchParams};
-use kube::runtime::events::{EventType, Recorder, Reporter};
+use kube::runtime::events::{EventType, Reporter};
 use kube::runtime::watcher;
 use prometheus_client::metrics::counter::Counter;
 use serde_json::json;
@@ -113,7 +114,7 @@ pub fn start_with(ctx: &ControllerContext, opts: RouteOptions) -> Result<Started
         routes,
         cluster_name: ctx.config.cluster_name.clone(),
         cluster_cidrs: ctx.config.cluster_cidrs.clone(),
-        recorder: Recorder::new(ctx.client.clone(), Reporter::from(cnames::COMPONENT_ROUTE)),
+        recorder: EventRecorder::new(ctx.client.clone(), Reporter::from(cnames::COMPONENT_ROUTE)),
         route_sync,
         deadline: Deadline::new(ctx.config.route_call_timeout),
     };
@@ -183,7 +184,7 @@ struct RouteController {
     routes: Arc<dyn Routes>,
     cluster_name: String,
     cluster_cidrs: Vec<IpNet>,
-    recorder: Recorder,
+    recorder: EventRecorder,
     route_sync: Counter,
     deadline: Deadline,
 }

@@ -60,10 +60,11 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::controllers::events::EventRecorder;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{LoadBalancerIngress, LoadBalancerStatus, Node, Service};
 use kube::api::{Api, Patch, PatchParams};
-use kube::runtime::events::{EventType, Recorder, Reporter};
+use kube::runtime::events::{EventType, Reporter};
 use kube::runtime::watcher;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
@@ -216,7 +217,7 @@ struct Controller {
     client: kube::Client,
     lb: Arc<dyn LoadBalancer>,
     cluster_name: String,
-    recorder: Recorder,
+    recorder: EventRecorder,
     services: Arc<Informer<Service>>,
     nodes: Arc<Informer<Node>>,
     /// Last Service seen by a sync (upstream's service cache): used to delete the load
@@ -265,7 +266,7 @@ async fn run(
         client: ctx.client.clone(),
         lb,
         cluster_name: ctx.config.cluster_name.clone(),
-        recorder: Recorder::new(ctx.client.clone(), Reporter::from(cnames::COMPONENT_SERVICE)),
+        recorder: EventRecorder::new(ctx.client.clone(), Reporter::from(cnames::COMPONENT_SERVICE)),
         services,
         nodes,
         cache: Mutex::new(HashMap::new()),

@@ -18,6 +18,31 @@ use crate::config::HealthProbeMode;
 
 const PROXY_PROTOCOL_POLICY: &str = "k8s-proxyprotocol-enabled";
 
+/// Upstream's name for the policy carrying a predefined SSL negotiation policy.
+pub fn ssl_negotiation_policy_name(policy: &str) -> String {
+    format!("k8s-SSLNegotiationPolicy-{policy}")
+}
+
+/// The classic ELB attributes the annotations ask for, with upstream's defaults.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ClassicAttributes {
+    pub cross_zone: bool,
+    pub idle_timeout: i32,
+    pub draining_enabled: bool,
+    pub draining_timeout: Option<i32>,
+    pub log: annotations::AccessLog,
+}
+
+pub(crate) fn desired_classic_attributes(opts: &LbOptions) -> ClassicAttributes {
+    ClassicAttributes {
+        cross_zone: opts.cross_zone.unwrap_or(false),
+        idle_timeout: opts.idle_timeout.unwrap_or(60),
+        draining_enabled: opts.draining_enabled.unwrap_or(false),
+        draining_timeout: opts.draining_timeout,
+        log: opts.access_log.clone().unwrap_or_default(),
+    }
+}
+
 /// The name of the security group created for classic ELB `lb_name`.
 pub fn elb_security_group_name(lb_name: &str) -> String {
     format!("k8s-elb-{lb_name}")
@@ -45,10 +70,11 @@ pub(crate) fn listeners(
             };
             (proto, inst, opts.ssl_cert.clone())
         } else {
+            // As upstream: without a certificate only `http` changes the protocol; `https` and
+            // `ssl` backends on such a port are plain TCP (an HTTPS/SSL listener needs a
+            // certificate, and CreateLoadBalancer would fail).
             match bp {
                 Some("http") => ("HTTP", "HTTP", None),
-                Some("https") => ("HTTPS", "HTTPS", None),
-                Some("ssl") => ("SSL", "SSL", None),
                 _ => ("TCP", "TCP", None),
             }
         };
@@ -372,13 +398,15 @@ impl AwsLoadBalancer {
         }
 
         self.ensure_classic_attributes(name, opts).await?;
-        if opts.proxy_protocol {
-            self.ensure_proxy_protocol(
-                name,
-                &lb,
-                &ports.iter().filter_map(|p| p.node_port).collect::<Vec<_>>(),
-            )
-            .await?;
+        self.ensure_proxy_protocol(
+            name,
+            &lb,
+            opts.proxy_protocol,
+            &ports.iter().filter_map(|p| p.node_port).collect::<Vec<_>>(),
+        )
+        .await?;
+        if let Some(policy) = &opts.ssl_negotiation_policy {
+            self.ensure_ssl_negotiation_policy(name, &lb, &listeners, policy).await?;
         }
 
         // Backends.
@@ -412,43 +440,30 @@ impl AwsLoadBalancer {
                 .map_err(|e| api_error(format!("DeregisterInstancesFromLoadBalancer {name}"), e))?;
         }
 
-        // Node security groups admit the ELB's group (only for a group we created).
-        if let Some(sg) = &own_sg {
-            let desired = if g.disable_security_group_ingress {
-                BTreeSet::new()
-            } else {
-                self.node_security_groups(&instances).await?
-            };
-            let rule = Rule {
-                protocol: "-1".into(),
-                from: -1,
-                to: -1,
-                source: Source::Group(sg.clone()),
-                description: None,
-            };
-            let sg_id = sg.clone();
-            self.sync_node_rules(&vpc, &desired, &[rule], move |r| {
-                r.source == Source::Group(sg_id.clone())
-            })
-            .await?;
+        // Node security groups admit the load balancer's primary group (as upstream: the first
+        // of the security-groups annotation, else ElbSecurityGroup, else our own group) —
+        // whoever created that group. Rules for nodes no longer behind the ELB are revoked
+        // from any group when the ELB group is ours, else only from groups tagged for the
+        // cluster (a hand-made rule on a user's group is left alone).
+        if !g.disable_security_group_ingress
+            && let Some(primary) = sgs.first()
+        {
+            let desired = self.node_security_groups(&instances).await?;
+            let primary_is_ours = own_sg.as_deref() == Some(primary.as_str());
+            self.sync_lb_group_rule(&vpc, &desired, primary, primary_is_ours).await?;
         }
 
         Ok(status_for(lb.dns_name()))
     }
 
+    /// Makes the attributes exactly what the annotations say, with upstream's defaults for
+    /// every annotation that is absent (so removing one resets it): cross-zone off, idle
+    /// timeout 60 s, connection draining off, access logs off.
     async fn ensure_classic_attributes(
         &self,
         name: &str,
         opts: &LbOptions,
     ) -> Result<(), ProviderError> {
-        if opts.cross_zone.is_none()
-            && opts.idle_timeout.is_none()
-            && opts.draining_enabled.is_none()
-            && opts.draining_timeout.is_none()
-            && opts.access_log.is_none()
-        {
-            return Ok(());
-        }
         let c = self.clients.get().await?;
         let current = c
             .elb
@@ -461,99 +476,209 @@ impl AwsLoadBalancer {
             .load_balancer_attributes()
             .cloned()
             .unwrap_or_else(|| LoadBalancerAttributes::builder().build());
-        let mut b = LoadBalancerAttributes::builder();
+        let want = desired_classic_attributes(opts);
+        let cross_zone = want.cross_zone;
+        let idle = want.idle_timeout;
         let mut changed = false;
-        if let Some(v) = opts.cross_zone {
-            changed |= cur.cross_zone_load_balancing().map(|x| x.enabled()) != Some(v);
-            b = b.cross_zone_load_balancing(CrossZoneLoadBalancing::builder().enabled(v).build());
+        changed |=
+            cur.cross_zone_load_balancing().map(|x| x.enabled()).unwrap_or(false) != cross_zone;
+        changed |= cur.connection_settings().map(|x| x.idle_timeout()) != Some(idle);
+        let draining = cur.connection_draining();
+        changed |= draining.map(|x| x.enabled()).unwrap_or(false) != want.draining_enabled;
+        if let Some(t) = want.draining_timeout {
+            changed |= draining.and_then(|x| x.timeout()) != Some(t);
         }
-        if let Some(v) = opts.idle_timeout {
-            changed |= cur.connection_settings().map(|x| x.idle_timeout()) != Some(v);
-            b = b.connection_settings(
+        let log = cur.access_log();
+        let log_enabled = log.map(|x| x.enabled()).unwrap_or(false);
+        changed |= log_enabled != want.log.enabled;
+        if want.log.enabled {
+            changed |= log.and_then(|x| x.s3_bucket_name()).filter(|b| !b.is_empty())
+                != want.log.bucket.as_deref();
+            changed |= log.and_then(|x| x.s3_bucket_prefix()).unwrap_or_default()
+                != want.log.prefix.as_deref().unwrap_or_default();
+            if let Some(i) = want.log.emit_interval {
+                changed |= log.and_then(|x| x.emit_interval()) != Some(i);
+            }
+        }
+        if !changed {
+            return Ok(());
+        }
+        let mut draining = ConnectionDraining::builder().enabled(want.draining_enabled);
+        if let Some(t) = want.draining_timeout {
+            draining = draining.timeout(t);
+        }
+        let mut log = AccessLog::builder().enabled(want.log.enabled);
+        if want.log.enabled {
+            log = log
+                .set_emit_interval(want.log.emit_interval)
+                .set_s3_bucket_name(want.log.bucket.clone())
+                .s3_bucket_prefix(want.log.prefix.clone().unwrap_or_default());
+        }
+        let attrs = LoadBalancerAttributes::builder()
+            .cross_zone_load_balancing(
+                CrossZoneLoadBalancing::builder().enabled(cross_zone).build(),
+            )
+            .connection_settings(
                 ConnectionSettings::builder()
-                    .idle_timeout(v)
+                    .idle_timeout(idle)
                     .build()
                     .map_err(|e| build_err("connection settings", e))?,
-            );
-        }
-        if opts.draining_enabled.is_some() || opts.draining_timeout.is_some() {
-            let enabled = opts.draining_enabled.unwrap_or(true);
-            let timeout = opts.draining_timeout.unwrap_or(300);
-            changed |= cur.connection_draining().map(|x| (x.enabled(), x.timeout()))
-                != Some((enabled, Some(timeout)));
-            b = b.connection_draining(
-                ConnectionDraining::builder().enabled(enabled).timeout(timeout).build(),
-            );
-        }
-        if let Some(a) = &opts.access_log {
-            changed |= cur.access_log().map(|x| x.enabled()) != Some(a.enabled);
-            b = b.access_log(
-                AccessLog::builder()
-                    .enabled(a.enabled)
-                    .set_emit_interval(a.emit_interval)
-                    .set_s3_bucket_name(a.bucket.clone())
-                    .set_s3_bucket_prefix(a.prefix.clone())
-                    .build(),
-            );
-        }
-        if changed {
-            c.elb
-                .modify_load_balancer_attributes()
-                .load_balancer_name(name)
-                .load_balancer_attributes(b.build())
-                .send()
-                .await
-                .map_err(|e| api_error(format!("ModifyLoadBalancerAttributes {name}"), e))?;
-        }
+            )
+            .connection_draining(draining.build())
+            .access_log(log.build())
+            .build();
+        c.elb
+            .modify_load_balancer_attributes()
+            .load_balancer_name(name)
+            .load_balancer_attributes(attrs)
+            .send()
+            .await
+            .map_err(|e| api_error(format!("ModifyLoadBalancerAttributes {name}"), e))?;
+        tracing::info!(lb = name, "updated load balancer attributes");
         Ok(())
     }
 
-    async fn ensure_proxy_protocol(
+    /// Creates upstream's `k8s-SSLNegotiationPolicy-<policy>` on the ELB if missing and sets it
+    /// on every TLS (SSL/HTTPS) listener that does not carry it yet.
+    async fn ensure_ssl_negotiation_policy(
         &self,
         name: &str,
         lb: &LoadBalancerDescription,
-        instance_ports: &[i32],
+        listeners: &[Listener],
+        policy: &str,
     ) -> Result<(), ProviderError> {
         let c = self.clients.get().await?;
-        let has_policy = lb
-            .policies()
-            .is_some_and(|p| p.other_policies().iter().any(|n| n == PROXY_PROTOCOL_POLICY));
-        if !has_policy {
+        let policy_name = ssl_negotiation_policy_name(policy);
+        let exists = lb.policies().is_some_and(|p| p.other_policies().contains(&policy_name));
+        let exists = exists
+            || match c
+                .elb
+                .describe_load_balancer_policies()
+                .load_balancer_name(name)
+                .policy_names(&policy_name)
+                .send()
+                .await
+            {
+                Ok(r) => !r.policy_descriptions().is_empty(),
+                Err(e) if error_code(&e) == Some("PolicyNotFound") => false,
+                Err(e) => {
+                    return Err(api_error(format!("DescribeLoadBalancerPolicies {name}"), e));
+                }
+            };
+        if !exists {
             c.elb
                 .create_load_balancer_policy()
                 .load_balancer_name(name)
-                .policy_name(PROXY_PROTOCOL_POLICY)
-                .policy_type_name("ProxyProtocolPolicyType")
+                .policy_name(&policy_name)
+                .policy_type_name("SSLNegotiationPolicyType")
                 .policy_attributes(
                     PolicyAttribute::builder()
-                        .attribute_name("ProxyProtocol")
-                        .attribute_value("true")
+                        .attribute_name("Reference-Security-Policy")
+                        .attribute_value(policy)
                         .build(),
                 )
                 .send()
                 .await
-                .map_err(|e| api_error(format!("CreateLoadBalancerPolicy {name}"), e))?;
+                .map_err(|e| {
+                    api_error(format!("CreateLoadBalancerPolicy {policy_name} on {name}"), e)
+                })?;
+            tracing::info!(lb = name, policy = %policy_name, "created SSL negotiation policy");
         }
-        for port in instance_ports {
-            let set = lb.backend_server_descriptions().iter().any(|b| {
-                b.instance_port() == Some(*port)
-                    && b.policy_names().iter().any(|n| n == PROXY_PROTOCOL_POLICY)
+        for l in listeners {
+            let proto = l.protocol().to_ascii_uppercase();
+            if proto != "SSL" && proto != "HTTPS" {
+                continue;
+            }
+            let port = l.load_balancer_port();
+            let set = lb.listener_descriptions().iter().any(|d| {
+                d.listener().is_some_and(|h| listener_key(h) == listener_key(l))
+                    && d.policy_names().contains(&policy_name)
             });
             if !set {
                 c.elb
-                    .set_load_balancer_policies_for_backend_server()
+                    .set_load_balancer_policies_of_listener()
                     .load_balancer_name(name)
-                    .instance_port(*port)
-                    .policy_names(PROXY_PROTOCOL_POLICY)
+                    .load_balancer_port(port)
+                    .policy_names(&policy_name)
                     .send()
                     .await
                     .map_err(|e| {
-                        api_error(
-                            format!("SetLoadBalancerPoliciesForBackendServer {name}:{port}"),
-                            e,
-                        )
+                        api_error(format!("SetLoadBalancerPoliciesOfListener {name}:{port}"), e)
                     })?;
             }
+        }
+        Ok(())
+    }
+
+    /// Proxy protocol follows the annotation both ways: with it every backend port carries
+    /// upstream's policy, without it (or for a port no listener uses any more) the backend's
+    /// policies are cleared.
+    async fn ensure_proxy_protocol(
+        &self,
+        name: &str,
+        lb: &LoadBalancerDescription,
+        enabled: bool,
+        instance_ports: &[i32],
+    ) -> Result<(), ProviderError> {
+        let c = self.clients.get().await?;
+        let has = |b: &aws_sdk_elasticloadbalancing::types::BackendServerDescription| {
+            b.policy_names().iter().any(|n| n == PROXY_PROTOCOL_POLICY)
+        };
+        if enabled {
+            let has_policy = lb
+                .policies()
+                .is_some_and(|p| p.other_policies().iter().any(|n| n == PROXY_PROTOCOL_POLICY));
+            if !has_policy {
+                c.elb
+                    .create_load_balancer_policy()
+                    .load_balancer_name(name)
+                    .policy_name(PROXY_PROTOCOL_POLICY)
+                    .policy_type_name("ProxyProtocolPolicyType")
+                    .policy_attributes(
+                        PolicyAttribute::builder()
+                            .attribute_name("ProxyProtocol")
+                            .attribute_value("true")
+                            .build(),
+                    )
+                    .send()
+                    .await
+                    .map_err(|e| api_error(format!("CreateLoadBalancerPolicy {name}"), e))?;
+            }
+        }
+        let mut set: Vec<(i32, bool)> = Vec::new();
+        if enabled {
+            for port in instance_ports {
+                let on = lb
+                    .backend_server_descriptions()
+                    .iter()
+                    .any(|b| b.instance_port() == Some(*port) && has(b));
+                if !on {
+                    set.push((*port, true));
+                }
+            }
+        }
+        for b in lb.backend_server_descriptions() {
+            let Some(port) = b.instance_port() else { continue };
+            if has(b) && (!enabled || !instance_ports.contains(&port)) {
+                set.push((port, false));
+            }
+        }
+        for (port, on) in set {
+            c.elb
+                .set_load_balancer_policies_for_backend_server()
+                .load_balancer_name(name)
+                .instance_port(port)
+                .set_policy_names(Some(if on {
+                    vec![PROXY_PROTOCOL_POLICY.to_string()]
+                } else {
+                    Vec::new()
+                }))
+                .send()
+                .await
+                .map_err(|e| {
+                    api_error(format!("SetLoadBalancerPoliciesForBackendServer {name}:{port}"), e)
+                })?;
+            tracing::info!(lb = name, port, enabled = on, "set proxy protocol on backend port");
         }
         Ok(())
     }
@@ -588,6 +713,20 @@ impl AwsLoadBalancer {
                 }
             }
         }
+        // A user-supplied primary group (annotation or ElbSecurityGroup): its rule goes from the
+        // cluster's node groups, as upstream, unless another classic ELB still uses the group
+        // (upstream would cut that ELB off; we keep its rule).
+        if let Some(lb) = &lb
+            && let Some(primary) = self.user_primary_group(service, lb)
+            && own.as_ref().and_then(|o| o.group_id()) != Some(primary.as_str())
+            && let Some(lb_vpc) = lb.vpc_id()
+        {
+            if self.classic_group_shared(name, &primary).await? {
+                tracing::info!(lb = name, group = %primary, "security group still used by another load balancer; node rules kept");
+            } else {
+                self.sync_lb_group_rule(lb_vpc, &BTreeSet::new(), &primary, false).await?;
+            }
+        }
         if lb.is_some() {
             c.elb
                 .delete_load_balancer()
@@ -601,5 +740,46 @@ impl AwsLoadBalancer {
             self.delete_sg(sg.group_id().unwrap_or_default()).await?;
         }
         Ok(())
+    }
+
+    /// The primary security group of `lb` when the user supplied it: the first group of the
+    /// security-groups annotation, else `ElbSecurityGroup`, if the ELB carries it.
+    fn user_primary_group(
+        &self,
+        service: &Service,
+        lb: &LoadBalancerDescription,
+    ) -> Option<String> {
+        let annotated = service
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(annotations::keys::SECURITY_GROUPS))
+            .and_then(|v| v.split(',').map(str::trim).find(|s| !s.is_empty()))
+            .map(str::to_string);
+        let configured = Some(self.cfg.global.elb_security_group.clone()).filter(|s| !s.is_empty());
+        annotated.or(configured).filter(|g| lb.security_groups().iter().any(|s| s == g))
+    }
+
+    /// Whether a classic ELB other than `name` uses security group `sg`.
+    async fn classic_group_shared(&self, name: &str, sg: &str) -> Result<bool, ProviderError> {
+        let elb = &self.clients.get().await?.elb;
+        let mut marker: Option<String> = None;
+        loop {
+            let resp = elb
+                .describe_load_balancers()
+                .set_marker(marker.take())
+                .send()
+                .await
+                .map_err(|e| api_error("DescribeLoadBalancers (security group users)", e))?;
+            if resp.load_balancer_descriptions().iter().any(|d| {
+                d.load_balancer_name() != Some(name) && d.security_groups().iter().any(|g| g == sg)
+            }) {
+                return Ok(true);
+            }
+            match resp.next_marker() {
+                Some(m) if !m.is_empty() => marker = Some(m.to_string()),
+                _ => return Ok(false),
+            }
+        }
     }
 }

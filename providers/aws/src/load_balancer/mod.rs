@@ -5,9 +5,11 @@
 //! listeners, health check, attributes and backend instances; for a classic ELB the security
 //! group `k8s-elb-<name>` and the node security-group rules granting it access; for an NLB one
 //! target group per port and node security-group rules for client and health-check traffic,
-//! marked by their descriptions. Subnets come from the annotation or from tag discovery (one
-//! per zone). Annotations are parsed first ([`annotations`]); a bad one is an
-//! [`ProviderError::Invalid`] naming it, and nothing is changed in the cloud.
+//! marked by their descriptions. Subnets come from the annotation or from upstream's discovery
+//! ([`choose_subnets`]: public subnets for internet-facing load balancers, one per regular
+//! zone). Annotations are parsed first ([`annotations`]); a bad one is an
+//! [`ProviderError::Invalid`] naming it, and nothing is changed in the cloud. The load-balancer
+//! type cannot change once one exists ([`TYPE_CHANGE_REFUSED`]).
 //!
 //! Deletion removes exactly what this module creates: resources are recognised by name *and*
 //! the `kubernetes.io/cluster/<id>=owned` tag, and node rules by their reference to our
@@ -36,6 +38,8 @@ use annotations::{LbKind, LbOptions};
 pub const ROLE_ELB_TAG: &str = "kubernetes.io/role/elb";
 /// Role tag of subnets for internal load balancers.
 pub const ROLE_INTERNAL_ELB_TAG: &str = "kubernetes.io/role/internal-elb";
+/// The error text upstream uses when `aws-load-balancer-type` changes after creation.
+pub const TYPE_CHANGE_REFUSED: &str = "cannot update Load Balancer Type annotation after creation";
 /// The label that excludes a node from load balancers (the core filters it too).
 const EXCLUDE_LABEL: &str = "node.kubernetes.io/exclude-from-external-load-balancers";
 
@@ -158,8 +162,8 @@ impl AwsLoadBalancer {
             })
     }
 
-    /// Subnets for the load balancer: the annotation's (IDs, or Name tags), else one per zone
-    /// among the VPC's subnets tagged for this cluster or for the load balancer's role.
+    /// Subnets for the load balancer: the annotation's (IDs, or Name tags), else discovered as
+    /// upstream does ([`choose_subnets`]). Never empty: no eligible subnet is an error.
     async fn subnets(&self, vpc: &str, opts: &LbOptions) -> Result<Vec<String>, ProviderError> {
         let ec2 = &self.clients.get().await?.ec2;
         if let Some(list) = &opts.subnets {
@@ -205,40 +209,126 @@ impl AwsLoadBalancer {
             .send()
             .await
             .map_err(|e| api_error(format!("DescribeSubnets in {vpc}"), e))?;
-        let role = if opts.internal { ROLE_INTERNAL_ELB_TAG } else { ROLE_ELB_TAG };
-        // Per zone, the best candidate: role tag first, then our cluster tag, then lowest ID.
-        let mut best: BTreeMap<String, (u8, String)> = BTreeMap::new();
+        let mut candidates: Vec<SubnetInfo> = Vec::new();
         for s in resp.subnets() {
             let (Some(id), Some(az)) = (s.subnet_id(), s.availability_zone()) else { continue };
+            // Upstream: subnets tagged for this cluster, and subnets tagged for no cluster.
             if self.tags.foreign_kv(ec2_kv(s.tags())) {
                 continue;
             }
-            let has_role = ec2_kv(s.tags())
-                .any(|(k, v)| k == role && (v.is_empty() || v == "1" || v == "true"));
-            let has_cluster = self.tags.cluster_id().is_some() && self.tags.owns(s.tags());
-            if !has_role && !has_cluster {
-                continue;
-            }
-            let rank = if has_role { 0 } else { 1 };
-            let better = match best.get(az) {
-                None => true,
-                Some((r, cur)) => (rank, id) < (*r, cur.as_str()),
-            };
-            if better {
-                best.insert(az.to_string(), (rank, id.to_string()));
+            let role = if opts.internal { ROLE_INTERNAL_ELB_TAG } else { ROLE_ELB_TAG };
+            candidates.push(SubnetInfo {
+                id: id.to_string(),
+                zone: az.to_string(),
+                has_role_tag: ec2_kv(s.tags()).any(|(k, _)| k == role),
+                has_cluster_tag: self.tags.cluster_id().is_some() && self.tags.owns(s.tags()),
+                public: false,
+            });
+        }
+        if !opts.internal && !candidates.is_empty() {
+            let tables = ec2
+                .describe_route_tables()
+                .filters(Filter::builder().name("vpc-id").values(vpc).build())
+                .send()
+                .await
+                .map_err(|e| api_error(format!("DescribeRouteTables in {vpc}"), e))?;
+            for c in &mut candidates {
+                c.public = subnet_is_public(tables.route_tables(), &c.id)?;
             }
         }
-        if best.is_empty() {
+        let mut zones: BTreeSet<String> = candidates.iter().map(|c| c.zone.clone()).collect();
+        let mut zone_types: BTreeMap<String, String> = BTreeMap::new();
+        if !zones.is_empty() {
+            let resp = ec2
+                .describe_availability_zones()
+                .set_zone_names(Some(std::mem::take(&mut zones).into_iter().collect()))
+                .send()
+                .await
+                .map_err(|e| api_error("DescribeAvailabilityZones (zone types)", e))?;
+            for z in resp.availability_zones() {
+                if let (Some(name), Some(t)) = (z.zone_name(), z.zone_type()) {
+                    zone_types.insert(name.to_string(), t.to_string());
+                }
+            }
+        }
+        let chosen = choose_subnets(&candidates, opts.internal, &zone_types);
+        if chosen.is_empty() {
+            let why = if opts.internal {
+                "no subnet tagged for this cluster or for no cluster".to_string()
+            } else {
+                "no public subnet (a route table with an internet-gateway route) tagged for this cluster or for no cluster".to_string()
+            };
             return Err(ProviderError::other(format!(
-                "could not find any suitable subnets for creating the load balancer in {vpc}: tag subnets with {role}=1 or {}",
-                self.tags
-                    .key()
-                    .map(|k| format!("{k}=owned|shared"))
-                    .unwrap_or_else(|| "the cluster tag".into())
+                "could not find any suitable subnets for creating the load balancer in {vpc}: {why}; tag subnets with {} or name them in {}",
+                if opts.internal { ROLE_INTERNAL_ELB_TAG } else { ROLE_ELB_TAG },
+                annotations::keys::SUBNETS,
             )));
         }
-        Ok(best.into_values().map(|(_, id)| id).collect())
+        Ok(chosen)
     }
+}
+
+/// A subnet considered for a load balancer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct SubnetInfo {
+    /// Subnet ID.
+    pub id: String,
+    /// Availability zone name.
+    pub zone: String,
+    /// Carries the role tag for the load balancer's scheme.
+    pub has_role_tag: bool,
+    /// Carries this cluster's tag.
+    pub has_cluster_tag: bool,
+    /// Its route table has an internet-gateway route.
+    pub public: bool,
+}
+
+/// Whether `subnet` routes to an internet gateway: its explicitly associated route table,
+/// else the VPC's main table, has a route whose gateway is `igw-*`. No table at all is an
+/// error (as upstream).
+pub(crate) fn subnet_is_public(
+    tables: &[aws_sdk_ec2::types::RouteTable],
+    subnet: &str,
+) -> Result<bool, ProviderError> {
+    let explicit =
+        tables.iter().find(|t| t.associations().iter().any(|a| a.subnet_id() == Some(subnet)));
+    let table = explicit.or_else(|| {
+        tables.iter().find(|t| t.associations().iter().any(|a| a.main() == Some(true)))
+    });
+    let Some(table) = table else {
+        return Err(ProviderError::other(format!(
+            "could not locate the route table of subnet {subnet}"
+        )));
+    };
+    Ok(table.routes().iter().any(|r| r.gateway_id().is_some_and(|g| g.starts_with("igw"))))
+}
+
+/// Upstream's choice among candidate subnets: internet-facing load balancers only take public
+/// subnets; per zone the one with the scheme's role tag wins, then the one with this cluster's
+/// tag, then the lexically first ID; zones whose type is not `availability-zone` (local,
+/// wavelength, outpost zones) are skipped. Sorted by zone.
+pub(crate) fn choose_subnets(
+    candidates: &[SubnetInfo],
+    internal: bool,
+    zone_types: &BTreeMap<String, String>,
+) -> Vec<String> {
+    let mut best: BTreeMap<&str, &SubnetInfo> = BTreeMap::new();
+    for c in candidates {
+        if !internal && !c.public {
+            continue;
+        }
+        if zone_types.get(&c.zone).is_some_and(|t| t != "availability-zone") {
+            continue;
+        }
+        let key = |s: &SubnetInfo| (!s.has_role_tag, !s.has_cluster_tag, s.id.clone());
+        match best.get(c.zone.as_str()) {
+            Some(cur) if key(cur) <= key(c) => {}
+            _ => {
+                best.insert(c.zone.as_str(), c);
+            }
+        }
+    }
+    best.into_values().map(|s| s.id.clone()).collect()
 }
 
 #[async_trait]
@@ -266,16 +356,24 @@ impl LoadBalancer for AwsLoadBalancer {
     ) -> Result<LoadBalancerStatus, ProviderError> {
         let opts = annotations::parse(service)?;
         let name = default_load_balancer_name(service);
+        // As upstream: the type cannot change once a load balancer exists; the existing one
+        // keeps serving (its hostname is what clients use) and the user gets the error.
+        let refuse = |existing: &str| ProviderError::Invalid {
+            what: annotations::keys::TYPE.into(),
+            message: format!(
+                "{TYPE_CHANGE_REFUSED}: {name} exists as {existing}; delete and re-create the Service to change the type"
+            ),
+        };
         match opts.kind {
             LbKind::Classic => {
                 if self.describe_nlb(&name).await?.is_some() {
-                    self.delete_nlb(service, &name).await?;
+                    return Err(refuse("an NLB"));
                 }
                 self.ensure_classic(service, &name, &opts, nodes).await
             }
             LbKind::Nlb => {
                 if self.describe_classic(&name).await?.is_some() {
-                    self.delete_classic(service, &name).await?;
+                    return Err(refuse("a classic ELB"));
                 }
                 self.ensure_nlb(service, &name, &opts, nodes).await
             }
@@ -305,4 +403,67 @@ impl LoadBalancer for AwsLoadBalancer {
 /// Instance IDs as a set.
 pub(crate) fn instance_ids(instances: &[Instance]) -> BTreeSet<String> {
     instances.iter().filter_map(|i| i.instance_id()).map(str::to_string).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use aws_sdk_ec2::types::{Route, RouteTable, RouteTableAssociation};
+
+    fn subnet(id: &str, zone: &str, role: bool, cluster: bool, public: bool) -> SubnetInfo {
+        SubnetInfo {
+            id: id.into(),
+            zone: zone.into(),
+            has_role_tag: role,
+            has_cluster_tag: cluster,
+            public,
+        }
+    }
+
+    #[test]
+    fn choice_per_zone_is_role_then_cluster_then_lexical_and_skips_special_zones() {
+        let zones: BTreeMap<String, String> = [
+            ("us-east-1a", "availability-zone"),
+            ("us-east-1b", "availability-zone"),
+            ("us-east-1-bos-1a", "local-zone"),
+            ("us-east-1-wl1-bos-wlz-1", "wavelength-zone"),
+        ]
+        .into_iter()
+        .map(|(a, b)| (a.to_string(), b.to_string()))
+        .collect();
+        let c = vec![
+            subnet("subnet-b", "us-east-1a", false, true, true),
+            subnet("subnet-a", "us-east-1a", false, false, true),
+            subnet("subnet-z", "us-east-1a", true, false, true),
+            subnet("subnet-c", "us-east-1b", false, false, true),
+            subnet("subnet-d", "us-east-1b", false, false, true),
+            subnet("subnet-local", "us-east-1-bos-1a", true, true, true),
+            subnet("subnet-wl", "us-east-1-wl1-bos-wlz-1", true, true, true),
+        ];
+        assert_eq!(choose_subnets(&c, false, &zones), vec!["subnet-z", "subnet-c"]);
+        // Private subnets: only for internal load balancers.
+        let private = vec![subnet("subnet-p", "us-east-1a", true, true, false)];
+        assert!(choose_subnets(&private, false, &zones).is_empty());
+        assert_eq!(choose_subnets(&private, true, &zones), vec!["subnet-p"]);
+    }
+
+    #[test]
+    fn public_means_an_igw_route_in_the_own_table_else_the_main_table() {
+        let table = |id: &str, assoc: RouteTableAssociation, igw: bool| {
+            let mut t = RouteTable::builder().route_table_id(id).associations(assoc);
+            let gw = if igw { "igw-1" } else { "local" };
+            t = t.routes(Route::builder().gateway_id(gw).build());
+            t.build()
+        };
+        let main = table("rtb-main", RouteTableAssociation::builder().main(true).build(), true);
+        let own = table(
+            "rtb-own",
+            RouteTableAssociation::builder().subnet_id("subnet-own").build(),
+            false,
+        );
+        let tables = vec![main, own];
+        assert!(subnet_is_public(&tables, "subnet-other").unwrap(), "main table routes to igw");
+        assert!(!subnet_is_public(&tables, "subnet-own").unwrap(), "own table has no igw route");
+        assert!(subnet_is_public(&[], "subnet-x").is_err(), "no table at all is an error");
+    }
 }

@@ -6,9 +6,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use aws_lc_rs::digest;
 use aws_sdk_elasticloadbalancingv2::types::{
-    Action, ActionTypeEnum, LoadBalancer as Nlb, LoadBalancerAttribute, LoadBalancerSchemeEnum,
-    LoadBalancerTypeEnum, ProtocolEnum, SubnetMapping, Tag as ElbTag, TargetDescription,
-    TargetGroup, TargetGroupAttribute, TargetTypeEnum,
+    Action, ActionTypeEnum, Certificate, LoadBalancer as Nlb, LoadBalancerAttribute,
+    LoadBalancerSchemeEnum, LoadBalancerTypeEnum, ProtocolEnum, SubnetMapping, Tag as ElbTag,
+    TargetDescription, TargetGroup, TargetGroupAttribute, TargetTypeEnum,
 };
 use ccm_core::cloud::ProviderError;
 use k8s_openapi::api::core::v1::{LoadBalancerStatus, Node, Service, ServicePort};
@@ -40,17 +40,21 @@ pub fn target_group_prefix(service: &Service) -> String {
     )
 }
 
-/// `k8s-<ns:8>-<svc:8>-<sha1:10>`: the hash covers the cluster, Service, ports, protocol,
-/// target type and VPC, so any change gets a new target group.
+/// Upstream's target-group name, so a cluster migrating from upstream reuses its target
+/// groups: `k8s-<ns:8>-<svc:8>-<sha1:10>` (namespace and name stripped to alphanumerics), the
+/// SHA-1 taken over the concatenation of the cluster ID, namespace, name, service port, node
+/// port, target protocol, target type (`instance`), health-check protocol and interval. Any
+/// of those changing gives a new target group.
 pub fn target_group_name(
     service: &Service,
     cluster: &str,
     port: &ServicePort,
-    protocol: &str,
-    vpc: &str,
+    target_protocol: &str,
+    health_protocol: &str,
+    health_interval: i32,
 ) -> String {
     let input = format!(
-        "{cluster}\n{}\n{}\n{}\n{}\n{protocol}\ninstance\n{vpc}",
+        "{cluster}{}{}{}{}{target_protocol}instance{health_protocol}{health_interval}",
         service.metadata.namespace.as_deref().unwrap_or("default"),
         service.metadata.name.as_deref().unwrap_or_default(),
         port.port,
@@ -59,6 +63,53 @@ pub fn target_group_name(
     let d = digest::digest(&digest::SHA1_FOR_LEGACY_USE_ONLY, input.as_bytes());
     let hex: String = d.as_ref().iter().map(|b| format!("{b:02x}")).collect();
     format!("{}{}", target_group_prefix(service), &hex[..10])
+}
+
+/// What one Service port becomes on the NLB.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct PortMapping {
+    /// Listener port.
+    pub port: i32,
+    /// Listener protocol: `TCP`, `UDP` or `TLS` (certificate on an ssl port).
+    pub frontend: &'static str,
+    /// Target-group protocol: `TLS` when the backend protocol is `ssl` on a TLS port.
+    pub target: &'static str,
+    /// Node port.
+    pub node_port: i32,
+    /// Certificate ARN (TLS).
+    pub certificate: Option<String>,
+    /// SSL policy (TLS, from the negotiation-policy annotation).
+    pub ssl_policy: Option<String>,
+}
+
+/// Listener and target protocols per port, as upstream: a TCP port named by `ssl-ports` (or
+/// every TCP port without it) gets a TLS listener with the certificate and the
+/// `ssl-negotiation-policy` as its SslPolicy; `backend-protocol: ssl` makes the target TLS.
+pub(crate) fn port_mappings(
+    service: &Service,
+    opts: &LbOptions,
+) -> Result<Vec<PortMapping>, ProviderError> {
+    let base = match opts.protocol {
+        L4::Tcp => "TCP",
+        L4::Udp => "UDP",
+    };
+    let mut out = Vec::new();
+    for p in annotations::ports(service)? {
+        let tls = base == "TCP" && opts.is_ssl_port(p);
+        out.push(PortMapping {
+            port: p.port,
+            frontend: if tls { "TLS" } else { base },
+            target: if tls && opts.backend_protocol.as_deref() == Some("ssl") {
+                "TLS"
+            } else {
+                base
+            },
+            node_port: p.node_port.unwrap_or_default(),
+            certificate: if tls { opts.ssl_cert.clone() } else { None },
+            ssl_policy: if tls { opts.ssl_negotiation_policy.clone() } else { None },
+        });
+    }
+    Ok(out)
 }
 
 struct TgHealth {
@@ -81,6 +132,9 @@ fn tg_health(
     let spec = service.spec.clone().unwrap_or_default();
     let local = spec.external_traffic_policy.as_deref() == Some("Local")
         && spec.health_check_node_port.unwrap_or(0) > 0;
+    // Upstream's defaults: 30 s / 10 s / 3 / 3 for the traffic port, 10 s / 10 s / 2 / 2 for
+    // the kube-proxy health-check node port of a `Local` Service.
+    let (d_interval, d_timeout, d_threshold) = if local { (10, 10, 2) } else { (30, 10, 3) };
     let (mut protocol, mut port, mut path) = if local {
         (
             "HTTP".to_string(),
@@ -113,10 +167,10 @@ fn tg_health(
         protocol,
         port,
         path,
-        interval: hc.interval.unwrap_or(10),
-        timeout: hc.timeout.unwrap_or(10),
-        healthy: hc.healthy.unwrap_or(3),
-        unhealthy: hc.unhealthy.unwrap_or(3),
+        interval: hc.interval.unwrap_or(d_interval),
+        timeout: hc.timeout.unwrap_or(d_timeout),
+        healthy: hc.healthy.unwrap_or(d_threshold),
+        unhealthy: hc.unhealthy.unwrap_or(d_threshold),
     }
 }
 
@@ -130,26 +184,6 @@ impl AwsLoadBalancer {
         }
     }
 
-    async fn vpc_cidrs(&self, vpc: &str) -> Result<Vec<String>, ProviderError> {
-        let ec2 = &self.clients.get().await?.ec2;
-        let resp = ec2
-            .describe_vpcs()
-            .vpc_ids(vpc)
-            .send()
-            .await
-            .map_err(|e| api_error(format!("DescribeVpcs {vpc}"), e))?;
-        let mut out = Vec::new();
-        for v in resp.vpcs() {
-            for a in v.cidr_block_association_set() {
-                out.extend(a.cidr_block().map(str::to_string));
-            }
-            if out.is_empty() {
-                out.extend(v.cidr_block().map(str::to_string));
-            }
-        }
-        Ok(out)
-    }
-
     pub(crate) async fn ensure_nlb(
         &self,
         service: &Service,
@@ -157,12 +191,19 @@ impl AwsLoadBalancer {
         opts: &LbOptions,
         nodes: &[Node],
     ) -> Result<LoadBalancerStatus, ProviderError> {
+        let g = &self.cfg.global;
+        if g.nlb_security_group_mode.eq_ignore_ascii_case("managed") {
+            return Err(ProviderError::Invalid {
+                what: "NLBSecurityGroupMode".into(),
+                message: "Managed is not supported: NLBs are created without security groups and the node security groups admit clients directly; remove NLBSecurityGroupMode from the cloud config".into(),
+            });
+        }
         let ports = annotations::ports(service)?.to_vec();
+        let mappings = port_mappings(service, opts)?;
         let protocol = match opts.protocol {
             L4::Tcp => "TCP",
             L4::Udp => "UDP",
         };
-        let g = &self.cfg.global;
         let health = tg_health(
             service,
             opts,
@@ -253,7 +294,8 @@ impl AwsLoadBalancer {
         };
         let lb_arn = lb.load_balancer_arn().unwrap_or_default().to_string();
 
-        // Target groups and listeners, one per port.
+        // Per port: the target group (health check kept in step), its targets, then the
+        // listener — so a listener only ever points at a target group that has its targets.
         let cluster = self.tags.cluster_id().unwrap_or_default();
         let listeners = c
             .elbv2
@@ -263,14 +305,16 @@ impl AwsLoadBalancer {
             .await
             .map_err(|e| api_error(format!("DescribeListeners {name}"), e))?;
         let listeners = listeners.listeners().to_vec();
-        let mut desired_tgs: BTreeMap<String, (TargetGroup, i32)> = BTreeMap::new();
-        for p in &ports {
-            let tg_name = target_group_name(service, cluster, p, protocol, &vpc);
-            let node_port = p.node_port.unwrap_or_default();
+        let want = instance_ids(&instances);
+        let mut desired_tgs: BTreeSet<String> = BTreeSet::new();
+        for (p, m) in ports.iter().zip(&mappings) {
+            let tg_name =
+                target_group_name(service, cluster, p, m.target, &health.protocol, health.interval);
             let tg = self
-                .ensure_target_group(&tg_name, protocol, node_port, &vpc, &health, &elb_tags)
+                .ensure_target_group(&tg_name, m.target, m.node_port, &vpc, &health, &elb_tags)
                 .await?;
             let tg_arn = tg.target_group_arn().unwrap_or_default().to_string();
+            self.sync_targets(&tg_arn, &tg_name, &want, m.node_port).await?;
             if !opts.target_group_attributes.is_empty() {
                 let attrs: Vec<TargetGroupAttribute> = opts
                     .target_group_attributes
@@ -287,20 +331,31 @@ impl AwsLoadBalancer {
             }
             let action =
                 Action::builder().r#type(ActionTypeEnum::Forward).target_group_arn(&tg_arn).build();
+            let certs = m
+                .certificate
+                .as_ref()
+                .map(|arn| vec![Certificate::builder().certificate_arn(arn).build()]);
             match listeners.iter().find(|l| l.port() == Some(p.port)) {
                 None => {
                     c.elbv2
                         .create_listener()
                         .load_balancer_arn(&lb_arn)
-                        .protocol(ProtocolEnum::from(protocol))
+                        .protocol(ProtocolEnum::from(m.frontend))
                         .port(p.port)
+                        .set_certificates(certs)
+                        .set_ssl_policy(m.ssl_policy.clone())
                         .default_actions(action)
                         .send()
                         .await
                         .map_err(|e| api_error(format!("CreateListener {name}:{}", p.port), e))?;
                 }
                 Some(l) => {
-                    let same = l.protocol().map(|x| x.as_str()) == Some(protocol)
+                    let have_cert = l.certificates().first().and_then(|c| c.certificate_arn());
+                    let same = l.protocol().map(|x| x.as_str()) == Some(m.frontend)
+                        && have_cert == m.certificate.as_deref()
+                        && (m.frontend != "TLS"
+                            || m.ssl_policy.is_none()
+                            || l.ssl_policy() == m.ssl_policy.as_deref())
                         && l.default_actions()
                             .iter()
                             .any(|a| a.target_group_arn() == Some(tg_arn.as_str()));
@@ -308,18 +363,26 @@ impl AwsLoadBalancer {
                         c.elbv2
                             .modify_listener()
                             .listener_arn(l.listener_arn().unwrap_or_default())
-                            .protocol(ProtocolEnum::from(protocol))
+                            .protocol(ProtocolEnum::from(m.frontend))
                             .port(p.port)
+                            .set_certificates(certs)
+                            .set_ssl_policy(m.ssl_policy.clone())
                             .default_actions(action)
                             .send()
                             .await
                             .map_err(|e| {
                                 api_error(format!("ModifyListener {name}:{}", p.port), e)
                             })?;
+                        tracing::info!(
+                            lb = name,
+                            port = p.port,
+                            protocol = m.frontend,
+                            "updated NLB listener"
+                        );
                     }
                 }
             }
-            desired_tgs.insert(tg_arn, (tg, node_port));
+            desired_tgs.insert(tg_arn);
         }
         let desired_ports: BTreeSet<i32> = ports.iter().map(|p| p.port).collect();
         for l in &listeners {
@@ -334,70 +397,19 @@ impl AwsLoadBalancer {
         }
         // Target groups of this Service that no listener uses any more.
         for (arn, tg) in self.service_target_groups(service).await? {
-            if !desired_tgs.contains_key(&arn) {
+            if !desired_tgs.contains(&arn) {
                 self.delete_target_group(&arn, tg.target_group_name().unwrap_or_default()).await?;
             }
         }
 
-        // Targets.
-        let want = instance_ids(&instances);
-        for (arn, (_, node_port)) in &desired_tgs {
-            let health = c
-                .elbv2
-                .describe_target_health()
-                .target_group_arn(arn)
-                .send()
-                .await
-                .map_err(|e| api_error("DescribeTargetHealth", e))?;
-            let have: BTreeSet<String> = health
-                .target_health_descriptions()
-                .iter()
-                .filter_map(|t| t.target().and_then(|t| t.id()).map(str::to_string))
-                .collect();
-            let target = |id: &String| TargetDescription::builder().id(id).port(*node_port).build();
-            let add: Vec<TargetDescription> = want.difference(&have).map(target).collect();
-            let remove: Vec<TargetDescription> = have.difference(&want).map(target).collect();
-            if !add.is_empty() {
-                c.elbv2
-                    .register_targets()
-                    .target_group_arn(arn)
-                    .set_targets(Some(add))
-                    .send()
-                    .await
-                    .map_err(|e| api_error("RegisterTargets", e))?;
-            }
-            if !remove.is_empty() {
-                c.elbv2
-                    .deregister_targets()
-                    .target_group_arn(arn)
-                    .set_targets(Some(remove))
-                    .send()
-                    .await
-                    .map_err(|e| api_error("DeregisterTargets", e))?;
-            }
-        }
+        self.ensure_nlb_attributes(name, &lb_arn, opts).await?;
 
-        if let Some(v) = opts.cross_zone {
-            c.elbv2
-                .modify_load_balancer_attributes()
-                .load_balancer_arn(&lb_arn)
-                .attributes(
-                    LoadBalancerAttribute::builder()
-                        .key("load_balancing.cross_zone.enabled")
-                        .value(v.to_string())
-                        .build(),
-                )
-                .send()
-                .await
-                .map_err(|e| api_error(format!("ModifyLoadBalancerAttributes {name}"), e))?;
+        // Node security groups: clients on the node ports, health checks from the load
+        // balancer's subnets, MTU discovery.
+        if g.disable_security_group_ingress {
+            return Ok(status_for(lb.dns_name()));
         }
-
-        // Node security groups: clients on the node ports, health checks from the VPC, MTU.
-        let desired_sgs = if g.disable_security_group_ingress {
-            BTreeSet::new()
-        } else {
-            self.node_security_groups(&instances).await?
-        };
+        let desired_sgs = self.node_security_groups(&instances).await?;
         let mut rules = Vec::new();
         let proto_lower = protocol.to_ascii_lowercase();
         for net in &opts.source_ranges {
@@ -421,14 +433,28 @@ impl AwsLoadBalancer {
                 });
             }
         }
+        let client_ports: BTreeSet<i32> = ports.iter().filter_map(|p| p.node_port).collect();
         let hc_ports: BTreeSet<i32> = if health.port == "traffic-port" {
-            ports.iter().filter_map(|p| p.node_port).collect()
+            client_ports.clone()
         } else {
             health.port.parse().into_iter().collect()
         };
-        let needs_health_rule = protocol == "UDP" || health.port != "traffic-port";
+        // As upstream: the health-check rule is only redundant when the client rule already
+        // admits everyone over TCP on exactly the health-check ports.
+        let open_to_all =
+            opts.source_ranges.len() == 1 && opts.source_ranges[0].to_string() == "0.0.0.0/0";
+        let needs_health_rule = !(open_to_all && protocol == "TCP" && hc_ports == client_ports);
         if needs_health_rule && !desired_sgs.is_empty() {
-            for cidr in self.vpc_cidrs(&vpc).await? {
+            let lb_subnets: Vec<String> = {
+                let from_lb: Vec<String> = lb
+                    .availability_zones()
+                    .iter()
+                    .filter_map(|z| z.subnet_id())
+                    .map(str::to_string)
+                    .collect();
+                if from_lb.is_empty() { subnets.clone() } else { from_lb }
+            };
+            for cidr in self.subnet_cidrs(&lb_subnets).await? {
                 for p in &hc_ports {
                     rules.push(Rule {
                         protocol: "tcp".into(),
@@ -451,6 +477,135 @@ impl AwsLoadBalancer {
         Ok(status_for(lb.dns_name()))
     }
 
+    /// The IPv4 CIDRs of `subnets`.
+    async fn subnet_cidrs(&self, subnets: &[String]) -> Result<Vec<String>, ProviderError> {
+        if subnets.is_empty() {
+            return Ok(Vec::new());
+        }
+        let ec2 = &self.clients.get().await?.ec2;
+        let resp = ec2
+            .describe_subnets()
+            .set_subnet_ids(Some(subnets.to_vec()))
+            .send()
+            .await
+            .map_err(|e| api_error("DescribeSubnets (load balancer subnet CIDRs)", e))?;
+        let mut out: Vec<String> =
+            resp.subnets().iter().filter_map(|s| s.cidr_block()).map(str::to_string).collect();
+        out.sort();
+        out.dedup();
+        Ok(out)
+    }
+
+    /// Registers the missing targets and deregisters the extra ones (registering first, so
+    /// a replaced node never leaves the group empty).
+    async fn sync_targets(
+        &self,
+        arn: &str,
+        tg_name: &str,
+        want: &BTreeSet<String>,
+        node_port: i32,
+    ) -> Result<(), ProviderError> {
+        let c = self.clients.get().await?;
+        let health = c
+            .elbv2
+            .describe_target_health()
+            .target_group_arn(arn)
+            .send()
+            .await
+            .map_err(|e| api_error(format!("DescribeTargetHealth {tg_name}"), e))?;
+        let have: BTreeSet<(String, i32)> = health
+            .target_health_descriptions()
+            .iter()
+            .filter(|t| {
+                t.target_health().and_then(|h| h.reason()).map(|r| r.as_str())
+                    != Some("Target.DeregistrationInProgress")
+            })
+            .filter_map(|t| t.target())
+            .filter_map(|t| t.id().map(|id| (id.to_string(), t.port().unwrap_or(node_port))))
+            .collect();
+        let want: BTreeSet<(String, i32)> = want.iter().map(|id| (id.clone(), node_port)).collect();
+        let target =
+            |(id, port): &(String, i32)| TargetDescription::builder().id(id).port(*port).build();
+        let add: Vec<TargetDescription> = want.difference(&have).map(target).collect();
+        let remove: Vec<TargetDescription> = have.difference(&want).map(target).collect();
+        for chunk in add.chunks(1000) {
+            c.elbv2
+                .register_targets()
+                .target_group_arn(arn)
+                .set_targets(Some(chunk.to_vec()))
+                .send()
+                .await
+                .map_err(|e| api_error(format!("RegisterTargets {tg_name}"), e))?;
+        }
+        for chunk in remove.chunks(1000) {
+            c.elbv2
+                .deregister_targets()
+                .target_group_arn(arn)
+                .set_targets(Some(chunk.to_vec()))
+                .send()
+                .await
+                .map_err(|e| api_error(format!("DeregisterTargets {tg_name}"), e))?;
+        }
+        Ok(())
+    }
+
+    /// NLB attributes as upstream: cross-zone load balancing and S3 access logs follow the
+    /// annotations, absent ones reset to off; bucket and prefix are only sent while access
+    /// logs are on (the API refuses an empty bucket).
+    async fn ensure_nlb_attributes(
+        &self,
+        name: &str,
+        arn: &str,
+        opts: &LbOptions,
+    ) -> Result<(), ProviderError> {
+        let c = self.clients.get().await?;
+        let current = c
+            .elbv2
+            .describe_load_balancer_attributes()
+            .load_balancer_arn(arn)
+            .send()
+            .await
+            .map_err(|e| api_error(format!("DescribeLoadBalancerAttributes {name}"), e))?;
+        let cur: BTreeMap<&str, &str> = current
+            .attributes()
+            .iter()
+            .filter_map(|a| Some((a.key()?, a.value().unwrap_or_default())))
+            .collect();
+        let log = opts.access_log.clone().unwrap_or_default();
+        let mut want: Vec<(&str, String)> = vec![
+            ("load_balancing.cross_zone.enabled", opts.cross_zone.unwrap_or(false).to_string()),
+            ("access_logs.s3.enabled", log.enabled.to_string()),
+        ];
+        if log.enabled {
+            want.push(("access_logs.s3.bucket", log.bucket.clone().unwrap_or_default()));
+            want.push(("access_logs.s3.prefix", log.prefix.clone().unwrap_or_default()));
+        }
+        let changed: Vec<LoadBalancerAttribute> = want
+            .iter()
+            .filter(|(k, v)| {
+                let have = cur.get(k).copied().unwrap_or_default();
+                // An unset boolean reads as false.
+                !(have == v.as_str() || (have.is_empty() && v == "false"))
+            })
+            .map(|(k, v)| LoadBalancerAttribute::builder().key(*k).value(v).build())
+            .collect();
+        if changed.is_empty() {
+            return Ok(());
+        }
+        c.elbv2
+            .modify_load_balancer_attributes()
+            .load_balancer_arn(arn)
+            .set_attributes(Some(changed))
+            .send()
+            .await
+            .map_err(|e| api_error(format!("ModifyLoadBalancerAttributes {name}"), e))?;
+        tracing::info!(lb = name, "updated NLB attributes");
+        Ok(())
+    }
+
+    /// The target group `tg_name`: created with the health check, or, when it exists, its
+    /// health check brought in line (ModifyTargetGroup) — protocol and interval are part of
+    /// the name, so only port, path, timeout and thresholds can differ.
     async fn ensure_target_group(
         &self,
         tg_name: &str,
@@ -464,7 +619,30 @@ impl AwsLoadBalancer {
         match c.elbv2.describe_target_groups().names(tg_name).send().await {
             Ok(resp) => {
                 if let Some(tg) = resp.target_groups().first() {
-                    return Ok(tg.clone());
+                    let path_differs =
+                        health.path.is_some() && tg.health_check_path() != health.path.as_deref();
+                    let differs = tg.health_check_port() != Some(health.port.as_str())
+                        || path_differs
+                        || tg.health_check_timeout_seconds() != Some(health.timeout)
+                        || tg.healthy_threshold_count() != Some(health.healthy)
+                        || tg.unhealthy_threshold_count() != Some(health.unhealthy);
+                    if !differs {
+                        return Ok(tg.clone());
+                    }
+                    let resp = c
+                        .elbv2
+                        .modify_target_group()
+                        .target_group_arn(tg.target_group_arn().unwrap_or_default())
+                        .health_check_port(&health.port)
+                        .set_health_check_path(health.path.clone())
+                        .health_check_timeout_seconds(health.timeout)
+                        .healthy_threshold_count(health.healthy)
+                        .unhealthy_threshold_count(health.unhealthy)
+                        .send()
+                        .await
+                        .map_err(|e| api_error(format!("ModifyTargetGroup {tg_name}"), e))?;
+                    tracing::info!(target_group = tg_name, "updated target group health check");
+                    return Ok(resp.target_groups().first().cloned().unwrap_or_else(|| tg.clone()));
                 }
             }
             Err(e) if error_code(&e) == Some("TargetGroupNotFound") => {}
@@ -640,12 +818,34 @@ mod tests {
             ..Default::default()
         };
         let port = ServicePort { port: 80, node_port: Some(30080), ..Default::default() };
-        let a = target_group_name(&svc, "c1", &port, "TCP", "vpc-1");
+        let a = target_group_name(&svc, "c1", &port, "TCP", "TCP", 30);
         assert!(a.starts_with("k8s-kubesyst-myverylo-"), "{a}");
         assert_eq!(a.len(), "k8s-kubesyst-myverylo-".len() + 10);
         assert!(a.len() <= 32);
-        assert_eq!(a, target_group_name(&svc, "c1", &port, "TCP", "vpc-1"));
-        let other = ServicePort { node_port: Some(30081), ..port };
-        assert_ne!(a, target_group_name(&svc, "c1", &other, "TCP", "vpc-1"));
+        assert_eq!(a, target_group_name(&svc, "c1", &port, "TCP", "TCP", 30));
+        let other = ServicePort { node_port: Some(30081), ..port.clone() };
+        assert_ne!(a, target_group_name(&svc, "c1", &other, "TCP", "TCP", 30));
+        // Health-check protocol and interval are part of the name, as upstream.
+        assert_ne!(a, target_group_name(&svc, "c1", &port, "TCP", "HTTP", 30));
+        assert_ne!(a, target_group_name(&svc, "c1", &port, "TCP", "TCP", 10));
+    }
+
+    #[test]
+    fn target_group_name_is_upstreams() {
+        // SHA-1 of "c1" "default" "web" "80" "30080" "TCP" "instance" "TCP" "30", concatenated,
+        // computed independently (sha1sum) from upstream's recipe.
+        let svc = Service {
+            metadata: ObjectMeta {
+                name: Some("web".into()),
+                namespace: Some("default".into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let port = ServicePort { port: 80, node_port: Some(30080), ..Default::default() };
+        assert_eq!(
+            target_group_name(&svc, "c1", &port, "TCP", "TCP", 30),
+            "k8s-default-web-2e7f1b24e2"
+        );
     }
 }

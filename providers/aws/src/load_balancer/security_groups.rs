@@ -354,6 +354,56 @@ impl AwsLoadBalancer {
         Ok(())
     }
 
+    /// Makes the node security groups `desired` admit all traffic from the load balancer's
+    /// group `lb_sg`. Groups in `vpc` that admit `lb_sg` but are not desired lose that rule
+    /// when `revoke_anywhere` (the group is ours), else only when they are tagged for the
+    /// cluster, as upstream.
+    pub(crate) async fn sync_lb_group_rule(
+        &self,
+        vpc: &str,
+        desired: &BTreeSet<String>,
+        lb_sg: &str,
+        revoke_anywhere: bool,
+    ) -> Result<(), ProviderError> {
+        let rule = Rule {
+            protocol: "-1".into(),
+            from: -1,
+            to: -1,
+            source: Source::Group(lb_sg.to_string()),
+            description: None,
+        };
+        let groups =
+            self.describe_sgs(vec![Filter::builder().name("vpc-id").values(vpc).build()]).await?;
+        for sg in &groups {
+            let id = sg.group_id().unwrap_or_default();
+            if id == lb_sg || desired.contains(id) {
+                continue;
+            }
+            let tagged = self.tags.cluster_id().is_some() && self.tags.owns(sg.tags());
+            if !(revoke_anywhere || tagged) {
+                continue;
+            }
+            let stale: Vec<Rule> = rules_of(sg)
+                .into_iter()
+                .filter(|r| r.source == Source::Group(lb_sg.to_string()))
+                .collect();
+            if !stale.is_empty() {
+                tracing::info!(group = %id, lb_group = %lb_sg, "revoking load-balancer rule from a node group no longer behind it");
+                self.revoke(id, &stale).await?;
+            }
+        }
+        for id in desired {
+            let has = groups.iter().any(|sg| {
+                sg.group_id() == Some(id.as_str())
+                    && rules_of(sg).iter().any(|r| r.key() == rule.key())
+            });
+            if !has {
+                self.authorize(id, std::slice::from_ref(&rule)).await?;
+            }
+        }
+        Ok(())
+    }
+
     /// Deletes a security group we created; `RetryAfter` while something still uses it.
     pub(crate) async fn delete_sg(&self, id: &str) -> Result<(), ProviderError> {
         let ec2 = &self.clients.get().await?.ec2;

@@ -9,7 +9,7 @@ use kube::api::ObjectMeta;
 
 use crate::moto::{Moto, network, node, run_instances};
 
-fn service(name: &str, uid: &str, annotations: &[(&str, &str)]) -> Service {
+pub(crate) fn service(name: &str, uid: &str, annotations: &[(&str, &str)]) -> Service {
     Service {
         metadata: ObjectMeta {
             name: Some(name.into()),
@@ -48,7 +48,10 @@ fn service(name: &str, uid: &str, annotations: &[(&str, &str)]) -> Service {
 }
 
 /// Ingress rules of a security group as (protocol, from, to, source, description).
-async fn rules(ec2: &aws_sdk_ec2::Client, sg: &str) -> Vec<(String, i32, i32, String, String)> {
+pub(crate) async fn rules(
+    ec2: &aws_sdk_ec2::Client,
+    sg: &str,
+) -> Vec<(String, i32, i32, String, String)> {
     let d = ec2.describe_security_groups().group_ids(sg).send().await.unwrap();
     let mut out = Vec::new();
     for p in d.security_groups()[0].ip_permissions() {
@@ -76,7 +79,7 @@ async fn rules(ec2: &aws_sdk_ec2::Client, sg: &str) -> Vec<(String, i32, i32, St
     out
 }
 
-async fn sg_named(ec2: &aws_sdk_ec2::Client, name: &str) -> Option<String> {
+pub(crate) async fn sg_named(ec2: &aws_sdk_ec2::Client, name: &str) -> Option<String> {
     let d = ec2
         .describe_security_groups()
         .filters(Filter::builder().name("group-name").values(name).build())

@@ -5,8 +5,13 @@
 //! the test process. The provider as the real binary runs it is tested in `cmd/tests/it/aws.rs`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod assume_role;
+#[cfg(feature = "ecr-credential-provider")]
+mod ecr;
 mod instances;
 mod load_balancer;
+mod load_balancer_parity;
+mod metadata;
 mod moto;
 mod routes;
 mod throttling;

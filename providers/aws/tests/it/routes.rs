@@ -88,3 +88,108 @@ async fn routes_are_created_listed_and_deleted_in_the_tagged_table() {
     let (by_id, _) = moto.cloud("no-table", &format!("RouteTableID = {rt_id}")).await.unwrap();
     assert_eq!(by_id.routes().unwrap().list_routes("no-table").await.unwrap().len(), 1);
 }
+
+/// One pass of the core route controller's rule (`core/src/controllers/route/plan.rs`) over
+/// `nodes` (name, pod CIDR): a route is kept when its target is the node with that CIDR,
+/// created when missing, and deleted when it is in the cluster CIDR but matches no node.
+/// Returns (created, deleted).
+async fn route_pass(
+    routes: &dyn ccm_core::cloud::Routes,
+    cluster: &str,
+    nodes: &[(String, String)],
+) -> (usize, usize) {
+    let listed = routes.list_routes(cluster).await.unwrap();
+    let matches =
+        |r: &Route| nodes.iter().any(|(n, c)| *n == r.target_node && *c == r.destination_cidr);
+    let mut deleted = 0;
+    for r in listed.iter().filter(|r| r.destination_cidr.starts_with("100.64.")) {
+        if r.blackhole || !matches(r) {
+            routes.delete_route(cluster, r).await.unwrap();
+            deleted += 1;
+        }
+    }
+    let mut created = 0;
+    for (name, cidr) in nodes {
+        let kept = listed
+            .iter()
+            .any(|r| r.target_node == *name && r.destination_cidr == *cidr && !r.blackhole);
+        if !kept {
+            routes.create_route(cluster, "uid", &route(name, cidr)).await.unwrap();
+            created += 1;
+        }
+    }
+    (created, deleted)
+}
+
+/// Nodes named by instance ID or by a custom hostname (not the private DNS name): their
+/// routes are reported with the Node's name, so the second pass neither deletes nor creates.
+/// Before: the routes came back named by private DNS name, so the controller deleted and
+/// re-created both every pass (and could not create the custom-hostname one at all).
+#[tokio::test]
+async fn routes_of_nodes_not_named_by_private_dns_are_kept_on_the_next_pass() {
+    use k8s_openapi::api::core::v1::{Node, NodeSpec};
+    use kube::api::{Api, ObjectMeta, PostParams};
+
+    let moto = Moto::start().await.unwrap();
+    let ec2 = moto.ec2().await;
+    let net = network(&ec2, "rtn").await.unwrap();
+    ec2.create_route_table()
+        .vpc_id(&net.vpc)
+        .tag_specifications(tags_for(
+            ResourceType::RouteTable,
+            vec![tag("kubernetes.io/cluster/rtn", "owned")],
+        ))
+        .send()
+        .await
+        .unwrap();
+    let insts = run_instances(&ec2, &net.subnets[0].0, "rtn", 2, None).await.unwrap();
+    let ids: Vec<String> = insts.iter().map(|i| i.instance_id().unwrap().to_string()).collect();
+
+    let cp = ccm_testbed::ControlPlane::shared().await.unwrap();
+    let client = cp.admin_client().await.unwrap();
+    let nodes_api: Api<Node> = Api::all(client.clone());
+    let custom = ccm_testbed::unique_name("worker-custom");
+    let nodes =
+        vec![(ids[0].clone(), "100.64.10.0/24".to_string()), (custom, "100.64.11.0/24".into())];
+    for ((name, cidr), id) in nodes.iter().zip(&ids) {
+        let node = Node {
+            metadata: ObjectMeta { name: Some(name.clone()), ..Default::default() },
+            spec: Some(NodeSpec {
+                provider_id: Some(format!("aws:///us-east-1a/{id}")),
+                pod_cidr: Some(cidr.clone()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        nodes_api.create(&PostParams::default(), &node).await.unwrap();
+    }
+
+    let (cloud, metrics) = moto.cloud("rtn", "").await.unwrap();
+    cloud
+        .initialize(ccm_core::cloud::ProviderInit::new(
+            client,
+            tokio_util::sync::CancellationToken::new(),
+        ))
+        .unwrap();
+    let routes = cloud.routes().unwrap();
+
+    let first = route_pass(routes.as_ref(), "rtn", &nodes).await;
+    assert_eq!(first, (2, 0), "the first pass creates one route per node");
+    let listed = routes.list_routes("rtn").await.unwrap();
+    let mut got: Vec<(String, String)> =
+        listed.iter().map(|r| (r.target_node.clone(), r.destination_cidr.clone())).collect();
+    got.sort_by(|a, b| a.1.cmp(&b.1));
+    assert_eq!(got, nodes, "routes are reported with their Nodes' names");
+
+    let (creates, deletes) =
+        (metrics.requests("ec2", "CreateRoute"), metrics.requests("ec2", "DeleteRoute"));
+    let second = route_pass(routes.as_ref(), "rtn", &nodes).await;
+    assert_eq!(second, (0, 0), "the second pass changes nothing");
+    assert_eq!(metrics.requests("ec2", "CreateRoute"), creates);
+    assert_eq!(metrics.requests("ec2", "DeleteRoute"), deletes);
+    eprintln!("CreateRoute {creates}, DeleteRoute {deletes} after two passes");
+
+    for (name, _) in &nodes {
+        let _ = nodes_api.delete(name, &Default::default()).await;
+    }
+}

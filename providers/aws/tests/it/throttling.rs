@@ -47,3 +47,86 @@ async fn a_call_throttled_four_times_in_a_row_still_succeeds() {
     // Moto has no such instance: a positive "gone" by ID, which is what got through.
     assert!(!exists.expect("the lookup rode out the throttling"), "no such instance in moto");
 }
+
+/// Throttling is remembered across calls, as upstream: after `DescribeInstances` is throttled,
+/// the next request of a *different* EC2 operation waits too (held back by the shared
+/// back-off before it is sent), and once answered requests have brought the delay down, later
+/// requests are sent at once. Counted by the provider's `delayed`/`throttled` counters and
+/// checked against the proxy's request log (no timing).
+#[tokio::test]
+async fn a_throttle_delays_the_next_call_of_another_operation_of_the_service() {
+    let moto = Moto::start().await.unwrap();
+    let proxy =
+        FaultProxy::start(Url::parse(&moto.url).unwrap(), Protocol::AwsQuery).await.unwrap();
+    let admin = proxy.admin();
+    // A route table ID that does not exist: DescribeRouteTables is answered (empty).
+    let cfg = CloudConfig::parse(&testing::cloud_config(
+        &proxy.url(),
+        "backoff",
+        "RouteTableID = rtb-0123456789abcdef0",
+    ))
+    .unwrap();
+    let metrics = ApiMetrics::default();
+    let clients =
+        AwsClients::from_sdk_config(&cfg, &testing::sdk().await, metrics.clone()).await.unwrap();
+    let cloud = Cloud::with_clients(cfg, Arc::new(LazyClients::ready(clients)));
+    let iv2 = cloud.instances_v2().unwrap();
+    let routes = cloud.routes().unwrap();
+    let by_id = node("backoff", Some("aws:///us-east-1a/i-0123456789abcdef0".into()));
+
+    // Nothing throttled yet: nothing is held back.
+    assert!(!iv2.instance_exists(&by_id).await.unwrap());
+    assert_eq!(metrics.delayed("ec2"), 0);
+
+    admin
+        .inject(
+            FaultRule::new("ec2:DescribeInstances", Fault::Throttle { retry_after_secs: 0 })
+                .times(2),
+        )
+        .await
+        .unwrap();
+    assert!(!iv2.instance_exists(&by_id).await.unwrap(), "rode out two throttles");
+    assert_eq!(metrics.throttled("DescribeInstances"), 2);
+    let after_throttles = metrics.delayed("ec2");
+    assert!(after_throttles >= 1, "the retries after a throttle wait for the back-off");
+
+    // The next call is another operation: it waits too, before it is sent.
+    let err = routes.list_routes("backoff").await.unwrap_err();
+    assert!(err.to_string().contains("not found"), "{err}");
+    assert_eq!(
+        metrics.delayed("ec2"),
+        after_throttles + 1,
+        "DescribeRouteTables after a throttled DescribeInstances was not held back"
+    );
+
+    // Answered requests shrink the delay back to nothing: a few calls later nothing waits.
+    let mut calm = None;
+    for i in 0..10 {
+        let before = metrics.delayed("ec2");
+        let _ = routes.list_routes("backoff").await;
+        if metrics.delayed("ec2") == before {
+            calm = Some(i);
+            break;
+        }
+    }
+    assert!(calm.is_some(), "the back-off never decayed: {} delayed", metrics.delayed("ec2"));
+    let settled = metrics.delayed("ec2");
+    let _ = routes.list_routes("backoff").await;
+    assert_eq!(metrics.delayed("ec2"), settled, "a calm service delays nothing");
+    // Other services have their own back-off.
+    assert_eq!(metrics.delayed("elb"), 0);
+
+    // The proxy saw the throttled calls first, then the routes call.
+    let log = admin.requests().await.unwrap();
+    let ops: Vec<(&str, u16)> = log.iter().map(|r| (r.operation.as_str(), r.status)).collect();
+    eprintln!("requests: {ops:?}; delayed {settled}");
+    let first_route = ops.iter().position(|(op, _)| *op == "ec2:DescribeRouteTables").unwrap();
+    let throttled: Vec<usize> = ops
+        .iter()
+        .enumerate()
+        .filter(|(_, (op, s))| *op == "ec2:DescribeInstances" && *s != 200)
+        .map(|(i, _)| i)
+        .collect();
+    assert_eq!(throttled.len(), 2, "{ops:?}");
+    assert!(throttled.iter().all(|i| *i < first_route), "{ops:?}");
+}

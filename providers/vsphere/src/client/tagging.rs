@@ -64,22 +64,38 @@ impl TaggingClient {
     async fn login(&self) -> Result<String, ClientError> {
         let call = "create tagging session";
         let url = format!("{}/session", self.base);
-        let (status, text) = self
-            .exchange(call, || {
-                self.http
-                    .post(&url)
-                    .basic_auth(&self.endpoint.user, Some(self.endpoint.password.expose()))
-            })
-            .await?;
-        if status == reqwest::StatusCode::UNAUTHORIZED {
-            return Err(ClientError::Unauthorized {
-                vcenter: self.endpoint.name.clone(),
-                call: call.into(),
-            });
+        // Through the vCenter's login gate (throttle after a rejection, credential refresh).
+        let mut attempt = self.endpoint.login.begin(&self.endpoint, call).await?;
+        let mut creds = attempt.credentials().clone();
+        loop {
+            let (status, text) = self
+                .exchange(call, || {
+                    self.http.post(&url).basic_auth(&creds.user, Some(creds.password.expose()))
+                })
+                .await?;
+            if status == reqwest::StatusCode::UNAUTHORIZED {
+                let rejected = ClientError::Unauthorized {
+                    vcenter: self.endpoint.name.clone(),
+                    call: call.into(),
+                };
+                creds = attempt.failed(rejected).await?;
+                continue;
+            }
+            attempt.succeeded();
+            // The answer is the session token: never quoted in an error.
+            let id: Value<String> = self.decode(call, status, &text, false)?;
+            return Ok(id.value);
         }
-        // The answer is the session token: never quoted in an error.
-        let id: Value<String> = self.decode(call, status, &text, false)?;
-        Ok(id.value)
+    }
+
+    /// Deletes the current tagging session, if any (best effort: it is forgotten whatever
+    /// the answer). Returns whether a session was deleted.
+    pub async fn logout(&self) -> Result<bool, ClientError> {
+        let Some(id) = self.session.lock().await.take() else { return Ok(false) };
+        let call = "delete tagging session";
+        let url = format!("{}/session", self.base);
+        self.exchange(call, || self.http.delete(&url).header(SESSION_HEADER, &id)).await?;
+        Ok(true)
     }
 
     async fn session(&self) -> Result<String, ClientError> {

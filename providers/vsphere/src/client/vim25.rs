@@ -1,6 +1,10 @@
 //! The vim25 SOAP client: session login and re-login, `ServiceContent`, `SearchIndex`
 //! lookups and `PropertyCollector` reads, with typed results and typed SOAP faults.
 //!
+//! Property reads use `RetrievePropertiesEx` with a page size ([`Vim25Client::with_page_size`])
+//! and follow its `token` with `ContinueRetrievePropertiesEx` until every page is read, so a
+//! large inventory is never cut at vCenter's page limit.
+//!
 //! ```text
 //! call ──▶ ServiceContent (cached, no session) ──▶ session cookie (login once, shared)
 //!      ──▶ POST /sdk ──▶ NotAuthenticated? ──▶ forget that session, log in, retry once
@@ -26,6 +30,14 @@ use super::{
 };
 
 const SESSION_COOKIE: &str = "vmware_soap_session";
+
+/// At most this many continuation pages per read (a guard against a server that never
+/// stops handing out tokens).
+const MAX_PAGES: usize = 10_000;
+
+/// Objects per `RetrievePropertiesEx` page unless [`Vim25Client::with_page_size`] says
+/// otherwise.
+pub const DEFAULT_PAGE_SIZE: u32 = 100;
 
 /// The methods that may be sent again after a busy answer or a broken connection: they
 /// read, or (`Login`) open a session that a lost answer merely leaves to expire.
@@ -75,6 +87,9 @@ pub enum PowerState {
 pub struct GuestNic {
     /// The port group or network name the NIC is connected to.
     pub network: String,
+    /// `deviceConfigId`: the virtual device behind the NIC; `-1` for an interface that is
+    /// not a vNIC (docker0, a CNI bridge, a VIP on a dummy link).
+    pub device_config_id: Option<i32>,
     /// The NIC's IP addresses (without prefix lengths).
     pub ip_addresses: Vec<String>,
     /// The MAC address.
@@ -100,6 +115,11 @@ pub struct VmInfo {
     pub power_state: PowerState,
     /// `runtime.host`.
     pub host: Option<MoRef>,
+    /// `resourcePool`.
+    pub resource_pool: Option<MoRef>,
+    /// The `guestinfo.metadata*` entries of `config.extraConfig` (cloud-init's network
+    /// config, whose static addresses are preferred).
+    pub guestinfo: BTreeMap<String, String>,
     /// `guest.hostName`.
     pub guest_host_name: String,
     /// `guest.net`.
@@ -114,6 +134,8 @@ const VM_PROPERTIES: &[&str] = &[
     "summary.config.memorySizeMB",
     "runtime.powerState",
     "runtime.host",
+    "resourcePool",
+    "config.extraConfig",
     "guest.hostName",
     "guest.net",
 ];
@@ -125,6 +147,7 @@ pub struct Vim25Client {
     http: reqwest::Client,
     content: OnceCell<ServiceContent>,
     session: Mutex<Option<String>>,
+    page_size: u32,
 }
 
 impl std::fmt::Debug for Vim25Client {
@@ -147,7 +170,15 @@ impl Vim25Client {
             http,
             content: OnceCell::new(),
             session: Mutex::new(None),
+            page_size: DEFAULT_PAGE_SIZE,
         })
+    }
+
+    /// Objects per `RetrievePropertiesEx` page (at least 1); further pages are read with
+    /// `ContinueRetrievePropertiesEx`.
+    pub fn with_page_size(mut self, objects: u32) -> Self {
+        self.page_size = objects.max(1);
+        self
     }
 
     /// The vCenter's name in the config.
@@ -190,17 +221,41 @@ impl Vim25Client {
 
     async fn new_session(&self) -> Result<String, ClientError> {
         let sc = self.service_content().await?;
-        let body = format!(
-            "<Login xmlns=\"urn:vim25\">{}<userName>{}</userName><password>{}</password></Login>",
-            this(&sc.session_manager),
-            escape(&self.endpoint.user),
-            escape(self.endpoint.password.expose()),
-        );
-        let (_, cookie) = self.post("Login", &action(sc), &body, None).await?;
-        let cookie = cookie
-            .ok_or_else(|| self.decode_err("Login", "no session cookie in the answer".into()))?;
-        tracing::info!(vcenter = %self.endpoint.name, user = %self.endpoint.user, "logged in to vCenter");
-        Ok(cookie)
+        // Through the vCenter's login gate (throttle after a rejection, credential refresh).
+        let mut attempt = self.endpoint.login.begin(&self.endpoint, "Login").await?;
+        let mut creds = attempt.credentials().clone();
+        loop {
+            let body = format!(
+                "<Login xmlns=\"urn:vim25\">{}<userName>{}</userName><password>{}</password></Login>",
+                this(&sc.session_manager),
+                escape(&creds.user),
+                escape(creds.password.expose()),
+            );
+            let result =
+                self.post("Login", &action(sc), &body, None).await.and_then(|(_, cookie)| {
+                    cookie.ok_or_else(|| {
+                        self.decode_err("Login", "no session cookie in the answer".into())
+                    })
+                });
+            match result {
+                Ok(cookie) => {
+                    attempt.succeeded();
+                    tracing::info!(vcenter = %self.endpoint.name, user = %creds.user, "logged in to vCenter");
+                    return Ok(cookie);
+                }
+                Err(e) => creds = attempt.failed(e).await?,
+            }
+        }
+    }
+
+    /// `SessionManager.Logout` of the current session, if any (best effort: the session is
+    /// forgotten whatever the answer). Returns whether a session was logged out.
+    pub async fn logout(&self) -> Result<bool, ClientError> {
+        let Some(cookie) = self.session.lock().await.take() else { return Ok(false) };
+        let Some(sc) = self.content.get() else { return Ok(false) };
+        let body = format!("<Logout xmlns=\"urn:vim25\">{}</Logout>", this(&sc.session_manager));
+        self.post("Logout", &action(sc), &body, Some(&cookie)).await?;
+        Ok(true)
     }
 
     async fn current_session(&self) -> Result<String, ClientError> {
@@ -415,20 +470,19 @@ impl Vim25Client {
         let sc = self.service_content().await?;
         // The folders' names are read too (and dropped) so that a lost session shows up as
         // a NotAuthenticated missingSet on the root folder instead of an empty result.
-        let body = format!(
-            "<RetrieveProperties xmlns=\"urn:vim25\">{}<specSet>\
+        let spec = format!(
+            "<specSet>\
              <propSet><type>Datacenter</type><pathSet>name</pathSet></propSet>\
              <propSet><type>Folder</type><pathSet>name</pathSet></propSet>\
              <objectSet>{}<skip>false</skip>\
              <selectSet xsi:type=\"TraversalSpec\"><name>folders</name><type>Folder</type>\
              <path>childEntity</path><skip>false</skip><selectSet><name>folders</name></selectSet>\
-             </selectSet></objectSet></specSet></RetrieveProperties>",
-            this(&sc.property_collector),
+             </selectSet></objectSet></specSet>",
             obj("obj", &sc.root_folder)
         );
-        let resp = self.invoke("RetrieveProperties", &body).await?;
+        let objects = self.retrieve(&spec).await?;
         let mut out = BTreeMap::new();
-        for content in resp.children_named("returnval") {
+        for content in &objects {
             let Some(moref) = content.child("obj").map(element_moref) else { continue };
             let props = prop_map(content);
             if let (Some(name), "Datacenter") = (props.get("name"), moref.kind.as_str()) {
@@ -437,7 +491,7 @@ impl Vim25Client {
         }
         if out.is_empty() {
             return Err(
-                self.decode_err("RetrieveProperties", "the inventory has no datacenter".into())
+                self.decode_err("RetrievePropertiesEx", "the inventory has no datacenter".into())
             );
         }
         Ok(out)
@@ -450,20 +504,18 @@ impl Vim25Client {
         object: &MoRef,
         paths: &[&str],
     ) -> Result<Option<BTreeMap<String, Element>>, ClientError> {
-        let sc = self.service_content().await?;
         let mut path_set = String::new();
         for p in paths {
             let _ = write!(path_set, "<pathSet>{}</pathSet>", escape(p));
         }
-        let body = format!(
-            "<RetrieveProperties xmlns=\"urn:vim25\">{}<specSet><propSet><type>{}</type>{path_set}</propSet>\
-             <objectSet>{}<skip>false</skip></objectSet></specSet></RetrieveProperties>",
-            this(&sc.property_collector),
+        let spec = format!(
+            "<specSet><propSet><type>{}</type>{path_set}</propSet>\
+             <objectSet>{}<skip>false</skip></objectSet></specSet>",
             escape(&object.kind),
             obj("obj", object)
         );
-        match self.invoke("RetrieveProperties", &body).await {
-            Ok(resp) => Ok(resp.child("returnval").map(prop_map)),
+        match self.retrieve(&spec).await {
+            Ok(objects) => Ok(objects.first().map(prop_map)),
             Err(ClientError::Fault { fault, .. })
                 if fault.kind == FaultKind::ManagedObjectNotFound =>
             {
@@ -471,6 +523,43 @@ impl Vim25Client {
             }
             Err(e) => Err(e),
         }
+    }
+
+    /// `PropertyCollector.RetrievePropertiesEx` of one `specSet` (XML), then
+    /// `ContinueRetrievePropertiesEx` while the answer carries a `token`: every
+    /// `ObjectContent` of every page.
+    pub async fn retrieve(&self, spec_set: &str) -> Result<Vec<Element>, ClientError> {
+        let sc = self.service_content().await?;
+        let body = format!(
+            "<RetrievePropertiesEx xmlns=\"urn:vim25\">{}{spec_set}<options><maxObjects>{}</maxObjects>\
+             </options></RetrievePropertiesEx>",
+            this(&sc.property_collector),
+            self.page_size
+        );
+        let resp = self.invoke("RetrievePropertiesEx", &body).await?;
+        let mut objects = Vec::new();
+        let mut page = resp.child("returnval").cloned();
+        let mut pages = 0usize;
+        while let Some(result) = page.take() {
+            objects.extend(result.children_named("objects").cloned());
+            let Some(token) = result.child_text("token").filter(|t| !t.is_empty()) else { break };
+            pages += 1;
+            if pages > MAX_PAGES {
+                return Err(self.decode_err(
+                    "ContinueRetrievePropertiesEx",
+                    format!("more than {MAX_PAGES} pages of {} objects", self.page_size),
+                ));
+            }
+            let body = format!(
+                "<ContinueRetrievePropertiesEx xmlns=\"urn:vim25\">{}<token>{}</token>\
+                 </ContinueRetrievePropertiesEx>",
+                this(&sc.property_collector),
+                escape(token)
+            );
+            let resp = self.invoke("ContinueRetrievePropertiesEx", &body).await?;
+            page = resp.child("returnval").cloned();
+        }
+        Ok(objects)
     }
 
     /// The VM's name, UUID, sizing, power state, host and guest networking; `None` when it
@@ -490,6 +579,19 @@ impl Vim25Client {
             .get("guest.net")
             .map(|val| val.children_named("GuestNicInfo").map(guest_nic).collect())
             .unwrap_or_default();
+        let guestinfo = props
+            .get("config.extraConfig")
+            .map(|val| {
+                val.children_named("OptionValue")
+                    .filter_map(|o| {
+                        let key = o.child_text("key")?;
+                        let value = o.child_text("value").unwrap_or_default();
+                        key.starts_with("guestinfo.metadata")
+                            .then(|| (key.to_string(), value.to_string()))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
         Ok(Some(VmInfo {
             moref: vm.clone(),
             name: text("name"),
@@ -499,6 +601,8 @@ impl Vim25Client {
             memory_mb: text("summary.config.memorySizeMB").parse().unwrap_or(0),
             power_state,
             host: props.get("runtime.host").map(element_moref),
+            resource_pool: props.get("resourcePool").map(element_moref),
+            guestinfo,
             guest_host_name: text("guest.hostName"),
             nics,
         }))
@@ -556,6 +660,7 @@ fn guest_nic(e: &Element) -> GuestNic {
     };
     GuestNic {
         network: e.child_text("network").unwrap_or_default().to_string(),
+        device_config_id: e.child_text("deviceConfigId").and_then(|v| v.trim().parse().ok()),
         ip_addresses,
         mac_address: e.child_text("macAddress").unwrap_or_default().to_string(),
     }
@@ -563,7 +668,10 @@ fn guest_nic(e: &Element) -> GuestNic {
 
 /// The first fault in a PropertyCollector answer's `missingSet` entries.
 fn missing_set_fault(resp: &Element) -> Option<SoapFault> {
+    // RetrieveProperties: returnval = ObjectContent; RetrievePropertiesEx and its
+    // continuation: returnval/objects = ObjectContent.
     resp.children_named("returnval")
+        .flat_map(|rv| std::iter::once(rv).chain(rv.children_named("objects")))
         .flat_map(|content| content.children_named("missingSet"))
         .find_map(|missing| {
             let inner = missing.child("fault")?.child("fault")?;

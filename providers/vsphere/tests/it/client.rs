@@ -17,6 +17,8 @@ fn endpoint(sim: &Vcsim, user: &str, password: &str) -> Endpoint {
         password: Secret::new(password),
         insecure: true,
         ca_file: None,
+        thumbprint: None,
+        login: Default::default(),
         timeout: Duration::from_secs(20),
     }
 }

@@ -34,6 +34,8 @@ fn endpoint(port: u16, timeout: Duration) -> Endpoint {
         password: Secret::new(PASSWORD),
         insecure: true,
         ca_file: None,
+        thumbprint: None,
+        login: Default::default(),
         timeout,
     }
 }

@@ -39,10 +39,12 @@ async fn nodes_get_provider_id_addresses_type_and_zone_from_host_or_cluster_tags
     assert_eq!(meta.provider_id, format!("vsphere://{}", vm.uuid));
     assert_eq!(
         addresses(&meta),
-        pairs(&[("InternalIP", "10.0.0.10"), ("ExternalIP", "10.0.0.10"), ("Hostname", "node-h")])
+        pairs(&[("Hostname", "node-h"), ("InternalIP", "10.0.0.10"), ("ExternalIP", "10.0.0.10")])
     );
+    // Upstream's instance type: the guest ID mapped to its short OS name (vcsim's VMs are
+    // `otherGuest`, upstream's `other`), not the raw guest ID.
     assert!(meta.instance_type.starts_with("vsphere-vm.cpu-"), "{}", meta.instance_type);
-    assert!(meta.instance_type.contains("gb.os-"), "{}", meta.instance_type);
+    assert!(meta.instance_type.ends_with("gb.os-other"), "{}", meta.instance_type);
     assert_eq!((meta.zone.as_str(), meta.region.as_str()), ("zone-standalone", "region-1"));
 
     // By providerID (upper case is accepted); the zone comes from the cluster.
@@ -106,11 +108,11 @@ async fn addresses_follow_the_nodes_selection_and_ip_families() {
     assert_eq!(
         addresses(&meta),
         pairs(&[
+            ("Hostname", "node-a"),
             ("InternalIP", "10.20.0.5"),
             ("ExternalIP", "203.0.113.5"),
             ("InternalIP", "fd00:20::5"),
             ("ExternalIP", "2001:db8::5"),
-            ("Hostname", "node-a"),
         ])
     );
 

@@ -6,12 +6,16 @@
 // Test helpers panic on failure by design.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod addresses;
 mod client;
+mod credentials;
 mod deadline;
 mod instances;
+mod lookup;
 mod provider;
 mod sim;
 mod throttling;
+mod zones;
 
 use k8s_openapi::api::core::v1::{Node, NodeSpec};
 

@@ -1,7 +1,8 @@
 //! Retries of transient faults (issue #12, throttling storm): with vcsim behind the fault
 //! proxy answering half of all calls with vCenter's "busy, retry later" (HTTP 503 with
 //! `Retry-After`) and dropping connections mid-call, the clients' lookups still succeed; a
-//! rejected login is never retried (it could lock an SSO account), even after busy answers.
+//! rejected login is never retried (it could lock an SSO account), even after busy answers,
+//! and after a rejection further logins of that vCenter are throttled (issue 14).
 
 use std::time::Duration;
 
@@ -9,7 +10,7 @@ use ccm_emulators::faults::{Fault, FaultRule};
 use ccm_emulators::proxy::{FaultProxy, Protocol, Url};
 use ccm_provider_vsphere::client::tagging::TaggingClient;
 use ccm_provider_vsphere::client::vim25::Vim25Client;
-use ccm_provider_vsphere::client::{ClientError, Endpoint, FaultKind, MoRef, Secret};
+use ccm_provider_vsphere::client::{ClientError, Endpoint, FaultKind, LoginGate, MoRef, Secret};
 
 use crate::sim::Vcsim;
 
@@ -27,6 +28,8 @@ fn endpoint(proxy: &FaultProxy, user: &str, password: &str) -> Endpoint {
         password: Secret::new(password),
         insecure: true,
         ca_file: None,
+        thumbprint: None,
+        login: Default::default(),
         // Generous: the deadline bounds the retries' waits too (1 s Retry-After each).
         timeout: Duration::from_secs(60),
     }
@@ -114,4 +117,51 @@ async fn a_rejected_login_is_not_retried_even_after_busy_answers() {
     assert_eq!(c.get("vim25:Login"), 3, "2 busy + 1 rejected, never again: {c:?}");
     assert_eq!(c.get("rest:POST /rest/com/vmware/cis/session"), 2, "1 busy + 1 rejected: {c:?}");
     assert_eq!(c.get("rest:GET /rest/com/vmware/cis/tagging/category"), 0, "{c:?}");
+}
+
+/// Issue 14 (SSO lockout): after a rejected login, no login of that vCenter (SOAP or REST)
+/// is sent until the throttle window has passed; calls fail at once with an error saying
+/// logins are throttled. After the window exactly one attempt is made.
+#[tokio::test]
+async fn a_rejected_login_throttles_every_login_of_that_vcenter() {
+    let sim = Vcsim::start_with_login("admin", "right");
+    let proxy = proxy(&sim).await;
+    let admin = proxy.admin();
+    let mut ep = endpoint(&proxy, "admin", "wrong-8e2f");
+    ep.login = LoginGate::new(Duration::from_secs(3));
+    let vim = Vim25Client::new(ep.clone()).unwrap();
+    let tagging = TaggingClient::new(ep).unwrap();
+
+    let err = vim.datacenters().await.unwrap_err();
+    assert!(matches!(err.fault().map(|f| &f.kind), Some(FaultKind::InvalidLogin)), "{err:?}");
+    for _ in 0..3 {
+        let err = vim.datacenters().await.unwrap_err();
+        assert!(matches!(err, ClientError::LoginThrottled { .. }), "{err:?}");
+        let shown = err.to_string();
+        assert!(shown.contains("vc1") && shown.contains("throttled"), "{shown}");
+        let err = tagging.category_ids().await.unwrap_err();
+        assert!(matches!(err, ClientError::LoginThrottled { .. }), "{err:?}");
+    }
+    let c = admin.counters().await.unwrap();
+    eprintln!("calls while throttled: {c:?}");
+    assert_eq!(c.get("vim25:Login"), 1, "one rejected login, then none: {c:?}");
+    assert_eq!(c.get("rest:POST /rest/com/vmware/cis/session"), 0, "{c:?}");
+
+    // After the window: one attempt (rejected again), then throttled again.
+    let err = ccm_testbed::wait_for(
+        "a login after the throttle window",
+        Duration::from_secs(60),
+        || async {
+            match vim.datacenters().await {
+                Err(ClientError::LoginThrottled { .. }) => None,
+                other => Some(other),
+            }
+        },
+    )
+    .await
+    .unwrap_err();
+    assert!(matches!(err.fault().map(|f| &f.kind), Some(FaultKind::InvalidLogin)), "{err:?}");
+    assert!(matches!(vim.datacenters().await, Err(ClientError::LoginThrottled { .. })));
+    assert_eq!(admin.counters().await.unwrap().get("vim25:Login"), 2);
+    assert!(!format!("{err:?}").contains("wrong-8e2f"));
 }

@@ -4,7 +4,11 @@
 //! ```text
 //! ccm-emulator proxy --upstream http://127.0.0.1:5000 --protocol aws-query --listen 127.0.0.1:0
 //! ccm-emulator world path/to/world.yaml
+//! ccm-emulator ibm --world path/to/world.yaml [--lb-pending-ms 2000] [--token-lifetime-secs 3600]
 //! ```
+//!
+//! `ibm` serves the IBM Cloud emulator (IAM, Resource Manager, VPC `/v1` on one URL) and prints
+//! its URL as the first line of stdout.
 //!
 //! `proxy` prints its URL as the first line of stdout (then, when serving HTTPS, the path of
 //! its CA file on the second) and runs until SIGINT/SIGTERM or until its stdin closes when
@@ -52,6 +56,30 @@ enum Cmd {
         #[arg(long)]
         exit_on_stdin_close: bool,
     },
+    /// The IBM Cloud emulator (IAM, Resource Manager and VPC on one URL).
+    Ibm {
+        /// The world file (YAML or JSON); default: an empty world.
+        #[arg(long)]
+        world: Option<PathBuf>,
+        /// Where to listen.
+        #[arg(long, default_value = "127.0.0.1:0")]
+        listen: SocketAddr,
+        /// API keys IAM accepts (repeatable; default: the emulator's default key).
+        #[arg(long = "api-key")]
+        api_keys: Vec<String>,
+        /// The account ID.
+        #[arg(long)]
+        account_id: Option<String>,
+        /// How long load balancers stay pending after a change, in milliseconds.
+        #[arg(long, default_value_t = 2000)]
+        lb_pending_ms: u64,
+        /// How long issued access tokens live, in seconds.
+        #[arg(long, default_value_t = 3600)]
+        token_lifetime_secs: u64,
+        /// Exit when stdin reaches end of file (so a parent's death stops the emulator).
+        #[arg(long)]
+        exit_on_stdin_close: bool,
+    },
     /// Checks a world file and prints a summary.
     World {
         /// The YAML or JSON file.
@@ -86,6 +114,42 @@ async fn main() -> anyhow::Result<()> {
             }
             wait_for_exit(exit_on_stdin_close).await;
             drop(proxy);
+            Ok(())
+        }
+        Cmd::Ibm {
+            world,
+            listen,
+            api_keys,
+            account_id,
+            lb_pending_ms,
+            token_lifetime_secs,
+            exit_on_stdin_close,
+        } => {
+            let world = match world {
+                Some(path) => World::load(&path)?,
+                None => World::default(),
+            };
+            let mut opts = ccm_emulators::ibm::IbmOptions {
+                lb_pending: std::time::Duration::from_millis(lb_pending_ms),
+                token_lifetime: std::time::Duration::from_secs(token_lifetime_secs),
+                ..Default::default()
+            };
+            if !api_keys.is_empty() {
+                opts.api_keys = api_keys;
+            }
+            if let Some(a) = account_id {
+                opts.account_id = a;
+            }
+            let cloud = ccm_emulators::ibm::IbmCloud::new(world, opts);
+            let server = ccm_emulators::server::Server::start(
+                cloud,
+                ccm_emulators::server::ServerOptions { listen, tls: false },
+            )
+            .await
+            .context("starting the IBM emulator")?;
+            println!("{}", server.url());
+            wait_for_exit(exit_on_stdin_close).await;
+            drop(server);
             Ok(())
         }
         Cmd::World { file } => {

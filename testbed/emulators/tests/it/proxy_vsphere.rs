@@ -22,6 +22,8 @@ fn endpoint(proxy: &FaultProxy, ca_file: bool) -> Endpoint {
         password: Secret::new("p"),
         insecure: !ca_file,
         ca_file: ca_file.then(|| proxy.ca_file().unwrap().to_path_buf()),
+        thumbprint: None,
+        login: Default::default(),
         timeout: Duration::from_secs(20),
     }
 }

@@ -1,0 +1,413 @@
+//! The cloud config: upstream's gcfg INI (`[global]`, `[kubernetes]`,
+//! `[load-balancer-deployment]`, `[provider]`), validated for VPC (`cluster-default-provider
+//! = g2`), and the endpoints it implies.
+//!
+//! Owns parsing, validation (every error names the key, never quotes a value that could be a
+//! secret), and endpoint resolution: `g2EndpointOverride` / `iamEndpointOverride` /
+//! `rmEndpointOverride`, else IBM's regional (private unless `ENABLE_VPC_PUBLIC_ENDPOINT=true`,
+//! as upstream) endpoints. The API key itself is not in the config: `g2Credentials` names the
+//! file holding it, read by [`crate::client`] whenever a token is needed (so a rotated key is
+//! picked up without a restart).
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+/// The versions of the cloud config upstream accepts in `[global] version`.
+pub const SUPPORTED_VERSIONS: [&str; 2] = ["1.0.0", "1.1.0"];
+
+/// The provider type for VPC Gen2 infrastructure.
+pub const PROVIDER_TYPE_VPC: &str = "g2";
+
+/// Why the cloud config cannot be used. Each message names the key (`[section] key`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    /// No cloud config was given (upstream requires one).
+    #[error("cloud config required but none specified (--cloud-config)")]
+    Missing,
+    /// The file is not valid INI.
+    #[error("cloud config is not valid INI: {0}")]
+    Syntax(String),
+    /// A required key is missing or empty.
+    #[error("missing required cloud configuration setting: {0}")]
+    Required(&'static str),
+    /// A key has a value that cannot be used.
+    #[error("invalid cloud configuration setting {key}: {message}")]
+    Invalid {
+        /// The key, e.g. `[provider] cluster-default-provider`.
+        key: &'static str,
+        /// Why (never quoting a credential).
+        message: String,
+    },
+}
+
+/// The parsed `[provider]` section and the settings that matter for VPC.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// `[global] version`.
+    pub version: String,
+    /// `[kubernetes] config-file` (ignored: the manager's `--kubeconfig` is used).
+    pub kube_config_files: Vec<String>,
+    /// `[kubernetes] set-network-unavailable` (accepted; see the README).
+    pub set_network_unavailable: bool,
+    /// `[kubernetes] cniProvider`.
+    pub cni_provider: String,
+    /// `[provider] accountID`.
+    pub account_id: String,
+    /// `[provider] clusterID`.
+    pub cluster_id: String,
+    /// `[provider] region`.
+    pub region: String,
+    /// `[provider] g2workerServiceAccountID` (empty when not set).
+    pub worker_account_id: String,
+    /// `[provider] g2VpcName`.
+    pub vpc_name: String,
+    /// `[provider] g2Credentials`: the file holding the IBM Cloud API key.
+    pub credentials_file: PathBuf,
+    /// `[provider] g2ResourceGroupName`.
+    pub resource_group_name: String,
+    /// `[provider] g2VpcSubnetNames`, split at commas.
+    pub subnet_names: Vec<String>,
+    /// The VPC API base URL, with `/v1`.
+    pub vpc_url: String,
+    /// The IAM token URL (`.../identity/token`).
+    pub iam_token_url: String,
+    /// The Resource Manager base URL (resource groups live under `/v2/resource_groups`).
+    pub resource_manager_url: String,
+}
+
+/// The raw `key = value` pairs of the sections we read (keys lower-cased, as gcfg matches
+/// them case-insensitively).
+#[derive(Debug, Default)]
+struct Raw {
+    global: BTreeMap<String, Vec<String>>,
+    kubernetes: BTreeMap<String, Vec<String>>,
+    provider: BTreeMap<String, Vec<String>>,
+}
+
+impl Raw {
+    fn get<'a>(section: &'a BTreeMap<String, Vec<String>>, key: &str) -> &'a str {
+        section
+            .get(&key.to_ascii_lowercase())
+            .and_then(|v| v.last())
+            .map(|s| s.trim())
+            .unwrap_or_default()
+    }
+}
+
+fn parse_raw(text: &str) -> Result<Raw, ConfigError> {
+    let opt = ini::ParseOption { enabled_quote: true, enabled_escape: false, ..Default::default() };
+    // The parser's messages are fixed texts: only the position is added, never the line.
+    let doc = ini::Ini::load_from_str_opt(text, opt).map_err(|p| {
+        ConfigError::Syntax(format!("line {}, column {}: {}", p.line, p.col, p.msg))
+    })?;
+    let mut raw = Raw::default();
+    for (section, props) in doc.iter() {
+        let Some(section) = section else {
+            if let Some((key, _)) = props.iter().next() {
+                return Err(ConfigError::Syntax(format!("key {key:?} is outside any section")));
+            }
+            continue;
+        };
+        let target = match section.trim().to_ascii_lowercase().as_str() {
+            "global" => &mut raw.global,
+            "kubernetes" => &mut raw.kubernetes,
+            "provider" => &mut raw.provider,
+            // Classic-only (keepalived deployment): accepted and ignored on VPC.
+            "load-balancer-deployment" => continue,
+            other => {
+                // gcfg (FatalOnly) ignores unknown sections and keys: so do we, loudly.
+                tracing::warn!(section = other, "cloud config: unknown section ignored");
+                continue;
+            }
+        };
+        for (key, value) in props.iter() {
+            target.entry(key.to_ascii_lowercase()).or_default().push(value.to_string());
+        }
+    }
+    Ok(raw)
+}
+
+/// The keys of `[provider]` upstream knows; others are warned about and ignored.
+const PROVIDER_KEYS: &[&str] = &[
+    "providerid",
+    "internalip",
+    "externalip",
+    "region",
+    "zone",
+    "instancetype",
+    "clusterid",
+    "accountid",
+    "cluster-default-provider",
+    "g2workerserviceaccountid",
+    "g2vpcname",
+    "g2credentials",
+    "g2resourcegroupname",
+    "g2vpcsubnetnames",
+    "g2endpointoverride",
+    "iamendpointoverride",
+    "rmendpointoverride",
+    "iksprivateendpointhostname",
+    "cloudcredentials",
+];
+
+fn parse_bool(key: &'static str, value: &str) -> Result<bool, ConfigError> {
+    match value.to_ascii_lowercase().as_str() {
+        "" | "false" | "no" | "off" | "0" => Ok(false),
+        "true" | "yes" | "on" | "1" => Ok(true),
+        _ => Err(ConfigError::Invalid { key, message: format!("{value:?} is not a boolean") }),
+    }
+}
+
+fn parse_url(key: &'static str, value: &str) -> Result<String, ConfigError> {
+    let url = url::Url::parse(value)
+        .map_err(|e| ConfigError::Invalid { key, message: format!("not a URL ({e})") })?;
+    if url.scheme() != "https" && url.scheme() != "http" {
+        return Err(ConfigError::Invalid { key, message: "the URL must be http(s)".into() });
+    }
+    Ok(value.trim_end_matches('/').to_string())
+}
+
+impl Config {
+    /// Parses and validates the cloud config. `env` is the process environment
+    /// (`ENABLE_VPC_PUBLIC_ENDPOINT=true` selects IBM's public endpoints, as upstream).
+    pub fn parse(text: &str, env: &BTreeMap<String, String>) -> Result<Config, ConfigError> {
+        let raw = parse_raw(text)?;
+        let version = Raw::get(&raw.global, "version").to_string();
+        if !SUPPORTED_VERSIONS.contains(&version.as_str()) {
+            return Err(ConfigError::Invalid {
+                key: "[global] version",
+                message: format!(
+                    "{version:?} is not supported (use {})",
+                    SUPPORTED_VERSIONS.join(" or ")
+                ),
+            });
+        }
+        for key in raw.provider.keys() {
+            if !PROVIDER_KEYS.contains(&key.as_str()) {
+                tracing::warn!(key = %key, "cloud config: unknown key in [provider] ignored");
+            }
+        }
+        let p = |k: &str| Raw::get(&raw.provider, k).to_string();
+        let required = |k: &'static str, ini: &str| -> Result<String, ConfigError> {
+            let v = p(ini);
+            if v.is_empty() { Err(ConfigError::Required(k)) } else { Ok(v) }
+        };
+        let cluster_id = required("[provider] clusterID", "clusterID")?;
+        let provider_type = p("cluster-default-provider");
+        if provider_type != PROVIDER_TYPE_VPC {
+            return Err(ConfigError::Invalid {
+                key: "[provider] cluster-default-provider",
+                message: format!(
+                    "{provider_type:?}: only VPC infrastructure (\"g2\") is supported; upstream's \
+                     classic load balancer is not public either"
+                ),
+            });
+        }
+        let account_id = required("[provider] accountID", "accountID")?;
+        let credentials_file =
+            PathBuf::from(required("[provider] g2Credentials", "g2Credentials")?);
+        let region = required("[provider] region", "region")?;
+        let resource_group_name =
+            required("[provider] g2ResourceGroupName", "g2ResourceGroupName")?;
+        let subnet_names: Vec<String> =
+            required("[provider] g2VpcSubnetNames", "g2VpcSubnetNames")?
+                .split(',')
+                .map(|s| s.trim().to_string())
+                .filter(|s| !s.is_empty())
+                .collect();
+        if subnet_names.is_empty() {
+            return Err(ConfigError::Required("[provider] g2VpcSubnetNames"));
+        }
+        let vpc_name = required("[provider] g2VpcName", "g2VpcName")?;
+        for (key, value) in [("[provider] clusterID", &cluster_id), ("[provider] region", &region)]
+        {
+            if value.contains(['/', ' ', '?', '#']) {
+                return Err(ConfigError::Invalid {
+                    key,
+                    message: "must not contain '/', '?', '#' or spaces".into(),
+                });
+            }
+        }
+
+        let public = env
+            .get("ENABLE_VPC_PUBLIC_ENDPOINT")
+            .is_some_and(|v| v.trim().eq_ignore_ascii_case("true"));
+        let stage = region.contains("stage");
+        let vpc_url = match p("g2EndpointOverride") {
+            v if !v.is_empty() => parse_url("[provider] g2EndpointOverride", &v)?,
+            _ => {
+                let base = if stage { "iaasdev.cloud.ibm.com" } else { "iaas.cloud.ibm.com" };
+                if public {
+                    format!("https://{region}.{base}")
+                } else {
+                    format!("https://{region}.private.{base}")
+                }
+            }
+        } + "/v1";
+        let iam_base = match p("iamEndpointOverride") {
+            v if !v.is_empty() => parse_url("[provider] iamEndpointOverride", &v)?,
+            _ => match (stage, public) {
+                (true, false) => "https://private.iam.test.cloud.ibm.com".into(),
+                (true, true) => "https://iam.stage1.bluemix.net".into(),
+                (false, false) => "https://private.iam.cloud.ibm.com".into(),
+                (false, true) => "https://iam.cloud.ibm.com".into(),
+            },
+        };
+        let resource_manager_url = match p("rmEndpointOverride") {
+            v if !v.is_empty() => parse_url("[provider] rmEndpointOverride", &v)?,
+            _ if stage => "https://resource-controller.test.cloud.ibm.com".into(),
+            _ => "https://resource-controller.cloud.ibm.com".into(),
+        };
+        Ok(Config {
+            version,
+            kube_config_files: raw
+                .kubernetes
+                .get("config-file")
+                .cloned()
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|s| !s.trim().is_empty())
+                .collect(),
+            set_network_unavailable: parse_bool(
+                "[kubernetes] set-network-unavailable",
+                Raw::get(&raw.kubernetes, "set-network-unavailable"),
+            )?,
+            cni_provider: Raw::get(&raw.kubernetes, "cniProvider").to_string(),
+            account_id,
+            cluster_id,
+            region,
+            worker_account_id: p("g2workerServiceAccountID"),
+            vpc_name,
+            credentials_file,
+            resource_group_name,
+            subnet_names,
+            vpc_url,
+            iam_token_url: format!("{iam_base}/identity/token"),
+            resource_manager_url,
+        })
+    }
+
+    /// Whether VPC lookups of nodes are allowed: upstream refuses them when the workers were
+    /// allocated under another account (`g2workerServiceAccountID` set and different).
+    pub fn vpc_node_lookup_error(&self) -> Option<String> {
+        (!self.worker_account_id.is_empty() && self.worker_account_id != self.account_id).then(
+            || {
+                "cluster nodes are allocated under a different account \
+                 ([provider] g2workerServiceAccountID differs from accountID): nodes without \
+                 the ibm-cloud.kubernetes.io labels cannot be looked up in the VPC"
+                    .to_string()
+            },
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = "\
+[global]
+version = 1.1.0
+[kubernetes]
+config-file = /etc/kubernetes/kubeconfig
+[provider]
+cluster-default-provider = g2
+accountID = acct1
+clusterID = clus1
+region = us-south
+g2workerServiceAccountID = acct1
+g2VpcName = vpc-a
+g2Credentials = /etc/ibm/api-key
+g2ResourceGroupName = default
+g2VpcSubnetNames = subnet-1, subnet-2
+";
+
+    fn parse(text: &str) -> Result<Config, ConfigError> {
+        Config::parse(text, &BTreeMap::new())
+    }
+
+    #[test]
+    fn a_vpc_config_parses_with_private_endpoints_by_default() {
+        let c = parse(GOOD).unwrap();
+        assert_eq!(c.account_id, "acct1");
+        assert_eq!(c.cluster_id, "clus1");
+        assert_eq!(c.subnet_names, vec!["subnet-1", "subnet-2"]);
+        assert_eq!(c.credentials_file, PathBuf::from("/etc/ibm/api-key"));
+        assert_eq!(c.vpc_url, "https://us-south.private.iaas.cloud.ibm.com/v1");
+        assert_eq!(c.iam_token_url, "https://private.iam.cloud.ibm.com/identity/token");
+        assert_eq!(c.resource_manager_url, "https://resource-controller.cloud.ibm.com");
+        assert_eq!(c.kube_config_files, vec!["/etc/kubernetes/kubeconfig"]);
+        assert!(c.vpc_node_lookup_error().is_none());
+
+        let env = BTreeMap::from([("ENABLE_VPC_PUBLIC_ENDPOINT".into(), "TRUE".into())]);
+        let c = Config::parse(GOOD, &env).unwrap();
+        assert_eq!(c.vpc_url, "https://us-south.iaas.cloud.ibm.com/v1");
+        assert_eq!(c.iam_token_url, "https://iam.cloud.ibm.com/identity/token");
+    }
+
+    #[test]
+    fn endpoint_overrides_win_and_keys_are_case_insensitive() {
+        let text = GOOD.to_string()
+            + "G2ENDPOINTOVERRIDE = http://127.0.0.1:9000/\n\
+               iamEndpointOverride = http://127.0.0.1:9000\n\
+               rmendpointoverride = \"http://127.0.0.1:9001\"\n";
+        let c = parse(&text).unwrap();
+        assert_eq!(c.vpc_url, "http://127.0.0.1:9000/v1");
+        assert_eq!(c.iam_token_url, "http://127.0.0.1:9000/identity/token");
+        assert_eq!(c.resource_manager_url, "http://127.0.0.1:9001");
+    }
+
+    #[test]
+    fn each_missing_key_is_named() {
+        for (ini, named) in [
+            ("clusterID", "[provider] clusterID"),
+            ("accountID", "[provider] accountID"),
+            ("g2Credentials", "[provider] g2Credentials"),
+            ("region", "[provider] region"),
+            ("g2ResourceGroupName", "[provider] g2ResourceGroupName"),
+            ("g2VpcSubnetNames", "[provider] g2VpcSubnetNames"),
+            ("g2VpcName", "[provider] g2VpcName"),
+        ] {
+            let text: String = GOOD
+                .lines()
+                .filter(|l| !l.starts_with(&format!("{ini} =")))
+                .map(|l| format!("{l}\n"))
+                .collect();
+            let err = parse(&text).unwrap_err();
+            assert_eq!(err, ConfigError::Required(named), "{ini}");
+            assert!(err.to_string().contains(named), "{err}");
+        }
+    }
+
+    #[test]
+    fn bad_values_are_named_and_classic_is_refused() {
+        let err = parse(&GOOD.replace("version = 1.1.0", "version = 2")).unwrap_err();
+        assert!(err.to_string().contains("[global] version"), "{err}");
+        let err = parse(&GOOD.replace("= g2", "= g1")).unwrap_err();
+        assert!(err.to_string().contains("cluster-default-provider"), "{err}");
+        let err = parse(&GOOD.replace("cluster-default-provider = g2\n", "")).unwrap_err();
+        assert!(err.to_string().contains("cluster-default-provider"), "{err}");
+        let err = parse(&(GOOD.to_string() + "g2EndpointOverride = not a url\n")).unwrap_err();
+        assert!(err.to_string().contains("g2EndpointOverride"), "{err}");
+        let err = parse("[provider\nx=1").unwrap_err();
+        assert!(matches!(err, ConfigError::Syntax(_)), "{err}");
+        let err = parse(&GOOD.replace("clusterID = clus1", "clusterID = a/b")).unwrap_err();
+        assert!(err.to_string().contains("[provider] clusterID"), "{err}");
+    }
+
+    #[test]
+    fn a_different_worker_account_disables_vpc_node_lookups() {
+        let c = parse(
+            &GOOD.replace("g2workerServiceAccountID = acct1", "g2workerServiceAccountID = other"),
+        )
+        .unwrap();
+        assert!(c.vpc_node_lookup_error().unwrap().contains("g2workerServiceAccountID"));
+    }
+
+    #[test]
+    fn unknown_sections_and_keys_are_ignored_as_upstream() {
+        let text = GOOD.to_string()
+            + "futureKey = 1\n[load-balancer-deployment]\nimage = x\n[other]\na = b\n";
+        assert!(parse(&text).is_ok());
+    }
+}

@@ -1,0 +1,1188 @@
+//! LoadBalancer: one IBM VPC (application) load balancer per Service, as upstream's
+//! `pkg/vpcctl` builds it.
+//!
+//! - Name `kube-<clusterID>-<service UID without dashes>`, cut to 63 characters, or the
+//!   `...-vpc-lb-name` annotation.
+//! - One TCP listener and one pool per Service port; pool name
+//!   `<protocol>-<port>-<nodePort>`, round robin; members are the nodes' internal IPs (the
+//!   `ibm-cloud.kubernetes.io/internal-ip` label, else the `InternalIP` address) on the node
+//!   port. Nodes are filtered as upstream: by the `...-vpc-node-selector` annotation when
+//!   set, else by the `...-zone` annotation and then to `dedicated=edge` nodes if there are
+//!   any.
+//! - Health monitor TCP on the node port (delay 5, retries 2, timeout 2), or HTTP `/` on the
+//!   health-check node port for `externalTrafficPolicy: Local`.
+//! - Public or private from `...-ip-type`; subnets from `g2VpcSubnetNames` (in `g2VpcName`),
+//!   narrowed by `...-zone`, or the `...-vpc-subnets` annotation (IDs, names or CIDRs).
+//!   Neither can change after creation (an error says so, as upstream).
+//! - Proxy protocol v1 on the pools with `...-enable-features: proxy-protocol`.
+//! - Updates compute the same steps as upstream (delete listeners/pools of removed ports,
+//!   fix pools whose node port, health check or proxy protocol changed, add/remove members,
+//!   create pools/listeners for new ports; several member changes on a pool become one
+//!   `ReplaceLoadBalancerPoolMembers`), and **every mutation waits for the load balancer to
+//!   be `active`** before the next one (IBM answers 409 while it is pending). Deletion waits
+//!   until the load balancer is gone. A wait that outlasts [`Timings::max_wait`] ends in
+//!   [`ProviderError::RetryAfter`].
+//! - The status is the load balancer's hostname.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use ccm_core::cloud::{LoadBalancer, ProviderError};
+use k8s_openapi::api::core::v1::{LoadBalancerIngress, LoadBalancerStatus, Node, Service};
+use serde_json::{Value, json};
+
+use crate::client::{ClientError, IbmClient};
+use crate::config::Config;
+use crate::instances::labels;
+use crate::model;
+
+/// The Service annotations (prefix `service.kubernetes.io/ibm-load-balancer-cloud-provider-`).
+pub mod annotations {
+    /// `public` (default) or `private`.
+    pub const IP_TYPE: &str = "service.kubernetes.io/ibm-load-balancer-cloud-provider-ip-type";
+    /// Restrict members and subnets to one zone.
+    pub const ZONE: &str = "service.kubernetes.io/ibm-load-balancer-cloud-provider-zone";
+    /// The VPC subnets (IDs, names or CIDRs) of the load balancer.
+    pub const VPC_SUBNETS: &str =
+        "service.kubernetes.io/ibm-load-balancer-cloud-provider-vpc-subnets";
+    /// `label=value` member filter (allowed label keys only).
+    pub const VPC_NODE_SELECTOR: &str =
+        "service.kubernetes.io/ibm-load-balancer-cloud-provider-vpc-node-selector";
+    /// An explicit load balancer name.
+    pub const VPC_LB_NAME: &str =
+        "service.kubernetes.io/ibm-load-balancer-cloud-provider-vpc-lb-name";
+    /// `proxy-protocol` (VPC); `ipvs` is classic-only.
+    pub const ENABLE_FEATURES: &str =
+        "service.kubernetes.io/ibm-load-balancer-cloud-provider-enable-features";
+    /// Classic infrastructure only: ignored with a warning.
+    pub const CLASSIC_ONLY: [&str; 4] = [
+        "service.kubernetes.io/ibm-load-balancer-cloud-provider-vlan",
+        "service.kubernetes.io/ibm-load-balancer-cloud-provider-ipvs-scheduler",
+        "service.kubernetes.io/ibm-ingress-controller-public",
+        "service.kubernetes.io/ibm-ingress-controller-private",
+    ];
+}
+
+/// Node label keys the node-selector annotation may use (upstream's list).
+pub const NODE_SELECTOR_KEYS: [&str; 16] = [
+    "ibm-cloud.kubernetes.io/internal-ip",
+    "ibm-cloud.kubernetes.io/machine-type",
+    "ibm-cloud.kubernetes.io/os",
+    "ibm-cloud.kubernetes.io/region",
+    "ibm-cloud.kubernetes.io/subnet-id",
+    "ibm-cloud.kubernetes.io/worker-id",
+    "ibm-cloud.kubernetes.io/worker-pool-id",
+    "ibm-cloud.kubernetes.io/worker-pool-name",
+    "ibm-cloud.kubernetes.io/worker-version",
+    "ibm-cloud.kubernetes.io/zone",
+    "kubernetes.io/arch",
+    "kubernetes.io/hostname",
+    "kubernetes.io/os",
+    "node.kubernetes.io/instance-type",
+    "topology.kubernetes.io/region",
+    "topology.kubernetes.io/zone",
+];
+
+/// The name prefix of the load balancers we create.
+pub const NAME_PREFIX: &str = "kube";
+/// Connections per listener (upstream's value).
+pub const CONNECTION_LIMIT: i64 = 15000;
+
+/// How long to wait for a load balancer to become `active` (or gone), and how often to ask.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timings {
+    /// Time between `GetLoadBalancer` polls.
+    pub poll: Duration,
+    /// The longest wait for one state change; then [`ProviderError::RetryAfter`].
+    pub max_wait: Duration,
+}
+
+impl Default for Timings {
+    /// Poll every 5 s for up to 2 minutes (upstream: every 8 s, 2 minutes).
+    fn default() -> Self {
+        Timings { poll: Duration::from_secs(5), max_wait: Duration::from_secs(120) }
+    }
+}
+
+/// `kube-<clusterID>-<uid without dashes>`, at most 63 characters, unless the
+/// `...-vpc-lb-name` annotation names the load balancer.
+pub fn load_balancer_name(service: &Service, cluster_id: &str) -> String {
+    if let Some(name) = annotation(service, annotations::VPC_LB_NAME)
+        && !name.trim().is_empty()
+    {
+        return name.trim().to_string();
+    }
+    let uid: String =
+        service.metadata.uid.as_deref().unwrap_or_default().chars().filter(|c| *c != '-').collect();
+    let mut name = format!("{NAME_PREFIX}-{cluster_id}-{uid}");
+    name.truncate(63);
+    name
+}
+
+/// `<protocol>-<port>-<nodePort>` (protocol lower-cased).
+pub fn pool_name(protocol: &str, port: i32, node_port: i32) -> String {
+    format!("{}-{port}-{node_port}", protocol.to_ascii_lowercase())
+}
+
+/// The fields of a pool name; `None` when it is not `<tcp|udp>-<port>-<nodePort>`.
+pub fn parse_pool_name(name: &str) -> Option<(String, i32, i32)> {
+    let mut parts = name.split('-');
+    let (proto, port, node_port) = (parts.next()?, parts.next()?, parts.next()?);
+    if parts.next().is_some() || !matches!(proto, "tcp" | "udp") {
+        return None;
+    }
+    Some((proto.to_string(), port.parse().ok()?, node_port.parse().ok()?))
+}
+
+fn annotation<'a>(service: &'a Service, key: &str) -> Option<&'a str> {
+    service.metadata.annotations.as_ref()?.get(key).map(String::as_str)
+}
+
+fn service_key(service: &Service) -> String {
+    format!(
+        "{}/{}",
+        service.metadata.namespace.as_deref().unwrap_or_default(),
+        service.metadata.name.as_deref().unwrap_or_default()
+    )
+}
+
+fn invalid(what: &str, message: impl Into<String>) -> ProviderError {
+    ProviderError::Invalid { what: what.to_string(), message: message.into() }
+}
+
+/// One Service port as the load balancer serves it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PortSpec {
+    /// `tcp`.
+    pub protocol: String,
+    /// The listener port.
+    pub port: i32,
+    /// The node port (member port).
+    pub node_port: i32,
+}
+
+impl PortSpec {
+    fn pool_name(&self) -> String {
+        pool_name(&self.protocol, self.port, self.node_port)
+    }
+}
+
+/// What the Service asks of its load balancer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServiceOptions {
+    /// Public (default) or private.
+    pub public: bool,
+    /// The zone annotation.
+    pub zone: Option<String>,
+    /// The subnets annotation, split.
+    pub subnets: Option<Vec<String>>,
+    /// The node selector annotation.
+    pub node_selector: Option<(String, String)>,
+    /// Proxy protocol v1 on the pools.
+    pub proxy_protocol: bool,
+    /// The health-check node port for `externalTrafficPolicy: Local`.
+    pub health_check_node_port: Option<i32>,
+    /// The ports.
+    pub ports: Vec<PortSpec>,
+}
+
+/// Reads and checks the Service: TCP ports with node ports, known annotation values.
+pub fn service_options(service: &Service) -> Result<ServiceOptions, ProviderError> {
+    let key = service_key(service);
+    let spec = service.spec.clone().unwrap_or_default();
+    if spec.allocate_load_balancer_node_ports == Some(false) {
+        return Err(invalid(
+            &format!("Service {key} spec.allocateLoadBalancerNodePorts"),
+            "NodePort allocation is required for IBM VPC load balancers",
+        ));
+    }
+    let mut ports = Vec::new();
+    for p in spec.ports.unwrap_or_default() {
+        let protocol = p.protocol.unwrap_or_else(|| "TCP".into());
+        if protocol != "TCP" {
+            return Err(invalid(
+                &format!("Service {key} port {}", p.port),
+                format!("protocol {protocol}: only TCP is supported by the VPC load balancer"),
+            ));
+        }
+        let node_port = p.node_port.unwrap_or_default();
+        if node_port <= 0 {
+            return Err(invalid(
+                &format!("Service {key} port {}", p.port),
+                "no node port allocated",
+            ));
+        }
+        ports.push(PortSpec { protocol: "tcp".into(), port: p.port, node_port });
+    }
+    if ports.is_empty() {
+        return Err(invalid(&format!("Service {key}"), "no ports"));
+    }
+    let public = match annotation(service, annotations::IP_TYPE).map(str::trim) {
+        None | Some("") | Some("public") => true,
+        Some("private") => false,
+        Some(other) => {
+            return Err(invalid(
+                annotations::IP_TYPE,
+                format!("{other:?}: expected \"public\" or \"private\""),
+            ));
+        }
+    };
+    let no_spaces =
+        |k: &str| annotation(service, k).map(|v| v.replace(' ', "")).filter(|v| !v.is_empty());
+    let zone = no_spaces(annotations::ZONE);
+    let subnets = no_spaces(annotations::VPC_SUBNETS)
+        .map(|v| v.split(',').filter(|s| !s.is_empty()).map(str::to_string).collect::<Vec<_>>());
+    let node_selector = match no_spaces(annotations::VPC_NODE_SELECTOR) {
+        None => None,
+        Some(v) => match v.split_once('=') {
+            Some((k, val)) if !val.contains('=') && NODE_SELECTOR_KEYS.contains(&k) => {
+                Some((k.to_string(), val.to_string()))
+            }
+            _ => {
+                return Err(invalid(
+                    annotations::VPC_NODE_SELECTOR,
+                    format!(
+                        "{v:?}: expected <label>=<value> with one of the labels {}",
+                        NODE_SELECTOR_KEYS.join(", ")
+                    ),
+                ));
+            }
+        },
+    };
+    let features = no_spaces(annotations::ENABLE_FEATURES).unwrap_or_default().to_ascii_lowercase();
+    let proxy_protocol = features.split(',').any(|f| f == "proxy-protocol");
+    for f in features.split(',').filter(|f| !f.is_empty() && *f != "proxy-protocol") {
+        tracing::warn!(service = %key, feature = f, "IBM VPC: load balancer feature not supported on VPC, ignored");
+    }
+    for a in annotations::CLASSIC_ONLY {
+        if annotation(service, a).is_some() {
+            tracing::warn!(service = %key, annotation = a, "IBM VPC: classic-only annotation ignored");
+        }
+    }
+    let health_check_node_port = (spec.external_traffic_policy.as_deref() == Some("Local"))
+        .then_some(spec.health_check_node_port.unwrap_or_default())
+        .filter(|p| *p > 0);
+    Ok(ServiceOptions {
+        public,
+        zone,
+        subnets,
+        node_selector,
+        proxy_protocol,
+        health_check_node_port,
+        ports,
+    })
+}
+
+fn node_label<'a>(node: &'a Node, key: &str) -> Option<&'a str> {
+    node.metadata.labels.as_ref()?.get(key).map(String::as_str)
+}
+
+/// The node's internal IP: the provisioner's label, else its `InternalIP` address.
+pub fn node_internal_ip(node: &Node) -> Option<String> {
+    if let Some(ip) = node_label(node, labels::INTERNAL_IP).filter(|v| !v.is_empty()) {
+        return Some(ip.to_string());
+    }
+    node.status
+        .as_ref()?
+        .addresses
+        .as_ref()?
+        .iter()
+        .find(|a| a.type_ == "InternalIP")
+        .map(|a| a.address.clone())
+}
+
+/// The member IPs for the Service: nodes filtered as upstream (selector, else zone then
+/// edge nodes), their internal IPs, sorted and without duplicates.
+pub fn member_ips(nodes: &[Node], options: &ServiceOptions) -> Vec<String> {
+    let matching = |key: &str, value: &str| -> Vec<&Node> {
+        nodes.iter().filter(|n| node_label(n, key) == Some(value)).collect()
+    };
+    let chosen: Vec<&Node> = if let Some((k, v)) = &options.node_selector {
+        matching(k, v)
+    } else {
+        let by_zone: Vec<&Node> = match &options.zone {
+            Some(z) => matching(labels::ZONE, z),
+            None => nodes.iter().collect(),
+        };
+        let edge: Vec<&Node> = by_zone
+            .iter()
+            .copied()
+            .filter(|n| node_label(n, "dedicated") == Some("edge"))
+            .collect();
+        if edge.is_empty() { by_zone } else { edge }
+    };
+    let ips: BTreeSet<String> = chosen.into_iter().filter_map(node_internal_ip).collect();
+    ips.into_iter().collect()
+}
+
+fn health_monitor(options: &ServiceOptions, node_port: i32) -> Value {
+    match options.health_check_node_port {
+        Some(hc) => {
+            json!({"delay": 5, "max_retries": 2, "timeout": 2, "type": "http", "port": hc, "url_path": "/"})
+        }
+        None => {
+            json!({"delay": 5, "max_retries": 2, "timeout": 2, "type": "tcp", "port": node_port})
+        }
+    }
+}
+
+fn health_monitor_matches(
+    options: &ServiceOptions,
+    node_port: i32,
+    hm: &model::HealthMonitor,
+) -> bool {
+    match options.health_check_node_port {
+        Some(hc) => hm.kind == "http" && hm.port == Some(i64::from(hc)),
+        None => hm.kind == "tcp" && hm.port == Some(i64::from(node_port)),
+    }
+}
+
+fn proxy_protocol(options: &ServiceOptions) -> &'static str {
+    if options.proxy_protocol { "v1" } else { "disabled" }
+}
+
+fn members(ips: &[String], node_port: i32) -> Value {
+    Value::Array(
+        ips.iter().map(|ip| json!({"port": node_port, "target": {"address": ip}})).collect(),
+    )
+}
+
+fn pool_prototype(options: &ServiceOptions, port: &PortSpec, ips: &[String]) -> Value {
+    json!({
+        "algorithm": "round_robin",
+        "health_monitor": health_monitor(options, port.node_port),
+        "members": members(ips, port.node_port),
+        "name": port.pool_name(),
+        "protocol": port.protocol,
+        "proxy_protocol": proxy_protocol(options),
+    })
+}
+
+/// The body of `CreateLoadBalancer` (upstream's shape: pools and listeners inline).
+pub fn create_body(
+    name: &str,
+    options: &ServiceOptions,
+    ips: &[String],
+    subnet_ids: &[String],
+    resource_group_id: &str,
+) -> Value {
+    json!({
+        "name": name,
+        "is_public": options.public,
+        "subnets": subnet_ids.iter().map(|id| json!({"id": id})).collect::<Vec<_>>(),
+        "pools": options.ports.iter().map(|p| pool_prototype(options, p, ips)).collect::<Vec<_>>(),
+        "listeners": options.ports.iter().map(|p| json!({
+            "connection_limit": CONNECTION_LIMIT,
+            "default_pool": {"name": p.pool_name()},
+            "port": p.port,
+            "protocol": p.protocol,
+        })).collect::<Vec<_>>(),
+        "resource_group": {"id": resource_group_id},
+    })
+}
+
+/// One step of an update, in upstream's order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Step {
+    /// Delete a listener whose port left the Service.
+    DeleteListener {
+        /// The listener.
+        id: String,
+        /// Its port (for logs).
+        port: i64,
+    },
+    /// Delete a pool whose port left the Service.
+    DeletePool {
+        /// The pool.
+        id: String,
+        /// Its name.
+        name: String,
+    },
+    /// Delete one member.
+    DeleteMember {
+        /// The pool.
+        pool: String,
+        /// The member.
+        id: String,
+        /// Its address (for logs).
+        address: String,
+    },
+    /// Rename the pool / fix its health monitor or proxy protocol.
+    UpdatePool {
+        /// The pool.
+        id: String,
+        /// The port it serves.
+        port: PortSpec,
+    },
+    /// Replace all members of a pool.
+    ReplaceMembers {
+        /// The pool.
+        id: String,
+        /// The port it serves.
+        port: PortSpec,
+    },
+    /// Add one member.
+    CreateMember {
+        /// The pool.
+        pool: String,
+        /// The address.
+        address: String,
+        /// The node port.
+        node_port: i32,
+    },
+    /// Create the pool of a new port.
+    CreatePool {
+        /// The port.
+        port: PortSpec,
+    },
+    /// Create the listener of a new port.
+    CreateListener {
+        /// The port.
+        port: PortSpec,
+    },
+}
+
+impl Step {
+    fn order(&self) -> u8 {
+        match self {
+            Step::DeleteListener { .. } => 0,
+            Step::DeletePool { .. } => 1,
+            Step::DeleteMember { .. } => 2,
+            Step::UpdatePool { .. } => 3,
+            Step::ReplaceMembers { .. } => 4,
+            Step::CreateMember { .. } => 5,
+            Step::CreatePool { .. } => 6,
+            Step::CreateListener { .. } => 7,
+        }
+    }
+}
+
+/// The steps that bring a load balancer's listeners, pools and members to what the Service
+/// and nodes ask for. `pools` carry their members.
+pub fn plan(
+    options: &ServiceOptions,
+    ips: &[String],
+    listeners: &[model::Listener],
+    pools: &[(model::Pool, Vec<model::Member>)],
+) -> Result<Vec<Step>, ProviderError> {
+    let mut steps = Vec::new();
+    let serves = |proto: &str, port: i64| {
+        options
+            .ports
+            .iter()
+            .find(|p| p.protocol.eq_ignore_ascii_case(proto) && i64::from(p.port) == port)
+    };
+    for l in listeners {
+        if serves(&l.protocol, l.port).is_none() {
+            steps.push(Step::DeleteListener { id: l.id.clone(), port: l.port });
+        }
+    }
+    let mut pooled: BTreeSet<(String, i32)> = BTreeSet::new();
+    for (pool, members) in pools {
+        let Some((proto, port, node_port)) = parse_pool_name(&pool.name) else {
+            return Err(ProviderError::other(format!(
+                "pool {:?} ({}) is not named <protocol>-<port>-<nodePort>: not created by this controller",
+                pool.name, pool.id
+            )));
+        };
+        let Some(want) = serves(&proto, i64::from(port)) else {
+            steps.push(Step::DeletePool { id: pool.id.clone(), name: pool.name.clone() });
+            continue;
+        };
+        pooled.insert((want.protocol.clone(), want.port));
+        if node_port != want.node_port {
+            // The node port changed: rename, new health check, all members on the new port.
+            steps.push(Step::UpdatePool { id: pool.id.clone(), port: want.clone() });
+            steps.push(Step::ReplaceMembers { id: pool.id.clone(), port: want.clone() });
+            continue;
+        }
+        if !health_monitor_matches(options, want.node_port, &pool.health_monitor)
+            || pool.proxy_protocol != proxy_protocol(options)
+        {
+            steps.push(Step::UpdatePool { id: pool.id.clone(), port: want.clone() });
+        }
+        let np = i64::from(want.node_port);
+        let deletes: Vec<&model::Member> =
+            members.iter().filter(|m| m.port != np || !ips.contains(&m.target.address)).collect();
+        let adds: Vec<&String> = ips
+            .iter()
+            .filter(|ip| !members.iter().any(|m| &m.target.address == *ip && m.port == np))
+            .collect();
+        match (deletes.as_slice(), adds.as_slice()) {
+            ([], []) => {}
+            ([m], []) => steps.push(Step::DeleteMember {
+                pool: pool.id.clone(),
+                id: m.id.clone(),
+                address: m.target.address.clone(),
+            }),
+            ([], [ip]) => steps.push(Step::CreateMember {
+                pool: pool.id.clone(),
+                address: (*ip).clone(),
+                node_port: want.node_port,
+            }),
+            _ => steps.push(Step::ReplaceMembers { id: pool.id.clone(), port: want.clone() }),
+        }
+    }
+    for p in &options.ports {
+        if !pooled.contains(&(p.protocol.clone(), p.port)) {
+            steps.push(Step::CreatePool { port: p.clone() });
+        }
+        let has_listener = listeners
+            .iter()
+            .any(|l| l.protocol.eq_ignore_ascii_case(&p.protocol) && l.port == i64::from(p.port));
+        if !has_listener {
+            steps.push(Step::CreateListener { port: p.clone() });
+        }
+    }
+    steps.sort_by_key(Step::order);
+    Ok(steps)
+}
+
+/// The LoadBalancer of the IBM provider.
+#[derive(Debug)]
+pub struct IbmLoadBalancer {
+    client: Arc<IbmClient>,
+    config: Arc<Config>,
+    timings: Timings,
+}
+
+impl IbmLoadBalancer {
+    /// Load balancers on this client and config.
+    pub fn new(client: Arc<IbmClient>, config: Arc<Config>, timings: Timings) -> Self {
+        IbmLoadBalancer { client, config, timings }
+    }
+
+    /// The load balancer named `name` (or, for an annotated name, with that ID or hostname).
+    async fn find(&self, name: &str) -> Result<Option<model::LoadBalancer>, ProviderError> {
+        let all = self.client.list_load_balancers().await?;
+        Ok(all.into_iter().find(|lb| lb.name == name || lb.id == name || lb.hostname == name))
+    }
+
+    fn status(lb: &model::LoadBalancer) -> LoadBalancerStatus {
+        let ingress = if !lb.hostname.is_empty() {
+            vec![LoadBalancerIngress { hostname: Some(lb.hostname.clone()), ..Default::default() }]
+        } else {
+            let ips = if lb.is_public { &lb.public_ips } else { &lb.private_ips };
+            ips.iter()
+                .map(|a| LoadBalancerIngress { ip: Some(a.address.clone()), ..Default::default() })
+                .collect()
+        };
+        LoadBalancerStatus { ingress: Some(ingress) }
+    }
+
+    /// Polls until the load balancer is `active`; `failed` is an error, a wait past
+    /// [`Timings::max_wait`] a [`ProviderError::RetryAfter`].
+    async fn wait_active(
+        &self,
+        id: &str,
+        name: &str,
+    ) -> Result<model::LoadBalancer, ProviderError> {
+        let start = tokio::time::Instant::now();
+        loop {
+            let Some(lb) = self.client.get_load_balancer(id).await? else {
+                return Err(ProviderError::other(format!(
+                    "load balancer {name} ({id}) disappeared while waiting for it to become active"
+                )));
+            };
+            if lb.is_active() {
+                return Ok(lb);
+            }
+            if lb.provisioning_status == "failed" {
+                return Err(ProviderError::other(format!(
+                    "load balancer {name} ({id}) is {}: see the IBM Cloud console",
+                    lb.status()
+                )));
+            }
+            if start.elapsed() >= self.timings.max_wait {
+                return Err(ProviderError::RetryAfter {
+                    message: format!("load balancer {name} ({id}) is still {}", lb.status()),
+                    delay: self.timings.poll.max(Duration::from_secs(1)) * 2,
+                });
+            }
+            tracing::debug!(load_balancer = name, status = %lb.status(), "IBM: waiting for the load balancer to become active");
+            tokio::time::sleep(self.timings.poll).await;
+        }
+    }
+
+    /// Polls until the load balancer is gone.
+    async fn wait_gone(&self, id: &str, name: &str) -> Result<(), ProviderError> {
+        let start = tokio::time::Instant::now();
+        loop {
+            let Some(lb) = self.client.get_load_balancer(id).await? else { return Ok(()) };
+            if start.elapsed() >= self.timings.max_wait {
+                return Err(ProviderError::RetryAfter {
+                    message: format!("load balancer {name} ({id}) is still {}", lb.status()),
+                    delay: self.timings.poll.max(Duration::from_secs(1)) * 2,
+                });
+            }
+            tokio::time::sleep(self.timings.poll).await;
+        }
+    }
+
+    /// Maps a mutation's error: a 409 (the load balancer turned busy) asks for a retry.
+    fn mutation_error(name: &str, e: ClientError) -> ProviderError {
+        if e.is_conflict() {
+            ProviderError::RetryAfter {
+                message: format!("load balancer {name} is busy: {e}"),
+                delay: Duration::from_secs(10),
+            }
+        } else {
+            e.into()
+        }
+    }
+
+    /// All subnets, those of the VPC, and the configured cluster subnets.
+    async fn subnets(&self) -> Result<(Vec<model::Subnet>, Vec<model::Subnet>), ProviderError> {
+        let all = self.client.list_subnets().await?;
+        let cluster: Vec<model::Subnet> = all
+            .iter()
+            .filter(|s| {
+                s.vpc.name == self.config.vpc_name && self.config.subnet_names.contains(&s.name)
+            })
+            .cloned()
+            .collect();
+        if cluster.is_empty() {
+            return Err(ProviderError::other(format!(
+                "none of the configured VPC subnets ([provider] g2VpcSubnetNames {}) were found in VPC {}",
+                self.config.subnet_names.join(","),
+                self.config.vpc_name
+            )));
+        }
+        Ok((all, cluster))
+    }
+
+    /// The subnet IDs the subnets annotation names (IDs anywhere in the cluster's VPC;
+    /// names and CIDRs within it), sorted.
+    fn resolve_subnets(
+        requested: &[String],
+        all: &[model::Subnet],
+        vpc_id: &str,
+    ) -> Result<Vec<String>, ProviderError> {
+        let mut ids = BTreeSet::new();
+        for want in requested {
+            if let Some(s) = all.iter().find(|s| &s.id == want) {
+                if s.vpc.id != vpc_id {
+                    return Err(invalid(
+                        annotations::VPC_SUBNETS,
+                        format!("subnet {want} is in a different VPC"),
+                    ));
+                }
+                ids.insert(s.id.clone());
+                continue;
+            }
+            match all
+                .iter()
+                .find(|s| s.vpc.id == vpc_id && (&s.name == want || &s.ipv4_cidr_block == want))
+            {
+                Some(s) => {
+                    ids.insert(s.id.clone());
+                }
+                None => {
+                    return Err(invalid(
+                        annotations::VPC_SUBNETS,
+                        format!("{want} is not a subnet (ID, name or CIDR) of the cluster's VPC"),
+                    ));
+                }
+            }
+        }
+        Ok(ids.into_iter().collect())
+    }
+
+    async fn create(
+        &self,
+        name: &str,
+        service: &Service,
+        options: &ServiceOptions,
+        nodes: &[Node],
+    ) -> Result<model::LoadBalancer, ProviderError> {
+        let (all, cluster) = self.subnets().await?;
+        let vpc_id = cluster[0].vpc.id.clone();
+        let subnet_ids: Vec<String> = if let Some(requested) = &options.subnets {
+            Self::resolve_subnets(requested, &all, &vpc_id)?
+        } else if let Some(zone) = &options.zone {
+            let ids: Vec<String> =
+                cluster.iter().filter(|s| &s.zone.name == zone).map(|s| s.id.clone()).collect();
+            if ids.is_empty() {
+                return Err(invalid(
+                    annotations::ZONE,
+                    format!("{zone}: there are no cluster subnets in that zone"),
+                ));
+            }
+            ids
+        } else {
+            cluster.iter().map(|s| s.id.clone()).collect()
+        };
+        let ips = member_ips(nodes, options);
+        if ips.is_empty() {
+            return Err(ProviderError::other(format!(
+                "there are no available nodes for Service {}",
+                service_key(service)
+            )));
+        }
+        let rg = self.client.resource_group_id().await?;
+        let body = create_body(name, options, &ips, &subnet_ids, &rg);
+        tracing::info!(service = %service_key(service), load_balancer = name, public = options.public, subnets = %subnet_ids.join(","), members = %ips.join(","), "IBM: creating VPC load balancer");
+        let lb = self
+            .client
+            .create_load_balancer(body)
+            .await
+            .map_err(|e| Self::mutation_error(name, e))?;
+        self.wait_active(&lb.id, name).await
+    }
+
+    async fn update(
+        &self,
+        lb: model::LoadBalancer,
+        service: &Service,
+        options: &ServiceOptions,
+        nodes: &[Node],
+    ) -> Result<model::LoadBalancer, ProviderError> {
+        let name = lb.name.clone();
+        if options.public != lb.is_public {
+            let was = if lb.is_public { "public" } else { "private" };
+            return Err(invalid(
+                annotations::IP_TYPE,
+                format!(
+                    "load balancer {name} was created as a {was} load balancer; this cannot be changed"
+                ),
+            ));
+        }
+        if let Some(requested) = &options.subnets {
+            let (all, cluster) = self.subnets().await?;
+            let vpc_id = all
+                .iter()
+                .find(|s| lb.subnets.iter().any(|r| r.id == s.id))
+                .map(|s| s.vpc.id.clone())
+                .unwrap_or_else(|| cluster[0].vpc.id.clone());
+            let want = Self::resolve_subnets(requested, &all, &vpc_id)?;
+            let have: BTreeSet<String> = lb.subnets.iter().map(|s| s.id.clone()).collect();
+            if want.iter().cloned().collect::<BTreeSet<_>>() != have {
+                return Err(invalid(
+                    annotations::VPC_SUBNETS,
+                    format!(
+                        "load balancer {name} was created with subnets {}; this cannot be changed",
+                        have.into_iter().collect::<Vec<_>>().join(",")
+                    ),
+                ));
+            }
+        }
+        let ips = member_ips(nodes, options);
+        if ips.is_empty() {
+            return Err(ProviderError::other(format!(
+                "there are no available nodes for Service {}",
+                service_key(service)
+            )));
+        }
+        let listeners = self.client.list_listeners(&lb.id).await?;
+        let mut pools = Vec::new();
+        for pool in self.client.list_pools(&lb.id).await? {
+            let members = self.client.list_members(&lb.id, &pool.id).await?;
+            pools.push((pool, members));
+        }
+        let steps = plan(options, &ips, &listeners, &pools)?;
+        if steps.is_empty() {
+            return Ok(lb);
+        }
+        tracing::info!(service = %service_key(service), load_balancer = %name, steps = ?steps, "IBM: updating VPC load balancer");
+        // Pools by (protocol, port) for new listeners.
+        let mut pool_ids: BTreeMap<(String, i64), String> = pools
+            .iter()
+            .filter_map(|(p, _)| {
+                parse_pool_name(&p.name).map(|(pr, port, _)| ((pr, i64::from(port)), p.id.clone()))
+            })
+            .collect();
+        let id = lb.id.clone();
+        let mut current = lb;
+        // The load balancer is active here, and each step waits until it is again.
+        for step in steps {
+            let err = |e| Self::mutation_error(&name, e);
+            match &step {
+                Step::DeleteListener { id: l, .. } => {
+                    self.client.delete_listener(&id, l).await.map_err(err)?
+                }
+                Step::DeletePool { id: p, .. } => {
+                    self.client.delete_pool(&id, p).await.map_err(err)?;
+                    pool_ids.retain(|_, v| v != p);
+                }
+                Step::DeleteMember { pool, id: m, .. } => {
+                    self.client.delete_member(&id, pool, m).await.map_err(err)?
+                }
+                Step::UpdatePool { id: p, port } => {
+                    let patch = json!({
+                        "name": port.pool_name(),
+                        "health_monitor": health_monitor(options, port.node_port),
+                        "proxy_protocol": proxy_protocol(options),
+                    });
+                    self.client.update_pool(&id, p, patch).await.map_err(err)?;
+                }
+                Step::ReplaceMembers { id: p, port } => {
+                    self.client
+                        .replace_members(&id, p, members(&ips, port.node_port))
+                        .await
+                        .map_err(err)?;
+                }
+                Step::CreateMember { pool, address, node_port } => {
+                    let body = json!({"port": node_port, "target": {"address": address}});
+                    self.client.create_member(&id, pool, body).await.map_err(err)?;
+                }
+                Step::CreatePool { port } => {
+                    let pool = self
+                        .client
+                        .create_pool(&id, pool_prototype(options, port, &ips))
+                        .await
+                        .map_err(err)?;
+                    pool_ids.insert((port.protocol.clone(), i64::from(port.port)), pool.id);
+                }
+                Step::CreateListener { port } => {
+                    let Some(pool) = pool_ids.get(&(port.protocol.clone(), i64::from(port.port)))
+                    else {
+                        return Err(ProviderError::other(format!(
+                            "load balancer {name}: no pool {} for the listener on port {}",
+                            port.pool_name(),
+                            port.port
+                        )));
+                    };
+                    let body = json!({
+                        "connection_limit": CONNECTION_LIMIT,
+                        "port": port.port,
+                        "protocol": port.protocol,
+                        "default_pool": {"id": pool},
+                    });
+                    self.client.create_listener(&id, body).await.map_err(err)?;
+                }
+            }
+            // Each mutation puts the load balancer in update_pending: wait it out.
+            current = self.wait_active(&id, &name).await?;
+        }
+        Ok(current)
+    }
+}
+
+#[async_trait]
+impl LoadBalancer for IbmLoadBalancer {
+    async fn get_load_balancer(
+        &self,
+        _cluster_name: &str,
+        service: &Service,
+    ) -> Result<Option<LoadBalancerStatus>, ProviderError> {
+        let name = load_balancer_name(service, &self.config.cluster_id);
+        Ok(self.find(&name).await?.map(|lb| Self::status(&lb)))
+    }
+
+    fn load_balancer_name(&self, _cluster_name: &str, service: &Service) -> String {
+        load_balancer_name(service, &self.config.cluster_id)
+    }
+
+    async fn ensure_load_balancer(
+        &self,
+        _cluster_name: &str,
+        service: &Service,
+        nodes: &[Node],
+    ) -> Result<LoadBalancerStatus, ProviderError> {
+        let options = service_options(service)?;
+        let name = load_balancer_name(service, &self.config.cluster_id);
+        let lb = match self.find(&name).await? {
+            None => return Ok(Self::status(&self.create(&name, service, &options, nodes).await?)),
+            Some(lb) if lb.is_active() => lb,
+            Some(lb) => self.wait_active(&lb.id, &name).await?,
+        };
+        let lb = self.update(lb, service, &options, nodes).await?;
+        Ok(Self::status(&lb))
+    }
+
+    async fn update_load_balancer(
+        &self,
+        _cluster_name: &str,
+        service: &Service,
+        nodes: &[Node],
+    ) -> Result<(), ProviderError> {
+        let options = service_options(service)?;
+        let name = load_balancer_name(service, &self.config.cluster_id);
+        let lb = match self.find(&name).await? {
+            None => {
+                tracing::warn!(service = %service_key(service), load_balancer = %name, "IBM: load balancer not found for update");
+                return Ok(());
+            }
+            Some(lb) if lb.is_active() => lb,
+            Some(lb) => self.wait_active(&lb.id, &name).await?,
+        };
+        self.update(lb, service, &options, nodes).await.map(|_| ())
+    }
+
+    async fn ensure_load_balancer_deleted(
+        &self,
+        _cluster_name: &str,
+        service: &Service,
+    ) -> Result<(), ProviderError> {
+        let name = load_balancer_name(service, &self.config.cluster_id);
+        let Some(lb) = self.find(&name).await? else { return Ok(()) };
+        if lb.provisioning_status != "delete_pending" {
+            if !lb.is_active() && lb.provisioning_status != "failed" {
+                self.wait_active(&lb.id, &name).await?;
+            }
+            tracing::info!(service = %service_key(service), load_balancer = %name, "IBM: deleting VPC load balancer");
+            self.client
+                .delete_load_balancer(&lb.id)
+                .await
+                .map_err(|e| Self::mutation_error(&name, e))?;
+        }
+        self.wait_gone(&lb.id, &name).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{NodeAddress, NodeStatus, ServicePort, ServiceSpec};
+    use kube::api::ObjectMeta;
+
+    fn service(
+        annotations: &[(&str, &str)],
+        ports: &[(i32, i32)],
+        local_hc: Option<i32>,
+    ) -> Service {
+        Service {
+            metadata: ObjectMeta {
+                name: Some("web".into()),
+                namespace: Some("default".into()),
+                uid: Some("6f7f1b2c-1234-5678-9abc-def012345678".into()),
+                annotations: Some(
+                    annotations.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+                ),
+                ..Default::default()
+            },
+            spec: Some(ServiceSpec {
+                type_: Some("LoadBalancer".into()),
+                ports: Some(
+                    ports
+                        .iter()
+                        .map(|(p, np)| ServicePort {
+                            port: *p,
+                            node_port: Some(*np),
+                            protocol: Some("TCP".into()),
+                            ..Default::default()
+                        })
+                        .collect(),
+                ),
+                external_traffic_policy: Some(
+                    if local_hc.is_some() { "Local" } else { "Cluster" }.into(),
+                ),
+                health_check_node_port: local_hc,
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn node(name: &str, labels: &[(&str, &str)], internal: Option<&str>) -> Node {
+        Node {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                labels: Some(labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()),
+                ..Default::default()
+            },
+            status: internal.map(|ip| NodeStatus {
+                addresses: Some(vec![NodeAddress {
+                    type_: "InternalIP".into(),
+                    address: ip.into(),
+                }]),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn names_follow_upstream() {
+        let svc = service(&[], &[(80, 30080)], None);
+        assert_eq!(
+            load_balancer_name(&svc, "clus1"),
+            "kube-clus1-6f7f1b2c123456789abcdef012345678"
+        );
+        let long = "c".repeat(40);
+        let name = load_balancer_name(&svc, &long);
+        assert_eq!(name.len(), 63);
+        assert!(name.starts_with(&format!("kube-{long}-6f7f1b2c")));
+        let named = service(&[(annotations::VPC_LB_NAME, "my-lb")], &[(80, 30080)], None);
+        assert_eq!(load_balancer_name(&named, "clus1"), "my-lb");
+        assert_eq!(pool_name("TCP", 80, 30080), "tcp-80-30080");
+        assert_eq!(parse_pool_name("tcp-80-30080"), Some(("tcp".into(), 80, 30080)));
+        assert_eq!(parse_pool_name("http-80-30080"), None);
+        assert_eq!(parse_pool_name("tcp-80"), None);
+    }
+
+    #[test]
+    fn annotations_are_read_and_bad_values_named() {
+        let o = service_options(&service(&[], &[(80, 30080)], None)).unwrap();
+        assert!(o.public && !o.proxy_protocol && o.health_check_node_port.is_none());
+        let o = service_options(&service(
+            &[
+                (annotations::IP_TYPE, "private"),
+                (annotations::ENABLE_FEATURES, "Proxy-Protocol"),
+                (annotations::ZONE, " us-south-1 "),
+            ],
+            &[(80, 30080)],
+            Some(31000),
+        ))
+        .unwrap();
+        assert!(!o.public && o.proxy_protocol);
+        assert_eq!(o.zone.as_deref(), Some("us-south-1"));
+        assert_eq!(o.health_check_node_port, Some(31000));
+        let e =
+            service_options(&service(&[(annotations::IP_TYPE, "internet")], &[(80, 30080)], None))
+                .unwrap_err();
+        assert!(e.to_string().contains(annotations::IP_TYPE), "{e}");
+        let e = service_options(&service(
+            &[(annotations::VPC_NODE_SELECTOR, "color=blue")],
+            &[(80, 30080)],
+            None,
+        ))
+        .unwrap_err();
+        assert!(e.to_string().contains(annotations::VPC_NODE_SELECTOR), "{e}");
+        let o = service_options(&service(
+            &[(annotations::VPC_NODE_SELECTOR, "ibm-cloud.kubernetes.io/worker-pool-name = edge")],
+            &[(80, 30080)],
+            None,
+        ))
+        .unwrap();
+        assert_eq!(
+            o.node_selector,
+            Some(("ibm-cloud.kubernetes.io/worker-pool-name".into(), "edge".into()))
+        );
+        let mut udp = service(&[], &[(53, 30053)], None);
+        udp.spec.as_mut().unwrap().ports.as_mut().unwrap()[0].protocol = Some("UDP".into());
+        assert!(service_options(&udp).unwrap_err().to_string().contains("only TCP"));
+    }
+
+    #[test]
+    fn members_are_filtered_as_upstream() {
+        let nodes = vec![
+            node("a", &[(labels::ZONE, "z1"), (labels::INTERNAL_IP, "10.0.0.1")], None),
+            node("b", &[(labels::ZONE, "z2")], Some("10.0.1.1")),
+            node("c", &[(labels::ZONE, "z1"), ("dedicated", "edge")], Some("10.0.0.3")),
+            node("d", &[], None),
+        ];
+        let base = service_options(&service(&[], &[(80, 30080)], None)).unwrap();
+        // An edge node exists: only edge nodes.
+        assert_eq!(member_ips(&nodes, &base), vec!["10.0.0.3"]);
+        let no_edge = &nodes[..2];
+        assert_eq!(member_ips(no_edge, &base), vec!["10.0.0.1", "10.0.1.1"]);
+        let zoned = ServiceOptions { zone: Some("z2".into()), ..base.clone() };
+        assert_eq!(member_ips(&nodes, &zoned), vec!["10.0.1.1"]);
+        let selected =
+            ServiceOptions { node_selector: Some((labels::ZONE.into(), "z1".into())), ..base };
+        assert_eq!(member_ips(&nodes, &selected), vec!["10.0.0.1", "10.0.0.3"]);
+    }
+
+    #[test]
+    fn the_create_body_has_a_listener_and_pool_per_port() {
+        let o = service_options(&service(&[], &[(80, 30080), (443, 30443)], None)).unwrap();
+        let body = create_body("kube-c-u", &o, &["10.0.0.1".into()], &["s1".into()], "rg1");
+        assert_eq!(body["is_public"], true);
+        assert_eq!(body["pools"][1]["name"], "tcp-443-30443");
+        assert_eq!(
+            body["pools"][0]["health_monitor"],
+            json!({"delay": 5, "max_retries": 2, "timeout": 2, "type": "tcp", "port": 30080})
+        );
+        assert_eq!(
+            body["pools"][0]["members"],
+            json!([{"port": 30080, "target": {"address": "10.0.0.1"}}])
+        );
+        assert_eq!(
+            body["listeners"][1],
+            json!({"connection_limit": 15000, "default_pool": {"name": "tcp-443-30443"}, "port": 443, "protocol": "tcp"})
+        );
+        assert_eq!(body["resource_group"]["id"], "rg1");
+        let local = service_options(&service(&[], &[(80, 30080)], Some(31000))).unwrap();
+        let body = create_body("n", &local, &[], &[], "rg");
+        assert_eq!(body["pools"][0]["health_monitor"]["type"], "http");
+        assert_eq!(body["pools"][0]["health_monitor"]["port"], 31000);
+        assert_eq!(body["pools"][0]["health_monitor"]["url_path"], "/");
+    }
+
+    fn pool(id: &str, name: &str, hm_port: i64) -> model::Pool {
+        model::Pool {
+            id: id.into(),
+            name: name.into(),
+            proxy_protocol: "disabled".into(),
+            health_monitor: model::HealthMonitor {
+                kind: "tcp".into(),
+                port: Some(hm_port),
+                ..Default::default()
+            },
+            ..Default::default()
+        }
+    }
+
+    fn member(id: &str, ip: &str, port: i64) -> model::Member {
+        model::Member {
+            id: id.into(),
+            port,
+            target: model::MemberTarget { address: ip.into(), id: String::new() },
+            ..Default::default()
+        }
+    }
+
+    fn listener(id: &str, port: i64) -> model::Listener {
+        model::Listener { id: id.into(), port, protocol: "tcp".into(), ..Default::default() }
+    }
+
+    #[test]
+    fn plans_follow_upstreams_steps() {
+        let o = service_options(&service(&[], &[(80, 30080)], None)).unwrap();
+        let ips: Vec<String> = vec!["10.0.0.1".into(), "10.0.0.2".into()];
+        let steady = vec![(
+            pool("p1", "tcp-80-30080", 30080),
+            vec![member("m1", "10.0.0.1", 30080), member("m2", "10.0.0.2", 30080)],
+        )];
+        assert_eq!(plan(&o, &ips, &[listener("l1", 80)], &steady).unwrap(), vec![]);
+        // One node gone: one member delete; one added: one create; both: a replace.
+        let one_gone = plan(&o, &ips[..1], &[listener("l1", 80)], &steady).unwrap();
+        assert_eq!(
+            one_gone,
+            vec![Step::DeleteMember {
+                pool: "p1".into(),
+                id: "m2".into(),
+                address: "10.0.0.2".into()
+            }]
+        );
+        let three: Vec<String> = vec!["10.0.0.1".into(), "10.0.0.2".into(), "10.0.0.3".into()];
+        let added = plan(&o, &three, &[listener("l1", 80)], &steady).unwrap();
+        assert_eq!(
+            added,
+            vec![Step::CreateMember {
+                pool: "p1".into(),
+                address: "10.0.0.3".into(),
+                node_port: 30080
+            }]
+        );
+        let swapped: Vec<String> = vec!["10.0.0.1".into(), "10.0.0.9".into()];
+        assert!(matches!(
+            plan(&o, &swapped, &[listener("l1", 80)], &steady).unwrap()[..],
+            [Step::ReplaceMembers { .. }]
+        ));
+        // Node port changed: update pool and replace members.
+        let moved = service_options(&service(&[], &[(80, 31080)], None)).unwrap();
+        let steps = plan(&moved, &ips, &[listener("l1", 80)], &steady).unwrap();
+        assert!(
+            matches!(&steps[..], [Step::UpdatePool { .. }, Step::ReplaceMembers { .. }]),
+            "{steps:?}"
+        );
+        // Port 80 replaced by 8080: delete listener and pool first, create pool then listener.
+        let other = service_options(&service(&[], &[(8080, 30080)], None)).unwrap();
+        let steps = plan(&other, &ips, &[listener("l1", 80)], &steady).unwrap();
+        let kinds: Vec<u8> = steps.iter().map(Step::order).collect();
+        assert_eq!(kinds, vec![0, 1, 6, 7], "{steps:?}");
+        // ETP Local: health monitor update.
+        let local = service_options(&service(&[], &[(80, 30080)], Some(31000))).unwrap();
+        assert!(matches!(
+            plan(&local, &ips, &[listener("l1", 80)], &steady).unwrap()[..],
+            [Step::UpdatePool { .. }]
+        ));
+        // A foreign pool is an error naming it.
+        let foreign = vec![(pool("p9", "my-pool", 1), vec![])];
+        assert!(plan(&o, &ips, &[], &foreign).unwrap_err().to_string().contains("my-pool"));
+    }
+}

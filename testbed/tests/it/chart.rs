@@ -1,0 +1,413 @@
+//! The Helm chart installed for real, per cloud preset (`values-<cloud>.yaml`, found by
+//! `ccm_testbed::chart::presets`, so a new cloud's preset file is tested without touching this
+//! file): `helm template` output applied to the shared kube-apiserver with a server-side
+//! dry run (`dryRun=All`, strict field validation), and what an operator relies on in the
+//! rendered workload (non-root, read-only root filesystem with `/tmp` on an emptyDir, the
+//! tolerations, the per-cloud image and command).
+
+use std::collections::BTreeSet;
+
+use ccm_testbed::chart;
+use ccm_testbed::{ControlPlane, unique_name};
+use k8s_openapi::api::core::v1::ServiceAccount;
+use k8s_openapi::api::rbac::v1::ClusterRole;
+use kube::Api;
+use serde_json::Value;
+
+/// The clouds that have landed; each must have a preset.
+const LANDED: [&str; 2] = ["aws", "vsphere"];
+
+fn presets() -> Vec<String> {
+    let presets = chart::presets().expect("listing the chart's presets");
+    for cloud in LANDED {
+        assert!(presets.iter().any(|p| p == cloud), "no values-{cloud}.yaml in {presets:?}");
+    }
+    presets
+}
+
+/// Every preset, as a DaemonSet (the default) and as a Deployment with its PodDisruptionBudget,
+/// is accepted object by object by the real apiserver, and the dry run stores nothing.
+#[tokio::test]
+async fn every_cloud_preset_passes_a_server_side_dry_run_apply() {
+    let cp = ControlPlane::shared().await.expect("control plane");
+    let admin = cp.admin_client().await.unwrap();
+    for cloud in presets() {
+        for variant in [&[][..], &[("workload.kind", "Deployment"), ("workload.replicas", "2")][..]]
+        {
+            let release = unique_name(&format!("dry-{cloud}"));
+            let objects = chart::render_preset(&cloud, &release, "kube-system", variant)
+                .unwrap_or_else(|e| panic!("{cloud} {variant:?}: {e}"));
+            let applied = chart::dry_run_apply(&admin, &objects)
+                .await
+                .unwrap_or_else(|e| panic!("{cloud} {variant:?}: the apiserver rejects {e}"));
+            assert_eq!(applied.len(), objects.len(), "{cloud}: {applied:?}");
+            let kinds: BTreeSet<&str> = objects.iter().map(chart::kind).collect();
+            let want_workload = if variant.is_empty() { "DaemonSet" } else { "Deployment" };
+            for want in [want_workload, "ServiceAccount", "ClusterRole", "ClusterRoleBinding"] {
+                assert!(kinds.contains(want), "{cloud} {variant:?}: no {want} in {kinds:?}");
+            }
+            assert_eq!(
+                kinds.contains("PodDisruptionBudget"),
+                !variant.is_empty(),
+                "{cloud} {variant:?}: a PDB exactly with the Deployment: {kinds:?}"
+            );
+            // A dry run persists nothing.
+            let role = chart::name(
+                objects.iter().find(|o| chart::kind(o) == "ClusterRole").expect("a ClusterRole"),
+            );
+            assert!(
+                Api::<ClusterRole>::all(admin.clone()).get_opt(role).await.unwrap().is_none(),
+                "{cloud}: the dry run created ClusterRole {role}"
+            );
+            let sa = objects.iter().find(|o| chart::kind(o) == "ServiceAccount").unwrap();
+            assert!(
+                Api::<ServiceAccount>::namespaced(admin.clone(), "kube-system")
+                    .get_opt(chart::name(sa))
+                    .await
+                    .unwrap()
+                    .is_none(),
+                "{cloud}: the dry run created ServiceAccount {}",
+                chart::name(sa)
+            );
+        }
+    }
+}
+
+/// The dry run is a real check: a field the API does not know, or a value it does not accept,
+/// in a rendered object fails it, naming the object.
+#[tokio::test]
+async fn the_dry_run_rejects_what_the_apiserver_would_reject() {
+    let cp = ControlPlane::shared().await.expect("control plane");
+    let admin = cp.admin_client().await.unwrap();
+    let release = unique_name("dry-bad");
+    let objects = chart::render_preset("aws", &release, "kube-system", &[]).unwrap();
+
+    let mut unknown_field = objects.clone();
+    let w = unknown_field.iter_mut().find(|o| chart::kind(o) == "DaemonSet").unwrap();
+    w["spec"]["template"]["spec"]["containers"][0]["imagePullPolcy"] = "Always".into();
+    let err = chart::dry_run_apply(&admin, &unknown_field).await.unwrap_err().to_string();
+    assert!(err.contains("DaemonSet") && err.contains("imagePullPolcy"), "{err}");
+
+    let mut bad_value = objects.clone();
+    let w = bad_value.iter_mut().find(|o| chart::kind(o) == "DaemonSet").unwrap();
+    w["spec"]["template"]["spec"]["restartPolicy"] = "Never".into();
+    let err = chart::dry_run_apply(&admin, &bad_value).await.unwrap_err().to_string();
+    assert!(err.contains("DaemonSet") && err.contains("restartPolicy"), "{err}");
+}
+
+fn pod_spec(objects: &[Value]) -> &Value {
+    &chart::workload(objects).expect("a workload")["spec"]["template"]["spec"]
+}
+
+/// What every preset promises an operator: the cloud's own image and binary, non-root with a
+/// read-only root filesystem and `/tmp` (where the per-controller ServiceAccount tokens go) on
+/// an emptyDir, system-cluster-critical, scheduled on control-plane nodes through the
+/// control-plane, uninitialized and not-ready taints, leader election on.
+#[test]
+fn every_preset_runs_the_clouds_image_non_root_read_only_with_tmp_on_an_empty_dir() {
+    for cloud in presets() {
+        let objects = chart::render_preset(&cloud, "ccm", "kube-system", &[]).unwrap();
+        let spec = pod_spec(&objects);
+        let c = &spec["containers"][0];
+        let image = c["image"].as_str().unwrap();
+        assert!(
+            image.contains(&format!("/cloud-controller-manager-{cloud}:")),
+            "{cloud}: image {image}"
+        );
+        let argv = chart::container_args(chart::workload(&objects).unwrap()).unwrap();
+        assert_eq!(argv[0], format!("/usr/local/bin/cloud-controller-manager-{cloud}"));
+        assert!(argv.contains(&format!("--cloud-provider={cloud}")), "{cloud}: {argv:?}");
+        assert!(argv.contains(&"--leader-elect=true".to_string()), "{cloud}: {argv:?}");
+        assert!(
+            argv.contains(&"--use-service-account-credentials=true".to_string()),
+            "{cloud}: {argv:?}"
+        );
+        assert_eq!(spec["securityContext"]["runAsNonRoot"], true, "{cloud}");
+        assert_eq!(spec["securityContext"]["runAsUser"], 65532, "{cloud}");
+        assert_eq!(c["securityContext"]["readOnlyRootFilesystem"], true, "{cloud}");
+        assert_eq!(c["securityContext"]["allowPrivilegeEscalation"], false, "{cloud}");
+        let tmp = c["volumeMounts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["mountPath"] == "/tmp")
+            .unwrap_or_else(|| panic!("{cloud}: nothing mounted on /tmp"));
+        let volume = spec["volumes"].as_array().unwrap().iter().find(|v| v["name"] == tmp["name"]);
+        assert!(
+            volume.is_some_and(|v| v["emptyDir"].is_object()),
+            "{cloud}: /tmp is not an emptyDir: {volume:?}"
+        );
+        assert_eq!(spec["priorityClassName"], "system-cluster-critical", "{cloud}");
+        let tolerated: BTreeSet<&str> = spec["tolerations"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|t| t["key"].as_str())
+            .collect();
+        for key in [
+            "node-role.kubernetes.io/control-plane",
+            "node.cloudprovider.kubernetes.io/uninitialized",
+            "node.kubernetes.io/not-ready",
+        ] {
+            assert!(tolerated.contains(key), "{cloud}: no toleration for {key}: {tolerated:?}");
+        }
+    }
+}
+
+/// vSphere's preset mounts its cloud config from the ConfigMap upstream uses and may read
+/// exactly its credential Secret; AWS's reads no Secret at all.
+#[test]
+fn the_vsphere_preset_reads_its_config_map_and_only_its_credential_secret() {
+    let objects = chart::render_preset("vsphere", "ccm", "kube-system", &[]).unwrap();
+    let argv = chart::container_args(chart::workload(&objects).unwrap()).unwrap();
+    assert!(
+        argv.contains(&"--cloud-config=/etc/kubernetes/cloud-config/vsphere.conf".to_string()),
+        "{argv:?}"
+    );
+    let spec = pod_spec(&objects);
+    let volume = spec["volumes"].as_array().unwrap().iter().find(|v| v["name"] == "cloud-config");
+    assert_eq!(volume.map(|v| &v["configMap"]["name"]), Some(&Value::from("vsphere-cloud-config")));
+    let secret_rules: Vec<&Value> = objects
+        .iter()
+        .flat_map(|o| o["rules"].as_array().into_iter().flatten())
+        .filter(|r| r["resources"].as_array().is_some_and(|rs| rs.iter().any(|x| x == "secrets")))
+        .collect();
+    assert_eq!(secret_rules.len(), 1, "{secret_rules:?}");
+    assert_eq!(secret_rules[0]["verbs"], serde_json::json!(["get"]));
+    assert_eq!(secret_rules[0]["resourceNames"], serde_json::json!(["vsphere-cloud-secret"]));
+
+    let aws = chart::render_preset("aws", "ccm", "kube-system", &[]).unwrap();
+    assert!(!aws.iter().any(|o| o.to_string().contains("\"secrets\"")), "AWS reads no Secret");
+}
+
+/// The sum of the apiserver's `apiserver_request_total` for answers with `code`, and the
+/// `verb resource` of each series with a non-zero count.
+#[cfg(feature = "aws")]
+async fn requests_answered(admin: &kube::Client, code: &str) -> (u64, Vec<String>) {
+    let req = http::Request::get("/metrics").body(Vec::new()).unwrap();
+    let text = admin.request_text(req).await.expect("the apiserver's /metrics");
+    let mut total = 0;
+    let mut series = Vec::new();
+    for line in text.lines().filter(|l| l.starts_with("apiserver_request_total{")) {
+        if !line.contains(&format!("code=\"{code}\"")) {
+            continue;
+        }
+        let n: u64 = line.rsplit(' ').next().and_then(|v| v.parse().ok()).unwrap_or(0);
+        total += n;
+        let label = |k: &str| {
+            line.split(&format!("{k}=\"")).nth(1).and_then(|r| r.split('"').next()).unwrap_or("")
+        };
+        series.push(format!(
+            "{} {} {}: {n}",
+            label("verb"),
+            label("resource"),
+            label("subresource")
+        ));
+    }
+    (total, series)
+}
+
+/// The AWS demo's cloud-controller-manager as the chart runs it: the rendered DaemonSet's
+/// exact flags (only the mounted cloud-config path and the host port are local), acting as the
+/// rendered ServiceAccount (a TokenRequest token, as the kubelet mounts it) under exactly the
+/// chart's RBAC, with `--use-service-account-credentials`, leader election and the secure port
+/// on. It initialises the Nodes and provisions the LoadBalancer, and the apiserver answered no
+/// request with 403 (its own control plane: nobody else is refused there).
+#[cfg(feature = "aws")]
+#[tokio::test]
+async fn the_aws_demo_runs_with_the_charts_args_under_the_charts_service_account() {
+    use ccm_core::names;
+    use ccm_provider_aws::testing;
+    use k8s_openapi::api::core::v1::{Node, Service};
+    use kube::api::PostParams;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    const CLUSTER: &str = "demo";
+    // The manager's log, shown when this test fails.
+    let _ = tracing_subscriber::fmt()
+        .with_test_writer()
+        .with_env_filter(tracing_subscriber::EnvFilter::new("info"))
+        .try_init();
+    let cp = ControlPlane::start().await.expect("control plane");
+    let _logs = cp.log_guard();
+    let admin = cp.admin_client().await.unwrap();
+    let moto = ccm_testbed::moto::Moto::start().await.expect("moto (ci/install-tools)");
+    let ec2 = testing::ec2(&moto.url).await;
+    let net = testing::network(&ec2, CLUSTER).await.unwrap();
+    let sg = testing::node_security_group(&ec2, &net.vpc, CLUSTER).await.unwrap();
+    let instances =
+        testing::run_instances(&ec2, &net.subnets[0].0, CLUSTER, 2, Some(&sg)).await.unwrap();
+
+    // The chart, as an operator installs it with a cloud config in a ConfigMap.
+    let objects = chart::render_preset(
+        "aws",
+        "aws-ccm",
+        "kube-system",
+        &[("cloudConfig.configMapName", "aws-cloud-config"), ("clusterName", CLUSTER)],
+    )
+    .unwrap();
+    chart::apply_rbac(&admin, &objects).await.expect("the chart's RBAC applies");
+    let sa = objects.iter().find(|o| chart::kind(o) == "ServiceAccount").unwrap();
+    let (sa_ns, sa_name) = (chart::namespace(sa).unwrap(), chart::name(sa));
+    // The authorizer learns new bindings through informers: wait until the ServiceAccount has
+    // what the chart grants, so no 403 below comes from that delay.
+    let sa_client = chart::service_account_client(&cp, &admin, sa_ns, sa_name).await.unwrap();
+    ccm_testbed::wait_for(
+        "the chart's ServiceAccount may list Nodes",
+        Duration::from_secs(60),
+        || {
+            let nodes: Api<Node> = Api::all(sa_client.clone());
+            async move { nodes.list(&Default::default()).await.ok().map(drop) }
+        },
+    )
+    .await;
+
+    let dir = std::env::temp_dir().join(unique_name("chart-aws"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let kubeconfig = dir.join("kubeconfig");
+    let json = chart::service_account_kubeconfig(&cp, &admin, sa_ns, sa_name).await.unwrap();
+    std::fs::write(&kubeconfig, serde_json::to_string(&json).unwrap()).unwrap();
+    let cloud_config = dir.join("cloud.conf");
+    let config_text = testing::cloud_config(&moto.url, CLUSTER, "");
+    std::fs::write(&cloud_config, &config_text).unwrap();
+
+    // The rendered command line; what the pod's mounts and host network make local.
+    let argv = chart::container_args(chart::workload(&objects).unwrap()).unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let mut args: Vec<String> = argv
+        .iter()
+        .map(|a| {
+            if a.starts_with("--cloud-config=/etc/kubernetes/cloud-config/") {
+                format!("--cloud-config={}", cloud_config.display())
+            } else if a.starts_with("--secure-port=") {
+                format!("--secure-port={port}")
+            } else {
+                a.clone()
+            }
+        })
+        .collect();
+    assert!(args.iter().any(|a| a.starts_with("--cloud-config=") && a.contains("cloud.conf")));
+    // In a pod this is the in-cluster config from the mounted token.
+    args.push(format!("--kubeconfig={}", kubeconfig.display()));
+    let (forbidden_before, _) = requests_answered(&admin, "403").await;
+
+    let extensions = ccm_core::manager::extensions::Extensions::default();
+    let flags =
+        ccm_core::manager::parse_flags(&extensions, &args).expect("the chart's flags parse");
+    let options = extensions.validate(flags, "aws").expect("the chart's flags validate");
+    let shutdown = ccm_core::manager::CancellationToken::new();
+    let stop = shutdown.clone();
+    let url = moto.url.clone();
+    let manager = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let (cloud, _) = testing::cloud(&url, CLUSTER, "").await.unwrap();
+            let factory: ccm_core::manager::CloudFactory = Box::new(move |config| {
+                // The manager read the file the rendered --cloud-config names.
+                assert_eq!(config.map(<[u8]>::to_vec), Some(config_text.into_bytes()));
+                Ok(Arc::new(cloud) as Arc<dyn ccm_core::cloud::CloudProvider>)
+            });
+            ccm_core::manager::run_until("aws", options, factory, &extensions, stop)
+                .await
+                .map_err(|e| e.to_string())
+        })
+    });
+
+    let nodes: Api<Node> = Api::all(admin.clone());
+    for i in &instances {
+        let (name, ip) = (i.private_dns_name().unwrap(), i.private_ip_address().unwrap());
+        nodes
+            .create(&PostParams::default(), &ccm_testbed::fixtures::kubelet_node(name, ip, "True"))
+            .await
+            .unwrap();
+    }
+    for i in &instances {
+        let name = i.private_dns_name().unwrap().to_string();
+        let nodes = nodes.clone();
+        ccm_testbed::wait_for(
+            &format!("the chart's CCM initialises {name}"),
+            Duration::from_secs(120),
+            || {
+                assert!(
+                    !manager.is_finished(),
+                    "the manager ended under the chart's args and RBAC"
+                );
+                let (nodes, name) = (nodes.clone(), name.clone());
+                async move {
+                    let spec = nodes.get(&name).await.ok()?.spec?;
+                    let tainted = spec
+                        .taints
+                        .unwrap_or_default()
+                        .iter()
+                        .any(|t| t.key == names::TAINT_UNINITIALIZED);
+                    (spec.provider_id?.starts_with("aws:///") && !tainted).then_some(())
+                }
+            },
+        )
+        .await;
+    }
+    let services: Api<Service> = Api::namespaced(admin.clone(), "default");
+    services
+        .create(
+            &PostParams::default(),
+            &ccm_testbed::fixtures::load_balancer_service("default", "chart-web", 80),
+        )
+        .await
+        .unwrap();
+    let hostname = ccm_testbed::wait_for(
+        "the chart's CCM provisions a load balancer for default/chart-web",
+        Duration::from_secs(120),
+        || {
+            assert!(!manager.is_finished(), "the manager ended under the chart's args and RBAC");
+            let services = services.clone();
+            async move {
+                services
+                    .get("chart-web")
+                    .await
+                    .ok()?
+                    .status?
+                    .load_balancer?
+                    .ingress?
+                    .into_iter()
+                    .next()?
+                    .hostname
+            }
+        },
+    )
+    .await;
+    assert!(hostname.ends_with(".elb.amazonaws.com"), "{hostname}");
+
+    // It holds the chart's Lease and renews it (an update of exactly that Lease).
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+        Api::namespaced(admin.clone(), "kube-system");
+    let renewed = |leases: Api<k8s_openapi::api::coordination::v1::Lease>| async move {
+        leases.get_opt("cloud-controller-manager").await.ok()??.spec?.renew_time
+    };
+    let first =
+        ccm_testbed::wait_for("the manager holds its Lease", Duration::from_secs(60), || {
+            renewed(leases.clone())
+        })
+        .await;
+    ccm_testbed::wait_for("the manager renews its Lease", Duration::from_secs(60), || {
+        assert!(!manager.is_finished(), "the manager ended under the chart's args and RBAC");
+        let (leases, first) = (leases.clone(), first.clone());
+        async move { renewed(leases).await.filter(|t| *t != first) }
+    })
+    .await;
+
+    // Stopped (it releases the Lease), nothing the manager did was refused.
+    shutdown.cancel();
+    let ended = manager.join().expect("the manager thread");
+    assert!(ended.is_ok(), "the manager ended with {ended:?}");
+    let (forbidden_after, series) = requests_answered(&admin, "403").await;
+    assert_eq!(
+        forbidden_after, forbidden_before,
+        "the apiserver refused requests of the CCM running under the chart's RBAC: {series:?}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
