@@ -549,11 +549,16 @@ async fn a_node_pod_cidr_gets_a_route_to_its_instance_until_the_node_is_deleted(
     eprintln!("route created {:?} after the node registered", start.elapsed());
     let d = ec2.describe_instances().instance_ids(id(inst)).send().await.unwrap();
     assert_eq!(d.reservations()[0].instances()[0].source_dest_check(), Some(false));
-    // The route controller also tells the node its network is ready.
-    let n = nodes.get(dns(inst)).await.unwrap();
-    let cond = n.status.unwrap().conditions.unwrap();
-    let net_cond = cond.iter().find(|c| c.type_ == names::CONDITION_NETWORK_UNAVAILABLE).unwrap();
-    assert_eq!(net_cond.status, "False");
+    // The route controller also tells the node its network is ready (a write after the
+    // route's, so wait for it).
+    wait_for("NetworkUnavailable=False on the node", || async {
+        let n = nodes.get(dns(inst)).await.ok()?;
+        let c = n.status?.conditions?;
+        c.iter()
+            .any(|c| c.type_ == names::CONDITION_NETWORK_UNAVAILABLE && c.status == "False")
+            .then_some(())
+    })
+    .await;
 
     nodes.delete(dns(inst), &DeleteParams::default()).await.unwrap();
     let start = Instant::now();
