@@ -228,6 +228,34 @@ impl Retry {
     }
 }
 
+/// Whether `e`'s source chain shows a connection that could not be made or broke mid-call
+/// (refused, reset, aborted, broken pipe, early EOF, or hyper's "connection closed before
+/// message completed"): a fault an idempotent call may retry. Timeouts and TLS trust errors
+/// are not in this list; HTTP clients decide those themselves.
+pub fn is_broken_connection(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut source = Some(e);
+    while let Some(err) = source {
+        if let Some(io) = err.downcast_ref::<std::io::Error>() {
+            use std::io::ErrorKind::*;
+            if matches!(
+                io.kind(),
+                ConnectionRefused
+                    | ConnectionReset
+                    | ConnectionAborted
+                    | BrokenPipe
+                    | UnexpectedEof
+            ) {
+                return true;
+            }
+        }
+        if err.to_string().contains("connection closed before message completed") {
+            return true;
+        }
+        source = err.source();
+    }
+    false
+}
+
 /// A `Retry-After` header value in seconds (the form cloud APIs use), capped at an hour;
 /// `None` for anything else (an HTTP date is left to the backoff).
 pub fn parse_retry_after(value: &str) -> Option<Duration> {

@@ -176,33 +176,7 @@ impl From<ClientError> for ProviderError {
 
 /// A connection that could not be made or broke mid-call (not a timeout).
 fn is_connection_fault(e: &reqwest::Error) -> bool {
-    if e.is_timeout() {
-        return false;
-    }
-    if e.is_connect() {
-        return true;
-    }
-    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
-    while let Some(err) = source {
-        if let Some(io) = err.downcast_ref::<std::io::Error>() {
-            use std::io::ErrorKind::*;
-            if matches!(
-                io.kind(),
-                ConnectionRefused
-                    | ConnectionReset
-                    | ConnectionAborted
-                    | BrokenPipe
-                    | UnexpectedEof
-            ) {
-                return true;
-            }
-        }
-        if err.to_string().contains("connection closed before message completed") {
-            return true;
-        }
-        source = err.source();
-    }
-    false
+    !e.is_timeout() && (e.is_connect() || ccm_core::cloud_call::is_broken_connection(e))
 }
 
 /// Reads and checks the API key file: trimmed, non-empty, no whitespace inside (upstream

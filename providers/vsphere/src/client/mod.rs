@@ -292,31 +292,7 @@ impl ClientError {
 
 /// A connection that could not be made or broke mid-call (not a timeout, not TLS trust).
 fn is_connection_fault(e: &reqwest::Error) -> bool {
-    if e.is_timeout() {
-        return false;
-    }
-    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
-    while let Some(err) = source {
-        if let Some(io) = err.downcast_ref::<std::io::Error>() {
-            use std::io::ErrorKind::*;
-            if matches!(
-                io.kind(),
-                ConnectionRefused
-                    | ConnectionReset
-                    | ConnectionAborted
-                    | BrokenPipe
-                    | UnexpectedEof
-            ) {
-                return true;
-            }
-        }
-        // hyper: "connection closed before message completed".
-        if err.to_string().contains("connection closed before message completed") {
-            return true;
-        }
-        source = err.source();
-    }
-    false
+    !e.is_timeout() && ccm_core::cloud_call::is_broken_connection(e)
 }
 
 /// The retry policy of the idempotent vCenter calls: 5 attempts in all, jittered exponential
