@@ -65,14 +65,19 @@ pub enum Error {
         source: std::io::Error,
     },
     /// A server process exited while the control plane was starting: reported as soon as it
-    /// is seen, with the end of its log (a start that lost a port race is retried first).
+    /// is seen, with how it ended and the end of its log (a start that lost a port race or
+    /// whose server was killed by a signal is retried first).
     #[error(
-        "{server} exited during start-up (attempt {attempt} of {attempts}); the end of its \
-         log, kept in {logs}:\n{tail}"
+        "{server} exited during start-up ({how}; attempt {attempt} of {attempts}); the end of \
+         its log, kept in {logs}:\n{tail}"
     )]
     ServerExited {
         /// `etcd` or `kube-apiserver`.
         server: &'static str,
+        /// How it ended: `exit status N` or `killed by signal N (NAME)`.
+        how: String,
+        /// Whether a signal ended it (something outside it, not its own verdict).
+        signalled: bool,
         /// Which start attempt this was (1-based).
         attempt: u32,
         /// How many attempts a lost port race gets.
@@ -126,14 +131,23 @@ impl Error {
             _ => false,
         }
     }
+
+    /// Whether a start that failed this way is worth another attempt on fresh ports: a lost
+    /// port race, or a server killed by a signal during start-up (something outside it ended
+    /// it; a server that exits with a status of its own, e.g. on a bad flag, would again).
+    pub fn worth_retrying(&self) -> bool {
+        self.lost_port_race() || matches!(self, Error::ServerExited { signalled: true, .. })
+    }
 }
 
 impl Error {
-    /// The log line of a lost port race (for a one-line retry message).
-    fn port_conflict_line(&self) -> String {
-        let Error::ServerExited { server, tail, .. } = self else { return self.to_string() };
-        let line = tail.lines().rev().find(|l| log_says_port_taken(l)).unwrap_or_default();
-        format!("{server} exited: {}", line.trim())
+    /// One line saying why a start is retried (the port conflict's log line, or the signal).
+    fn retry_line(&self) -> String {
+        let Error::ServerExited { server, tail, how, .. } = self else { return self.to_string() };
+        match tail.lines().rev().find(|l| log_says_port_taken(l)) {
+            Some(line) => format!("{server} exited: {}", line.trim()),
+            None => format!("{server} {how} during start-up"),
+        }
     }
 }
 
@@ -149,19 +163,38 @@ pub(crate) fn tail_lines(text: &str, n: usize) -> String {
     lines[lines.len().saturating_sub(n)..].join("\n")
 }
 
-/// Whether process `pid` has exited. A server that died is a zombie until the supervisor
-/// (blocked reading our pipe) reaps it, and a zombie still has a `/proc/<pid>` directory:
-/// its state letter (`Z`, or `X` while being reaped) is what says it is gone.
-pub(crate) fn process_exited(pid: &str) -> bool {
-    let Ok(stat) = std::fs::read_to_string(Path::new("/proc").join(pid.trim()).join("stat")) else {
-        return true;
-    };
-    // `<pid> (<comm>) <state> ...`; comm may contain spaces and parentheses.
-    let state = stat.rsplit_once(')').and_then(|(_, rest)| rest.trim_start().chars().next());
-    matches!(state, Some('Z' | 'X') | None)
+/// How a wait status reads (`sh`'s `$?`: above 128 is a signal), and whether a signal it was.
+pub(crate) fn describe_wait_status(status: &str) -> (String, bool) {
+    match status.trim().parse::<u32>() {
+        Ok(code) if code > 128 => {
+            let sig = code - 128;
+            let name = match sig {
+                1 => " (SIGHUP)",
+                2 => " (SIGINT)",
+                6 => " (SIGABRT)",
+                9 => " (SIGKILL)",
+                11 => " (SIGSEGV)",
+                13 => " (SIGPIPE)",
+                15 => " (SIGTERM)",
+                _ => "",
+            };
+            (format!("killed by signal {sig}{name}"), true)
+        }
+        Ok(code) => (format!("exit status {code}"), false),
+        Err(_) => (format!("unknown wait status {:?}", status.trim()), false),
+    }
 }
 
-/// How many times a control-plane start that lost a port race is tried, on fresh ports.
+/// The text of a log file, lossily decoded; a file that cannot be read says why instead.
+pub(crate) fn read_log(path: &Path) -> String {
+    match std::fs::read(path) {
+        Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
+        Err(e) => format!("(the log {} could not be read: {e})", path.display()),
+    }
+}
+
+/// How many times a control-plane start that lost a port race (or whose server was killed by
+/// a signal) is tried, on fresh ports.
 pub const START_ATTEMPTS: u32 = 4;
 
 /// Options for [`ControlPlane::start_with_options`]; the default picks free ports.
@@ -244,6 +277,29 @@ fn free_port() -> Result<u16, Error> {
     Ok(port)
 }
 
+/// Creates a new, empty run directory under `base`. The name (`run-<pid>-<n>`) alone is not
+/// unique over time: process IDs are reused, and a kept run directory of an earlier process
+/// with the same ID once made start-up read that run's pid file and report a live
+/// kube-apiserver as exited. So the directory is created exclusively, with a suffix when the
+/// name is taken.
+fn fresh_run_dir(base: &Path) -> Result<PathBuf, Error> {
+    std::fs::create_dir_all(base).map_err(io_err("creating the testbed directory", base))?;
+    let stem =
+        format!("run-{}-{}", std::process::id(), RUN_COUNTER.fetch_add(1, Ordering::Relaxed));
+    let mut suffix = 0u32;
+    loop {
+        let name = if suffix == 0 { stem.clone() } else { format!("{stem}-{suffix}") };
+        let dir = base.join(name);
+        match std::fs::create_dir(&dir) {
+            Ok(()) => return Ok(dir),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && suffix < 10_000 => {
+                suffix += 1;
+            }
+            Err(e) => return Err(io_err("creating the run directory", &dir)(e)),
+        }
+    }
+}
+
 fn sh_quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', r"'\''"))
 }
@@ -259,18 +315,34 @@ fn write_file(path: &Path, contents: &str) -> Result<(), Error> {
 /// without etcd it takes ~20 s. Logs are kept when `KEEP` exists, when `CCM_TESTBED_KEEP` is
 /// set, or when a server had died by itself.
 ///
+/// Each server runs under a small waiter (`serve`) that reaps it and writes its wait status
+/// to `<server>.exit`: start-up learns that a server ended, and how (an exit code is the
+/// server's own verdict; a status above 128 is a signal from outside), from that file rather
+/// than from `/proc`, and a server that already ended is never signalled by a pid that may
+/// since belong to another process. Stopping sends TERM to the waiter, which SIGKILLs its
+/// server.
+///
 /// The scripts are run by `sh`, not executed: we just wrote them, and another thread of this
 /// process forking at that moment can hold the write descriptor until its child execs, which
 /// makes executing the file fail with ETXTBSY ("Text file busy").
 const SUPERVISOR: &str = r#"
 dir=$1
-sh "$dir/etcd.sh" >"$dir/logs/etcd.log" 2>&1 </dev/null & etcd=$!
-sh "$dir/kube-apiserver.sh" >"$dir/logs/kube-apiserver.log" 2>&1 </dev/null & api=$!
-echo "$etcd" >"$dir/etcd.pid"; echo "$api" >"$dir/kube-apiserver.pid"
+serve() {
+  sh "$dir/$1.sh" >"$dir/logs/$1.log" 2>&1 </dev/null & p=$!
+  echo "$p" >"$dir/$1.pid"
+  trap 'kill -KILL "$p" 2>/dev/null; wait "$p"; exit 0' TERM
+  wait "$p"; s=$?
+  trap - TERM
+  echo "$s" >"$dir/$1.exit.tmp"; mv "$dir/$1.exit.tmp" "$dir/$1.exit"
+}
+serve etcd & etcd=$!
+serve kube-apiserver & api=$!
 read -r line
-for p in $api $etcd; do kill -0 "$p" 2>/dev/null || echo "a server exited early" >"$dir/KEEP"; done
-kill -KILL $api 2>/dev/null; wait $api 2>/dev/null
-kill -KILL $etcd 2>/dev/null; wait $etcd 2>/dev/null
+for s in kube-apiserver etcd; do
+  [ -e "$dir/$s.exit" ] && echo "$s exited early (status $(cat "$dir/$s.exit"))" >>"$dir/KEEP"
+done
+kill -TERM $api 2>/dev/null; wait $api 2>/dev/null
+kill -TERM $etcd 2>/dev/null; wait $etcd 2>/dev/null
 rm -rf "$dir/etcd-data" "$dir/pki"
 if [ -e "$dir/KEEP" ] || [ -n "${CCM_TESTBED_KEEP:-}" ]; then exit 0; fi
 rm -rf "$dir"
@@ -318,12 +390,18 @@ impl ControlPlane {
                     tracing::info!(server = %cp.server, run_dir = %cp.run_dir.display(), attempt, "control plane ready");
                     return Ok(cp);
                 }
-                Err(e) if e.lost_port_race() && attempt < START_ATTEMPTS => {
-                    let line = e.port_conflict_line();
-                    tracing::warn!(attempt, %line, "control plane lost a port race; retrying on fresh ports");
+                Err(e) if e.worth_retrying() && attempt < START_ATTEMPTS => {
+                    let line = e.retry_line();
+                    tracing::warn!(attempt, %line, "control plane start failed; retrying on fresh ports");
                     eprintln!("ccm-testbed: attempt {attempt}: {line}; retrying on fresh ports");
-                    cp.kill();
-                    let _ = std::fs::remove_dir_all(&cp.run_dir);
+                    if e.lost_port_race() {
+                        cp.kill();
+                        let _ = std::fs::remove_dir_all(&cp.run_dir);
+                    } else {
+                        // Unexplained: keep this attempt's logs for whoever investigates.
+                        cp.keep_logs(&format!("attempt {attempt}: {line}"));
+                        cp.kill();
+                    }
                     attempt += 1;
                 }
                 Err(e) => {
@@ -340,11 +418,7 @@ impl ControlPlane {
         let base = std::env::var_os("CCM_TESTBED_DIR")
             .map(PathBuf::from)
             .unwrap_or_else(|| std::env::temp_dir().join("ccm-testbed"));
-        let run_dir = base.join(format!(
-            "run-{}-{}",
-            std::process::id(),
-            RUN_COUNTER.fetch_add(1, Ordering::Relaxed)
-        ));
+        let run_dir = fresh_run_dir(&base)?;
         for d in ["logs", "pki", "etcd-data"] {
             let p = run_dir.join(d);
             std::fs::create_dir_all(&p).map_err(io_err("creating the run directory", &p))?;
@@ -472,20 +546,20 @@ impl ControlPlane {
         Err(Error::NotReady { waited: start.elapsed(), detail: last, logs: self.log_dir() })
     }
 
-    /// If a server process has exited, says which, with the end of its log.
+    /// If a server process has exited, says which and how, with the end of its log. (Its
+    /// waiter writes `<server>.exit` once it has reaped it; the log is complete by then.)
     fn dead_server(&self) -> Option<Error> {
         for server in ["etcd", "kube-apiserver"] {
-            let Ok(pid) = std::fs::read_to_string(self.run_dir.join(format!("{server}.pid")))
+            let Ok(status) = std::fs::read_to_string(self.run_dir.join(format!("{server}.exit")))
             else {
                 continue;
             };
-            if pid.trim().is_empty() || !process_exited(&pid) {
-                continue;
-            }
-            let log = self.log_dir().join(format!("{server}.log"));
-            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            let (how, signalled) = describe_wait_status(&status);
+            let text = read_log(&self.log_dir().join(format!("{server}.log")));
             return Some(Error::ServerExited {
                 server,
+                how,
+                signalled,
                 attempt: self.attempts,
                 attempts: START_ATTEMPTS,
                 tail: tail_lines(&text, 20),
@@ -664,19 +738,32 @@ mod tests {
     }
 
     #[test]
-    fn a_zombie_or_missing_process_has_exited_and_we_have_not() {
-        assert!(!process_exited(&std::process::id().to_string()));
-        assert!(process_exited("999999999"));
-        let mut child = Command::new("sh").arg("-c").arg("exit 0").spawn().unwrap();
-        let pid = child.id().to_string();
-        // Not reaped yet: a zombie, whose /proc entry still exists.
-        let deadline = std::time::Instant::now() + Duration::from_secs(30);
-        while !process_exited(&pid) {
-            assert!(std::time::Instant::now() < deadline, "exited child never seen as exited");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        assert!(Path::new("/proc").join(&pid).exists(), "still a zombie, not reaped");
-        child.wait().unwrap();
+    fn wait_statuses_say_exit_code_or_signal() {
+        assert_eq!(describe_wait_status("3\n"), ("exit status 3".to_string(), false));
+        assert_eq!(describe_wait_status("137"), ("killed by signal 9 (SIGKILL)".to_string(), true));
+        assert_eq!(describe_wait_status("143\n").1, true);
+        assert!(!describe_wait_status("").1);
+    }
+
+    #[test]
+    fn an_unreadable_log_says_so_instead_of_being_empty() {
+        let text = read_log(Path::new("/nonexistent/ccm-testbed/kube-apiserver.log"));
+        assert!(text.contains("could not be read"), "{text}");
+    }
+
+    #[test]
+    fn a_run_directory_left_by_an_earlier_process_with_our_pid_is_not_reused() {
+        let base = std::env::temp_dir().join(unique_name("ccm-testbed-rundir"));
+        let first = fresh_run_dir(&base).unwrap();
+        std::fs::write(first.join("kube-apiserver.pid"), "1\n").unwrap();
+        // The same name again (as a later process with the same pid would compute it).
+        let taken = first.file_name().unwrap().to_string_lossy().into_owned();
+        let stem_n = RUN_COUNTER.load(Ordering::Relaxed);
+        RUN_COUNTER.store(stem_n - 1, Ordering::Relaxed);
+        let second = fresh_run_dir(&base).unwrap();
+        assert_ne!(second, first, "{taken} was reused");
+        assert!(std::fs::read_dir(&second).unwrap().next().is_none(), "a fresh, empty directory");
+        std::fs::remove_dir_all(&base).unwrap();
     }
 
     #[test]

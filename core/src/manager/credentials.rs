@@ -4,7 +4,10 @@
 //!
 //! The ServiceAccount is created when missing. Tokens come from the TokenRequest API (one
 //! hour), are written to a private file (mode 0600, never logged) that the client re-reads,
-//! and are refreshed at 80% of their lifetime.
+//! and are refreshed at 80% of their lifetime. The files live in a directory this process
+//! creates itself (mode 0700, an unpredictable name under the temp dir): a directory that
+//! already existed — left by an earlier process with the same pid, or planted by someone
+//! else — is never written into.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -23,6 +26,8 @@ pub(crate) struct ServiceAccountClients {
     root: Client,
     base: kube::Config,
     dir: PathBuf,
+    /// Whether this process has created `dir` (exclusively, mode 0700).
+    dir_created: std::sync::atomic::AtomicBool,
     /// The per-ServiceAccount configurations (token file set up and refreshed); every
     /// [`Self::client_for`] builds a new client from one, with its own rate-limit bucket.
     configs: tokio::sync::Mutex<HashMap<String, kube::Config>>,
@@ -32,8 +37,28 @@ pub(crate) struct ServiceAccountClients {
 
 impl ServiceAccountClients {
     pub(crate) fn new(root: Client, base: kube::Config, qps: f32, burst: u32) -> Self {
-        let dir = std::env::temp_dir().join(format!("ccm-sa-tokens-{}", std::process::id()));
-        ServiceAccountClients { root, base, dir, configs: Default::default(), qps, burst }
+        let dir = std::env::temp_dir().join(token_dir_name());
+        ServiceAccountClients {
+            root,
+            base,
+            dir,
+            dir_created: Default::default(),
+            configs: Default::default(),
+            qps,
+            burst,
+        }
+    }
+
+    /// Creates the token directory on first use: exclusively (an existing directory is an
+    /// error, never reused) and private to this user.
+    fn ensure_private_dir(&self) -> Result<(), String> {
+        use std::sync::atomic::Ordering;
+        if self.dir_created.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        create_private_dir(&self.dir)?;
+        self.dir_created.store(true, Ordering::Release);
+        Ok(())
     }
 
     /// Removes the token files (on orderly shutdown).
@@ -63,6 +88,7 @@ impl ServiceAccountClients {
             Err(kube::Error::Api(s)) if s.code == 409 => {}
             Err(e) => return Err(format!("creating ServiceAccount {NAMESPACE}/{name}: {e}")),
         }
+        self.ensure_private_dir()?;
         let path = self.dir.join(name);
         let lifetime = write_token(&sas, name, &path, &self.dir).await?;
         let mut config = self.base.clone();
@@ -91,6 +117,39 @@ impl ServiceAccountClients {
     }
 }
 
+/// `ccm-sa-tokens-<pid>-<random>`: not guessable in advance by another local user.
+fn token_dir_name() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or_default(),
+    );
+    format!("ccm-sa-tokens-{}-{:016x}", std::process::id(), h.finish())
+}
+
+/// Creates `dir` (not its parents) with mode 0700; fails if it exists.
+fn create_private_dir(dir: &std::path::Path) -> Result<(), String> {
+    let mut builder = std::fs::DirBuilder::new();
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::DirBuilderExt;
+        builder.mode(0o700);
+    }
+    builder.create(dir).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::AlreadyExists {
+            format!(
+                "refusing to write ServiceAccount tokens into {}: it already existed (not created by this process)",
+                dir.display()
+            )
+        } else {
+            format!("creating {}: {e}", dir.display())
+        }
+    })
+}
+
 async fn write_token(
     sas: &Api<ServiceAccount>,
     name: &str,
@@ -115,7 +174,10 @@ async fn write_token(
         let secs = status.expiration_timestamp.0.as_second() - now.as_second();
         Duration::from_secs(u64::try_from(secs).unwrap_or(60).max(60))
     };
-    std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+    if !dir.is_dir() {
+        // Removed since (shutdown cleanup racing a refresh): created again, privately.
+        create_private_dir(dir)?;
+    }
     let tmp = path.with_extension("tmp");
     {
         use std::io::Write;
@@ -150,5 +212,27 @@ async fn refresh(
                 lifetime = Duration::from_secs(50);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_token_directory_is_private_unguessable_and_never_an_existing_one() {
+        assert_ne!(token_dir_name(), token_dir_name());
+        let dir = std::env::temp_dir().join(token_dir_name());
+        create_private_dir(&dir).unwrap();
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777;
+            assert_eq!(mode, 0o700, "{mode:o}");
+        }
+        // Planted (or left over) before us: refused, not written into.
+        let err = create_private_dir(&dir).unwrap_err();
+        assert!(err.contains("already existed"), "{err}");
+        std::fs::remove_dir(&dir).unwrap();
     }
 }

@@ -1,7 +1,7 @@
 //! Start-up robustness of the testbed's servers: a port taken by another process between
 //! our choosing it and the server binding it is retried on fresh ports, and a server that
-//! exits during start-up is reported at once with the end of its log (not after the full
-//! readiness timeout).
+//! exits during start-up is reported at once with how it ended and the end of its log (not
+//! after the full readiness timeout); one killed by a signal is retried.
 
 use std::net::TcpListener;
 use std::os::unix::fs::PermissionsExt as _;
@@ -92,6 +92,50 @@ async fn a_server_that_exits_at_once_is_reported_at_once_with_the_end_of_its_log
     // The readiness timeout is 120 s; an exit must not wait for it. (A generous bound: this
     // asserts "did not wait for the timeout", not a start-up speed.)
     assert!(took < Duration::from_secs(60), "reported only after {took:?}");
+}
+
+/// CI once saw kube-apiserver end during start-up with an empty log: something outside it
+/// ended it. A server killed by a signal is retried (with that attempt's logs kept and the
+/// signal named); the control plane then serves.
+#[tokio::test]
+async fn a_server_killed_by_a_signal_during_start_up_is_retried_and_the_control_plane_serves() {
+    let real = Tools::locate().unwrap();
+    let marker = std::env::temp_dir().join(unique_name("ccm-testbed-killed-once"));
+    let fake = script(
+        "kube-apiserver",
+        &format!(
+            "if [ ! -e '{m}' ]; then : >'{m}'; kill -KILL $$; fi\nexec '{real}' \"$@\"",
+            m = marker.display(),
+            real = real.kube_apiserver.display()
+        ),
+    );
+    let tools = Tools { kube_apiserver: fake, ..real };
+    let cp = ControlPlane::start_with_options(tools, StartOptions::default())
+        .await
+        .expect("a start whose apiserver was killed is retried");
+    assert!(marker.exists(), "the first attempt ran the killing script");
+    assert_eq!(cp.start_attempts(), 2, "killed once, then started");
+    assert_serves(&cp).await;
+    let _ = std::fs::remove_file(&marker);
+}
+
+#[tokio::test]
+async fn a_server_that_exits_at_once_reports_its_exit_status() {
+    let real = Tools::locate().unwrap();
+    let fake = script("kube-apiserver", "echo 'Error: unknown flag: --simulated' >&2\nexit 1");
+    let tools = Tools { kube_apiserver: fake, ..real };
+    let err = ControlPlane::start_with_options(tools, StartOptions::default())
+        .await
+        .expect_err("an apiserver that refuses its flags cannot start");
+    let text = err.to_string();
+    assert!(
+        matches!(
+            err,
+            Error::ServerExited { server: "kube-apiserver", attempt: 1, signalled: false, .. }
+        ),
+        "an exit of its own is not retried: {err:?}"
+    );
+    assert!(text.contains("exit status 1") && text.contains("unknown flag"), "{text}");
 }
 
 #[tokio::test]
