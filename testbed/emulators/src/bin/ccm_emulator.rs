@@ -5,6 +5,7 @@
 //! ccm-emulator proxy --upstream http://127.0.0.1:5000 --protocol aws-query --listen 127.0.0.1:0
 //! ccm-emulator world path/to/world.yaml
 //! ccm-emulator ibm --world path/to/world.yaml [--lb-pending-ms 2000] [--token-lifetime-secs 3600]
+//! ccm-emulator aws-imds [--instance-id i-0123456789abcdef0 --region us-east-1 ...]
 //! ```
 //!
 //! `ibm` serves the IBM Cloud emulator (IAM, Resource Manager, VPC `/v1` on one URL) and prints
@@ -80,6 +81,42 @@ enum Cmd {
         #[arg(long)]
         exit_on_stdin_close: bool,
     },
+    /// The EC2 instance metadata service (IMDSv2) of one instance.
+    AwsImds {
+        /// Where to listen.
+        #[arg(long, default_value = "127.0.0.1:0")]
+        listen: SocketAddr,
+        /// `instance-id`.
+        #[arg(long, default_value = "i-0123456789abcdef0")]
+        instance_id: String,
+        /// `placement/region`.
+        #[arg(long, default_value = "us-east-1")]
+        region: String,
+        /// `placement/availability-zone`.
+        #[arg(long, default_value = "us-east-1a")]
+        availability_zone: String,
+        /// `instance-type`.
+        #[arg(long, default_value = "m5.large")]
+        instance_type: String,
+        /// `mac` of the primary interface.
+        #[arg(long, default_value = "0e:12:34:56:78:9a")]
+        mac: String,
+        /// The primary interface's VPC.
+        #[arg(long, default_value = "vpc-0a1b2c3d")]
+        vpc_id: String,
+        /// The primary interface's subnet.
+        #[arg(long, default_value = "subnet-0a1b2c3d")]
+        subnet_id: String,
+        /// `local-ipv4`.
+        #[arg(long, default_value = "10.0.0.4")]
+        local_ipv4: String,
+        /// `local-hostname`.
+        #[arg(long, default_value = "ip-10-0-0-4.ec2.internal")]
+        local_hostname: String,
+        /// Exit when stdin reaches end of file (so a parent's death stops the emulator).
+        #[arg(long)]
+        exit_on_stdin_close: bool,
+    },
     /// Checks a world file and prints a summary.
     World {
         /// The YAML or JSON file.
@@ -147,6 +184,41 @@ async fn main() -> anyhow::Result<()> {
             )
             .await
             .context("starting the IBM emulator")?;
+            println!("{}", server.url());
+            wait_for_exit(exit_on_stdin_close).await;
+            drop(server);
+            Ok(())
+        }
+        Cmd::AwsImds {
+            listen,
+            instance_id,
+            region,
+            availability_zone,
+            instance_type,
+            mac,
+            vpc_id,
+            subnet_id,
+            local_ipv4,
+            local_hostname,
+            exit_on_stdin_close,
+        } => {
+            let instance = ccm_emulators::aws_imds::ImdsInstance {
+                instance_id,
+                region,
+                availability_zone,
+                instance_type,
+                mac,
+                vpc_id,
+                subnet_id,
+                local_ipv4,
+                local_hostname,
+            };
+            let server = ccm_emulators::server::Server::start(
+                ccm_emulators::aws_imds::AwsImds::new(instance),
+                ccm_emulators::server::ServerOptions { listen, tls: false },
+            )
+            .await
+            .context("starting the instance metadata service")?;
             println!("{}", server.url());
             wait_for_exit(exit_on_stdin_close).await;
             drop(server);
