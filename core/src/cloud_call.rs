@@ -30,6 +30,7 @@ use std::borrow::Cow;
 use std::fmt::Display;
 use std::future::Future;
 use std::hash::BuildHasher;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::cloud::ProviderError;
@@ -271,9 +272,38 @@ fn jitter() -> f64 {
 
 /// Logs a warning naming an operation if it is still running after a threshold; the watch
 /// ends when dropped. Needs a tokio runtime; outside one it does nothing.
+///
+/// The warning comes from a timer task, and, if that task has not run by the time the watch
+/// is dropped although the threshold has passed (a starved runtime runs the call's own
+/// timeout first), from the drop: a call that ran past the threshold is always reported,
+/// exactly once.
 #[derive(Debug)]
 pub struct StallWatch {
     task: Option<tokio::task::AbortHandle>,
+    stall: Option<Arc<Stall>>,
+}
+
+#[derive(Debug)]
+struct Stall {
+    operation: Cow<'static, str>,
+    started: Instant,
+    stall_after: Duration,
+    deadline: Option<Duration>,
+    logged: std::sync::atomic::AtomicBool,
+}
+
+impl Stall {
+    fn warn_once(&self) {
+        if self.logged.swap(true, std::sync::atomic::Ordering::AcqRel) {
+            return;
+        }
+        tracing::warn!(
+            operation = %self.operation,
+            elapsed = ?self.started.elapsed(),
+            deadline = ?self.deadline,
+            "cloud call is stalled: still waiting for an answer"
+        );
+    }
 }
 
 impl StallWatch {
@@ -285,20 +315,21 @@ impl StallWatch {
         deadline: Option<Duration>,
     ) -> Self {
         let Ok(rt) = tokio::runtime::Handle::try_current() else {
-            return StallWatch { task: None };
+            return StallWatch { task: None, stall: None };
         };
-        let operation = operation.into();
-        let started = Instant::now();
-        let task = rt.spawn(async move {
-            tokio::time::sleep(stall_after).await;
-            tracing::warn!(
-                operation = %operation,
-                elapsed = ?started.elapsed(),
-                deadline = ?deadline,
-                "cloud call is stalled: still waiting for an answer"
-            );
+        let stall = Arc::new(Stall {
+            operation: operation.into(),
+            started: Instant::now(),
+            stall_after,
+            deadline,
+            logged: Default::default(),
         });
-        StallWatch { task: Some(task.abort_handle()) }
+        let timer = stall.clone();
+        let task = rt.spawn(async move {
+            tokio::time::sleep(timer.stall_after).await;
+            timer.warn_once();
+        });
+        StallWatch { task: Some(task.abort_handle()), stall: Some(stall) }
     }
 }
 
@@ -306,6 +337,11 @@ impl Drop for StallWatch {
     fn drop(&mut self) {
         if let Some(task) = self.task.take() {
             task.abort();
+        }
+        if let Some(stall) = self.stall.take()
+            && stall.started.elapsed() >= stall.stall_after
+        {
+            stall.warn_once();
         }
     }
 }
@@ -342,6 +378,59 @@ mod tests {
         assert_eq!(d.stall_after, Duration::from_secs(15));
         // Outside a runtime a watch is inert, not a panic.
         drop(StallWatch::start("x", Duration::ZERO, None));
+    }
+
+    /// Log lines written through `tracing` on this thread while a guard from `capture` lives.
+    #[derive(Clone, Default)]
+    struct Captured(Arc<std::sync::Mutex<Vec<u8>>>);
+    impl std::io::Write for Captured {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    impl Captured {
+        fn stalls(&self) -> usize {
+            String::from_utf8_lossy(&self.0.lock().unwrap())
+                .matches("cloud call is stalled")
+                .count()
+        }
+    }
+    fn capture() -> (Captured, tracing::subscriber::DefaultGuard) {
+        let logs = Captured::default();
+        let writer = logs.clone();
+        let subscriber =
+            tracing_subscriber::fmt().with_writer(move || writer.clone()).with_ansi(false).finish();
+        (logs, tracing::subscriber::set_default(subscriber))
+    }
+
+    /// CI saw it: on a starved runtime the call's own timeout ran before the watch's timer,
+    /// and the stalled call was never reported. The drop reports it, once.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_stall_is_reported_even_when_the_timer_never_got_to_run() {
+        let (logs, _guard) = capture();
+        let watch = StallWatch::start("ec2:DescribeInstances", Duration::from_millis(20), None);
+        // Block the only runtime thread past the threshold: the timer task cannot run.
+        std::thread::sleep(Duration::from_millis(100));
+        drop(watch);
+        assert_eq!(logs.stalls(), 1, "reported by the drop");
+
+        // The timer ran first: reported once, not again by the drop.
+        let watch = StallWatch::start("ec2:DescribeInstances", Duration::from_millis(1), None);
+        let wait = std::time::Instant::now();
+        while logs.stalls() < 2 {
+            assert!(wait.elapsed() < Duration::from_secs(60), "the timer never reported");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        drop(watch);
+        assert_eq!(logs.stalls(), 2, "once per call");
+
+        // A call that ends before the threshold is not reported at all.
+        drop(StallWatch::start("ec2:DescribeInstances", Duration::from_secs(3600), None));
+        assert_eq!(logs.stalls(), 2);
     }
 
     #[derive(Debug, PartialEq)]
