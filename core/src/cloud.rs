@@ -254,6 +254,61 @@ pub trait LoadBalancer: Send + Sync + 'static {
         cluster_name: &str,
         service: &Service,
     ) -> Result<(), ProviderError>;
+
+    /// Operator tools (`orphans`, `migrate-check`; [`crate::ops`]): the load balancers of
+    /// the kinds this provider manages that the cloud shows, each with the resources created
+    /// for it and whether it is tagged (or named) as created by this cluster. Read-only.
+    /// The default is [`ProviderError::NotImplemented`] (the tools say so).
+    async fn list_cloud_load_balancers(
+        &self,
+        _cluster_name: &str,
+    ) -> Result<Vec<CloudLoadBalancer>, ProviderError> {
+        Err(ProviderError::NotImplemented)
+    }
+
+    /// Operator tool `orphans --delete`: deletes a load balancer listed by
+    /// [`Self::list_cloud_load_balancers`] and the resources created for it. Must refuse
+    /// ([`ProviderError::Invalid`]) one that is not [`CloudLoadBalancer::owned`], checking
+    /// the cloud again rather than trusting the argument. The default is
+    /// [`ProviderError::NotImplemented`].
+    async fn delete_cloud_load_balancer(
+        &self,
+        _cluster_name: &str,
+        _lb: &CloudLoadBalancer,
+    ) -> Result<(), ProviderError> {
+        Err(ProviderError::NotImplemented)
+    }
+}
+
+/// A load balancer as the cloud shows it, for the operator tools.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct CloudLoadBalancer {
+    /// The cloud name (what [`LoadBalancer::load_balancer_name`] returns for its Service).
+    pub name: String,
+    /// What it is, for people (`classic ELB`, `NLB`, `VPC load balancer`).
+    pub kind: String,
+    /// The cloud's ID (ARN, ID).
+    pub id: String,
+    /// The hostnames and IPs clients use (what a Service's status shows).
+    pub ingress: Vec<String>,
+    /// Tagged (or, where the cloud has no tags, named) as created by this cluster. Only such
+    /// load balancers are ever deleted by the tools.
+    pub owned: bool,
+    /// `<namespace>/<name>` of the Service it was created for, when the cloud records it.
+    pub service: Option<String>,
+    /// Resources created for it that go with it (security groups, target groups, IPs).
+    pub resources: Vec<CloudResource>,
+}
+
+/// A cloud resource created for a load balancer.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct CloudResource {
+    /// What it is (`security group`, `target group`, `public IP`).
+    pub kind: String,
+    /// The cloud's ID.
+    pub id: String,
+    /// Its name, when it has one.
+    pub name: String,
 }
 
 /// Upstream's legacy load balancer name: `a` + UID without dashes, cut to 32 bytes.

@@ -6,6 +6,7 @@
 //! - [`controllers`]: the controllers and the contract the manager starts them with.
 //! - [`manager`]: the cloud-controller-manager command (flags, leader election, serving).
 //! - [`credential`]: the kubelet image credential-provider exec protocol.
+//! - [`ops`]: the operator tools `migrate-check` and `orphans` (subcommands of every binary).
 //! - `testing` (feature `testing`): a scripted cloud for tests.
 
 pub mod batch;
@@ -15,6 +16,8 @@ pub mod controllers;
 pub mod credential;
 pub mod manager;
 pub mod names;
+pub mod ops;
+pub mod reference;
 
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;

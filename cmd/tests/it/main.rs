@@ -12,6 +12,9 @@
 
 #[cfg(all(feature = "provider-aws", feature = "testing"))]
 mod aws;
+// Chaos suite (issue #21): ignored scenarios that ci/chaos runs.
+#[cfg(all(feature = "provider-aws", feature = "testing"))]
+mod chaos;
 #[cfg(any(
     all(feature = "provider-aws", feature = "testing"),
     feature = "provider-vsphere",
@@ -20,6 +23,9 @@ mod aws;
 mod conformance;
 #[cfg(feature = "provider-ibm")]
 mod ibm;
+// Operator tools (issue 20): `orphans` and `migrate-check` on AWS (moto) and IBM.
+#[cfg(any(all(feature = "provider-aws", feature = "testing"), feature = "provider-ibm"))]
+mod ops;
 #[cfg(any(
     all(feature = "provider-aws", feature = "testing"),
     feature = "provider-vsphere",

@@ -10,7 +10,8 @@
 //! key; [`Binary::command`] replaces the AWS secret key with a distinctive one and adds a
 //! session token (both registered; moto accepts any); the manager's stdout and stderr are
 //! scanned when its [`Ccm`] guard is dropped, `run_to_exit`'s before it returns. Processes
-//! run by other means call [`assert_no_secrets`] on their output.
+//! run by other means call [`assert_no_secrets`] on their output. `CCM_E2E_V=10` runs every
+//! manager of every end-to-end test at `-v=10` (and so scans the most verbose output).
 
 use std::future::Future;
 use std::path::{Path, PathBuf};
@@ -238,11 +239,16 @@ impl Binary {
                 cmd.env_remove(&k);
             }
         }
-        // `-v` given: the verbosity decides (RUST_LOG would override it).
-        if !args.iter().any(|a| a.starts_with("-v=") || a.starts_with("--v=")) {
-            cmd.env("RUST_LOG", "info");
-        } else {
+        // `-v` given: the verbosity decides (RUST_LOG would override it). `CCM_E2E_V=<n>`
+        // runs every manager of every end-to-end test at `-v=<n>` (issue #21: the secret scan
+        // at the most verbose level, `CCM_E2E_V=10`).
+        let forced = std::env::var("CCM_E2E_V").ok().filter(|v| !v.is_empty());
+        if args.iter().any(|a| a.starts_with("-v=") || a.starts_with("--v=")) {
             cmd.env_remove("RUST_LOG");
+        } else if let Some(v) = forced {
+            cmd.env_remove("RUST_LOG").arg(format!("-v={v}"));
+        } else {
+            cmd.env("RUST_LOG", "info");
         }
         cmd.env_remove("SKIP_NODE_DELETION")
             .envs(self.env.iter().copied())
@@ -347,11 +353,14 @@ impl Env {
             format!("--cloud-provider={}", self.bin.provider),
             format!("--cloud-config={}", config.display()),
             format!("--kubeconfig={}", kubeconfig.display()),
-            "--leader-elect=false".into(),
             "--webhook-secure-port=0".into(),
             "--controllers=*".into(),
             "--node-monitor-period=1s".into(),
         ];
+        // Replicas with leader election (the chaos suite) say so in `extra`.
+        if !extra.iter().any(|a| a.starts_with("--leader-elect=")) {
+            args.push("--leader-elect=false".into());
+        }
         if !extra.iter().any(|a| a.starts_with("--secure-port")) {
             args.push("--secure-port=0".into());
         }

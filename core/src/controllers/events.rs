@@ -55,6 +55,23 @@ impl EventRecorder {
     }
 }
 
+/// The longest note the API server accepts (events.k8s.io/v1 `note`: at most 1 kB).
+pub const MAX_NOTE_BYTES: usize = 1024;
+
+/// A note the API server accepts: one longer than [`MAX_NOTE_BYTES`] is cut on a character
+/// boundary and ends in `...` (as client-go does), instead of the whole event being refused
+/// (a long cloud error would otherwise leave no event at all).
+pub fn truncate_note(note: String) -> String {
+    if note.len() <= MAX_NOTE_BYTES {
+        return note;
+    }
+    let mut end = MAX_NOTE_BYTES - 3;
+    while !note.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}...", &note[..end])
+}
+
 /// Publishes an event about `obj` (reason and message as upstream; `action` is the
 /// events.k8s.io action, e.g. `InitializeNode`). Errors are logged and swallowed.
 pub async fn publish<K: Resource<DynamicType = ()>>(
@@ -73,6 +90,7 @@ pub async fn publish<K: Resource<DynamicType = ()>>(
         reference.name.as_deref().unwrap_or_default(),
         reference.uid.as_deref().unwrap_or_default()
     );
+    let note = truncate_note(note);
     let kube_recorder = recorder.recorder_for(object, reason, action, &note);
     let ev = Event {
         type_,
@@ -84,5 +102,21 @@ pub async fn publish<K: Resource<DynamicType = ()>>(
     if let Err(e) = kube_recorder.publish(&ev, &reference).await {
         let name = obj.meta().name.as_deref().unwrap_or_default();
         tracing::warn!(object = name, reason, error = %e, "failed to record event");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_note_longer_than_the_api_allows_is_cut_on_a_character_boundary() {
+        let short = "SyncLoadBalancerFailed: boom".to_string();
+        assert_eq!(truncate_note(short.clone()), short);
+        let long = "é".repeat(700); // 1400 bytes
+        let cut = truncate_note(long);
+        assert!(cut.len() <= MAX_NOTE_BYTES, "{}", cut.len());
+        assert!(cut.ends_with("..."));
+        assert!(cut.trim_end_matches("...").chars().all(|c| c == 'é'));
     }
 }

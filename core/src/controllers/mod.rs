@@ -82,6 +82,20 @@ pub struct ControllerConfig {
     /// an asynchronous operation on GCE and Azure that is polled to completion; the next
     /// `--route-reconciliation-period` pass retries whatever timed out.
     pub route_call_timeout: Duration,
+    /// The client every controller records its events through: a rate-limit bucket of its
+    /// own, so events never delay a controller's writes
+    /// (`None`: each controller's own client, as in tests).
+    pub events_client: Option<EventsClient>,
+}
+
+/// The events client of [`ControllerConfig::events_client`].
+#[derive(Clone)]
+pub struct EventsClient(pub kube::Client);
+
+impl std::fmt::Debug for EventsClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("EventsClient")
+    }
 }
 
 impl Default for ControllerConfig {
@@ -104,6 +118,7 @@ impl Default for ControllerConfig {
             instance_call_timeout: Duration::from_secs(60),
             load_balancer_call_timeout: Duration::from_secs(5 * 60),
             route_call_timeout: Duration::from_secs(2 * 60),
+            events_client: None,
         }
     }
 }
@@ -122,6 +137,17 @@ pub struct ControllerContext {
     pub metrics: Arc<std::sync::Mutex<prometheus_client::registry::Registry>>,
     /// Cancelled when the controller must stop (shutdown or lost leadership).
     pub shutdown: CancellationToken,
+}
+
+impl ControllerContext {
+    /// The client to record events with: the manager's events client (a bucket of its own),
+    /// else the controller's client.
+    pub fn events_client(&self) -> kube::Client {
+        match &self.config.events_client {
+            Some(EventsClient(c)) => c.clone(),
+            None => self.client.clone(),
+        }
+    }
 }
 
 /// The result of starting a controller.

@@ -58,9 +58,11 @@ use crate::names::{self, controllers as cnames, reasons};
 const LOOKUP_WINDOW: Duration = Duration::from_millis(100);
 /// The most nodes in one batch call (providers chunk further to their API limits).
 const LOOKUP_MAX_BATCH: usize = 500;
-/// How many nodes may wait on a cloud lookup at once. Lookups are cheap to wait on, and
-/// this is what lets one batch call answer many nodes.
-const RECONCILE_CONCURRENCY: u16 = 1024;
+/// How many nodes may wait on a cloud lookup at once: 0, no limit. Lookups are cheap to
+/// wait on, and this is what lets one batch call answer many nodes; with a limit (it was
+/// 1024) the Nodes beyond it were looked up one by one as slots freed, a cloud call each
+/// (985 DescribeInstances for 2000 joining Nodes, issue #15).
+const RECONCILE_CONCURRENCY: u16 = 0;
 /// Per-node retry delays when initialisation fails (upstream: 5 ms doubling to 1000 s).
 const RETRY_BASE: Duration = Duration::from_millis(5);
 const RETRY_MAX: Duration = Duration::from_secs(1000);
@@ -233,7 +235,7 @@ async fn run(
         lookup: lookup_coalescer(Arc::clone(&instances), deadline),
         writes: Semaphore::new(ctx.config.concurrent_node_syncs.max(1)),
         backoff: FailureBackoff::new(RETRY_BASE, RETRY_MAX),
-        recorder: EventRecorder::new(ctx.client.clone(), reporter),
+        recorder: EventRecorder::new(ctx.events_client(), reporter),
         metrics,
         queue: WorkqueueMetrics::of(&ctx.metrics).queue(QUEUE_NAME),
         deadline,
@@ -321,6 +323,12 @@ async fn reconcile(node: Arc<Node>, ctx: Arc<Ctx>) -> Result<Action, Error> {
         return Err(err);
     }
 
+    // Both writes of a Node happen under one write slot, the cloud's answer already in
+    // hand: Nodes are initialised one after the other from the first answer on (with the
+    // slot only around the second write, every Node's address patch went first and the
+    // first taint came off after N address patches, issue #15), and a Node waiting for
+    // its slot is never looked up again.
+    let slot = ctx.writes.acquire().await;
     // Addresses first, so that a node is complete the moment its taint is lifted (upstream
     // writes them right after; anything waiting for initialised nodes could see the
     // kubelet's addresses in between).
@@ -342,10 +350,8 @@ async fn reconcile(node: Arc<Node>, ctx: Arc<Ctx>) -> Result<Action, Error> {
     updated.metadata.labels = Some(labels);
     updated.status = None;
 
-    let replaced = {
-        let _slot = ctx.writes.acquire().await;
-        ctx.nodes.replace(&name, &PostParams::default(), &updated).await
-    };
+    let replaced = ctx.nodes.replace(&name, &PostParams::default(), &updated).await;
+    drop(slot);
     let replaced = match replaced {
         Ok(n) => n,
         Err(kube::Error::Api(s)) if s.code == 409 => {

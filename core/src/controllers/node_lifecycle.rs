@@ -57,7 +57,7 @@ async fn run(ctx: ControllerContext, instances: Arc<dyn InstancesV2>) {
             }
         });
     let recorder = EventRecorder::new(
-        ctx.client.clone(),
+        ctx.events_client(),
         Reporter { controller: cnames::COMPONENT_CLOUD_NODE_LIFECYCLE.into(), instance: None },
     );
     // A pass's cloud lookups give up after `instance_call_timeout` (the nodes are skipped,

@@ -175,6 +175,11 @@ where
     I: IntoIterator<Item = T>,
     T: Into<std::ffi::OsString> + Clone,
 {
+    let args: Vec<std::ffi::OsString> = args.into_iter().map(Into::into).collect();
+    // Operator tools (`migrate-check`, `orphans`): subcommands, not the manager.
+    if crate::ops::is_tool_invocation(&args) {
+        return crate::ops::main(provider, factory, args);
+    }
     let flags = match parse_flags(&extensions, args) {
         Ok(f) => f,
         Err(e) => {
@@ -225,7 +230,7 @@ where
     }
 }
 
-async fn kube_config(
+pub(crate) async fn kube_config(
     kubeconfig: &str,
     master: &str,
     what: &str,
@@ -296,8 +301,8 @@ pub(crate) fn client_from(
 /// Builds each controller's API client, as upstream's controller client builder: every
 /// controller gets a client of its own, named by its client name in the `User-Agent`, with
 /// its own `--kube-api-qps` / `--kube-api-burst` token bucket, so one busy controller never
-/// delays another's writes. Its events go through that same client (as each upstream
-/// controller's event broadcaster writes through the controller's client). With
+/// delays another's writes. Events go through one more client with a bucket of its own
+/// ([`ControllerClients::events_client`], issue #15). With
 /// `--use-service-account-credentials` the client acts as the controller's ServiceAccount,
 /// still one bucket per controller.
 pub struct ControllerClients {
@@ -322,6 +327,17 @@ impl ControllerClients {
         client_from(config, "cloud-provider", self.qps, self.burst)
     }
 
+    /// The client every controller records events through (the manager's credentials,
+    /// user agent `.../event-broadcaster`) with one bucket of its own, so events never take
+    /// a controller's tokens (issue #15: a Node's `Synced` event cost a third of the node
+    /// controller's budget; upstream's controllers write events asynchronously, through the
+    /// controller's own clientset).
+    pub fn events_client(&self) -> Result<kube::Client, ManagerError> {
+        let mut config = self.base.clone();
+        set_user_agent(&mut config, Some("event-broadcaster"));
+        client_from(config, "event-broadcaster", self.qps, self.burst)
+    }
+
     /// A new client for the controller `controller` acting as `client_name` (e.g.
     /// `node-controller`), with a rate-limit bucket of its own.
     pub async fn controller_client(
@@ -343,6 +359,13 @@ impl ControllerClients {
     }
 }
 
+/// The events client of the controllers ([`ControllerClients::events_client`]).
+fn ccm_events_client(
+    clients: &ControllerClients,
+) -> Result<crate::controllers::EventsClient, ManagerError> {
+    clients.events_client().map(crate::controllers::EventsClient)
+}
+
 /// A delegated-auth client: the given kubeconfig, else in-cluster, else none (logged).
 async fn delegated_client(kubeconfig: &str, what: &str) -> Option<kube::Client> {
     let config = if kubeconfig.is_empty() {
@@ -358,6 +381,14 @@ async fn delegated_client(kubeconfig: &str, what: &str) -> Option<kube::Client> 
     };
     // The delegated clients use QPS 200 / burst 400, as upstream.
     config.and_then(|c| client_from(c, what, 200.0, 400).ok())
+}
+
+/// Registers the manager's own families (process-level and webhook metrics) in `registry`;
+/// used by the generated metrics reference (`crate::reference`, issue #20 docs).
+#[cfg(feature = "testing")]
+pub(crate) fn register_manager_metrics(registry: &Mutex<Registry>) {
+    let _ = ManagerMetrics::register(registry);
+    let _ = webhooks::WebhookMetrics::register(registry);
 }
 
 struct ManagerMetrics {
@@ -698,10 +729,17 @@ pub async fn run_until(
             burst,
         ));
     }
+    // Events through a client and bucket of their own (issue #15). With
+    // --use-service-account-credentials events stay on each controller's own ServiceAccount
+    // client, whose RBAC grants them.
+    let mut controller_config = options.controller_config.clone();
+    if clients.service_accounts.is_none() {
+        controller_config.events_client = Some(ccm_events_client(&clients)?);
+    }
     let runner = Arc::new(Runner {
         clients,
         cloud,
-        config: Arc::new(options.controller_config.clone()),
+        config: Arc::new(controller_config),
         registry: registry.clone(),
         metrics: metrics.clone(),
         health,

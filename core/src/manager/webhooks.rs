@@ -68,13 +68,13 @@ pub fn all() -> Vec<Webhook> {
 }
 
 #[derive(Clone)]
-struct WebhookMetrics {
+pub(crate) struct WebhookMetrics {
     total: Family<Vec<(String, String)>, Counter>,
     duration: Family<Vec<(String, String)>, Histogram>,
 }
 
 impl WebhookMetrics {
-    fn register(registry: &Mutex<Registry>) -> Self {
+    pub(crate) fn register(registry: &Mutex<Registry>) -> Self {
         let m = WebhookMetrics {
             total: Family::default(),
             duration: Family::new_with_constructor(|| {

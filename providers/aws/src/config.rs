@@ -12,10 +12,194 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use ccm_core::reference::KeyDoc;
+
 /// Upstream's default shared health-probe port (kube-proxy's healthz).
 pub const DEFAULT_SHARED_HEALTH_PROBE_PORT: u16 = 10256;
 /// Upstream's default shared health-probe path.
 pub const DEFAULT_SHARED_HEALTH_PROBE_PATH: &str = "/healthz";
+
+/// Every key the parser accepts, with its documentation: the parser refuses a key that is not
+/// here (see [`known_key`]) and the tests feed every example back in, so this table is the
+/// parser's own list. `ccm-docgen` renders it as the configuration reference.
+pub const CONFIG_KEYS: &[KeyDoc] = &[
+    KeyDoc {
+        section: "Global",
+        key: "Zone",
+        value: "string",
+        example: "us-east-1a",
+        doc: "The zone the CCM runs in; the region is derived from it when `Region` is empty.",
+    },
+    KeyDoc {
+        section: "Global",
+        key: "Region",
+        value: "string, default: from `Zone`, else instance metadata",
+        example: "us-east-1",
+        doc: "The region every call goes to.",
+    },
+    KeyDoc {
+        section: "Global",
+        key: "VPC",
+        value: "string",
+        example: "vpc-0123456789abcdef0",
+        doc: "The VPC for subnet and security-group discovery (needed when not on EC2).",
+    },
+    KeyDoc {
+        section: "Global",
+        key: "SubnetID",
+        value: "string",
+        example: "subnet-0123456789abcdef0",
+        doc: "A subnet of the cluster (with `VPC`, when not on EC2).",
+    },
+    KeyDoc {
+        section: "Global",
+        key: "RouteTableID",
+        value: "string",
+        example: "rtb-0123456789abcdef0",
+        doc: "Use this route table for Pod routes instead of discovering it by the cluster tag.",
+    },
+    KeyDoc {
+        section: "Global",
+        key: "RoleARN",
+        value: "IAM role ARN",
+        example: "arn:aws:iam::123456789012:role/ccm",
+        doc: "Assume this role (STS `AssumeRole`) for every call.",
+    },
+    KeyDoc {
+        section: "Global",
+        key: "SourceARN",
+        value: "ARN",
+        example: "arn:aws:eks:us-east-1:123456789012:cluster/c1",
+        doc: "Sent as `x-amz-source-arn` (and its account as `x-amz-source-account`) on the `AssumeRole` call for `RoleARN`.",
+    },
+    KeyDoc {
+        section: "Global",
+        key: "KubernetesClusterTag",
+        value: "string (legacy)",
+        example: "c1",
+        doc: "Legacy cluster ID (`KubernetesCluster=<value>` tags); used when `KubernetesClusterID` is empty, must agree with it otherwise.",
+    },
+    KeyDoc {
+        section: "Global",
+        key: "KubernetesClusterID",
+        value: "string",
+        example: "c1",
+        doc: "The cluster ID: resources tagged `kubernetes.io/cluster/<id>` belong to this cluster.",
+    },
+    KeyDoc {
+        section: "Global",
+        key: "DisableSecurityGroupIngress",
+        value: "bool, default false",
+        example: "true",
+        doc: "Never add node security-group rules for load balancers.",
+    },
+    KeyDoc {
+        section: "Global",
+        key: "ElbSecurityGroup",
+        value: "security group ID",
+        example: "sg-0123456789abcdef0",
+        doc: "Use this security group for every classic ELB instead of creating one per Service.",
+    },
+    KeyDoc {
+        section: "Global",
+        key: "NodeIPFamilies",
+        value: "`ipv4` and/or `ipv6`, repeatable, default `ipv4`",
+        example: "ipv4",
+        doc: "Which address families a Node's addresses include, in order.",
+    },
+    KeyDoc {
+        section: "Global",
+        key: "ClusterServiceLoadBalancerHealthProbeMode",
+        value: "`ServiceNodePort` (default) or `Shared`",
+        example: "Shared",
+        doc: "How a `Cluster`-traffic-policy Service's load balancer checks nodes: the Service's node port, or the shared kube-proxy health endpoint.",
+    },
+    KeyDoc {
+        section: "Global",
+        key: "ClusterServiceSharedLoadBalancerHealthProbePort",
+        value: "port, default 10256",
+        example: "10256",
+        doc: "The shared health-probe port (`Shared` mode).",
+    },
+    KeyDoc {
+        section: "Global",
+        key: "ClusterServiceSharedLoadBalancerHealthProbePath",
+        value: "path, default `/healthz`",
+        example: "/healthz",
+        doc: "The shared health-probe path (`Shared` mode).",
+    },
+    KeyDoc {
+        section: "Global",
+        key: "SupportedTopologyInstanceTypePattern",
+        value: "regex",
+        example: "^(p4d|trn1)",
+        doc: "Accepted for compatibility; topology labels are not implemented.",
+    },
+    KeyDoc {
+        section: "Global",
+        key: "NLBSecurityGroupMode",
+        value: "`Managed` or empty",
+        example: "Managed",
+        doc: "`Managed`: create and attach a security group to each NLB.",
+    },
+    KeyDoc {
+        section: "ServiceOverride \"<name>\"",
+        key: "Service",
+        value: "endpoint ID, required",
+        example: "ec2",
+        doc: "The service whose endpoint is overridden (`ec2`, `elasticloadbalancing`, `sts`, ...).",
+    },
+    KeyDoc {
+        section: "ServiceOverride \"<name>\"",
+        key: "Region",
+        value: "string, required",
+        example: "us-east-1",
+        doc: "The override applies when the provider runs in this region.",
+    },
+    KeyDoc {
+        section: "ServiceOverride \"<name>\"",
+        key: "URL",
+        value: "http(s) URL, required",
+        example: "https://ec2.example.internal",
+        doc: "The endpoint.",
+    },
+    KeyDoc {
+        section: "ServiceOverride \"<name>\"",
+        key: "SigningRegion",
+        value: "string, required",
+        example: "us-east-1",
+        doc: "The region requests are signed for.",
+    },
+    KeyDoc {
+        section: "ServiceOverride \"<name>\"",
+        key: "SigningMethod",
+        value: "empty or `v4`",
+        example: "v4",
+        doc: "The signing method (only SigV4).",
+    },
+    KeyDoc {
+        section: "ServiceOverride \"<name>\"",
+        key: "SigningName",
+        value: "string",
+        example: "ec2",
+        doc: "The signing name, when not the service's own.",
+    },
+];
+
+/// The table entry for `key` in `section` (`Global` keys ignore case, `-` and `_` as the parser
+/// does; `ServiceOverride` keys ignore case).
+pub fn known_key(section: &str, key: &str) -> Option<&'static KeyDoc> {
+    let norm = |s: &str| s.to_ascii_lowercase().replace(['-', '_'], "");
+    let head = section.split_whitespace().next().unwrap_or_default();
+    CONFIG_KEYS.iter().find(|k| {
+        k.section.split_whitespace().next() == Some(head)
+            && if head == "Global" {
+                norm(k.key) == norm(key)
+            } else {
+                k.key.eq_ignore_ascii_case(key)
+            }
+    })
+}
 
 /// A cloud config that cannot be read or used. Every variant names where the problem is.
 #[derive(Debug, thiserror::Error)]
@@ -482,6 +666,13 @@ fn set_global(
     value: Option<String>,
     line: usize,
 ) -> Result<(), ConfigError> {
+    if known_key("Global", key).is_none() {
+        return Err(ConfigError::UnknownKey {
+            line,
+            section: "Global".into(),
+            key: key.to_string(),
+        });
+    }
     let k = key.to_ascii_lowercase().replace(['-', '_'], "");
     match k.as_str() {
         "zone" => g.zone = string(key, value, line)?,
@@ -593,6 +784,13 @@ fn set_override(
     value: Option<String>,
     line: usize,
 ) -> Result<(), ConfigError> {
+    if known_key("ServiceOverride", key).is_none() {
+        return Err(ConfigError::UnknownKey {
+            line,
+            section: format!("ServiceOverride \"{}\"", o.name),
+            key: key.to_string(),
+        });
+    }
     let v = string(key, value, line)?;
     match key.to_ascii_lowercase().as_str() {
         "service" => {
@@ -724,6 +922,22 @@ signingmethod = v4
         assert_eq!(ec2.url, "http://127.0.0.1:5000");
         assert!(cfg.override_for("ec2", "eu-west-1").is_none());
         assert_eq!(cfg.override_for("elasticloadbalancing", "us-east-1").unwrap().name, "elb");
+    }
+
+    #[test]
+    fn every_documented_key_and_example_is_accepted_and_nothing_else() {
+        for k in CONFIG_KEYS.iter().filter(|k| k.section == "Global") {
+            let text = format!("[Global]\n{} = {}\n", k.key, k.example);
+            CloudConfig::parse(&text).unwrap_or_else(|e| panic!("{}: {e}", k.key));
+        }
+        let mut text = String::from("[ServiceOverride \"1\"]\n");
+        for k in CONFIG_KEYS.iter().filter(|k| k.section.starts_with("ServiceOverride")) {
+            text.push_str(&format!("{} = {}\n", k.key, k.example));
+        }
+        let cfg = CloudConfig::parse(&text).unwrap();
+        assert_eq!(cfg.service_overrides[0].url, "https://ec2.example.internal");
+        let err = CloudConfig::parse("[Global]\nNotAKey = 1\n").unwrap_err();
+        assert!(matches!(err, ConfigError::UnknownKey { .. }), "{err:?}");
     }
 
     #[test]

@@ -532,9 +532,51 @@ impl InstancesV2 for AwsInstances {
         // State is never answered from the cache: a stopped or terminated instance is seen at
         // the next lifecycle pass (one call per pass for all NotReady nodes).
         let found = self.find_nodes(nodes, true).await;
-        nodes.iter().zip(found).map(|(n, f)| status_of(n, has_provider_id(n), f)).collect()
+        let mut out = Vec::with_capacity(nodes.len());
+        for (node, found) in nodes.iter().zip(found) {
+            let by_provider_id = has_provider_id(node);
+            // A filtered page without the instance is not proof that it is gone (an empty or
+            // truncated page says the same): ask for the ID itself (issue #21, chaos suite).
+            let found = match (found, by_provider_id, instance_ref(node)) {
+                (Ok(None), true, Ok(InstanceRef::Id(id))) => self.confirm_absent(&id).await,
+                (found, _, _) => found,
+            };
+            out.push(status_of(node, by_provider_id, found));
+        }
+        out
     }
 }
+
+impl AwsInstances {
+    /// Confirms "no such instance" for an instance ID a filtered lookup did not list: a
+    /// `DescribeInstances` by `InstanceIds`, where EC2 names an unknown ID with the error
+    /// `InvalidInstanceID.NotFound`. Only that error is "gone" (`Ok(None)`); the instance in
+    /// the answer is returned; an answer without it (an empty or truncated page) is an error,
+    /// so the Node is kept.
+    async fn confirm_absent(&self, id: &str) -> Found {
+        let resp = self.clients.get().await?.ec2.describe_instances().instance_ids(id).send().await;
+        match resp {
+            Ok(resp) => resp
+                .reservations()
+                .iter()
+                .flat_map(|r| r.instances())
+                .find(|i| i.instance_id() == Some(id))
+                .cloned()
+                .map(Some)
+                .ok_or_else(|| {
+                    ProviderError::other(format!(
+                        "DescribeInstances by instance ID {id}: the answer neither lists the \
+                         instance nor reports it unknown (an incomplete answer); the node is kept"
+                    ))
+                }),
+            Err(e) if crate::client::error_code(&e) == Some(INSTANCE_NOT_FOUND) => Ok(None),
+            Err(e) => Err(api_error(format!("DescribeInstances by instance ID {id}"), e)),
+        }
+    }
+}
+
+/// The EC2 error code naming an instance ID that does not exist.
+const INSTANCE_NOT_FOUND: &str = "InvalidInstanceID.NotFound";
 
 #[cfg(test)]
 mod tests {

@@ -203,7 +203,12 @@ struct Token {
 
 /// IBM's error bodies: VPC `{"errors":[{"code","message"}],"trace"}`, IAM
 /// `{"errorCode","errorMessage"}`, Resource Manager `{"message","code"}`.
-fn parse_error(call: &str, status: u16, retry_after: Option<Duration>, body: &[u8]) -> ClientError {
+pub(crate) fn parse_error(
+    call: &str,
+    status: u16,
+    retry_after: Option<Duration>,
+    body: &[u8],
+) -> ClientError {
     let v: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
     let s = |v: &Value| v.as_str().map(str::to_string);
     let first = v.get("errors").and_then(|e| e.get(0));

@@ -12,6 +12,8 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
+use ccm_core::reference::{KeyDoc, has_key, lookup};
+
 /// The versions of the cloud config upstream accepts in `[global] version`.
 pub const SUPPORTED_VERSIONS: [&str; 2] = ["1.0.0", "1.1.0"];
 
@@ -86,6 +88,7 @@ struct Raw {
 
 impl Raw {
     fn get<'a>(section: &'a BTreeMap<String, Vec<String>>, key: &str) -> &'a str {
+        debug_assert!(has_key(CONFIG_KEYS, key), "config key {key} is not in CONFIG_KEYS");
         section
             .get(&key.to_ascii_lowercase())
             .and_then(|v| v.last())
@@ -127,27 +130,172 @@ fn parse_raw(text: &str) -> Result<Raw, ConfigError> {
     Ok(raw)
 }
 
-/// The keys of `[provider]` upstream knows; others are warned about and ignored.
-const PROVIDER_KEYS: &[&str] = &[
-    "providerid",
-    "internalip",
-    "externalip",
-    "region",
-    "zone",
-    "instancetype",
-    "clusterid",
-    "accountid",
-    "cluster-default-provider",
-    "g2workerserviceaccountid",
-    "g2vpcname",
-    "g2credentials",
-    "g2resourcegroupname",
-    "g2vpcsubnetnames",
-    "g2endpointoverride",
-    "iamendpointoverride",
-    "rmendpointoverride",
-    "iksprivateendpointhostname",
-    "cloudcredentials",
+/// Every key the parser reads, with its documentation: `Raw::get` reads only keys listed here
+/// (checked in debug builds and so by every test), unknown `[provider]` keys are warned about
+/// (upstream's gcfg ignores them), and the tests feed every example back in. `ccm-docgen`
+/// renders it as the configuration reference.
+pub const CONFIG_KEYS: &[KeyDoc] = &[
+    KeyDoc {
+        section: "global",
+        key: "version",
+        value: "`1.0.0` or `1.1.0`, required",
+        example: "1.1.0",
+        doc: "The config format version.",
+    },
+    KeyDoc {
+        section: "kubernetes",
+        key: "config-file",
+        value: "path",
+        example: "/etc/kubernetes/kubeconfig",
+        doc: "Accepted; ignored (the manager's `--kubeconfig` is used).",
+    },
+    KeyDoc {
+        section: "kubernetes",
+        key: "set-network-unavailable",
+        value: "bool",
+        example: "false",
+        doc: "Accepted for compatibility (see the IBM provider README).",
+    },
+    KeyDoc {
+        section: "kubernetes",
+        key: "cniProvider",
+        value: "string",
+        example: "calico",
+        doc: "The cluster's CNI, as upstream.",
+    },
+    KeyDoc {
+        section: "provider",
+        key: "cluster-default-provider",
+        value: "`g2`, required",
+        example: "g2",
+        doc: "Infrastructure type: only VPC (`g2`) is supported.",
+    },
+    KeyDoc {
+        section: "provider",
+        key: "accountID",
+        value: "string, required",
+        example: "acct1",
+        doc: "The IBM Cloud account of the cluster.",
+    },
+    KeyDoc {
+        section: "provider",
+        key: "clusterID",
+        value: "string, required",
+        example: "clus1",
+        doc: "The cluster ID; load balancers are named and tagged with it.",
+    },
+    KeyDoc {
+        section: "provider",
+        key: "region",
+        value: "string, required",
+        example: "us-south",
+        doc: "The VPC region; picks the regional (private) endpoints.",
+    },
+    KeyDoc {
+        section: "provider",
+        key: "g2workerServiceAccountID",
+        value: "string",
+        example: "acct1",
+        doc: "Account the workers were allocated under; when it differs from `accountID`, Nodes without IKS labels cannot be looked up in the VPC.",
+    },
+    KeyDoc {
+        section: "provider",
+        key: "g2VpcName",
+        value: "string, required",
+        example: "vpc-a",
+        doc: "The cluster's VPC.",
+    },
+    KeyDoc {
+        section: "provider",
+        key: "g2Credentials",
+        value: "path, required",
+        example: "/etc/ibm/api-key",
+        doc: "File holding the IBM Cloud API key (re-read when a token is needed, so rotation needs no restart).",
+    },
+    KeyDoc {
+        section: "provider",
+        key: "g2ResourceGroupName",
+        value: "string, required",
+        example: "default",
+        doc: "Resource group of the VPC and the load balancers.",
+    },
+    KeyDoc {
+        section: "provider",
+        key: "g2VpcSubnetNames",
+        value: "comma-separated names, required",
+        example: "subnet-1,subnet-2",
+        doc: "The cluster's subnets (default load balancer subnets).",
+    },
+    KeyDoc {
+        section: "provider",
+        key: "g2EndpointOverride",
+        value: "http(s) URL",
+        example: "https://us-south.iaas.cloud.ibm.com",
+        doc: "VPC API endpoint instead of the regional one.",
+    },
+    KeyDoc {
+        section: "provider",
+        key: "iamEndpointOverride",
+        value: "http(s) URL",
+        example: "https://iam.cloud.ibm.com",
+        doc: "IAM endpoint instead of the private one.",
+    },
+    KeyDoc {
+        section: "provider",
+        key: "rmEndpointOverride",
+        value: "http(s) URL",
+        example: "https://resource-controller.cloud.ibm.com",
+        doc: "Resource Manager endpoint.",
+    },
+    KeyDoc {
+        section: "provider",
+        key: "providerID",
+        value: "string",
+        example: "ibm://acct1///clus1/w1",
+        doc: "Accepted; unused on VPC (upstream's classic/test key).",
+    },
+    KeyDoc {
+        section: "provider",
+        key: "internalIP",
+        value: "string",
+        example: "10.0.0.4",
+        doc: "Accepted; unused on VPC.",
+    },
+    KeyDoc {
+        section: "provider",
+        key: "externalIP",
+        value: "string",
+        example: "169.0.0.4",
+        doc: "Accepted; unused on VPC.",
+    },
+    KeyDoc {
+        section: "provider",
+        key: "zone",
+        value: "string",
+        example: "us-south-1",
+        doc: "Accepted; unused on VPC.",
+    },
+    KeyDoc {
+        section: "provider",
+        key: "instanceType",
+        value: "string",
+        example: "bx2.4x16",
+        doc: "Accepted; unused on VPC.",
+    },
+    KeyDoc {
+        section: "provider",
+        key: "iksPrivateEndpointHostname",
+        value: "string",
+        example: "c1.private.us-south.containers.cloud.ibm.com",
+        doc: "Accepted; unused.",
+    },
+    KeyDoc {
+        section: "provider",
+        key: "cloudCredentials",
+        value: "string",
+        example: "x",
+        doc: "Accepted; unused (classic).",
+    },
 ];
 
 fn parse_bool(key: &'static str, value: &str) -> Result<bool, ConfigError> {
@@ -183,7 +331,7 @@ impl Config {
             });
         }
         for key in raw.provider.keys() {
-            if !PROVIDER_KEYS.contains(&key.as_str()) {
+            if lookup(CONFIG_KEYS, "provider", key).is_none() {
                 tracing::warn!(key = %key, "cloud config: unknown key in [provider] ignored");
             }
         }
@@ -324,6 +472,26 @@ g2VpcSubnetNames = subnet-1, subnet-2
 
     fn parse(text: &str) -> Result<Config, ConfigError> {
         Config::parse(text, &BTreeMap::new())
+    }
+
+    #[test]
+    fn every_documented_key_and_example_is_accepted() {
+        for k in CONFIG_KEYS {
+            // GOOD with the key set to its example (a later value wins, as in gcfg).
+            let text = GOOD.replace(
+                &format!("[{}]\n", k.section),
+                &format!("[{}]\n{} = {}\n", k.section, k.key, k.example),
+            );
+            let text = if k.section == "provider" {
+                format!("{text}{} = {}\n", k.key, k.example)
+            } else {
+                text
+            };
+            assert!(text.contains(k.example), "{}", k.key);
+            if let Err(e) = parse(&text) {
+                panic!("[{}] {} = {}: {e}", k.section, k.key, k.example);
+            }
+        }
     }
 
     #[test]

@@ -18,6 +18,16 @@ pub mod instances;
 pub mod load_balancer;
 pub mod model;
 
+/// Parse entry points for `fuzz/` (issue #21) that are private in the client: never in
+/// shipped binaries (feature `fuzzing`).
+#[cfg(feature = "fuzzing")]
+pub mod fuzzing {
+    /// Reads an IBM error body (VPC, IAM or Resource Manager form) as the client does.
+    pub fn error_body(status: u16, body: &[u8]) -> crate::client::ClientError {
+        crate::client::parse_error("fuzz", status, None, body)
+    }
+}
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 

@@ -29,7 +29,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use ccm_core::cloud::{LoadBalancer, ProviderError};
+use ccm_core::cloud::{CloudLoadBalancer, CloudResource, LoadBalancer, ProviderError};
+use ccm_core::reference::{KeyDoc, has_key};
 use k8s_openapi::api::core::v1::{LoadBalancerIngress, LoadBalancerStatus, Node, Service};
 use serde_json::{Value, json};
 
@@ -64,6 +65,82 @@ pub mod annotations {
         "service.kubernetes.io/ibm-ingress-controller-private",
     ];
 }
+
+/// Every annotation the provider reads, with its documentation: [`annotation`] reads only keys
+/// listed here (checked in debug builds and so by every test), and the tests feed every example
+/// back into [`service_options`]. `ccm-docgen` renders it as the annotation reference.
+pub const ANNOTATIONS: &[KeyDoc] = &[
+    KeyDoc {
+        section: "",
+        key: annotations::IP_TYPE,
+        value: "`public` (default) or `private`",
+        example: "private",
+        doc: "A public or a private VPC load balancer.",
+    },
+    KeyDoc {
+        section: "",
+        key: annotations::ZONE,
+        value: "zone name",
+        example: "us-south-1",
+        doc: "Restrict the load balancer's subnets and members to one zone.",
+    },
+    KeyDoc {
+        section: "",
+        key: annotations::VPC_SUBNETS,
+        value: "comma-separated subnet IDs, names or CIDRs",
+        example: "subnet-1",
+        doc: "The load balancer's subnets (in the cluster's VPC) instead of `g2VpcSubnetNames`.",
+    },
+    KeyDoc {
+        section: "",
+        key: annotations::VPC_NODE_SELECTOR,
+        value: "`<label>=<value>` with an allowed label",
+        example: "ibm-cloud.kubernetes.io/worker-pool-name=edge",
+        doc: "Only Nodes with this label are members.",
+    },
+    KeyDoc {
+        section: "",
+        key: annotations::VPC_LB_NAME,
+        value: "name",
+        example: "my-lb",
+        doc: "The load balancer's name instead of `kube-<clusterID>-<uid>` (changing it later re-creates the load balancer).",
+    },
+    KeyDoc {
+        section: "",
+        key: annotations::ENABLE_FEATURES,
+        value: "comma-separated features",
+        example: "proxy-protocol",
+        doc: "`proxy-protocol` enables PROXY protocol; other (classic) features are ignored with a warning.",
+    },
+    KeyDoc {
+        section: "",
+        key: annotations::CLASSIC_ONLY[0],
+        value: "any",
+        example: "1234",
+        doc: "Classic infrastructure only: ignored with a warning.",
+    },
+    KeyDoc {
+        section: "",
+        key: annotations::CLASSIC_ONLY[1],
+        value: "any",
+        example: "rr",
+        doc: "Classic infrastructure only: ignored with a warning.",
+    },
+    KeyDoc {
+        section: "",
+        key: annotations::CLASSIC_ONLY[2],
+        value: "any",
+        example: "true",
+        doc: "Classic infrastructure only: ignored with a warning.",
+    },
+    KeyDoc {
+        section: "",
+        key: annotations::CLASSIC_ONLY[3],
+        value: "any",
+        example: "true",
+        doc: "Classic infrastructure only: ignored with a warning.",
+    },
+];
 
 /// Node label keys the node-selector annotation may use (upstream's list).
 pub const NODE_SELECTOR_KEYS: [&str; 16] = [
@@ -137,6 +214,7 @@ pub fn parse_pool_name(name: &str) -> Option<(String, i32, i32)> {
 }
 
 fn annotation<'a>(service: &'a Service, key: &str) -> Option<&'a str> {
+    debug_assert!(has_key(ANNOTATIONS, key), "annotation {key} is not in ANNOTATIONS");
     service.metadata.annotations.as_ref()?.get(key).map(String::as_str)
 }
 
@@ -930,6 +1008,83 @@ impl LoadBalancer for IbmLoadBalancer {
         }
         self.wait_gone(&lb.id, &name).await
     }
+
+    /// Every VPC load balancer the account shows; owned when named `kube-<clusterID>-...`
+    /// (IBM VPC load balancers carry no cluster tags: the name is upstream's ownership
+    /// mark). A name given by the `...-vpc-lb-name` annotation is not recognisable, so such
+    /// load balancers never count as owned. Their public IPs go with them.
+    async fn list_cloud_load_balancers(
+        &self,
+        _cluster_name: &str,
+    ) -> Result<Vec<CloudLoadBalancer>, ProviderError> {
+        let all = self.client.list_load_balancers().await?;
+        Ok(all.iter().map(|lb| self.inventory_entry(lb)).collect())
+    }
+
+    /// Deletes an owned VPC load balancer (looked up again by ID; gone already: `Ok`) and
+    /// waits until it is gone.
+    async fn delete_cloud_load_balancer(
+        &self,
+        _cluster_name: &str,
+        lb: &CloudLoadBalancer,
+    ) -> Result<(), ProviderError> {
+        let Some(fresh) = self.client.get_load_balancer(&lb.id).await? else { return Ok(()) };
+        if !self.inventory_entry(&fresh).owned || fresh.name != lb.name {
+            return Err(ProviderError::Invalid {
+                what: format!("load balancer {}", fresh.name),
+                message: format!(
+                    "not named {}: not owned by this cluster, refusing to delete it",
+                    self.owned_prefix()
+                ),
+            });
+        }
+        let name = fresh.name.clone();
+        if fresh.provisioning_status != "delete_pending" {
+            if !fresh.is_active() && fresh.provisioning_status != "failed" {
+                self.wait_active(&fresh.id, &name).await?;
+            }
+            tracing::info!(load_balancer = %name, "IBM: deleting orphaned VPC load balancer");
+            self.client
+                .delete_load_balancer(&fresh.id)
+                .await
+                .map_err(|e| Self::mutation_error(&name, e))?;
+        }
+        self.wait_gone(&fresh.id, &name).await
+    }
+}
+
+impl IbmLoadBalancer {
+    /// `kube-<clusterID>-`: the name prefix of the load balancers this cluster creates.
+    fn owned_prefix(&self) -> String {
+        format!("{NAME_PREFIX}-{}-", self.config.cluster_id)
+    }
+
+    fn inventory_entry(&self, lb: &model::LoadBalancer) -> CloudLoadBalancer {
+        let mut ingress: Vec<String> = Vec::new();
+        if !lb.hostname.is_empty() {
+            ingress.push(lb.hostname.clone());
+        }
+        let ips = if lb.is_public { &lb.public_ips } else { &lb.private_ips };
+        ingress.extend(ips.iter().map(|a| a.address.clone()));
+        let owned = !self.config.cluster_id.is_empty() && lb.name.starts_with(&self.owned_prefix());
+        CloudLoadBalancer {
+            name: lb.name.clone(),
+            kind: "VPC load balancer".into(),
+            id: lb.id.clone(),
+            ingress,
+            owned,
+            service: None,
+            resources: lb
+                .public_ips
+                .iter()
+                .map(|a| CloudResource {
+                    kind: "public IP".into(),
+                    id: a.address.clone(),
+                    name: String::new(),
+                })
+                .collect(),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -1011,6 +1166,16 @@ mod tests {
         assert_eq!(parse_pool_name("tcp-80-30080"), Some(("tcp".into(), 80, 30080)));
         assert_eq!(parse_pool_name("http-80-30080"), None);
         assert_eq!(parse_pool_name("tcp-80"), None);
+    }
+
+    #[test]
+    fn every_documented_annotation_example_is_accepted() {
+        for a in ANNOTATIONS {
+            let svc = service(&[(a.key, a.example)], &[(80, 30080)], None);
+            if let Err(e) = service_options(&svc) {
+                panic!("{} = {}: {e:?}", a.key, a.example);
+            }
+        }
     }
 
     #[test]

@@ -27,6 +27,7 @@ use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use ccm_core::reference::KeyDoc;
 use ipnet::IpNet;
 use serde::Deserialize;
 use serde::de::{self, IgnoredAny, Visitor};
@@ -332,6 +333,216 @@ fn detect(text: &str) -> Format {
     }
 }
 
+/// Every INI key the parser accepts, with its documentation: `parse_ini` refuses a key that is
+/// not here and the tests feed every example back in, so this table is the parser's own list.
+/// `[Global]` keys are also accepted in `[VirtualCenter "<server>"]`, where they override
+/// `[Global]` for that server. `ccm-docgen` renders it as the configuration reference.
+pub const CONFIG_KEYS: &[KeyDoc] = &[
+    KeyDoc {
+        section: "Global",
+        key: "user",
+        value: "string",
+        example: "administrator@vsphere.local",
+        doc: "vCenter user (else from the credential Secret or secrets directory).",
+    },
+    KeyDoc {
+        section: "Global",
+        key: "password",
+        value: "string",
+        example: "s3cret",
+        doc: "vCenter password; never logged.",
+    },
+    KeyDoc {
+        section: "Global",
+        key: "server",
+        value: "host",
+        example: "vc.example.com",
+        doc: "A vCenter for `[Global]`-only configs (else the `[VirtualCenter]` section name).",
+    },
+    KeyDoc {
+        section: "Global",
+        key: "port",
+        value: "port, default 443",
+        example: "443",
+        doc: "vCenter HTTPS port.",
+    },
+    KeyDoc {
+        section: "Global",
+        key: "insecure-flag",
+        value: "bool, default false",
+        example: "true",
+        doc: "Skip TLS verification of vCenter (use `ca-file` or `thumbprint` instead).",
+    },
+    KeyDoc {
+        section: "Global",
+        key: "datacenters",
+        value: "comma-separated names",
+        example: "dc0,dc1",
+        doc: "The datacenters searched for Node VMs.",
+    },
+    KeyDoc {
+        section: "Global",
+        key: "datacenter",
+        value: "comma-separated names",
+        example: "dc0",
+        doc: "Alias of `datacenters`.",
+    },
+    KeyDoc {
+        section: "Global",
+        key: "soap-roundtrip-count",
+        value: "count, default 3",
+        example: "3",
+        doc: "Attempts per SOAP call on transient failures.",
+    },
+    KeyDoc {
+        section: "Global",
+        key: "ca-file",
+        value: "path",
+        example: "/etc/vsphere/ca.pem",
+        doc: "CA bundle that signs vCenter's certificate (mount it into the pod).",
+    },
+    KeyDoc {
+        section: "Global",
+        key: "thumbprint",
+        value: "SHA-1 fingerprint",
+        example: "AB:CD:EF:01:23:45:67:89:AB:CD:EF:01:23:45:67:89:AB:CD:EF:01",
+        doc: "Pin vCenter's certificate by fingerprint.",
+    },
+    KeyDoc {
+        section: "Global",
+        key: "secret-name",
+        value: "Secret name",
+        example: "vsphere-creds",
+        doc: "Read credentials (`<server>.username`/`<server>.password`) from this Secret.",
+    },
+    KeyDoc {
+        section: "Global",
+        key: "secret-namespace",
+        value: "namespace",
+        example: "kube-system",
+        doc: "Namespace of `secret-name` (the chart grants a namespaced Role there).",
+    },
+    KeyDoc {
+        section: "Global",
+        key: "secrets-directory",
+        value: "path",
+        example: "/etc/cloud/credentials",
+        doc: "Read credentials from files in this directory (a mounted Secret).",
+    },
+    KeyDoc {
+        section: "Global",
+        key: "api-disable",
+        value: "bool",
+        example: "true",
+        doc: "Accepted for compatibility (upstream's deprecated gRPC API); no effect.",
+    },
+    KeyDoc {
+        section: "Global",
+        key: "api-binding",
+        value: "address",
+        example: "127.0.0.1:43001",
+        doc: "Accepted for compatibility (upstream's deprecated gRPC API); no effect.",
+    },
+    KeyDoc {
+        section: "Global",
+        key: "ip-family",
+        value: "`ipv4` and/or `ipv6`, default `ipv4`",
+        example: "ipv4",
+        doc: "Address families reported for Nodes, in order.",
+    },
+    KeyDoc {
+        section: "Global",
+        key: "working-dir",
+        value: "string",
+        example: "kubernetes",
+        doc: "Accepted and ignored (in-tree volume plugin key).",
+    },
+    KeyDoc {
+        section: "Global",
+        key: "vm-uuid",
+        value: "string",
+        example: "4201f1e5-0000-0000-0000-000000000000",
+        doc: "Accepted and ignored (in-tree key).",
+    },
+    KeyDoc {
+        section: "Global",
+        key: "vm-name",
+        value: "string",
+        example: "node-1",
+        doc: "Accepted and ignored (in-tree key).",
+    },
+    KeyDoc {
+        section: "Global",
+        key: "service-account",
+        value: "string",
+        example: "cloud-controller-manager",
+        doc: "Accepted and ignored (in-tree key).",
+    },
+    KeyDoc {
+        section: "Labels",
+        key: "zone",
+        value: "tag category name",
+        example: "k8s-zone",
+        doc: "The tag category whose tag on a VM's host, cluster or datacenter is its zone.",
+    },
+    KeyDoc {
+        section: "Labels",
+        key: "region",
+        value: "tag category name",
+        example: "k8s-region",
+        doc: "The tag category whose tag gives the region.",
+    },
+    KeyDoc {
+        section: "Nodes",
+        key: "internal-network-subnet-cidr",
+        value: "comma-separated CIDRs",
+        example: "10.0.0.0/8",
+        doc: "Addresses in these subnets are `InternalIP`.",
+    },
+    KeyDoc {
+        section: "Nodes",
+        key: "external-network-subnet-cidr",
+        value: "comma-separated CIDRs",
+        example: "192.0.2.0/24",
+        doc: "Addresses in these subnets are `ExternalIP`.",
+    },
+    KeyDoc {
+        section: "Nodes",
+        key: "internal-vm-network-name",
+        value: "network name",
+        example: "VM Network",
+        doc: "Addresses on this VM network are `InternalIP`.",
+    },
+    KeyDoc {
+        section: "Nodes",
+        key: "external-vm-network-name",
+        value: "network name",
+        example: "Public",
+        doc: "Addresses on this VM network are `ExternalIP`.",
+    },
+    KeyDoc {
+        section: "Nodes",
+        key: "exclude-internal-network-subnet-cidr",
+        value: "comma-separated CIDRs",
+        example: "10.1.0.0/16",
+        doc: "Never report addresses in these subnets as `InternalIP`.",
+    },
+    KeyDoc {
+        section: "Nodes",
+        key: "exclude-external-network-subnet-cidr",
+        value: "comma-separated CIDRs",
+        example: "198.51.100.0/24",
+        doc: "Never report addresses in these subnets as `ExternalIP`.",
+    },
+];
+
+/// The [`CONFIG_KEYS`] entry for `key` in an INI section kind (`global`, `virtualcenter`,
+/// `labels`, `nodes`; any case).
+fn known_key(kind: &str, key: &str) -> Option<&'static KeyDoc> {
+    let section = if kind.eq_ignore_ascii_case("virtualcenter") { "Global" } else { kind };
+    ccm_core::reference::lookup(CONFIG_KEYS, section, key)
+}
+
 fn parse_ini(text: &str) -> Result<RawConfig, ConfigError> {
     let opt = ini::ParseOption { enabled_quote: true, enabled_escape: false, ..Default::default() };
     // The parser's messages are fixed texts (no source); only the position is added.
@@ -352,6 +563,11 @@ fn parse_ini(text: &str) -> Result<RawConfig, ConfigError> {
         let kind = kind.to_ascii_lowercase();
         let scalar = |v: &str| Some(Scalar(v.to_string()));
         let list = |v: &str| Some(List(split_list(v)));
+        if matches!(kind.as_str(), "global" | "virtualcenter" | "labels" | "nodes")
+            && let Some((key, _)) = props.iter().find(|(k, _)| known_key(&kind, k).is_none())
+        {
+            return Err(ConfigError::Ini(format!("unknown key {key:?} in section [{section}]")));
+        }
         match (kind.as_str(), sub) {
             ("global", None) | ("virtualcenter", Some(_)) => {
                 let sub = section
@@ -988,6 +1204,33 @@ mod tests {
 
     fn parse(text: &str) -> Result<Config, ConfigError> {
         Config::parse(text.as_bytes(), &BTreeMap::new())
+    }
+
+    #[test]
+    fn every_documented_key_and_example_is_accepted_and_nothing_else() {
+        for k in CONFIG_KEYS {
+            let mut extra = format!("[{}]\n{} = \"{}\"\n", k.section, k.key, k.example);
+            // A Secret name and its namespace come together.
+            match k.key {
+                "secret-name" => extra.push_str("secret-namespace = kube-system\n"),
+                "secret-namespace" => extra.push_str("secret-name = vsphere-creds\n"),
+                _ => {}
+            }
+            let text = if k.section == "Global" {
+                format!(
+                    "{extra}[VirtualCenter \"10.0.0.1\"]\nuser = u\npassword = p\ndatacenters = dc0\n"
+                )
+            } else {
+                format!(
+                    "[VirtualCenter \"10.0.0.1\"]\nuser = u\npassword = p\ndatacenters = dc0\n{extra}"
+                )
+            };
+            if let Err(e) = parse(&text) {
+                panic!("[{}] {} = {}: {e}", k.section, k.key, k.example);
+            }
+        }
+        let err = parse("[Global]\nuser = u\nnot-a-key = 1\n").unwrap_err();
+        assert!(err.to_string().contains("not-a-key"), "{err}");
     }
 
     #[test]

@@ -20,6 +20,19 @@ pub mod config;
 pub mod credentials;
 pub mod instances;
 
+/// Parse entry points for `fuzz/` (issue #21) that are private in the client: never in
+/// shipped binaries (feature `fuzzing`).
+#[cfg(feature = "fuzzing")]
+pub mod fuzzing {
+    /// Parses a SOAP response and reads its `<Fault>` as the client does: the fault kind and
+    /// message, `None` without a fault, an error for a document that is not XML.
+    pub fn soap_fault(doc: &str) -> Result<Option<crate::client::SoapFault>, String> {
+        let root = crate::client::xml::parse(doc)?;
+        let fault = root.child("Body").and_then(|b| b.child("Fault"));
+        Ok(fault.map(crate::client::vim25::parse_fault))
+    }
+}
+
 use std::sync::Arc;
 use std::time::Duration;
 

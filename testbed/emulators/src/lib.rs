@@ -9,8 +9,11 @@
 //! - [`world`]: the declarative world file (instances, networks, subnets);
 //! - [`asyncop`]: long-running operations (ARM, GCE, Octavia, IBM shapes);
 //! - [`ibm`]: the IBM Cloud emulator (IAM, Resource Manager, VPC `/v1`);
+//! - [`openstack`]: the OpenStack emulator (Keystone v3, Nova, Neutron, Octavia v2);
 //! - [`tls`]: HTTPS certificates from the testbed's CA;
 //! - [`aws_imds`]: an EC2 instance metadata service (IMDSv2) for one instance;
+//! - [`azure`]: the Azure emulator (ARM compute and network, AAD, IMDS);
+//! - [`gcp`]: the GCP emulator (Compute v1 subset, metadata server);
 //! - [`proxy`]: the same fault controls as a reverse proxy in front of moto ([`aws`]) and
 //!   vcsim ([`vsphere`]).
 //!
@@ -21,8 +24,11 @@ pub mod admin;
 pub mod asyncop;
 pub mod aws;
 pub mod aws_imds;
+pub mod azure;
 pub mod faults;
+pub mod gcp;
 pub mod ibm;
+pub mod openstack;
 pub mod proxy;
 pub mod server;
 pub mod tls;

@@ -15,7 +15,7 @@ use kube::Api;
 use serde_json::Value;
 
 /// The clouds that have landed; each must have a preset.
-const LANDED: [&str; 2] = ["aws", "vsphere"];
+const LANDED: [&str; 3] = ["aws", "vsphere", "ibm"];
 
 fn presets() -> Vec<String> {
     let presets = chart::presets().expect("listing the chart's presets");

@@ -161,7 +161,7 @@ pub fn start_with(ctx: &ControllerContext, opts: IpamOptions) -> Result<Started,
         service_cidrs: ctx.config.service_cidrs.clone(),
         processing: Mutex::new(HashSet::new()),
         writers: Semaphore::new(CIDR_UPDATE_WORKERS),
-        recorder: EventRecorder::new(ctx.client.clone(), Reporter::from(cnames::COMPONENT_IPAM)),
+        recorder: EventRecorder::new(ctx.events_client(), Reporter::from(cnames::COMPONENT_IPAM)),
         metrics,
         shutdown: ctx.shutdown.clone(),
     });

@@ -114,7 +114,7 @@ pub fn start_with(ctx: &ControllerContext, opts: RouteOptions) -> Result<Started
         routes,
         cluster_name: ctx.config.cluster_name.clone(),
         cluster_cidrs: ctx.config.cluster_cidrs.clone(),
-        recorder: EventRecorder::new(ctx.client.clone(), Reporter::from(cnames::COMPONENT_ROUTE)),
+        recorder: EventRecorder::new(ctx.events_client(), Reporter::from(cnames::COMPONENT_ROUTE)),
         route_sync,
         deadline: Deadline::new(ctx.config.route_call_timeout),
     };

@@ -266,7 +266,10 @@ async fn run(
         client: ctx.client.clone(),
         lb,
         cluster_name: ctx.config.cluster_name.clone(),
-        recorder: EventRecorder::new(ctx.client.clone(), Reporter::from(cnames::COMPONENT_SERVICE)),
+        recorder: EventRecorder::new(
+            ctx.events_client(),
+            Reporter::from(cnames::COMPONENT_SERVICE),
+        ),
         services,
         nodes,
         cache: Mutex::new(HashMap::new()),
@@ -647,10 +650,12 @@ impl Controller {
 
     /// One pass over every cached load balancer Service: updates the backends of those
     /// whose backend set changed, with bounded parallelism. Failures re-queue the Service.
+    ///
+    /// Without a load balancer Service the pass ends before looking at the Nodes: a
+    /// cluster initialising N Nodes triggers up to N passes, and walking all N Nodes in each
+    /// was O(N²) CPU (issue #15).
     async fn sync_nodes(self: &Arc<Self>) {
         let start = Instant::now();
-        let nodes = Arc::new(self.backends());
-        let set = Arc::new(predicates::node_set(nodes.iter()));
         let services: Vec<(String, Arc<Service>)> = self
             .lock_cache()
             .iter()
@@ -658,6 +663,13 @@ impl Controller {
             .map(|(k, s)| (k.clone(), s.clone()))
             .collect();
         let total = services.len();
+        if total == 0 {
+            self.metrics.nodesync_latency.observe(start.elapsed().as_secs_f64());
+            tracing::debug!("node sync: no load balancer services");
+            return;
+        }
+        let nodes = Arc::new(self.backends());
+        let set = Arc::new(predicates::node_set(nodes.iter()));
         let failed: Vec<String> = futures::stream::iter(services)
             .map(|(key, svc)| {
                 let (nodes, set) = (nodes.clone(), set.clone());
@@ -681,7 +693,9 @@ impl Controller {
         }
         let elapsed = start.elapsed();
         self.metrics.nodesync_latency.observe(elapsed.as_secs_f64());
-        tracing::info!(
+        // One line per pass at debug: passes follow every Node change, so at INFO a large
+        // cluster's start-up logged thousands of them.
+        tracing::debug!(
             services = total,
             failed = failed.len(),
             backends = set.len(),

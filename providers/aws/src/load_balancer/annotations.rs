@@ -8,6 +8,7 @@
 use std::collections::BTreeMap;
 
 use ccm_core::cloud::ProviderError;
+use ccm_core::reference::{KeyDoc, has_key};
 use ipnet::IpNet;
 use k8s_openapi::api::core::v1::{Service, ServicePort};
 
@@ -100,6 +101,229 @@ pub mod keys {
     /// Source ranges (when `spec.loadBalancerSourceRanges` is empty).
     pub const SOURCE_RANGES: &str = "service.beta.kubernetes.io/load-balancer-source-ranges";
 }
+
+/// Every annotation the parser reads, with its documentation: [`annotation`] reads only keys
+/// listed here (checked in debug builds and so by every test), and the tests feed every example
+/// back into [`parse`]. `ccm-docgen` renders it as the annotation reference.
+pub const ANNOTATIONS: &[KeyDoc] = &[
+    KeyDoc {
+        section: "",
+        key: keys::TYPE,
+        value: "`nlb`, `external`, `nlb-ip`; default classic ELB",
+        example: "nlb",
+        doc: "`nlb`: a Network Load Balancer. `external`/`nlb-ip`: left to another controller (the AWS Load Balancer Controller).",
+    },
+    KeyDoc {
+        section: "",
+        key: keys::INTERNAL,
+        value: "bool or CIDR (any value but `false` means internal)",
+        example: "true",
+        doc: "An internal load balancer (scheme `internal`, private subnets).",
+    },
+    KeyDoc {
+        section: "",
+        key: keys::SUBNETS,
+        value: "comma-separated subnet IDs or Name tags",
+        example: "subnet-0123456789abcdef0",
+        doc: "Use these subnets instead of discovering them by cluster and role tags.",
+    },
+    KeyDoc {
+        section: "",
+        key: keys::SSL_CERT,
+        value: "ACM/IAM certificate ARN",
+        example: "arn:aws:acm:us-east-1:123456789012:certificate/x",
+        doc: "TLS listeners with this certificate (on the ports of `...-ssl-ports`, default all).",
+    },
+    KeyDoc {
+        section: "",
+        key: keys::SSL_PORTS,
+        value: "comma-separated port names/numbers, or `*`",
+        example: "443",
+        doc: "Which ports get TLS when `...-ssl-cert` is set.",
+    },
+    KeyDoc {
+        section: "",
+        key: keys::BACKEND_PROTOCOL,
+        value: "`http`, `https`, `ssl`, `tcp`",
+        example: "http",
+        doc: "Classic ELB: the protocol to the instances (and so the listener's protocol).",
+    },
+    KeyDoc {
+        section: "",
+        key: keys::SSL_NEGOTIATION_POLICY,
+        value: "predefined policy name",
+        example: "ELBSecurityPolicy-TLS-1-2-2017-01",
+        doc: "Classic ELB: the SSL negotiation policy of TLS listeners.",
+    },
+    KeyDoc {
+        section: "",
+        key: keys::PROXY_PROTOCOL,
+        value: "`*`",
+        example: "*",
+        doc: "Classic ELB: enable proxy protocol on every backend.",
+    },
+    KeyDoc {
+        section: "",
+        key: keys::SECURITY_GROUPS,
+        value: "comma-separated security group IDs",
+        example: "sg-0123456789abcdef0",
+        doc: "Replace the load balancer's security groups (none are created or managed).",
+    },
+    KeyDoc {
+        section: "",
+        key: keys::EXTRA_SECURITY_GROUPS,
+        value: "comma-separated security group IDs",
+        example: "sg-0123456789abcdef0",
+        doc: "Add these security groups to the load balancer.",
+    },
+    KeyDoc {
+        section: "",
+        key: keys::ADDITIONAL_TAGS,
+        value: "comma-separated `key=value`",
+        example: "team=web,env=prod",
+        doc: "Extra tags on the load balancer (and its target groups).",
+    },
+    KeyDoc {
+        section: "",
+        key: keys::HC_PROTOCOL,
+        value: "`TCP`, `HTTP`, `HTTPS` (`SSL` classic)",
+        example: "HTTP",
+        doc: "Health check protocol.",
+    },
+    KeyDoc {
+        section: "",
+        key: keys::HC_PORT,
+        value: "`traffic-port` or a port number",
+        example: "traffic-port",
+        doc: "Health check port.",
+    },
+    KeyDoc {
+        section: "",
+        key: keys::HC_PATH,
+        value: "path",
+        example: "/healthz",
+        doc: "Health check path (HTTP/HTTPS checks).",
+    },
+    KeyDoc {
+        section: "",
+        key: keys::HC_INTERVAL,
+        value: "seconds",
+        example: "30",
+        doc: "Health check interval.",
+    },
+    KeyDoc {
+        section: "",
+        key: keys::HC_TIMEOUT,
+        value: "seconds",
+        example: "5",
+        doc: "Health check timeout.",
+    },
+    KeyDoc {
+        section: "",
+        key: keys::HC_HEALTHY,
+        value: "count",
+        example: "2",
+        doc: "Healthy threshold.",
+    },
+    KeyDoc {
+        section: "",
+        key: keys::HC_UNHEALTHY,
+        value: "count",
+        example: "6",
+        doc: "Unhealthy threshold.",
+    },
+    KeyDoc {
+        section: "",
+        key: keys::CROSS_ZONE,
+        value: "bool",
+        example: "true",
+        doc: "Cross-zone load balancing.",
+    },
+    KeyDoc {
+        section: "",
+        key: keys::IDLE_TIMEOUT,
+        value: "seconds",
+        example: "120",
+        doc: "Classic ELB: connection idle timeout.",
+    },
+    KeyDoc {
+        section: "",
+        key: keys::DRAINING_ENABLED,
+        value: "bool",
+        example: "true",
+        doc: "Classic ELB: connection draining.",
+    },
+    KeyDoc {
+        section: "",
+        key: keys::DRAINING_TIMEOUT,
+        value: "seconds",
+        example: "60",
+        doc: "Classic ELB: connection draining timeout.",
+    },
+    KeyDoc {
+        section: "",
+        key: keys::ACCESS_LOG_ENABLED,
+        value: "bool",
+        example: "false",
+        doc: "Classic ELB: access logs (needs the bucket annotation).",
+    },
+    KeyDoc {
+        section: "",
+        key: keys::ACCESS_LOG_INTERVAL,
+        value: "`5` or `60` (minutes)",
+        example: "60",
+        doc: "Classic ELB: access log emit interval.",
+    },
+    KeyDoc {
+        section: "",
+        key: keys::ACCESS_LOG_BUCKET,
+        value: "S3 bucket name",
+        example: "my-elb-logs",
+        doc: "Classic ELB: access log bucket.",
+    },
+    KeyDoc {
+        section: "",
+        key: keys::ACCESS_LOG_PREFIX,
+        value: "S3 key prefix",
+        example: "web",
+        doc: "Classic ELB: access log prefix.",
+    },
+    KeyDoc {
+        section: "",
+        key: keys::EIP_ALLOCATIONS,
+        value: "comma-separated allocation IDs, one per subnet",
+        example: "eipalloc-0123456789abcdef0",
+        doc: "NLB: Elastic IPs for an internet-facing NLB.",
+    },
+    KeyDoc {
+        section: "",
+        key: keys::PRIVATE_IPV4,
+        value: "comma-separated IPv4 addresses, one per subnet",
+        example: "10.0.0.10",
+        doc: "NLB: private addresses for an internal NLB.",
+    },
+    KeyDoc {
+        section: "",
+        key: keys::TG_ATTRIBUTES,
+        value: "comma-separated `key=value`",
+        example: "preserve_client_ip.enabled=true",
+        doc: "NLB: target group attributes.",
+    },
+    KeyDoc {
+        section: "",
+        key: keys::TARGET_NODE_LABELS,
+        value: "comma-separated `key=value`",
+        example: "pool=edge",
+        doc: "Only Nodes with these labels are backends.",
+    },
+    KeyDoc {
+        section: "",
+        key: keys::SOURCE_RANGES,
+        value: "comma-separated CIDRs",
+        example: "10.0.0.0/8",
+        doc: "Allowed client ranges when `spec.loadBalancerSourceRanges` is empty (default `0.0.0.0/0`).",
+    },
+];
 
 /// Which load balancer serves the Service.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -257,6 +481,7 @@ pub fn is_external(service: &Service) -> bool {
 }
 
 fn annotation<'a>(service: &'a Service, key: &str) -> Option<&'a str> {
+    debug_assert!(has_key(ANNOTATIONS, key), "annotation {key} is not in ANNOTATIONS");
     service.metadata.annotations.as_ref().and_then(|a| a.get(key)).map(String::as_str)
 }
 
@@ -717,6 +942,32 @@ mod tests {
         assert_eq!(what(err), keys::EIP_ALLOCATIONS);
         let err = parse(&svc(&[(keys::ACCESS_LOG_ENABLED, "true")])).unwrap_err();
         assert_eq!(what(err), keys::ACCESS_LOG_BUCKET);
+    }
+
+    #[test]
+    fn every_documented_annotation_example_parses() {
+        // Examples that only make sense with another annotation get it.
+        let with = |key: &str| -> Vec<(&str, &str)> {
+            match key {
+                keys::SSL_PORTS | keys::SSL_NEGOTIATION_POLICY => {
+                    vec![(keys::SSL_CERT, "arn:aws:acm:us-east-1:123456789012:certificate/x")]
+                }
+                keys::ACCESS_LOG_INTERVAL | keys::ACCESS_LOG_BUCKET | keys::ACCESS_LOG_PREFIX => {
+                    vec![(keys::ACCESS_LOG_ENABLED, "true"), (keys::ACCESS_LOG_BUCKET, "b")]
+                }
+                keys::EIP_ALLOCATIONS | keys::TG_ATTRIBUTES => vec![(keys::TYPE, "nlb")],
+                keys::PRIVATE_IPV4 => vec![(keys::TYPE, "nlb"), (keys::INTERNAL, "true")],
+                _ => vec![],
+            }
+        };
+        for a in ANNOTATIONS {
+            let mut list = with(a.key);
+            list.retain(|(k, _)| *k != a.key);
+            list.push((a.key, a.example));
+            if let Err(e) = parse(&svc(&list)) {
+                panic!("{} = {}: {e:?}", a.key, a.example);
+            }
+        }
     }
 
     #[test]

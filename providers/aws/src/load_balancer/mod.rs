@@ -17,6 +17,7 @@
 
 pub mod annotations;
 mod classic;
+mod inventory;
 mod nlb;
 mod security_groups;
 
@@ -25,7 +26,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use aws_sdk_ec2::types::{Filter, Instance};
-use ccm_core::cloud::{LoadBalancer, ProviderError, default_load_balancer_name};
+use ccm_core::cloud::{CloudLoadBalancer, LoadBalancer, ProviderError, default_load_balancer_name};
 use k8s_openapi::api::core::v1::{LoadBalancerIngress, LoadBalancerStatus, Node, Service};
 
 use crate::client::{Clients, api_error};
@@ -397,6 +398,23 @@ impl LoadBalancer for AwsLoadBalancer {
         let name = default_load_balancer_name(service);
         self.delete_classic(service, &name).await?;
         self.delete_nlb(service, &name).await
+    }
+
+    /// Every classic ELB and NLB in the region ([`inventory`]).
+    async fn list_cloud_load_balancers(
+        &self,
+        _cluster_name: &str,
+    ) -> Result<Vec<CloudLoadBalancer>, ProviderError> {
+        self.inventory().await
+    }
+
+    /// Deletes an owned classic ELB or NLB and its resources ([`inventory`]).
+    async fn delete_cloud_load_balancer(
+        &self,
+        _cluster_name: &str,
+        lb: &CloudLoadBalancer,
+    ) -> Result<(), ProviderError> {
+        self.delete_from_inventory(lb).await
     }
 }
 

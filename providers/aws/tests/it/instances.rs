@@ -197,3 +197,74 @@ async fn not_found_by_name_is_an_error_never_gone() {
     let err = iv2.instance_metadata(&nodes[0]).await.unwrap_err();
     assert!(matches!(err, ProviderError::InstanceNotFound), "{err:?}");
 }
+
+/// Issue #21 (chaos suite, partial answers): a DescribeInstances page that does not list a
+/// running instance (empty, or truncated) is not "gone": the ID is asked for by itself and
+/// only EC2's `InvalidInstanceID.NotFound` is. Before the fix one empty page deleted every
+/// NotReady Node of the cluster.
+#[tokio::test]
+async fn an_empty_instance_page_is_never_gone_only_invalid_instance_id_not_found_is() {
+    use ccm_emulators::proxy::{FaultProxy, Protocol, Url};
+    use ccm_emulators::{Fault, FaultRule};
+    let moto = Moto::start().await.unwrap();
+    let ec2 = moto.ec2().await;
+    let net = network(&ec2, "partial").await.unwrap();
+    let inst = run_instances(&ec2, &net.subnets[0].0, "partial", 1, None).await.unwrap().remove(0);
+    let id = inst.instance_id().unwrap().to_string();
+    let proxy =
+        FaultProxy::start(Url::parse(&moto.0.url).unwrap(), Protocol::AwsQuery).await.unwrap();
+    let cfg = ccm_provider_aws::CloudConfig::parse(&ccm_provider_aws::testing::cloud_config(
+        &proxy.url(),
+        "partial",
+        "",
+    ))
+    .unwrap();
+    let clients = ccm_provider_aws::AwsClients::from_sdk_config(
+        &cfg,
+        &ccm_provider_aws::testing::sdk().await,
+        ccm_provider_aws::ApiMetrics::default(),
+    )
+    .await
+    .unwrap();
+    let cloud = ccm_provider_aws::Cloud::with_clients(
+        cfg,
+        std::sync::Arc::new(ccm_provider_aws::LazyClients::ready(clients)),
+    );
+    let iv2 = cloud.instances_v2().unwrap();
+    let nodes = [
+        node("running", Some(format!("aws:///us-east-1a/{id}"))),
+        node("gone", Some("aws:///us-east-1a/i-0000000000000000f".into())),
+    ];
+    let empty = r#"<?xml version="1.0" encoding="UTF-8"?><DescribeInstancesResponse xmlns="http://ec2.amazonaws.com/doc/2016-11-15/"><requestId>r-empty</requestId><reservationSet/></DescribeInstancesResponse>"#;
+
+    // Every DescribeInstances answers with an empty page: nothing is gone, both are errors.
+    let rule = proxy
+        .admin()
+        .inject(FaultRule::new(
+            "ec2:DescribeInstances",
+            Fault::Status { status: 200, body: Some(empty.into()) },
+        ))
+        .await
+        .unwrap();
+    let status = iv2.instance_status_batch(&nodes).await;
+    assert!(status.iter().all(Result::is_err), "{status:?}");
+    assert!(iv2.instance_exists(&nodes[0]).await.is_err());
+
+    // The filtered page alone is empty, the lookup by ID answers: the running instance is
+    // running; the unknown ID is gone (InvalidInstanceID.NotFound from moto).
+    proxy.admin().remove_fault(rule).await.unwrap();
+    proxy
+        .admin()
+        .inject(
+            FaultRule::new(
+                "ec2:DescribeInstances",
+                Fault::Status { status: 200, body: Some(empty.into()) },
+            )
+            .times(1),
+        )
+        .await
+        .unwrap();
+    let status: Vec<_> = iv2.instance_status_batch(&nodes).await;
+    assert!(matches!(status[0], Ok(InstanceStatus::Running)), "{status:?}");
+    assert!(matches!(status[1], Ok(InstanceStatus::NotFound)), "{status:?}");
+}

@@ -5,6 +5,9 @@
 //! ccm-emulator proxy --upstream http://127.0.0.1:5000 --protocol aws-query --listen 127.0.0.1:0
 //! ccm-emulator world path/to/world.yaml
 //! ccm-emulator ibm --world path/to/world.yaml [--lb-pending-ms 2000] [--token-lifetime-secs 3600]
+//! ccm-emulator openstack --world path/to/world.yaml [--lb-pending-ms 2000] [--token-lifetime-secs 3600]
+//! ccm-emulator azure --world path/to/world.yaml [--lro-ms 500] [--page-size 50]
+//! ccm-emulator gcp --world path/to/world.yaml [--project p] [--pending-ms 300]
 //! ccm-emulator aws-imds [--instance-id i-0123456789abcdef0 --region us-east-1 ...]
 //! ```
 //!
@@ -77,6 +80,67 @@ enum Cmd {
         /// How long issued access tokens live, in seconds.
         #[arg(long, default_value_t = 3600)]
         token_lifetime_secs: u64,
+        /// Exit when stdin reaches end of file (so a parent's death stops the emulator).
+        #[arg(long)]
+        exit_on_stdin_close: bool,
+    },
+    /// The OpenStack emulator (Keystone v3, Nova, Neutron and Octavia on one URL).
+    Openstack {
+        /// The world file (YAML or JSON); default: an empty world.
+        #[arg(long)]
+        world: Option<PathBuf>,
+        /// Where to listen.
+        #[arg(long, default_value = "127.0.0.1:0")]
+        listen: SocketAddr,
+        /// How long load balancers stay PENDING_* after a change, in milliseconds.
+        #[arg(long, default_value_t = 2000)]
+        lb_pending_ms: u64,
+        /// How long issued tokens live, in seconds.
+        #[arg(long, default_value_t = 3600)]
+        token_lifetime_secs: u64,
+        /// Exit when stdin reaches end of file (so a parent's death stops the emulator).
+        #[arg(long)]
+        exit_on_stdin_close: bool,
+    },
+    /// The Azure emulator (ARM, AAD and IMDS on one HTTPS URL; prints the URL, then the CA
+    /// file).
+    Azure {
+        /// The world file (YAML or JSON); default: an empty world.
+        #[arg(long)]
+        world: Option<PathBuf>,
+        /// Where to listen.
+        #[arg(long, default_value = "127.0.0.1:0")]
+        listen: SocketAddr,
+        /// How long long-running operations stay `InProgress`, in milliseconds.
+        #[arg(long, default_value_t = 500)]
+        lro_ms: u64,
+        /// How many items a list page holds.
+        #[arg(long, default_value_t = 50)]
+        page_size: usize,
+        /// Exit when stdin reaches end of file (so a parent's death stops the emulator).
+        #[arg(long)]
+        exit_on_stdin_close: bool,
+    },
+    /// The GCP emulator (Compute v1 subset and the metadata server on one URL).
+    Gcp {
+        /// The world file (YAML or JSON); default: an empty world.
+        #[arg(long)]
+        world: Option<PathBuf>,
+        /// Where to listen.
+        #[arg(long, default_value = "127.0.0.1:0")]
+        listen: SocketAddr,
+        /// The project id.
+        #[arg(long)]
+        project: Option<String>,
+        /// How long operations stay PENDING/RUNNING, in milliseconds.
+        #[arg(long, default_value_t = 300)]
+        pending_ms: u64,
+        /// The instance the metadata server speaks for (default: the world's first).
+        #[arg(long)]
+        metadata_instance: Option<String>,
+        /// Instance attributes of the metadata server (`key=value`, repeatable).
+        #[arg(long = "attribute")]
+        attributes: Vec<String>,
         /// Exit when stdin reaches end of file (so a parent's death stops the emulator).
         #[arg(long)]
         exit_on_stdin_close: bool,
@@ -189,6 +253,59 @@ async fn main() -> anyhow::Result<()> {
             drop(server);
             Ok(())
         }
+        Cmd::Openstack {
+            world,
+            listen,
+            lb_pending_ms,
+            token_lifetime_secs,
+            exit_on_stdin_close,
+        } => {
+            let world = match world {
+                Some(path) => World::load(&path)?,
+                None => World::default(),
+            };
+            let opts = ccm_emulators::openstack::OpenStackOptions {
+                lb_pending: std::time::Duration::from_millis(lb_pending_ms),
+                token_lifetime: std::time::Duration::from_secs(token_lifetime_secs),
+                ..Default::default()
+            };
+            let cloud = ccm_emulators::openstack::OpenStackCloud::new(world, opts);
+            let server = ccm_emulators::server::Server::start(
+                cloud,
+                ccm_emulators::server::ServerOptions { listen, tls: false },
+            )
+            .await
+            .context("starting the OpenStack emulator")?;
+            println!("{}", server.url());
+            wait_for_exit(exit_on_stdin_close).await;
+            drop(server);
+            Ok(())
+        }
+        Cmd::Azure { world, listen, lro_ms, page_size, exit_on_stdin_close } => {
+            let world = match world {
+                Some(path) => World::load(&path)?,
+                None => World::default(),
+            };
+            let opts = ccm_emulators::azure::AzureOptions {
+                lro: std::time::Duration::from_millis(lro_ms),
+                page_size,
+                ..Default::default()
+            };
+            let cloud = ccm_emulators::azure::AzureCloud::new(world, opts);
+            let server = ccm_emulators::server::Server::start(
+                cloud,
+                ccm_emulators::server::ServerOptions { listen, tls: true },
+            )
+            .await
+            .context("starting the Azure emulator")?;
+            println!("{}", server.url());
+            if let Some(ca) = server.ca_file() {
+                println!("{}", ca.display());
+            }
+            wait_for_exit(exit_on_stdin_close).await;
+            drop(server);
+            Ok(())
+        }
         Cmd::AwsImds {
             listen,
             instance_id,
@@ -219,6 +336,43 @@ async fn main() -> anyhow::Result<()> {
             )
             .await
             .context("starting the instance metadata service")?;
+            println!("{}", server.url());
+            wait_for_exit(exit_on_stdin_close).await;
+            drop(server);
+            Ok(())
+        }
+        Cmd::Gcp {
+            world,
+            listen,
+            project,
+            pending_ms,
+            metadata_instance,
+            attributes,
+            exit_on_stdin_close,
+        } => {
+            let world = match world {
+                Some(path) => World::load(&path)?,
+                None => World::default(),
+            };
+            let mut opts = ccm_emulators::gcp::GcpOptions {
+                pending: std::time::Duration::from_millis(pending_ms),
+                metadata_instance,
+                ..Default::default()
+            };
+            if let Some(p) = project {
+                opts.project = p;
+            }
+            let cloud = ccm_emulators::gcp::GcpCloud::new(world, opts);
+            for a in &attributes {
+                let (k, v) = a.split_once('=').context("--attribute wants key=value")?;
+                cloud.set_attribute(k, Some(v));
+            }
+            let server = ccm_emulators::server::Server::start(
+                cloud,
+                ccm_emulators::server::ServerOptions { listen, tls: false },
+            )
+            .await
+            .context("starting the GCP emulator")?;
             println!("{}", server.url());
             wait_for_exit(exit_on_stdin_close).await;
             drop(server);

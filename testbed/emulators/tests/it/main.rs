@@ -5,6 +5,7 @@
 
 mod binary;
 mod example;
+mod gcp;
 mod ibm;
 mod kit;
 mod proxy_aws;

@@ -1,0 +1,409 @@
+// Fidelity check of the GCP emulator (testbed/emulators/src/gcp.rs): Google's own Go clients
+// (google.golang.org/api/compute/v1 v0.311.0, cloud.google.com/go/compute/metadata v0.9.0)
+// drive every Compute and metadata call the GCP provider makes, and the program exits
+// non-zero when a reply does not parse or does not mean what Compute means.
+//
+// Usage: EMULATOR_URL=http://127.0.0.1:PORT go run .
+// (ci/fidelity starts the emulator with ci/fidelity/gcp/world.yaml and emulator-args.)
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"sort"
+	"strings"
+	"time"
+
+	"cloud.google.com/go/compute/metadata"
+	"golang.org/x/oauth2"
+	compute "google.golang.org/api/compute/v1"
+	"google.golang.org/api/googleapi"
+	"google.golang.org/api/option"
+)
+
+const (
+	project = "fidelity-project"
+	region  = "us-central1"
+	zoneA   = "us-central1-a"
+	zoneB   = "us-central1-b"
+)
+
+var checks int
+
+func fail(format string, args ...interface{}) {
+	fmt.Fprintf(os.Stderr, "FAIL: "+format+"\n", args...)
+	os.Exit(1)
+}
+
+func ok(format string, args ...interface{}) {
+	checks++
+	fmt.Printf("ok   "+format+"\n", args...)
+}
+
+func must(err error, what string) {
+	if err != nil {
+		fail("%s: %v", what, err)
+	}
+}
+
+func want(cond bool, format string, args ...interface{}) {
+	if !cond {
+		fail(format, args...)
+	}
+	ok(format, args...)
+}
+
+// wantErr checks a Google API error's code and reason.
+func wantErr(err error, code int, reason, what string) {
+	var ge *googleapi.Error
+	if !errors.As(err, &ge) {
+		fail("%s: want a googleapi.Error %d %s, got %v", what, code, reason, err)
+	}
+	if ge.Code != code || len(ge.Errors) == 0 || ge.Errors[0].Reason != reason {
+		fail("%s: want %d %s, got %d %+v", what, code, reason, ge.Code, ge.Errors)
+	}
+	ok("%s: %d %s", what, code, reason)
+}
+
+func last(link string) string { return link[strings.LastIndex(link, "/")+1:] }
+
+var svc *compute.Service
+var ctx = context.Background()
+
+// waitOp waits for an operation with operations.wait (then checks get agrees).
+func waitOp(op *compute.Operation, what string) {
+	must(nil, what)
+	if op == nil || op.Name == "" {
+		fail("%s: no operation", what)
+	}
+	if op.Status != "PENDING" && op.Status != "RUNNING" {
+		fail("%s: a fresh operation is %q, want PENDING or RUNNING", what, op.Status)
+	}
+	var err error
+	deadline := time.Now().Add(60 * time.Second)
+	for op.Status != "DONE" {
+		if time.Now().After(deadline) {
+			fail("%s: operation %s never DONE", what, op.Name)
+		}
+		switch {
+		case op.Zone != "":
+			op, err = svc.ZoneOperations.Wait(project, last(op.Zone), op.Name).Context(ctx).Do()
+		case op.Region != "":
+			op, err = svc.RegionOperations.Wait(project, last(op.Region), op.Name).Context(ctx).Do()
+		default:
+			op, err = svc.GlobalOperations.Wait(project, op.Name).Context(ctx).Do()
+		}
+		must(err, what+": operations.wait")
+	}
+	if op.Error != nil && len(op.Error.Errors) > 0 {
+		fail("%s: operation failed: %+v", what, op.Error.Errors[0])
+	}
+	var got *compute.Operation
+	switch {
+	case op.Zone != "":
+		got, err = svc.ZoneOperations.Get(project, last(op.Zone), op.Name).Context(ctx).Do()
+	case op.Region != "":
+		got, err = svc.RegionOperations.Get(project, last(op.Region), op.Name).Context(ctx).Do()
+	default:
+		got, err = svc.GlobalOperations.Get(project, op.Name).Context(ctx).Do()
+	}
+	must(err, what+": operations.get")
+	want(got.Status == "DONE" && got.TargetLink != "", "%s: operation %s DONE (target %s)", what, op.Name, last(got.TargetLink))
+}
+
+func do(op *compute.Operation, err error, what string) {
+	must(err, what)
+	waitOp(op, what)
+}
+
+func main() {
+	base := strings.TrimRight(os.Getenv("EMULATOR_URL"), "/")
+	if base == "" {
+		fail("EMULATOR_URL is not set")
+	}
+	host := strings.TrimPrefix(strings.TrimPrefix(base, "http://"), "https://")
+	os.Setenv("GCE_METADATA_HOST", host)
+
+	// ---- metadata server ----
+	md := metadata.NewClient(&http.Client{Timeout: 10 * time.Second})
+	want(md.OnGCEWithContext(ctx), "metadata: OnGCE with GCE_METADATA_HOST")
+	p, err := md.ProjectIDWithContext(ctx)
+	must(err, "metadata project-id")
+	want(p == project, "metadata: project-id %q", p)
+	z, err := md.ZoneWithContext(ctx)
+	must(err, "metadata zone")
+	want(z == zoneA, "metadata: zone %q", z)
+	n, err := md.InstanceNameWithContext(ctx)
+	must(err, "metadata name")
+	want(n == "node-0", "metadata: instance name %q", n)
+	h, err := md.HostnameWithContext(ctx)
+	must(err, "metadata hostname")
+	want(strings.HasPrefix(h, "node-0."), "metadata: hostname %q", h)
+	ip, err := md.InternalIPWithContext(ctx)
+	must(err, "metadata internal ip")
+	want(ip == "10.0.0.10", "metadata: internal IP %q", ip)
+	eip, err := md.ExternalIPWithContext(ctx)
+	must(err, "metadata external ip")
+	want(eip == "34.1.2.3", "metadata: external IP %q", eip)
+	tags, err := md.InstanceTagsWithContext(ctx)
+	must(err, "metadata tags")
+	want(len(tags) == 2 && tags[0] == "k8s-node", "metadata: tags %v", tags)
+	scopes, err := md.ScopesWithContext(ctx, "default")
+	must(err, "metadata scopes")
+	want(len(scopes) >= 1 && strings.Contains(strings.Join(scopes, " "), "cloud-platform"), "metadata: scopes %v", scopes)
+	cfg, err := md.InstanceAttributeValueWithContext(ctx, "google-dockercfg")
+	must(err, "metadata google-dockercfg")
+	want(strings.Contains(cfg, "gcr.io"), "metadata: attribute google-dockercfg %q", cfg)
+	_, err = md.InstanceAttributeValueWithContext(ctx, "absent-attribute")
+	var nde metadata.NotDefinedError
+	want(errors.As(err, &nde), "metadata: an absent attribute is NotDefinedError (%v)", err)
+	tokJSON, err := md.GetWithContext(ctx, "instance/service-accounts/default/token")
+	must(err, "metadata token")
+	tok := ""
+	if i := strings.Index(tokJSON, `"access_token":"`); i >= 0 {
+		rest := tokJSON[i+len(`"access_token":"`):]
+		tok = rest[:strings.Index(rest, `"`)]
+	}
+	want(tok != "", "metadata: service-account token")
+	resp, err := http.Get(base + "/computeMetadata/v1/project/project-id")
+	must(err, "metadata without flavor")
+	resp.Body.Close()
+	want(resp.StatusCode == 403, "metadata: without Metadata-Flavor is 403 (%d)", resp.StatusCode)
+
+	// ---- compute: authentication ----
+	anon, err := compute.NewService(ctx, option.WithEndpoint(base+"/compute/v1/"), option.WithHTTPClient(http.DefaultClient))
+	must(err, "anonymous service")
+	_, err = anon.Zones.List(project).Context(ctx).Do()
+	wantErr(err, 401, "authError", "zones.list without a token")
+
+	svc, err = compute.NewService(ctx, option.WithEndpoint(base+"/compute/v1/"),
+		option.WithTokenSource(oauth2.StaticTokenSource(&oauth2.Token{AccessToken: tok, TokenType: "Bearer"})))
+	must(err, "compute service")
+
+	// ---- zones, regions ----
+	zl, err := svc.Zones.List(project).Context(ctx).Do()
+	must(err, "zones.list")
+	var zn []string
+	for _, z := range zl.Items {
+		zn = append(zn, z.Name)
+	}
+	sort.Strings(zn)
+	want(strings.Join(zn, ",") == zoneA+","+zoneB, "zones.list: %v", zn)
+	zg, err := svc.Zones.Get(project, zoneB).Context(ctx).Do()
+	must(err, "zones.get")
+	want(last(zg.Region) == region && zg.Status == "UP", "zones.get: %s in %s", zg.Name, last(zg.Region))
+	rg, err := svc.Regions.Get(project, region).Context(ctx).Do()
+	must(err, "regions.get")
+	want(len(rg.Zones) == 2, "regions.get: %s zones %d", rg.Name, len(rg.Zones))
+	_, err = svc.Zones.Get(project, "mars-1a").Context(ctx).Do()
+	wantErr(err, 404, "notFound", "zones.get unknown")
+
+	// ---- instances ----
+	in0, err := svc.Instances.Get(project, zoneA, "node-0").Context(ctx).Do()
+	must(err, "instances.get")
+	ni := in0.NetworkInterfaces[0]
+	want(in0.Status == "RUNNING" && last(in0.MachineType) == "n2-standard-4" && last(in0.Zone) == zoneA,
+		"instances.get: node-0 %s %s %s", in0.Status, last(in0.MachineType), last(in0.Zone))
+	want(in0.Id != 0, "instances.get: numeric id %d", in0.Id)
+	want(ni.NetworkIP == "10.0.0.10" && ni.Ipv6Address == "fd20::10" && len(ni.AccessConfigs) == 1 && ni.AccessConfigs[0].NatIP == "34.1.2.3",
+		"instances.get: addresses %s %s %s", ni.NetworkIP, ni.Ipv6Address, ni.AccessConfigs[0].NatIP)
+	want(len(ni.AliasIpRanges) == 1 && ni.AliasIpRanges[0].IpCidrRange == "10.64.0.0/24", "instances.get: alias range %v", ni.AliasIpRanges[0].IpCidrRange)
+	want(in0.Tags != nil && len(in0.Tags.Items) == 2 && in0.Labels["team"] == "blue", "instances.get: tags %v labels %v", in0.Tags.Items, in0.Labels)
+	_, err = svc.Instances.Get(project, zoneA, "missing").Context(ctx).Do()
+	wantErr(err, 404, "notFound", "instances.get missing")
+	il, err := svc.Instances.List(project, zoneA).Filter(`name eq "(node-0|node-1|node-9)"`).Context(ctx).Do()
+	must(err, "instances.list filter")
+	want(len(il.Items) == 2, "instances.list: filter by name regex gives %d", len(il.Items))
+	il, err = svc.Instances.List(project, zoneB).Filter(`status = "TERMINATED"`).Context(ctx).Do()
+	must(err, "instances.list filter status")
+	want(len(il.Items) == 1 && il.Items[0].Name == "node-3", "instances.list: stopped is TERMINATED (%d)", len(il.Items))
+	pages, total := 0, 0
+	err = svc.Instances.List(project, zoneA).MaxResults(1).Pages(ctx, func(l *compute.InstanceList) error {
+		pages++
+		total += len(l.Items)
+		return nil
+	})
+	must(err, "instances.list pages")
+	want(pages == 2 && total == 2, "instances.list: maxResults=1 pages %d items %d", pages, total)
+	pages, total = 0, 0
+	err = svc.Instances.AggregatedList(project).MaxResults(3).Pages(ctx, func(l *compute.InstanceAggregatedList) error {
+		pages++
+		for scope, s := range l.Items {
+			if !strings.HasPrefix(scope, "zones/") && len(s.Instances) > 0 {
+				return fmt.Errorf("instances under %s", scope)
+			}
+			total += len(s.Instances)
+		}
+		return nil
+	})
+	must(err, "instances.aggregatedList")
+	want(pages == 2 && total == 4, "instances.aggregatedList: pages %d instances %d", pages, total)
+
+	link := func(scope, coll, name string) string {
+		return "https://www.googleapis.com/compute/v1/projects/" + project + "/" + scope + "/" + coll + "/" + name
+	}
+	inst := func(z, n string) string { return link("zones/"+z, "instances", n) }
+
+	// ---- external load balancer: address, health check, target pool, forwarding rule, firewalls ----
+	lb := "a0123456789abcdef0123456789abcde"
+	op, err := svc.Addresses.Insert(project, region, &compute.Address{Name: lb, Description: `{"kubernetes.io/service-name":"default/web"}`, NetworkTier: "PREMIUM"}).Context(ctx).Do()
+	do(op, err, "addresses.insert")
+	addr, err := svc.Addresses.Get(project, region, lb).Context(ctx).Do()
+	must(err, "addresses.get")
+	want(addr.Address != "" && addr.Status == "RESERVED" && addr.AddressType == "EXTERNAL", "addresses.get: %s %s %s", addr.Address, addr.Status, addr.AddressType)
+	_, err = svc.Addresses.Insert(project, region, &compute.Address{Name: lb}).Context(ctx).Do()
+	wantErr(err, 409, "alreadyExists", "addresses.insert again")
+
+	hcName := "k8s-1234567890abcdef-node"
+	op, err = svc.HttpHealthChecks.Insert(project, &compute.HttpHealthCheck{Name: hcName, Port: 10256, RequestPath: "/healthz", CheckIntervalSec: 8, TimeoutSec: 1, HealthyThreshold: 1, UnhealthyThreshold: 3}).Context(ctx).Do()
+	do(op, err, "httpHealthChecks.insert")
+	hc, err := svc.HttpHealthChecks.Get(project, hcName).Context(ctx).Do()
+	must(err, "httpHealthChecks.get")
+	want(hc.Port == 10256 && hc.RequestPath == "/healthz", "httpHealthChecks.get: port %d path %s", hc.Port, hc.RequestPath)
+	hc.CheckIntervalSec = 10
+	op, err = svc.HttpHealthChecks.Update(project, hcName, hc).Context(ctx).Do()
+	do(op, err, "httpHealthChecks.update")
+
+	op, err = svc.TargetPools.Insert(project, region, &compute.TargetPool{Name: lb, Instances: []string{inst(zoneA, "node-0")}, HealthChecks: []string{link("global", "httpHealthChecks", hcName)}, SessionAffinity: "NONE"}).Context(ctx).Do()
+	do(op, err, "targetPools.insert")
+	op, err = svc.TargetPools.AddInstance(project, region, lb, &compute.TargetPoolsAddInstanceRequest{Instances: []*compute.InstanceReference{{Instance: inst(zoneB, "node-2")}}}).Context(ctx).Do()
+	do(op, err, "targetPools.addInstance")
+	op, err = svc.TargetPools.RemoveInstance(project, region, lb, &compute.TargetPoolsRemoveInstanceRequest{Instances: []*compute.InstanceReference{{Instance: inst(zoneA, "node-0")}}}).Context(ctx).Do()
+	do(op, err, "targetPools.removeInstance")
+	tp, err := svc.TargetPools.Get(project, region, lb).Context(ctx).Do()
+	must(err, "targetPools.get")
+	want(len(tp.Instances) == 1 && last(tp.Instances[0]) == "node-2" && len(tp.HealthChecks) == 1, "targetPools.get: instances %v", tp.Instances)
+	_, err = svc.TargetPools.AddInstance(project, region, lb, &compute.TargetPoolsAddInstanceRequest{Instances: []*compute.InstanceReference{{Instance: inst(zoneA, "ghost")}}}).Context(ctx).Do()
+	wantErr(err, 404, "notFound", "targetPools.addInstance of a missing instance")
+
+	op, err = svc.ForwardingRules.Insert(project, region, &compute.ForwardingRule{Name: lb, IPAddress: addr.Address, IPProtocol: "TCP", PortRange: "80-443", Target: tp.SelfLink, NetworkTier: "PREMIUM"}).Context(ctx).Do()
+	do(op, err, "forwardingRules.insert")
+	fr, err := svc.ForwardingRules.Get(project, region, lb).Context(ctx).Do()
+	must(err, "forwardingRules.get")
+	want(fr.IPAddress == addr.Address && last(fr.Target) == lb && fr.LoadBalancingScheme == "EXTERNAL", "forwardingRules.get: %s → %s", fr.IPAddress, last(fr.Target))
+	op, err = svc.ForwardingRules.SetTarget(project, region, lb, &compute.TargetReference{Target: tp.SelfLink}).Context(ctx).Do()
+	do(op, err, "forwardingRules.setTarget")
+	addr, err = svc.Addresses.Get(project, region, lb).Context(ctx).Do()
+	must(err, "addresses.get in use")
+	want(addr.Status == "IN_USE" && len(addr.Users) == 1, "addresses.get: %s users %v", addr.Status, addr.Users)
+	fl, err := svc.ForwardingRules.List(project, region).Context(ctx).Do()
+	must(err, "forwardingRules.list")
+	want(len(fl.Items) == 1, "forwardingRules.list: %d", len(fl.Items))
+	_, err = svc.TargetPools.Delete(project, region, lb).Context(ctx).Do()
+	wantErr(err, 400, "resourceInUseByAnotherResource", "targetPools.delete while a forwarding rule uses it")
+
+	fw := &compute.Firewall{Name: "k8s-fw-" + lb, Network: link("global", "networks", "k8s-net"), SourceRanges: []string{"0.0.0.0/0"}, TargetTags: []string{"k8s-node"},
+		Allowed: []*compute.FirewallAllowed{{IPProtocol: "tcp", Ports: []string{"80", "443"}}}, Description: `{"kubernetes.io/service-name":"default/web"}`}
+	op, err = svc.Firewalls.Insert(project, fw).Context(ctx).Do()
+	do(op, err, "firewalls.insert")
+	fw.SourceRanges = []string{"10.0.0.0/8"}
+	op, err = svc.Firewalls.Update(project, fw.Name, fw).Context(ctx).Do()
+	do(op, err, "firewalls.update")
+	fwg, err := svc.Firewalls.Get(project, fw.Name).Context(ctx).Do()
+	must(err, "firewalls.get")
+	want(len(fwg.SourceRanges) == 1 && fwg.SourceRanges[0] == "10.0.0.0/8" && fwg.Allowed[0].Ports[1] == "443" && fwg.Direction == "INGRESS", "firewalls.get: %v %v", fwg.SourceRanges, fwg.Allowed[0].Ports)
+	op, err = svc.Firewalls.Patch(project, fw.Name, &compute.Firewall{TargetTags: []string{"web"}}).Context(ctx).Do()
+	do(op, err, "firewalls.patch")
+
+	// ---- internal load balancer: instance groups, regional health check, backend service ----
+	ig := "k8s-ig--1234567890abcdef"
+	op, err = svc.InstanceGroups.Insert(project, zoneA, &compute.InstanceGroup{Name: ig, Network: link("global", "networks", "k8s-net")}).Context(ctx).Do()
+	do(op, err, "instanceGroups.insert")
+	op, err = svc.InstanceGroups.AddInstances(project, zoneA, ig, &compute.InstanceGroupsAddInstancesRequest{Instances: []*compute.InstanceReference{{Instance: inst(zoneA, "node-0")}, {Instance: inst(zoneA, "node-1")}}}).Context(ctx).Do()
+	do(op, err, "instanceGroups.addInstances")
+	op, err = svc.InstanceGroups.RemoveInstances(project, zoneA, ig, &compute.InstanceGroupsRemoveInstancesRequest{Instances: []*compute.InstanceReference{{Instance: inst(zoneA, "node-1")}}}).Context(ctx).Do()
+	do(op, err, "instanceGroups.removeInstances")
+	var members []string
+	err = svc.InstanceGroups.ListInstances(project, zoneA, ig, &compute.InstanceGroupsListInstancesRequest{InstanceState: "ALL"}).Pages(ctx, func(l *compute.InstanceGroupsListInstances) error {
+		for _, m := range l.Items {
+			members = append(members, last(m.Instance)+"="+m.Status)
+		}
+		return nil
+	})
+	must(err, "instanceGroups.listInstances")
+	want(len(members) == 1 && members[0] == "node-0=RUNNING", "instanceGroups.listInstances: %v", members)
+	igg, err := svc.InstanceGroups.Get(project, zoneA, ig).Context(ctx).Do()
+	must(err, "instanceGroups.get")
+	want(igg.Size == 1, "instanceGroups.get: size %d", igg.Size)
+
+	ihc := "k8s-1234567890abcdef-node-ilb"
+	op, err = svc.RegionHealthChecks.Insert(project, region, &compute.HealthCheck{Name: ihc, Type: "HTTP", HttpHealthCheck: &compute.HTTPHealthCheck{Port: 10256, RequestPath: "/healthz"}}).Context(ctx).Do()
+	do(op, err, "regionHealthChecks.insert")
+	rhc, err := svc.RegionHealthChecks.Get(project, region, ihc).Context(ctx).Do()
+	must(err, "regionHealthChecks.get")
+	want(rhc.HttpHealthCheck != nil && rhc.HttpHealthCheck.Port == 10256 && last(rhc.Region) == region, "regionHealthChecks.get: %s port %d", rhc.Type, rhc.HttpHealthCheck.Port)
+	bsName := "k8s-ilb-" + lb
+	op, err = svc.RegionBackendServices.Insert(project, region, &compute.BackendService{Name: bsName, Protocol: "TCP", LoadBalancingScheme: "INTERNAL", HealthChecks: []string{rhc.SelfLink},
+		Backends: []*compute.Backend{{Group: igg.SelfLink, BalancingMode: "CONNECTION"}}}).Context(ctx).Do()
+	do(op, err, "regionBackendServices.insert")
+	bs, err := svc.RegionBackendServices.Get(project, region, bsName).Context(ctx).Do()
+	must(err, "regionBackendServices.get")
+	want(len(bs.Backends) == 1 && bs.Fingerprint != "", "regionBackendServices.get: backends %d fingerprint %s", len(bs.Backends), bs.Fingerprint)
+	health, err := svc.RegionBackendServices.GetHealth(project, region, bsName, &compute.ResourceGroupReference{Group: igg.SelfLink}).Context(ctx).Do()
+	must(err, "regionBackendServices.getHealth")
+	want(len(health.HealthStatus) == 1 && health.HealthStatus[0].HealthState == "HEALTHY", "regionBackendServices.getHealth: %d statuses", len(health.HealthStatus))
+	stale := bs.Fingerprint
+	bs.Description = "updated"
+	op, err = svc.RegionBackendServices.Update(project, region, bsName, bs).Context(ctx).Do()
+	do(op, err, "regionBackendServices.update")
+	bs.Fingerprint = stale
+	_, err = svc.RegionBackendServices.Update(project, region, bsName, bs).Context(ctx).Do()
+	wantErr(err, 412, "conditionNotMet", "regionBackendServices.update with a stale fingerprint")
+	op, err = svc.ForwardingRules.Insert(project, region, &compute.ForwardingRule{Name: "ilb-" + lb, LoadBalancingScheme: "INTERNAL", BackendService: bs.SelfLink, Ports: []string{"80"},
+		Network: link("global", "networks", "k8s-net"), Subnetwork: link("regions/"+region, "subnetworks", "subnet-a"), AllowGlobalAccess: true}).Context(ctx).Do()
+	do(op, err, "forwardingRules.insert internal")
+	ifr, err := svc.ForwardingRules.Get(project, region, "ilb-"+lb).Context(ctx).Do()
+	must(err, "forwardingRules.get internal")
+	want(strings.HasPrefix(ifr.IPAddress, "10.") && ifr.AllowGlobalAccess, "forwardingRules.get internal: %s global access %v", ifr.IPAddress, ifr.AllowGlobalAccess)
+	_, err = svc.InstanceGroups.Delete(project, zoneA, ig).Context(ctx).Do()
+	wantErr(err, 400, "resourceInUseByAnotherResource", "instanceGroups.delete while a backend service uses it")
+
+	// ---- routes ----
+	for i, nd := range []string{"node-0", "node-2"} {
+		z := zoneA
+		if i == 1 {
+			z = zoneB
+		}
+		op, err = svc.Routes.Insert(project, &compute.Route{Name: fmt.Sprintf("kubernetes-%d-uid", i), DestRange: fmt.Sprintf("10.64.%d.0/24", i), Network: link("global", "networks", "k8s-net"),
+			NextHopInstance: inst(z, nd), Priority: 1000, Description: "k8s-node-route"}).Context(ctx).Do()
+		do(op, err, "routes.insert")
+	}
+	rl, err := svc.Routes.List(project).Filter(`name eq "kubernetes-.*"`).Context(ctx).Do()
+	must(err, "routes.list")
+	want(len(rl.Items) == 2 && rl.Items[0].NextHopInstance != "" && rl.Items[0].Priority == 1000, "routes.list: %d routes", len(rl.Items))
+	_, err = svc.Routes.Insert(project, &compute.Route{Name: "kubernetes-0-uid", DestRange: "10.64.0.0/24", Network: link("global", "networks", "k8s-net"), NextHopInstance: inst(zoneA, "node-0")}).Context(ctx).Do()
+	wantErr(err, 409, "alreadyExists", "routes.insert again")
+	for i := range rl.Items {
+		op, err = svc.Routes.Delete(project, rl.Items[i].Name).Context(ctx).Do()
+		do(op, err, "routes.delete")
+	}
+	_, err = svc.Routes.Delete(project, "kubernetes-0-uid").Context(ctx).Do()
+	wantErr(err, 404, "notFound", "routes.delete again")
+
+	// ---- teardown in upstream's order; nothing may remain ----
+	op, err = svc.ForwardingRules.Delete(project, region, "ilb-"+lb).Context(ctx).Do()
+	do(op, err, "forwardingRules.delete internal")
+	op, err = svc.RegionBackendServices.Delete(project, region, bsName).Context(ctx).Do()
+	do(op, err, "regionBackendServices.delete")
+	op, err = svc.RegionHealthChecks.Delete(project, region, ihc).Context(ctx).Do()
+	do(op, err, "regionHealthChecks.delete")
+	op, err = svc.InstanceGroups.Delete(project, zoneA, ig).Context(ctx).Do()
+	do(op, err, "instanceGroups.delete")
+	op, err = svc.Firewalls.Delete(project, fw.Name).Context(ctx).Do()
+	do(op, err, "firewalls.delete")
+	op, err = svc.ForwardingRules.Delete(project, region, lb).Context(ctx).Do()
+	do(op, err, "forwardingRules.delete")
+	op, err = svc.TargetPools.Delete(project, region, lb).Context(ctx).Do()
+	do(op, err, "targetPools.delete")
+	op, err = svc.HttpHealthChecks.Delete(project, hcName).Context(ctx).Do()
+	do(op, err, "httpHealthChecks.delete")
+	op, err = svc.Addresses.Delete(project, region, lb).Context(ctx).Do()
+	do(op, err, "addresses.delete")
+	_, err = svc.Addresses.Get(project, region, lb).Context(ctx).Do()
+	wantErr(err, 404, "notFound", "addresses.get after delete")
+
+	fmt.Printf("fidelity gcp: %d checks passed\n", checks)
+}

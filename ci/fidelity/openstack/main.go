@@ -1,0 +1,435 @@
+// Fidelity check of the OpenStack emulator: gophercloud v2 (the SDK upstream's
+// openstack-cloud-controller-manager uses) drives Keystone, Nova, Neutron and Octavia through
+// every operation our provider calls and fails when a reply does not parse or does not mean
+// what OpenStack means. Run by ci/fidelity/run openstack (EMULATOR_URL is the emulator's URL).
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/gophercloud/gophercloud/v2"
+	"github.com/gophercloud/gophercloud/v2/openstack"
+	"github.com/gophercloud/gophercloud/v2/openstack/compute/v2/availabilityzones"
+	"github.com/gophercloud/gophercloud/v2/openstack/compute/v2/flavors"
+	"github.com/gophercloud/gophercloud/v2/openstack/compute/v2/servers"
+	"github.com/gophercloud/gophercloud/v2/openstack/loadbalancer/v2/listeners"
+	"github.com/gophercloud/gophercloud/v2/openstack/loadbalancer/v2/loadbalancers"
+	"github.com/gophercloud/gophercloud/v2/openstack/loadbalancer/v2/monitors"
+	"github.com/gophercloud/gophercloud/v2/openstack/loadbalancer/v2/pools"
+	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/extensions"
+	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/extensions/attributestags"
+	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/extensions/layer3/extraroutes"
+	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/extensions/layer3/floatingips"
+	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/extensions/layer3/routers"
+	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/extensions/security/groups"
+	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/extensions/security/rules"
+	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/networks"
+	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/ports"
+	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/subnets"
+	"github.com/gophercloud/gophercloud/v2/pagination"
+)
+
+var ctx = context.Background()
+
+func fail(format string, a ...any) {
+	fmt.Printf("FAIL "+format+"\n", a...)
+	os.Exit(1)
+}
+
+func ok(name string) { fmt.Println("ok " + name) }
+
+func must(err error, what string) {
+	if err != nil {
+		fail("%s: %v", what, err)
+	}
+}
+
+func is(err error, code int) bool {
+	return gophercloud.ResponseCodeIs(err, code)
+}
+
+func main() {
+	url := os.Getenv("EMULATOR_URL")
+	if url == "" {
+		fail("EMULATOR_URL is not set")
+	}
+	auth := gophercloud.AuthOptions{
+		IdentityEndpoint: url + "/identity",
+		Username:         "admin",
+		Password:         "openstack-emulator-password",
+		DomainName:       "Default",
+		TenantName:       "demo",
+		AllowReauth:      true,
+	}
+	// Keystone: version discovery, password auth, the catalog.
+	provider, err := openstack.AuthenticatedClient(ctx, auth)
+	must(err, "keystone password auth")
+	if provider.Token() == "" {
+		fail("no X-Subject-Token")
+	}
+	ok("keystone.password")
+	bad := auth
+	bad.Password = "wrong"
+	if _, err := openstack.AuthenticatedClient(ctx, bad); !is(err, http.StatusUnauthorized) {
+		fail("a wrong password: want 401, got %v", err)
+	}
+	ok("keystone.password.wrong_is_401")
+	_, err = openstack.AuthenticatedClient(ctx, gophercloud.AuthOptions{
+		IdentityEndpoint:            url + "/identity/v3",
+		ApplicationCredentialID:     "emulator-app-cred",
+		ApplicationCredentialSecret: "openstack-emulator-app-cred-secret",
+	})
+	must(err, "keystone application credential auth")
+	ok("keystone.application_credential")
+	eo := gophercloud.EndpointOpts{Region: "RegionOne"}
+	compute, err := openstack.NewComputeV2(provider, eo)
+	must(err, "catalog: compute")
+	network, err := openstack.NewNetworkV2(provider, eo)
+	must(err, "catalog: network")
+	lbc, err := openstack.NewLoadBalancerV2(provider, eo)
+	must(err, "catalog: load-balancer")
+	if _, err := openstack.NewComputeV2(provider, gophercloud.EndpointOpts{Region: "Nowhere"}); err == nil {
+		fail("catalog: an unknown region must not resolve")
+	}
+	ok("keystone.catalog")
+
+	// Nova.
+	compute.Microversion = "2.47"
+	pages := 0
+	var all []servers.Server
+	err = servers.List(compute, servers.ListOpts{Limit: 2}).EachPage(ctx, func(_ context.Context, p pagination.Page) (bool, error) {
+		pages++
+		s, err := servers.ExtractServers(p)
+		all = append(all, s...)
+		return true, err
+	})
+	must(err, "servers list")
+	if len(all) != 6 || pages != 3 {
+		fail("servers list paged by 2: want 6 servers in 3 pages, got %d in %d", len(all), pages)
+	}
+	ok("nova.servers.list.paging")
+	p, err := servers.List(compute, servers.ListOpts{Name: "^node\\-1$"}).AllPages(ctx)
+	must(err, "servers list by name")
+	byName, err := servers.ExtractServers(p)
+	must(err, "servers extract")
+	if len(byName) != 1 || byName[0].Name != "node-1" {
+		fail("name regex ^node\\-1$: want only node-1, got %d", len(byName))
+	}
+	s1 := byName[0]
+	if s1.Status != "ACTIVE" || s1.AvailabilityZone != "nova" || s1.Flavor["original_name"] != "m1.small" {
+		fail("node-1: status %q az %q flavor %v", s1.Status, s1.AvailabilityZone, s1.Flavor)
+	}
+	addrs, _ := s1.Addresses["private"].([]any)
+	if len(addrs) != 2 {
+		fail("node-1 addresses: want a fixed and a floating address on private, got %v", s1.Addresses)
+	}
+	types := map[string]string{}
+	for _, a := range addrs {
+		m := a.(map[string]any)
+		types[m["OS-EXT-IPS:type"].(string)] = m["addr"].(string)
+	}
+	if types["fixed"] != "10.0.0.11" || types["floating"] != "172.24.4.101" {
+		fail("node-1 addresses: %v", types)
+	}
+	ok("nova.servers.list.name_regex_addresses_flavor_az")
+	for _, s := range all {
+		if s.Name == "node-4" && s.Status != "SHUTOFF" {
+			fail("node-4 is stopped: want SHUTOFF, got %s", s.Status)
+		}
+		if s.Name == "node-2" && (s.Flavor["original_name"] != "m1.large" || s.AvailabilityZone != "az-2") {
+			fail("node-2: flavor %v az %s", s.Flavor, s.AvailabilityZone)
+		}
+	}
+	ok("nova.servers.status_shutoff")
+	got, err := servers.Get(ctx, compute, s1.ID).Extract()
+	must(err, "server get")
+	if got.Name != "node-1" || got.TenantID == "" {
+		fail("server get: %+v", got)
+	}
+	if _, err := servers.Get(ctx, compute, "00000000-0000-4000-8000-000000000000").Extract(); !is(err, 404) {
+		fail("server get unknown: want 404, got %v", err)
+	}
+	ok("nova.servers.get")
+	compute.Microversion = ""
+	old, err := servers.Get(ctx, compute, s1.ID).Extract()
+	must(err, "server get 2.1")
+	fid, _ := old.Flavor["id"].(string)
+	fl, err := flavors.Get(ctx, compute, fid).Extract()
+	must(err, "flavor get")
+	if fl.Name != "m1.small" {
+		fail("flavor of node-1 at 2.1: %q", fl.Name)
+	}
+	ok("nova.flavors.get")
+	ap, err := availabilityzones.List(compute).AllPages(ctx)
+	must(err, "availability zones")
+	azs, err := availabilityzones.ExtractAvailabilityZones(ap)
+	must(err, "availability zones extract")
+	if len(azs) != 2 {
+		fail("availability zones: %v", azs)
+	}
+	ok("nova.availability_zones.list")
+
+	// Neutron.
+	ep, err := extensions.List(network).AllPages(ctx)
+	must(err, "extensions")
+	exts, err := extensions.ExtractExtensions(ep)
+	must(err, "extensions extract")
+	found := map[string]bool{}
+	for _, e := range exts {
+		found[e.Alias] = true
+	}
+	if !found["extraroute-atomic"] || !found["security-group"] || !found["allowed-address-pairs"] {
+		fail("extensions: %v", found)
+	}
+	ok("neutron.extensions.list")
+	np, err := networks.List(network, networks.ListOpts{Name: "public"}).AllPages(ctx)
+	must(err, "networks")
+	nets, err := networks.ExtractNetworks(np)
+	must(err, "networks extract")
+	if len(nets) != 1 {
+		fail("networks named public: %d", len(nets))
+	}
+	public := nets[0]
+	sp, err := subnets.List(network, subnets.ListOpts{Name: "private-subnet"}).AllPages(ctx)
+	must(err, "subnets")
+	subs, err := subnets.ExtractSubnets(sp)
+	must(err, "subnets extract")
+	if len(subs) != 1 || subs[0].CIDR != "10.0.0.0/24" {
+		fail("subnets: %+v", subs)
+	}
+	subnet := subs[0]
+	ok("neutron.networks_subnets.list")
+	pp, err := ports.List(network, ports.ListOpts{DeviceID: s1.ID}).AllPages(ctx)
+	must(err, "ports by device")
+	ps, err := ports.ExtractPorts(pp)
+	must(err, "ports extract")
+	if len(ps) != 1 || ps[0].FixedIPs[0].IPAddress != "10.0.0.11" || ps[0].NetworkID != subnet.NetworkID {
+		fail("ports of node-1: %+v", ps)
+	}
+	port := ps[0]
+	ok("neutron.ports.list.device_id")
+
+	// Security groups and rules.
+	sg, err := groups.Create(ctx, network, groups.CreateOpts{Name: "lb-sg-fidelity", Description: "fidelity"}).Extract()
+	must(err, "security group create")
+	if len(sg.Rules) != 2 {
+		fail("a new security group has the two default egress rules, got %d", len(sg.Rules))
+	}
+	ropts := rules.CreateOpts{Direction: rules.DirIngress, EtherType: rules.EtherType4, SecGroupID: sg.ID,
+		Protocol: rules.ProtocolTCP, PortRangeMin: 30080, PortRangeMax: 30080, RemoteIPPrefix: "0.0.0.0/0"}
+	rule, err := rules.Create(ctx, network, ropts).Extract()
+	must(err, "rule create")
+	if _, err := rules.Create(ctx, network, ropts).Extract(); !is(err, 409) {
+		fail("a duplicate rule: want 409, got %v", err)
+	}
+	gp, err := groups.List(network, groups.ListOpts{Name: "lb-sg-fidelity"}).AllPages(ctx)
+	must(err, "groups list")
+	gs, _ := groups.ExtractGroups(gp)
+	if len(gs) != 1 || len(gs[0].Rules) != 3 {
+		fail("groups list: %+v", gs)
+	}
+	ok("neutron.security_groups_rules")
+	// Ports: security groups and allowed address pairs.
+	sgs := append(port.SecurityGroups, sg.ID)
+	pairs := []ports.AddressPair{{IPAddress: "10.244.1.0/24"}}
+	up, err := ports.Update(ctx, network, port.ID, ports.UpdateOpts{SecurityGroups: &sgs, AllowedAddressPairs: &pairs}).Extract()
+	must(err, "port update")
+	if len(up.SecurityGroups) != 2 || len(up.AllowedAddressPairs) != 1 || up.AllowedAddressPairs[0].IPAddress != "10.244.1.0/24" {
+		fail("port update: %+v", up)
+	}
+	if err := groups.Delete(ctx, network, sg.ID).ExtractErr(); !is(err, 409) {
+		fail("deleting a security group in use: want 409, got %v", err)
+	}
+	ok("neutron.ports.update")
+	orig := port.SecurityGroups
+	noPairs := []ports.AddressPair{}
+	_, err = ports.Update(ctx, network, port.ID, ports.UpdateOpts{SecurityGroups: &orig, AllowedAddressPairs: &noPairs}).Extract()
+	must(err, "port restore")
+	must(rules.Delete(ctx, network, rule.ID).ExtractErr(), "rule delete")
+	must(groups.Delete(ctx, network, sg.ID).ExtractErr(), "group delete")
+	if err := groups.Delete(ctx, network, sg.ID).ExtractErr(); !is(err, 404) {
+		fail("deleting a deleted group: want 404, got %v", err)
+	}
+	ok("neutron.security_groups.delete")
+
+	// Routers: extra routes.
+	rp, err := routers.List(network, routers.ListOpts{Name: "router1"}).AllPages(ctx)
+	must(err, "routers list")
+	rs, _ := routers.ExtractRouters(rp)
+	if len(rs) != 1 || rs[0].GatewayInfo.NetworkID != public.ID {
+		fail("routers: %+v", rs)
+	}
+	router := rs[0]
+	add := []routers.Route{{DestinationCIDR: "10.244.1.0/24", NextHop: "10.0.0.11"}, {DestinationCIDR: "10.244.2.0/24", NextHop: "10.0.0.12"}}
+	r2, err := extraroutes.Add(ctx, network, router.ID, extraroutes.Opts{Routes: &add}).Extract()
+	must(err, "add_extraroutes")
+	if len(r2.Routes) != 2 {
+		fail("after add_extraroutes: %+v", r2.Routes)
+	}
+	rm := add[:1]
+	r3, err := extraroutes.Remove(ctx, network, router.ID, extraroutes.Opts{Routes: &rm}).Extract()
+	must(err, "remove_extraroutes")
+	if len(r3.Routes) != 1 || r3.Routes[0].DestinationCIDR != "10.244.2.0/24" {
+		fail("after remove_extraroutes: %+v", r3.Routes)
+	}
+	badRoute := []routers.Route{{DestinationCIDR: "10.244.3.0/24", NextHop: "192.168.99.1"}}
+	if _, err := extraroutes.Add(ctx, network, router.ID, extraroutes.Opts{Routes: &badRoute}).Extract(); !is(err, 400) {
+		fail("a next hop off every subnet: want 400, got %v", err)
+	}
+	none := []routers.Route{}
+	r4, err := routers.Update(ctx, network, router.ID, routers.UpdateOpts{Routes: &none}).Extract()
+	must(err, "router update routes")
+	if len(r4.Routes) != 0 {
+		fail("routes after full update: %+v", r4.Routes)
+	}
+	ok("neutron.routers.extraroutes")
+
+	// Octavia.
+	lb, err := loadbalancers.Create(ctx, lbc, loadbalancers.CreateOpts{Name: "kube_service_kubernetes_default_web",
+		VipSubnetID: subnet.ID, Tags: []string{"kube_service_kubernetes_default_web"}}).Extract()
+	must(err, "lb create")
+	if lb.ProvisioningStatus != "PENDING_CREATE" || lb.VipAddress == "" || lb.VipPortID == "" {
+		fail("a new lb: %+v", lb)
+	}
+	if _, err := listeners.Create(ctx, lbc, listeners.CreateOpts{LoadbalancerID: lb.ID, Protocol: listeners.ProtocolTCP, ProtocolPort: 80}).Extract(); !is(err, 409) {
+		fail("a listener on a PENDING_CREATE lb: want 409, got %v", err)
+	}
+	ok("octavia.loadbalancers.create_pending_immutable")
+	wait := func() {
+		deadline := time.Now().Add(60 * time.Second)
+		for time.Now().Before(deadline) {
+			l, err := loadbalancers.Get(ctx, lbc, lb.ID).Extract()
+			must(err, "lb get")
+			if l.ProvisioningStatus == "ACTIVE" {
+				return
+			}
+			time.Sleep(300 * time.Millisecond)
+		}
+		fail("lb %s never became ACTIVE", lb.ID)
+	}
+	wait()
+	ok("octavia.loadbalancers.active")
+	fip, err := floatingips.Create(ctx, network, floatingips.CreateOpts{FloatingNetworkID: public.ID, PortID: lb.VipPortID,
+		Description: "kube_service_kubernetes_default_web"}).Extract()
+	must(err, "floating ip create")
+	if fip.FixedIP != lb.VipAddress || fip.FloatingIP == "" || fip.PortID != lb.VipPortID {
+		fail("floating ip: %+v", fip)
+	}
+	fp, err := floatingips.List(network, floatingips.ListOpts{PortID: lb.VipPortID}).AllPages(ctx)
+	must(err, "floating ips list")
+	fs, _ := floatingips.ExtractFloatingIPs(fp)
+	if len(fs) != 1 || fs[0].ID != fip.ID {
+		fail("floating ips of the vip port: %+v", fs)
+	}
+	must(attributestags.ReplaceAll(ctx, network, "floatingips", fip.ID, attributestags.ReplaceAllOpts{Tags: []string{"cluster_kubernetes"}}).Err, "tags")
+	ok("neutron.floatingips.create_list_tags")
+	ln, err := listeners.Create(ctx, lbc, listeners.CreateOpts{LoadbalancerID: lb.ID, Protocol: listeners.ProtocolTCP, ProtocolPort: 80,
+		Name: "listener_0_kube_service_kubernetes_default_web"}).Extract()
+	must(err, "listener create")
+	wait()
+	pool, err := pools.Create(ctx, lbc, pools.CreateOpts{ListenerID: ln.ID, Protocol: pools.ProtocolTCP, LBMethod: pools.LBMethodRoundRobin,
+		Name: "pool_0_kube_service_kubernetes_default_web"}).Extract()
+	must(err, "pool create")
+	wait()
+	members := []pools.BatchUpdateMemberOpts{{Address: "10.0.0.10", ProtocolPort: 30080}, {Address: "10.0.0.11", ProtocolPort: 30080}}
+	must(pools.BatchUpdateMembers(ctx, lbc, pool.ID, members).ExtractErr(), "batch update members")
+	wait()
+	mon, err := monitors.Create(ctx, lbc, monitors.CreateOpts{PoolID: pool.ID, Type: monitors.TypeTCP, Delay: 5, Timeout: 3, MaxRetries: 1,
+		Name: "monitor_0_kube_service_kubernetes_default_web"}).Extract()
+	must(err, "monitor create")
+	wait()
+	pl, err := pools.Get(ctx, lbc, pool.ID).Extract()
+	must(err, "pool get")
+	if len(pl.Members) != 2 || pl.MonitorID != mon.ID || len(pl.Listeners) != 1 || pl.Listeners[0].ID != ln.ID {
+		fail("pool: members %d monitor %q listeners %+v", len(pl.Members), pl.MonitorID, pl.Listeners)
+	}
+	lg, err := listeners.Get(ctx, lbc, ln.ID).Extract()
+	must(err, "listener get")
+	if lg.DefaultPoolID != pool.ID {
+		fail("listener default pool: %q", lg.DefaultPoolID)
+	}
+	ok("octavia.listener_pool_members_monitor")
+	members = []pools.BatchUpdateMemberOpts{{Address: "10.0.0.11", ProtocolPort: 30080}, {Address: "10.0.0.12", ProtocolPort: 30080}}
+	must(pools.BatchUpdateMembers(ctx, lbc, pool.ID, members).ExtractErr(), "batch update members 2")
+	l2, err := loadbalancers.Get(ctx, lbc, lb.ID).Extract()
+	must(err, "lb get")
+	if l2.ProvisioningStatus != "PENDING_UPDATE" {
+		fail("after a member update the lb is PENDING_UPDATE, got %s", l2.ProvisioningStatus)
+	}
+	wait()
+	mp, err := pools.ListMembers(lbc, pool.ID, pools.ListMembersOpts{}).AllPages(ctx)
+	must(err, "members list")
+	ms, _ := pools.ExtractMembers(mp)
+	addrsSeen := map[string]bool{}
+	for _, m := range ms {
+		addrsSeen[m.Address] = true
+	}
+	if len(ms) != 2 || !addrsSeen["10.0.0.11"] || !addrsSeen["10.0.0.12"] {
+		fail("members after batch update: %+v", ms)
+	}
+	ok("octavia.members.batch_update")
+	cl := 100
+	_, err = listeners.Update(ctx, lbc, ln.ID, listeners.UpdateOpts{ConnLimit: &cl}).Extract()
+	must(err, "listener update")
+	wait()
+	lp, err := listeners.List(lbc, listeners.ListOpts{LoadbalancerID: lb.ID}).AllPages(ctx)
+	must(err, "listeners list")
+	ls, _ := listeners.ExtractListeners(lp)
+	if len(ls) != 1 || ls[0].ConnLimit != 100 {
+		fail("listeners: %+v", ls)
+	}
+	ok("octavia.listeners.update_list")
+	lbp, err := loadbalancers.List(lbc, loadbalancers.ListOpts{Name: "kube_service_kubernetes_default_web"}).AllPages(ctx)
+	must(err, "lb list")
+	lbs, _ := loadbalancers.ExtractLoadBalancers(lbp)
+	if len(lbs) != 1 || len(lbs[0].Listeners) != 1 || len(lbs[0].Pools) != 1 {
+		fail("lb list by name: %+v", lbs)
+	}
+	ok("octavia.loadbalancers.list")
+	if err := loadbalancers.Delete(ctx, lbc, lb.ID, nil).ExtractErr(); !is(err, 400) {
+		fail("deleting an lb with children without cascade: want 400, got %v", err)
+	}
+	must(floatingips.Delete(ctx, network, fip.ID).ExtractErr(), "floating ip delete")
+	must(loadbalancers.Delete(ctx, lbc, lb.ID, loadbalancers.DeleteOpts{Cascade: true}).ExtractErr(), "lb cascade delete")
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		l, err := loadbalancers.Get(ctx, lbc, lb.ID).Extract()
+		if is(err, 404) {
+			break
+		}
+		must(err, "lb get while deleting")
+		if l.ProvisioningStatus != "PENDING_DELETE" {
+			fail("a deleting lb: %s", l.ProvisioningStatus)
+		}
+		if time.Now().After(deadline) {
+			fail("lb never went away")
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+	if _, err := pools.Get(ctx, lbc, pool.ID).Extract(); !is(err, 404) {
+		fail("a cascade-deleted pool: want 404, got %v", err)
+	}
+	ok("octavia.loadbalancers.cascade_delete")
+
+	// Token expiry: the emulator issues 6 s tokens (emulator-args); a call after expiry is a
+	// 401 that gophercloud answers by re-authenticating.
+	before := provider.Token()
+	time.Sleep(6500 * time.Millisecond)
+	_, err = servers.Get(ctx, compute, s1.ID).Extract()
+	must(err, "a call after the token expired")
+	if provider.Token() == before {
+		fail("the token was not renewed")
+	}
+	ok("keystone.token_expiry_reauth")
+	var e gophercloud.ErrUnexpectedResponseCode
+	_, err = servers.Get(ctx, compute, "nope").Extract()
+	if !errors.As(err, &e) || e.Actual != 404 || len(e.Body) == 0 {
+		fail("a Nova 404 carries its error body: %v", err)
+	}
+	ok("nova.error_body")
+}

@@ -1,0 +1,2456 @@
+//! Azure emulator: Azure Resource Manager (`management.azure.com` shape) for the resources the
+//! Azure provider calls, the AAD token endpoint and the instance metadata service (IMDS), with
+//! ARM's paths, status codes, long-running operations, ETags, paging and error bodies, so the
+//! official `azure-sdk-for-go` `armcompute`/`armnetwork`/`azidentity` modules parse every reply
+//! (`ci/fidelity/run azure` checks that). Serve it over HTTPS ([`crate::server::ServerOptions`]
+//! `tls: true`): Azure SDKs refuse bearer tokens over plain HTTP.
+//!
+//! | call | operation (faults and counters key on it) |
+//! |---|---|
+//! | `POST /{tenant}/oauth2/v2.0/token` (client credentials: secret or `client_assertion`) | `aad.token` |
+//! | `GET /{tenant}/v2.0/.well-known/openid-configuration` | `aad.openid_configuration` |
+//! | `GET /metadata/instance`, `/metadata/loadbalancer` (`Metadata: true`) | `imds.instance`, `imds.loadbalancer` |
+//! | `GET /metadata/identity/oauth2/token` (`Metadata: true`) | `imds.token` |
+//! | `…/providers/{ns}/locations/{loc}/operations/{id}` | `arm.operations.get` |
+//! | `…/providers/{ns}/locations/{loc}/operationResults/{id}` | `arm.operation_results.get` |
+//! | `…/Microsoft.Compute/virtualMachines[/{vm}[/instanceView]]` | `compute.virtual_machines.{list,list_all,get,instance_view}` |
+//! | `…/Microsoft.Compute/virtualMachineScaleSets[/{ss}]` | `compute.virtual_machine_scale_sets.{list,list_all,get,create_or_update}` |
+//! | `…/virtualMachineScaleSets/{ss}/virtualMachines[/{id}[/instanceView]]` | `compute.virtual_machine_scale_set_vms.{list,get,update,instance_view}` |
+//! | `…/Microsoft.Network/{loadBalancers,publicIPAddresses,networkSecurityGroups,routeTables,networkInterfaces}[/{name}]` | `network.<type>.{list,list_all,get,create_or_update,delete}` |
+//! | `…/Microsoft.Network/virtualNetworks/{vnet}[/subnets/{name}]` | `network.virtual_networks.get`, `network.subnets.{list,get,create_or_update}` |
+//!
+//! Rules enforced as ARM does: every ARM call needs `api-version` (400
+//! `MissingApiVersionParameter`) and a bearer token this emulator issued (401
+//! `AuthenticationFailed` with `WWW-Authenticate`); `PUT` creates (201) or replaces (200) a
+//! whole resource, answers with `provisioningState: Updating` and an `Azure-AsyncOperation`
+//! header, and the resource reads `Succeeded` once the operation is done (`DELETE` answers 202
+//! with `Azure-AsyncOperation` and `Location`, the resource reads `Deleting` until then); a
+//! change while an operation on the resource runs is a 409 `AnotherOperationInProgress`;
+//! `If-Match` with a stale ETag is a 412 `PreconditionFailed`; lists page through `nextLink`
+//! (`$skiptoken`); references are checked (a load-balancing rule naming a missing probe,
+//! frontend or backend pool, a NIC naming a missing backend pool, a frontend naming a missing
+//! public IP or subnet: 400 `InvalidResourceReference`); a public IP in use cannot be deleted
+//! (400 `PublicIPAddressInUse`), nor a backend pool a NIC or scale-set VM still references (400
+//! `InUseBackendAddressPoolCannotBeDeleted`); NSG rule priorities are 100–4096 and unique per
+//! direction (400 `SecurityRuleInvalidPriority`, `SecurityRuleConflict`). Read-only
+//! back-references (`backendIPConfigurations`, a public IP's `ipConfiguration`) are computed
+//! on every read. Unknown fields a client sends are kept and returned unchanged.
+//! Errors: `{"error":{"code","message"}}`.
+//!
+//! World mapping: instances are VMs in resource group [`AzureOptions::resource_group`]
+//! (`Standard_D2s_v3` unless `type`), each with a NIC `<vm>-nic` (private IPs, IPv4 and IPv6)
+//! and, for public IPs, a public IP `<vm>-pip`. An instance tagged `azure.vmss: <set>` is an
+//! instance of the uniform scale set `<set>` instead (instance IDs 0, 1, … in world order;
+//! computer name = the instance's name); the VMSS VM's own name is `<set>_<id>`. A numeric
+//! `zone` (`1`) is an availability zone; any other zone means "no zones", and the fault domain
+//! is the tag `azure.fault-domain` (default 0). Power: running, stopped (`PowerState/stopped`)
+//! and terminated (`PowerState/deallocated`). `networks` are virtual networks (one
+//! [`AzureOptions::vnet`] when none), `subnets` their subnets. The cluster's network security
+//! group [`AzureOptions::security_group`] exists from the start; route tables do not.
+
+// Handlers return the ARM error reply itself as their error.
+#![allow(clippy::result_large_err)]
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use http::{HeaderValue, Method, Request, Response, StatusCode, header};
+use serde_json::{Map, Value, json};
+
+use crate::asyncop::{Action, AsyncOps, Phase, arm_status};
+use crate::server::{Body, Cloud, ErrorKind, ErrorReply, ServeFuture, full};
+use crate::world::{Instance, PowerState, World};
+
+/// The client secret [`AzureOptions::default`] accepts.
+pub const DEFAULT_CLIENT_SECRET: &str = "azure-emulator-secret";
+/// The client id [`AzureOptions::default`] accepts.
+pub const DEFAULT_CLIENT_ID: &str = "00000000-0000-0000-0000-0000000c1e47";
+
+/// How the emulator is set up beyond its world.
+#[derive(Debug, Clone)]
+pub struct AzureOptions {
+    /// The tenant id.
+    pub tenant_id: String,
+    /// The subscription id.
+    pub subscription_id: String,
+    /// The resource group of the world's resources.
+    pub resource_group: String,
+    /// The location (default: the world's region, else `eastus`).
+    pub location: Option<String>,
+    /// Service principals: client id → secret (client credentials).
+    pub clients: BTreeMap<String, String>,
+    /// The virtual network made when the world has no `networks`.
+    pub vnet: String,
+    /// The cluster's network security group (exists from the start).
+    pub security_group: String,
+    /// How long long-running operations stay `InProgress`.
+    pub lro: Duration,
+    /// How many items a list page holds.
+    pub page_size: usize,
+    /// How long issued tokens live.
+    pub token_lifetime: Duration,
+}
+
+impl Default for AzureOptions {
+    fn default() -> Self {
+        AzureOptions {
+            tenant_id: "72f988bf-0000-0000-0000-00000000e0a1".into(),
+            subscription_id: "8ecadfc9-0000-0000-0000-00000000abcd".into(),
+            resource_group: "rg".into(),
+            location: None,
+            clients: BTreeMap::from([(DEFAULT_CLIENT_ID.into(), DEFAULT_CLIENT_SECRET.into())]),
+            vnet: "vnet".into(),
+            security_group: "k8s-nsg".into(),
+            lro: Duration::from_millis(500),
+            page_size: 50,
+            token_lifetime: Duration::from_secs(3600),
+        }
+    }
+}
+
+type Resp = Response<Body>;
+type Res<T> = Result<T, Resp>;
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn now_secs() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+}
+
+fn fnv(s: &str) -> u64 {
+    s.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3))
+}
+
+fn splitmix(mut x: u64) -> u64 {
+    x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    x ^ (x >> 31)
+}
+
+/// A UUID-shaped id derived from `seed`.
+fn uuid(seed: &str) -> String {
+    let a = splitmix(fnv(seed));
+    let b = splitmix(a ^ 0x5555);
+    format!(
+        "{:08x}-{:04x}-4{:03x}-8{:03x}-{:012x}",
+        a >> 32,
+        (a >> 16) & 0xffff,
+        a & 0xfff,
+        b >> 52,
+        b & 0xffff_ffff_ffff
+    )
+}
+
+fn b64url(data: &[u8]) -> String {
+    const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    let mut out = String::with_capacity(data.len() * 4 / 3 + 3);
+    for chunk in data.chunks(3) {
+        let b = [chunk[0], *chunk.get(1).unwrap_or(&0), *chunk.get(2).unwrap_or(&0)];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for i in 0..chunk.len() + 1 {
+            out.push(A[((n >> (18 - 6 * i)) & 63) as usize] as char);
+        }
+    }
+    out
+}
+
+/// The ARM error body.
+pub fn error_body(code: &str, message: &str) -> Value {
+    json!({ "error": { "code": code, "message": message } })
+}
+
+fn reply(status: StatusCode, v: &Value) -> Resp {
+    let mut r = Response::new(full(v.to_string()));
+    *r.status_mut() = status;
+    r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    r
+}
+
+fn err(status: StatusCode, code: &str, message: impl AsRef<str>) -> Resp {
+    reply(status, &error_body(code, message.as_ref()))
+}
+
+fn bad(code: &str, message: impl AsRef<str>) -> Resp {
+    err(StatusCode::BAD_REQUEST, code, message)
+}
+
+fn empty(status: StatusCode) -> Resp {
+    let mut r = Response::new(full(Bytes::new()));
+    *r.status_mut() = status;
+    r
+}
+
+fn query(req: &Request<Bytes>) -> Vec<(String, String)> {
+    url::form_urlencoded::parse(req.uri().query().unwrap_or_default().as_bytes())
+        .map(|(k, v)| (k.into_owned(), v.into_owned()))
+        .collect()
+}
+
+fn q<'a>(qs: &'a [(String, String)], key: &str) -> Option<&'a str> {
+    qs.iter().find(|(k, _)| k.eq_ignore_ascii_case(key)).map(|(_, v)| v.as_str())
+}
+
+/// The kinds of ARM resources the emulator keeps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Kind {
+    Vm,
+    Vmss,
+    VmssVm,
+    Lb,
+    Pip,
+    Nsg,
+    RouteTable,
+    Nic,
+    Vnet,
+    Subnet,
+}
+
+impl Kind {
+    fn arm_type(self) -> &'static str {
+        match self {
+            Kind::Vm => "Microsoft.Compute/virtualMachines",
+            Kind::Vmss => "Microsoft.Compute/virtualMachineScaleSets",
+            Kind::VmssVm => "Microsoft.Compute/virtualMachineScaleSets/virtualMachines",
+            Kind::Lb => "Microsoft.Network/loadBalancers",
+            Kind::Pip => "Microsoft.Network/publicIPAddresses",
+            Kind::Nsg => "Microsoft.Network/networkSecurityGroups",
+            Kind::RouteTable => "Microsoft.Network/routeTables",
+            Kind::Nic => "Microsoft.Network/networkInterfaces",
+            Kind::Vnet => "Microsoft.Network/virtualNetworks",
+            Kind::Subnet => "Microsoft.Network/virtualNetworks/subnets",
+        }
+    }
+
+    fn op_name(self) -> &'static str {
+        match self {
+            Kind::Vm => "compute.virtual_machines",
+            Kind::Vmss => "compute.virtual_machine_scale_sets",
+            Kind::VmssVm => "compute.virtual_machine_scale_set_vms",
+            Kind::Lb => "network.load_balancers",
+            Kind::Pip => "network.public_ip_addresses",
+            Kind::Nsg => "network.network_security_groups",
+            Kind::RouteTable => "network.route_tables",
+            Kind::Nic => "network.network_interfaces",
+            Kind::Vnet => "network.virtual_networks",
+            Kind::Subnet => "network.subnets",
+        }
+    }
+
+    fn namespace(self) -> &'static str {
+        match self {
+            Kind::Vm | Kind::Vmss | Kind::VmssVm => "Microsoft.Compute",
+            _ => "Microsoft.Network",
+        }
+    }
+
+    fn top(ns: &str, ty: &str) -> Option<Kind> {
+        let ns = ns.to_ascii_lowercase();
+        let ty = ty.to_ascii_lowercase();
+        Some(match (ns.as_str(), ty.as_str()) {
+            ("microsoft.compute", "virtualmachines") => Kind::Vm,
+            ("microsoft.compute", "virtualmachinescalesets") => Kind::Vmss,
+            ("microsoft.network", "loadbalancers") => Kind::Lb,
+            ("microsoft.network", "publicipaddresses") => Kind::Pip,
+            ("microsoft.network", "networksecuritygroups") => Kind::Nsg,
+            ("microsoft.network", "routetables") => Kind::RouteTable,
+            ("microsoft.network", "networkinterfaces") => Kind::Nic,
+            ("microsoft.network", "virtualnetworks") => Kind::Vnet,
+            _ => return None,
+        })
+    }
+
+    /// Whether PUT/DELETE are served (the world's compute and vnets are read-only, apart from
+    /// scale sets and their VMs, which take model updates).
+    fn writable(self) -> bool {
+        !matches!(self, Kind::Vm | Kind::Vnet)
+    }
+}
+
+/// What a call addresses.
+#[derive(Debug, Clone)]
+enum Target {
+    AadToken,
+    AadOpenId,
+    ImdsInstance,
+    ImdsLoadBalancer,
+    ImdsToken,
+    Operation {
+        id: String,
+        result: bool,
+    },
+    /// A list: in a resource group (Some) or the subscription; `parent` for child lists.
+    List {
+        kind: Kind,
+        rg: Option<String>,
+        parent: Option<String>,
+    },
+    /// One resource by id (canonical case as requested).
+    One {
+        kind: Kind,
+        id: String,
+        instance_view: bool,
+    },
+    Unknown,
+}
+
+fn parse_target(method: &Method, path: &str) -> Target {
+    let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let lower: Vec<String> = segs.iter().map(|s| s.to_ascii_lowercase()).collect();
+    let l: Vec<&str> = lower.iter().map(String::as_str).collect();
+    match l.as_slice() {
+        [_, "oauth2", "v2.0", "token"] | [_, "oauth2", "token"] if method == Method::POST => {
+            return Target::AadToken;
+        }
+        [_, "v2.0", ".well-known", "openid-configuration"] => return Target::AadOpenId,
+        ["metadata", "instance", ..] => return Target::ImdsInstance,
+        ["metadata", "loadbalancer"] => return Target::ImdsLoadBalancer,
+        ["metadata", "identity", "oauth2", "token"] => return Target::ImdsToken,
+        ["subscriptions", _, "providers", _, "locations", _, "operations", _] => {
+            return Target::Operation { id: segs[7].to_string(), result: false };
+        }
+        ["subscriptions", _, "providers", _, "locations", _, "operationresults", _] => {
+            return Target::Operation { id: segs[7].to_string(), result: true };
+        }
+        ["subscriptions", _, "providers", ns, ty] => {
+            if let Some(kind) = Kind::top(ns, ty) {
+                return Target::List { kind, rg: None, parent: None };
+            }
+        }
+        ["subscriptions", _, "resourcegroups", _, "providers", ns, ty, rest @ ..] => {
+            let Some(kind) = Kind::top(ns, ty) else { return Target::Unknown };
+            let rg = segs[3].to_string();
+            let base = |n: usize| format!("/{}", segs[..n].join("/"));
+            return match (kind, rest) {
+                (_, []) => Target::List { kind, rg: Some(rg), parent: None },
+                (_, [_]) => Target::One { kind, id: base(8), instance_view: false },
+                (Kind::Vm, [_, "instanceview"]) => {
+                    Target::One { kind, id: base(8), instance_view: true }
+                }
+                (Kind::Vmss, [_, "virtualmachines"]) => {
+                    Target::List { kind: Kind::VmssVm, rg: Some(rg), parent: Some(base(8)) }
+                }
+                (Kind::Vmss, [_, "virtualmachines", _]) => {
+                    Target::One { kind: Kind::VmssVm, id: base(10), instance_view: false }
+                }
+                (Kind::Vmss, [_, "virtualmachines", _, "instanceview"]) => {
+                    Target::One { kind: Kind::VmssVm, id: base(10), instance_view: true }
+                }
+                (Kind::Vnet, [_, "subnets"]) => {
+                    Target::List { kind: Kind::Subnet, rg: Some(rg), parent: Some(base(8)) }
+                }
+                (Kind::Vnet, [_, "subnets", _]) => {
+                    Target::One { kind: Kind::Subnet, id: base(10), instance_view: false }
+                }
+                _ => Target::Unknown,
+            };
+        }
+        _ => {}
+    }
+    Target::Unknown
+}
+
+fn operation_name(method: &Method, t: &Target) -> String {
+    match t {
+        Target::AadToken => "aad.token".into(),
+        Target::AadOpenId => "aad.openid_configuration".into(),
+        Target::ImdsInstance => "imds.instance".into(),
+        Target::ImdsLoadBalancer => "imds.loadbalancer".into(),
+        Target::ImdsToken => "imds.token".into(),
+        Target::Operation { result: false, .. } => "arm.operations.get".into(),
+        Target::Operation { result: true, .. } => "arm.operation_results.get".into(),
+        Target::List { kind, rg, .. } => {
+            let suffix = if rg.is_none() { "list_all" } else { "list" };
+            format!("{}.{suffix}", kind.op_name())
+        }
+        Target::One { kind, instance_view: true, .. } => {
+            format!("{}.instance_view", kind.op_name())
+        }
+        Target::One { kind, .. } => {
+            let verb = match *method {
+                Method::GET => "get",
+                Method::PUT if *kind == Kind::VmssVm => "update",
+                Method::PUT => "create_or_update",
+                Method::PATCH => "update",
+                Method::DELETE => "delete",
+                _ => "unsupported",
+            };
+            format!("{}.{verb}", kind.op_name())
+        }
+        Target::Unknown => "arm.unknown".into(),
+    }
+}
+
+/// One stored resource.
+#[derive(Debug, Clone)]
+struct Stored {
+    kind: Kind,
+    /// The resource as clients see it (read-only parts computed on read).
+    body: Value,
+    etag: u64,
+    /// The running operation on it and whether it deletes it.
+    op: Option<(String, Action)>,
+    /// Emulator-only: power state (VMs and scale-set VMs) and fault domain.
+    power: PowerState,
+    fault_domain: u64,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    /// Lower-case ARM id → resource.
+    res: BTreeMap<String, Stored>,
+    /// Issued tokens → expiry (UNIX seconds).
+    tokens: BTreeMap<String, u64>,
+    /// The VM IMDS speaks for (lower-case id).
+    imds_vm: Option<String>,
+    /// Next public IP host number.
+    next_pip: u32,
+    /// Next private IP per subnet id.
+    next_private: BTreeMap<String, u32>,
+}
+
+/// The Azure emulator (see the module docs).
+pub struct AzureCloud {
+    world: World,
+    opts: Mutex<AzureOptions>,
+    state: Mutex<State>,
+    ops: AsyncOps,
+    tokens_issued: AtomicU64,
+}
+
+impl std::fmt::Debug for AzureCloud {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AzureCloud").finish_non_exhaustive()
+    }
+}
+
+fn etag_str(n: u64, id: &str) -> String {
+    format!("W/\"{}\"", uuid(&format!("{id}#{n}")))
+}
+
+fn ids_eq(a: &str, b: &str) -> bool {
+    a.eq_ignore_ascii_case(b)
+}
+
+/// Every `"id"` string under `v` at key `key` (e.g. all `loadBalancerBackendAddressPools[].id`).
+fn collect_refs(v: &Value, key: &str, out: &mut Vec<String>) {
+    match v {
+        Value::Object(m) => {
+            for (k, x) in m {
+                if k == key {
+                    match x {
+                        Value::Array(a) => {
+                            for e in a {
+                                if let Some(id) = e.get("id").and_then(Value::as_str) {
+                                    out.push(id.to_string());
+                                }
+                            }
+                        }
+                        Value::Object(_) => {
+                            if let Some(id) = x.get("id").and_then(Value::as_str) {
+                                out.push(id.to_string());
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+                collect_refs(x, key, out);
+            }
+        }
+        Value::Array(a) => a.iter().for_each(|x| collect_refs(x, key, out)),
+        _ => {}
+    }
+}
+
+fn props_mut(v: &mut Value) -> &mut Map<String, Value> {
+    if !v.get("properties").is_some_and(Value::is_object) {
+        v["properties"] = json!({});
+    }
+    match v.get_mut("properties") {
+        Some(Value::Object(m)) => m,
+        _ => unreachable_props(),
+    }
+}
+
+#[allow(clippy::panic)]
+fn unreachable_props() -> ! {
+    // `properties` was just made an object.
+    panic!("properties is an object")
+}
+
+fn children_mut<'a>(v: &'a mut Value, key: &str) -> Vec<&'a mut Value> {
+    match v.get_mut("properties").and_then(|p| p.get_mut(key)) {
+        Some(Value::Array(a)) => a.iter_mut().collect(),
+        _ => Vec::new(),
+    }
+}
+
+fn child_names(v: &Value, key: &str) -> Vec<String> {
+    v.get("properties")
+        .and_then(|p| p.get(key))
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(|c| c.get("name").and_then(Value::as_str).map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn name_of(id: &str) -> &str {
+    id.rsplit('/').next().unwrap_or(id)
+}
+
+/// `a.b.c.d` of a 32-bit host number in 10.x or 20.x.
+fn ipv4(n: u32) -> String {
+    format!("{}.{}.{}.{}", n >> 24, (n >> 16) & 255, (n >> 8) & 255, n & 255)
+}
+
+impl AzureCloud {
+    /// An emulator of `world`.
+    pub fn new(world: World, opts: AzureOptions) -> Arc<AzureCloud> {
+        let lro = opts.lro;
+        let cloud = AzureCloud {
+            world,
+            opts: Mutex::new(opts),
+            state: Mutex::new(State::default()),
+            ops: AsyncOps::new(lro),
+            tokens_issued: AtomicU64::new(0),
+        };
+        cloud.load();
+        Arc::new(cloud)
+    }
+
+    fn o(&self) -> AzureOptions {
+        lock(&self.opts).clone()
+    }
+
+    /// The location.
+    pub fn location(&self) -> String {
+        let o = self.o();
+        o.location.or_else(|| self.world.region.clone()).unwrap_or_else(|| "eastus".into())
+    }
+
+    /// The subscription id.
+    pub fn subscription_id(&self) -> String {
+        self.o().subscription_id
+    }
+
+    /// The tenant id.
+    pub fn tenant_id(&self) -> String {
+        self.o().tenant_id
+    }
+
+    /// The resource group of the world's resources.
+    pub fn resource_group(&self) -> String {
+        self.o().resource_group
+    }
+
+    fn rg_id(&self, rg: &str) -> String {
+        format!("/subscriptions/{}/resourceGroups/{rg}", self.subscription_id())
+    }
+
+    /// The ARM id of a resource of the world's resource group, e.g.
+    /// `id("Microsoft.Network/loadBalancers", "kubernetes")`.
+    pub fn id(&self, arm_type: &str, name: &str) -> String {
+        format!("{}/providers/{arm_type}/{name}", self.rg_id(&self.resource_group()))
+    }
+
+    /// The ARM id of the VM or scale-set VM of a world instance.
+    pub fn instance_resource_id(&self, name: &str) -> Option<String> {
+        let st = lock(&self.state);
+        st.res
+            .values()
+            .find(|r| {
+                matches!(r.kind, Kind::Vm | Kind::VmssVm) && computer_name(&r.body) == Some(name)
+            })
+            .and_then(|r| r.body.get("id").and_then(Value::as_str).map(str::to_string))
+    }
+
+    /// Sets a world instance's power state; false when unknown.
+    pub fn set_power(&self, name: &str, power: PowerState) -> bool {
+        let mut st = lock(&self.state);
+        let mut found = false;
+        for r in st.res.values_mut() {
+            if matches!(r.kind, Kind::Vm | Kind::VmssVm) && computer_name(&r.body) == Some(name) {
+                r.power = power;
+                found = true;
+            }
+        }
+        found
+    }
+
+    /// Deletes a world instance's VM (and its NIC and public IP); false when unknown.
+    pub fn delete_instance(&self, name: &str) -> bool {
+        let mut st = lock(&self.state);
+        let Some(key) = st
+            .res
+            .iter()
+            .find(|(_, r)| {
+                matches!(r.kind, Kind::Vm | Kind::VmssVm) && computer_name(&r.body) == Some(name)
+            })
+            .map(|(k, _)| k.clone())
+        else {
+            return false;
+        };
+        if let Some(vm) = st.res.remove(&key) {
+            let mut nics = Vec::new();
+            collect_refs(&vm.body, "networkInterfaces", &mut nics);
+            for nic in nics {
+                if let Some(n) = st.res.remove(&nic.to_ascii_lowercase()) {
+                    let mut pips = Vec::new();
+                    collect_refs(&n.body, "publicIPAddress", &mut pips);
+                    for p in pips {
+                        st.res.remove(&p.to_ascii_lowercase());
+                    }
+                }
+            }
+        }
+        true
+    }
+
+    /// Adds a world instance (a VM, or a scale-set VM when tagged `azure.vmss`).
+    pub fn add_instance(&self, inst: Instance) -> Result<String, String> {
+        let index = lock(&self.state).res.len();
+        let mut st = lock(&self.state);
+        self.add_instance_locked(&mut st, &inst, index)
+    }
+
+    /// Makes the VM `name` the one IMDS answers for.
+    pub fn set_imds_instance(&self, name: &str) -> bool {
+        let id = self.instance_resource_id(name);
+        let mut st = lock(&self.state);
+        st.imds_vm = id.map(|i| i.to_ascii_lowercase());
+        st.imds_vm.is_some()
+    }
+
+    /// Changes how long long-running operations stay `InProgress` from now on.
+    pub fn set_lro(&self, d: Duration) {
+        lock(&self.opts).lro = d;
+        self.ops.set_pending_for(d);
+    }
+
+    /// Changes the list page size.
+    pub fn set_page_size(&self, n: usize) {
+        lock(&self.opts).page_size = n.max(1);
+    }
+
+    /// Changes the lifetime of tokens issued from now on.
+    pub fn set_token_lifetime(&self, d: Duration) {
+        lock(&self.opts).token_lifetime = d;
+    }
+
+    /// Makes every issued token expired (clients must get a new one).
+    pub fn expire_tokens(&self) {
+        lock(&self.state).tokens.clear();
+    }
+
+    /// How many tokens AAD and the managed-identity endpoint issued.
+    pub fn tokens_issued(&self) -> u64 {
+        self.tokens_issued.load(Ordering::Relaxed)
+    }
+
+    /// A resource as clients read it (None: absent).
+    pub fn resource(&self, id: &str) -> Option<Value> {
+        self.settle();
+        let st = lock(&self.state);
+        st.res.get(&id.to_ascii_lowercase()).map(|r| self.render(&st, r, false))
+    }
+
+    /// Every resource of an ARM type (e.g. `Microsoft.Network/publicIPAddresses`) as read.
+    pub fn resources(&self, arm_type: &str) -> Vec<Value> {
+        self.settle();
+        let st = lock(&self.state);
+        st.res
+            .values()
+            .filter(|r| r.kind.arm_type().eq_ignore_ascii_case(arm_type))
+            .map(|r| self.render(&st, r, false))
+            .collect()
+    }
+
+    /// Writes a resource as an operator would (no operation, no checks), e.g. to pre-create a
+    /// load balancer or a public IP.
+    pub fn put_resource(&self, id: &str, mut body: Value) -> Result<(), String> {
+        let kind = match parse_target(&Method::GET, id) {
+            Target::One { kind, .. } => kind,
+            _ => return Err(format!("{id} is not a resource id the emulator keeps")),
+        };
+        body["id"] = json!(id);
+        body["name"] = json!(name_of(id));
+        body["type"] = json!(kind.arm_type());
+        if body.get("location").is_none() {
+            body["location"] = json!(self.location());
+        }
+        props_mut(&mut body).insert("provisioningState".into(), json!("Succeeded"));
+        let mut st = lock(&self.state);
+        let etag = st.res.get(&id.to_ascii_lowercase()).map(|r| r.etag + 1).unwrap_or(1);
+        st.res.insert(
+            id.to_ascii_lowercase(),
+            Stored { kind, body, etag, op: None, power: PowerState::Running, fault_domain: 0 },
+        );
+        Ok(())
+    }
+
+    fn load(&self) {
+        let o = self.o();
+        let loc = self.location();
+        let mut st = State { next_pip: (20 << 24) | (1 << 16), ..Default::default() };
+        // Virtual networks and subnets.
+        let mut vnets: Vec<(String, String)> = self
+            .world
+            .networks
+            .iter()
+            .map(|n| (n.name.clone(), n.cidr.clone().unwrap_or_else(|| "10.0.0.0/8".into())))
+            .collect();
+        if vnets.is_empty() {
+            vnets.push((o.vnet.clone(), "10.0.0.0/8".into()));
+        }
+        let mut subnets: Vec<(String, String, String)> = self
+            .world
+            .subnets
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                (
+                    s.network.clone().unwrap_or_else(|| vnets[0].0.clone()),
+                    s.name.clone(),
+                    s.cidr.clone().unwrap_or_else(|| format!("10.{}.0.0/16", 240 + i)),
+                )
+            })
+            .collect();
+        if subnets.is_empty() {
+            subnets.push((vnets[0].0.clone(), "subnet".into(), "10.240.0.0/16".into()));
+        }
+        for (name, cidr) in &vnets {
+            let id = self.id("Microsoft.Network/virtualNetworks", name);
+            let body = json!({
+                "id": id, "name": name, "type": Kind::Vnet.arm_type(), "location": loc,
+                "etag": "", "properties": {
+                    "provisioningState": "Succeeded",
+                    "addressSpace": { "addressPrefixes": [cidr] },
+                }
+            });
+            st.res.insert(id.to_ascii_lowercase(), stored(Kind::Vnet, body));
+        }
+        for (vnet, name, cidr) in &subnets {
+            let id =
+                format!("{}/subnets/{name}", self.id("Microsoft.Network/virtualNetworks", vnet));
+            let body = json!({
+                "id": id, "name": name, "type": Kind::Subnet.arm_type(),
+                "properties": { "provisioningState": "Succeeded", "addressPrefix": cidr }
+            });
+            st.res.insert(id.to_ascii_lowercase(), stored(Kind::Subnet, body));
+        }
+        // The cluster's NSG.
+        let nsg = self.id("Microsoft.Network/networkSecurityGroups", &o.security_group);
+        let defaults: Vec<Value> = [
+            ("AllowVnetInBound", 65000, "Inbound", "VirtualNetwork", "VirtualNetwork", "Allow"),
+            ("AllowAzureLoadBalancerInBound", 65001, "Inbound", "AzureLoadBalancer", "*", "Allow"),
+            ("DenyAllInBound", 65500, "Inbound", "*", "*", "Deny"),
+            ("AllowVnetOutBound", 65000, "Outbound", "VirtualNetwork", "VirtualNetwork", "Allow"),
+            ("AllowInternetOutBound", 65001, "Outbound", "*", "Internet", "Allow"),
+            ("DenyAllOutBound", 65500, "Outbound", "*", "*", "Deny"),
+        ]
+        .iter()
+        .map(|(n, p, d, s, t, a)| {
+            json!({
+                "id": format!("{nsg}/defaultSecurityRules/{n}"), "name": n,
+                "type": "Microsoft.Network/networkSecurityGroups/defaultSecurityRules",
+                "properties": {
+                    "provisioningState": "Succeeded", "protocol": "*", "sourcePortRange": "*",
+                    "destinationPortRange": "*", "sourceAddressPrefix": s,
+                    "destinationAddressPrefix": t, "access": a, "priority": p, "direction": d,
+                }
+            })
+        })
+        .collect();
+        st.res.insert(
+            nsg.to_ascii_lowercase(),
+            stored(
+                Kind::Nsg,
+                json!({
+                    "id": nsg, "name": o.security_group, "type": Kind::Nsg.arm_type(),
+                    "location": loc,
+                    "properties": {
+                        "provisioningState": "Succeeded", "securityRules": [],
+                        "defaultSecurityRules": defaults,
+                    }
+                }),
+            ),
+        );
+        for (i, inst) in self.world.instances.iter().enumerate() {
+            if let Err(e) = self.add_instance_locked(&mut st, inst, i) {
+                tracing::warn!(instance = %inst.name, "azure emulator: {e}");
+            }
+        }
+        if let Some(first) = st
+            .res
+            .values()
+            .find(|r| matches!(r.kind, Kind::Vm | Kind::VmssVm))
+            .and_then(|r| r.body.get("id").and_then(Value::as_str))
+        {
+            st.imds_vm = Some(first.to_ascii_lowercase());
+        }
+        *lock(&self.state) = st;
+    }
+
+    fn add_instance_locked(
+        &self,
+        st: &mut State,
+        inst: &Instance,
+        index: usize,
+    ) -> Result<String, String> {
+        let loc = self.location();
+        let subnet_id = {
+            let want = inst.subnet.as_deref();
+            st.res
+                .values()
+                .filter(|r| r.kind == Kind::Subnet)
+                .find(|r| want.is_none_or(|w| r.body["name"].as_str() == Some(w)))
+                .and_then(|r| r.body["id"].as_str().map(str::to_string))
+                .ok_or_else(|| format!("no subnet {:?}", inst.subnet))?
+        };
+        let zones: Vec<String> =
+            if !inst.zone.is_empty() && inst.zone.bytes().all(|b| b.is_ascii_digit()) {
+                vec![inst.zone.clone()]
+            } else {
+                Vec::new()
+            };
+        let fault_domain =
+            inst.tags.get("azure.fault-domain").and_then(|v| v.parse().ok()).unwrap_or(0);
+        let size = inst.instance_type.clone().unwrap_or_else(|| "Standard_D2s_v3".into());
+        let tags: Map<String, Value> = inst
+            .tags
+            .iter()
+            .filter(|(k, _)| !k.starts_with("azure."))
+            .map(|(k, v)| (k.clone(), json!(v)))
+            .collect();
+        // The NIC (or, for scale-set VMs, the network profile's IP configuration).
+        let mut ipconfigs = Vec::new();
+        let mut pip_id = None;
+        if !inst.public_ips.is_empty() {
+            let id = self.id("Microsoft.Network/publicIPAddresses", &format!("{}-pip", inst.name));
+            let body = json!({
+                "id": id, "name": format!("{}-pip", inst.name), "type": Kind::Pip.arm_type(),
+                "location": loc, "sku": { "name": "Standard", "tier": "Regional" },
+                "properties": {
+                    "provisioningState": "Succeeded", "publicIPAllocationMethod": "Static",
+                    "publicIPAddressVersion": if inst.public_ips[0].is_ipv6() { "IPv6" } else { "IPv4" },
+                    "ipAddress": inst.public_ips[0].to_string(),
+                }
+            });
+            st.res.insert(id.to_ascii_lowercase(), stored(Kind::Pip, body));
+            pip_id = Some(id);
+        }
+        let v4: Vec<_> = inst.private_ips.iter().filter(|i| i.is_ipv4()).collect();
+        let v6: Vec<_> = inst.private_ips.iter().filter(|i| i.is_ipv6()).collect();
+        let primary_v4 = match v4.first() {
+            Some(ip) => ip.to_string(),
+            None => {
+                let n = st.next_private.entry(subnet_id.to_ascii_lowercase()).or_insert(4);
+                *n += 1;
+                format!("10.240.{}.{}", (*n >> 8) & 255, *n & 255)
+            }
+        };
+        let mut cfg = json!({
+            "name": "ipconfig1",
+            "properties": {
+                "primary": true, "privateIPAddress": primary_v4,
+                "privateIPAllocationMethod": "Dynamic", "privateIPAddressVersion": "IPv4",
+                "subnet": { "id": subnet_id },
+            }
+        });
+        if let Some(p) = &pip_id {
+            cfg["properties"]["publicIPAddress"] = json!({ "id": p });
+        }
+        ipconfigs.push(cfg);
+        for (i, ip) in v4.iter().skip(1).enumerate() {
+            ipconfigs.push(json!({ "name": format!("ipconfig{}", i + 2), "properties": {
+                "primary": false, "privateIPAddress": ip.to_string(),
+                "privateIPAllocationMethod": "Static", "privateIPAddressVersion": "IPv4",
+                "subnet": { "id": subnet_id } } }));
+        }
+        for (i, ip) in v6.iter().enumerate() {
+            ipconfigs.push(json!({ "name": format!("ipconfig-v6-{}", i + 1), "properties": {
+                "primary": false, "privateIPAddress": ip.to_string(),
+                "privateIPAllocationMethod": "Dynamic", "privateIPAddressVersion": "IPv6",
+                "subnet": { "id": subnet_id } } }));
+        }
+        let vm_id_guid = uuid(&format!("vm:{}", inst.name));
+        if let Some(set) = inst.tags.get("azure.vmss") {
+            let vmss_id = self.id("Microsoft.Compute/virtualMachineScaleSets", set);
+            let key = vmss_id.to_ascii_lowercase();
+            if !st.res.contains_key(&key) {
+                let body = json!({
+                    "id": vmss_id, "name": set, "type": Kind::Vmss.arm_type(), "location": loc,
+                    "sku": { "name": size, "tier": "Standard", "capacity": 0 },
+                    "properties": {
+                        "provisioningState": "Succeeded", "orchestrationMode": "Uniform",
+                        "upgradePolicy": { "mode": "Manual" },
+                        "virtualMachineProfile": {
+                            "osProfile": { "computerNamePrefix": set, "adminUsername": "azureuser" },
+                            "networkProfile": { "networkInterfaceConfigurations": [{
+                                "name": set, "properties": { "primary": true, "ipConfigurations": [{
+                                    "name": "ipconfig1", "properties": { "primary": true,
+                                    "subnet": { "id": subnet_id } } }] } }] },
+                        },
+                    }
+                });
+                st.res.insert(key.clone(), stored(Kind::Vmss, body));
+            }
+            let instance_id = st
+                .res
+                .values()
+                .filter(|r| {
+                    r.kind == Kind::VmssVm
+                        && r.body["id"]
+                            .as_str()
+                            .is_some_and(|i| i.to_ascii_lowercase().starts_with(&format!("{key}/")))
+                })
+                .count();
+            if let Some(ss) = st.res.get_mut(&key) {
+                ss.body["sku"]["capacity"] = json!(instance_id + 1);
+            }
+            let id = format!("{vmss_id}/virtualMachines/{instance_id}");
+            let nic_cfg: Vec<Value> = ipconfigs
+                .iter()
+                .map(|c| {
+                    json!({ "name": c["name"], "properties": {
+                    "primary": c["properties"]["primary"], "subnet": c["properties"]["subnet"],
+                    "privateIPAddressVersion": c["properties"]["privateIPAddressVersion"] } })
+                })
+                .collect();
+            let mut body = json!({
+                "id": id, "name": format!("{set}_{instance_id}"), "type": Kind::VmssVm.arm_type(),
+                "location": loc, "instanceId": instance_id.to_string(),
+                "sku": { "name": size, "tier": "Standard" },
+                "properties": {
+                    "provisioningState": "Succeeded", "vmId": vm_id_guid,
+                    "latestModelApplied": true,
+                    "hardwareProfile": { "vmSize": size },
+                    "osProfile": { "computerName": inst.name, "adminUsername": "azureuser" },
+                    "networkProfileConfiguration": { "networkInterfaceConfigurations": [{
+                        "name": set, "properties": { "primary": true, "ipConfigurations": nic_cfg } }] },
+                    "networkProfile": { "networkInterfaces": [{
+                        "id": format!("{id}/networkInterfaces/{set}"), "properties": { "primary": true } }] },
+                }
+            });
+            if !zones.is_empty() {
+                body["zones"] = json!(zones);
+            }
+            if !tags.is_empty() {
+                body["tags"] = Value::Object(tags);
+            }
+            // The scale-set VM's NIC lives under the VM in ARM; private IPs are kept in the
+            // body the emulator returns for `instanceView`-independent reads.
+            body["properties"]["__privateIPs"] = json!(ipconfigs);
+            st.res.insert(
+                id.to_ascii_lowercase(),
+                Stored {
+                    kind: Kind::VmssVm,
+                    body,
+                    etag: 1,
+                    op: None,
+                    power: inst.power,
+                    fault_domain,
+                },
+            );
+            let _ = index;
+            return Ok(id);
+        }
+        let nic_id = self.id("Microsoft.Network/networkInterfaces", &format!("{}-nic", inst.name));
+        let vm_id = self.id("Microsoft.Compute/virtualMachines", &inst.name);
+        let mut ipc = ipconfigs;
+        for c in &mut ipc {
+            let n = c["name"].as_str().unwrap_or("ipconfig").to_string();
+            c["id"] = json!(format!("{nic_id}/ipConfigurations/{n}"));
+            c["properties"]["provisioningState"] = json!("Succeeded");
+        }
+        let nic = json!({
+            "id": nic_id, "name": format!("{}-nic", inst.name), "type": Kind::Nic.arm_type(),
+            "location": loc,
+            "properties": {
+                "provisioningState": "Succeeded", "primary": true,
+                "macAddress": format!("00-0D-3A-{:02X}-{:02X}-{:02X}", (fnv(&inst.name) >> 16) & 255, (fnv(&inst.name) >> 8) & 255, fnv(&inst.name) & 255),
+                "ipConfigurations": ipc, "virtualMachine": { "id": vm_id },
+                "enableIPForwarding": false,
+            }
+        });
+        st.res.insert(nic_id.to_ascii_lowercase(), stored(Kind::Nic, nic));
+        let mut body = json!({
+            "id": vm_id, "name": inst.name, "type": Kind::Vm.arm_type(), "location": loc,
+            "properties": {
+                "provisioningState": "Succeeded", "vmId": vm_id_guid,
+                "hardwareProfile": { "vmSize": size },
+                "osProfile": { "computerName": inst.name, "adminUsername": "azureuser" },
+                "networkProfile": { "networkInterfaces": [{ "id": nic_id, "properties": { "primary": true } }] },
+            }
+        });
+        if !zones.is_empty() {
+            body["zones"] = json!(zones);
+        }
+        if !tags.is_empty() {
+            body["tags"] = Value::Object(tags);
+        }
+        st.res.insert(
+            vm_id.to_ascii_lowercase(),
+            Stored { kind: Kind::Vm, body, etag: 1, op: None, power: inst.power, fault_domain },
+        );
+        Ok(vm_id)
+    }
+
+    /// Applies finished operations: `Succeeded`, or the resource's removal after a delete.
+    fn settle(&self) {
+        let mut st = lock(&self.state);
+        let mut remove = Vec::new();
+        for (k, r) in st.res.iter_mut() {
+            let Some((op, action)) = r.op.clone() else { continue };
+            match self.ops.phase(&op) {
+                Some(Phase::Pending) => {}
+                Some(Phase::Failed(_)) => {
+                    r.op = None;
+                    props_mut(&mut r.body).insert("provisioningState".into(), json!("Failed"));
+                }
+                _ => {
+                    r.op = None;
+                    if action == Action::Delete {
+                        remove.push(k.clone());
+                    } else {
+                        props_mut(&mut r.body)
+                            .insert("provisioningState".into(), json!("Succeeded"));
+                    }
+                }
+            }
+        }
+        for k in remove {
+            st.res.remove(&k);
+        }
+    }
+
+    /// A resource as clients see it: etag, computed back-references, instance view.
+    fn render(&self, st: &State, r: &Stored, expand_iv: bool) -> Value {
+        let mut b = r.body.clone();
+        let id = b["id"].as_str().unwrap_or_default().to_string();
+        if !matches!(r.kind, Kind::Vm | Kind::Vmss | Kind::VmssVm) {
+            b["etag"] = json!(etag_str(r.etag, &id));
+        }
+        match r.kind {
+            Kind::Lb => {
+                // backendIPConfigurations of each pool; loadBalancingRules back-references.
+                let mut pools: BTreeMap<String, Vec<Value>> = BTreeMap::new();
+                for other in st.res.values() {
+                    match other.kind {
+                        Kind::Nic => {
+                            for c in other.body["properties"]["ipConfigurations"]
+                                .as_array()
+                                .into_iter()
+                                .flatten()
+                            {
+                                let mut refs = Vec::new();
+                                collect_refs(c, "loadBalancerBackendAddressPools", &mut refs);
+                                for p in refs {
+                                    pools
+                                        .entry(p.to_ascii_lowercase())
+                                        .or_default()
+                                        .push(json!({ "id": c["id"] }));
+                                }
+                            }
+                        }
+                        Kind::VmssVm => {
+                            let mut refs = Vec::new();
+                            collect_refs(
+                                &other.body["properties"]["networkProfileConfiguration"],
+                                "loadBalancerBackendAddressPools",
+                                &mut refs,
+                            );
+                            let vm = other.body["id"].as_str().unwrap_or_default();
+                            for p in refs {
+                                pools.entry(p.to_ascii_lowercase()).or_default().push(json!({
+                                    "id": format!("{vm}/networkInterfaces/{}/ipConfigurations/ipconfig1", name_of(vm)) }));
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+                for p in children_mut(&mut b, "backendAddressPools") {
+                    let pid = p["id"].as_str().unwrap_or_default().to_ascii_lowercase();
+                    let list = pools.remove(&pid).unwrap_or_default();
+                    if !list.is_empty() {
+                        p["properties"]["backendIPConfigurations"] = json!(list);
+                    }
+                }
+            }
+            Kind::Pip => {
+                let lower = id.to_ascii_lowercase();
+                for other in st.res.values() {
+                    let key = match other.kind {
+                        Kind::Lb => "frontendIPConfigurations",
+                        Kind::Nic => "ipConfigurations",
+                        _ => continue,
+                    };
+                    for c in other.body["properties"][key].as_array().into_iter().flatten() {
+                        if c["properties"]["publicIPAddress"]["id"]
+                            .as_str()
+                            .is_some_and(|p| p.to_ascii_lowercase() == lower)
+                        {
+                            b["properties"]["ipConfiguration"] = json!({ "id": c["id"] });
+                        }
+                    }
+                }
+            }
+            Kind::VmssVm => {
+                if let Some(p) = b.get_mut("properties").and_then(Value::as_object_mut) {
+                    p.remove("__privateIPs");
+                }
+            }
+            _ => {}
+        }
+        if matches!(r.kind, Kind::Vm | Kind::VmssVm) && expand_iv {
+            b["properties"]["instanceView"] = self.instance_view(r);
+        }
+        b
+    }
+
+    fn instance_view(&self, r: &Stored) -> Value {
+        let (code, display) = match r.power {
+            PowerState::Running => ("PowerState/running", "VM running"),
+            PowerState::Stopped => ("PowerState/stopped", "VM stopped"),
+            PowerState::Terminated => ("PowerState/deallocated", "VM deallocated"),
+        };
+        let prov = r.body["properties"]["provisioningState"].as_str().unwrap_or("Succeeded");
+        let mut iv = json!({
+            "computerName": computer_name(&r.body),
+            "osName": "ubuntu", "osVersion": "22.04",
+            "statuses": [
+                { "code": format!("ProvisioningState/{}", prov.to_ascii_lowercase()), "level": "Info",
+                  "displayStatus": format!("Provisioning {}", prov.to_ascii_lowercase()) },
+                { "code": code, "level": "Info", "displayStatus": display },
+            ],
+        });
+        if r.body.get("zones").is_none() {
+            iv["platformFaultDomain"] = json!(r.fault_domain);
+            iv["platformUpdateDomain"] = json!(0);
+        }
+        iv
+    }
+
+    fn handle(&self, op: &str, target: Target, req: &Request<Bytes>) -> Resp {
+        let qs = query(req);
+        match target {
+            Target::AadToken => return self.aad_token(req),
+            Target::AadOpenId => return self.openid(req),
+            Target::ImdsInstance | Target::ImdsLoadBalancer | Target::ImdsToken => {
+                let meta = req.headers().get("metadata").and_then(|v| v.to_str().ok());
+                if !meta.is_some_and(|v| v.eq_ignore_ascii_case("true")) {
+                    return reply(
+                        StatusCode::BAD_REQUEST,
+                        &json!({
+                        "error": "Bad request. Required metadata header not specified" }),
+                    );
+                }
+                if req.headers().contains_key("x-forwarded-for") {
+                    return reply(
+                        StatusCode::BAD_REQUEST,
+                        &json!({
+                        "error": "Bad request. Request was forwarded" }),
+                    );
+                }
+                if q(&qs, "api-version").is_none() {
+                    return reply(
+                        StatusCode::BAD_REQUEST,
+                        &json!({
+                        "error": "Bad request. api-version was not specified in the request. For more information refer to aka.ms/azureimds",
+                        "newest-versions": ["2023-07-01", "2021-12-13", "2021-02-01"] }),
+                    );
+                }
+                return match target {
+                    Target::ImdsInstance => self.imds_instance(),
+                    Target::ImdsLoadBalancer => self.imds_lb(),
+                    _ => self.imds_token(&qs),
+                };
+            }
+            Target::Unknown => {
+                return err(
+                    StatusCode::NOT_FOUND,
+                    "InvalidResourceType",
+                    format!(
+                        "The resource type could not be found in the namespace for api version (operation {op})."
+                    ),
+                );
+            }
+            _ => {}
+        }
+        if q(&qs, "api-version").is_none() {
+            return bad(
+                "MissingApiVersionParameter",
+                "The api-version query parameter (?api-version=) is required for all requests.",
+            );
+        }
+        if let Err(r) = self.authorise(req) {
+            return r;
+        }
+        // The subscription must be ours.
+        let sub =
+            req.uri().path().trim_matches('/').split('/').nth(1).unwrap_or_default().to_string();
+        if !matches!(target, Target::Operation { .. }) && !ids_eq(&sub, &self.subscription_id()) {
+            return err(
+                StatusCode::NOT_FOUND,
+                "SubscriptionNotFound",
+                format!("The subscription '{sub}' could not be found."),
+            );
+        }
+        self.settle();
+        match target {
+            Target::Operation { id, result } => self.operation_status(&id, result),
+            Target::List { kind, rg, parent } => self.list(req, &qs, kind, rg, parent),
+            Target::One { kind, id, instance_view } => {
+                if let Some(rg) = id.split('/').nth(4)
+                    && !ids_eq(rg, &self.resource_group())
+                    && !self.rg_exists(rg)
+                {
+                    return err(
+                        StatusCode::NOT_FOUND,
+                        "ResourceGroupNotFound",
+                        format!("Resource group '{rg}' could not be found."),
+                    );
+                }
+                match *req.method() {
+                    Method::GET => self.get(&qs, kind, &id, instance_view),
+                    Method::PUT | Method::PATCH if kind.writable() && !instance_view => {
+                        self.put(req, kind, &id)
+                    }
+                    Method::DELETE
+                        if kind.writable() && kind != Kind::VmssVm && kind != Kind::Subnet =>
+                    {
+                        self.delete(req, kind, &id)
+                    }
+                    _ => err(
+                        StatusCode::METHOD_NOT_ALLOWED,
+                        "MethodNotAllowed",
+                        format!(
+                            "The method {} is not allowed on {}.",
+                            req.method(),
+                            kind.arm_type()
+                        ),
+                    ),
+                }
+            }
+            _ => err(StatusCode::NOT_FOUND, "NotFound", "Not found."),
+        }
+    }
+
+    fn rg_exists(&self, rg: &str) -> bool {
+        let prefix = format!("{}/", self.rg_id(rg)).to_ascii_lowercase();
+        lock(&self.state).res.keys().any(|k| k.starts_with(&prefix))
+    }
+
+    fn authorise(&self, req: &Request<Bytes>) -> Res<()> {
+        let tok = req
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "));
+        let now = now_secs();
+        let ok = tok.is_some_and(|t| lock(&self.state).tokens.get(t).is_some_and(|exp| *exp > now));
+        if ok {
+            return Ok(());
+        }
+        let (code, msg) = match tok {
+            None => (
+                "AuthenticationFailed",
+                "Authentication failed. The 'Authorization' header is missing.",
+            ),
+            Some(_) => (
+                "ExpiredAuthenticationToken",
+                "The access token expiry UTC time is earlier than current UTC time, or the token is not valid.",
+            ),
+        };
+        let mut r = err(StatusCode::UNAUTHORIZED, code, msg);
+        let chal = format!(
+            "Bearer authorization_uri=\"https://login.microsoftonline.com/{}\", error=\"invalid_token\", error_description=\"{msg}\"",
+            self.tenant_id()
+        );
+        if let Ok(v) = HeaderValue::from_str(&chal) {
+            r.headers_mut().insert(header::WWW_AUTHENTICATE, v);
+        }
+        Err(r)
+    }
+
+    fn issue_token(&self, audience: &str) -> (String, u64) {
+        let life = self.o().token_lifetime.as_secs().max(1);
+        let n = self.tokens_issued.fetch_add(1, Ordering::Relaxed);
+        let exp = now_secs() + life;
+        let header = b64url(br#"{"typ":"JWT","alg":"RS256"}"#);
+        let payload = b64url(
+            json!({ "aud": audience, "iss": format!("https://sts.windows.net/{}/", self.tenant_id()),
+                    "exp": exp, "tid": self.tenant_id(), "n": n, "uti": uuid(&format!("tok{n}{exp}")) })
+                .to_string()
+                .as_bytes(),
+        );
+        let sig = b64url(uuid(&format!("sig{n}{exp}")).as_bytes());
+        let t = format!("{header}.{payload}.{sig}");
+        lock(&self.state).tokens.insert(t.clone(), exp);
+        (t, life)
+    }
+
+    fn aad_token(&self, req: &Request<Bytes>) -> Resp {
+        let form: BTreeMap<String, String> = url::form_urlencoded::parse(req.body())
+            .map(|(k, v)| (k.into_owned(), v.into_owned()))
+            .collect();
+        let tenant = req.uri().path().trim_matches('/').split('/').next().unwrap_or_default();
+        let aad_err = |status: StatusCode, e: &str, d: &str| {
+            reply(
+                status,
+                &json!({ "error": e, "error_description": d, "error_codes": [7000215],
+                "timestamp": "", "trace_id": uuid(d), "correlation_id": uuid(e) }),
+            )
+        };
+        if !ids_eq(tenant, &self.tenant_id()) {
+            return aad_err(
+                StatusCode::BAD_REQUEST,
+                "invalid_request",
+                &format!("AADSTS90002: Tenant '{tenant}' not found."),
+            );
+        }
+        if form.get("grant_type").map(String::as_str) != Some("client_credentials") {
+            return aad_err(
+                StatusCode::BAD_REQUEST,
+                "unsupported_grant_type",
+                "AADSTS70003: The app requested an unsupported grant type.",
+            );
+        }
+        let Some(client) = form.get("client_id") else {
+            return aad_err(
+                StatusCode::BAD_REQUEST,
+                "invalid_request",
+                "AADSTS900144: The request body must contain the following parameter: 'client_id'.",
+            );
+        };
+        let o = self.o();
+        let Some(secret) = o.clients.get(client) else {
+            return aad_err(
+                StatusCode::BAD_REQUEST,
+                "unauthorized_client",
+                &format!(
+                    "AADSTS700016: Application with identifier '{client}' was not found in the directory."
+                ),
+            );
+        };
+        let authenticated = if let Some(s) = form.get("client_secret") {
+            s == secret
+        } else if let Some(a) = form.get("client_assertion") {
+            // A federated token (workload identity) or certificate assertion: any JWT-shaped
+            // assertion of the right type.
+            form.get("client_assertion_type").map(String::as_str)
+                == Some("urn:ietf:params:oauth:client-assertion-type:jwt-bearer")
+                && a.split('.').count() == 3
+        } else {
+            false
+        };
+        if !authenticated {
+            return aad_err(
+                StatusCode::UNAUTHORIZED,
+                "invalid_client",
+                "AADSTS7000215: Invalid client secret provided.",
+            );
+        }
+        let scope = form.get("scope").cloned().unwrap_or_default();
+        let (t, life) = self.issue_token(scope.trim_end_matches("/.default"));
+        reply(
+            StatusCode::OK,
+            &json!({ "token_type": "Bearer", "expires_in": life, "ext_expires_in": life, "access_token": t }),
+        )
+    }
+
+    fn openid(&self, req: &Request<Bytes>) -> Resp {
+        let tenant =
+            req.uri().path().trim_matches('/').split('/').next().unwrap_or_default().to_string();
+        let host =
+            req.headers().get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("localhost");
+        let base = format!("https://{host}/{tenant}");
+        reply(
+            StatusCode::OK,
+            &json!({
+                "token_endpoint": format!("{base}/oauth2/v2.0/token"),
+                "token_endpoint_auth_methods_supported": ["client_secret_post", "private_key_jwt", "client_secret_basic"],
+                "jwks_uri": format!("{base}/discovery/v2.0/keys"),
+                "response_modes_supported": ["query", "fragment", "form_post"],
+                "subject_types_supported": ["pairwise"],
+                "id_token_signing_alg_values_supported": ["RS256"],
+                "response_types_supported": ["code", "id_token", "code id_token", "id_token token"],
+                "scopes_supported": ["openid", "profile", "email", "offline_access"],
+                "issuer": format!("https://login.microsoftonline.com/{}/v2.0", self.tenant_id()),
+                "authorization_endpoint": format!("{base}/oauth2/v2.0/authorize"),
+                "device_authorization_endpoint": format!("{base}/oauth2/v2.0/devicecode"),
+                "end_session_endpoint": format!("{base}/oauth2/v2.0/logout"),
+                "tenant_region_scope": "NA",
+                "cloud_instance_name": "microsoftonline.com",
+            }),
+        )
+    }
+
+    fn imds_vm(&self) -> Option<Stored> {
+        let st = lock(&self.state);
+        st.imds_vm.as_ref().and_then(|k| st.res.get(k)).cloned()
+    }
+
+    fn imds_instance(&self) -> Resp {
+        let Some(vm) = self.imds_vm() else {
+            return reply(StatusCode::NOT_FOUND, &json!({ "error": "Not found" }));
+        };
+        let b = &vm.body;
+        let id = b["id"].as_str().unwrap_or_default();
+        let vmss =
+            if vm.kind == Kind::VmssVm { id.split('/').nth(8).unwrap_or_default() } else { "" };
+        let (v4, v6, mac) = self.addresses_of(&vm);
+        let mut iface = json!({
+            "ipv4": { "ipAddress": v4.iter().map(|(p, public)| json!({ "privateIpAddress": p, "publicIpAddress": public })).collect::<Vec<_>>(),
+                      "subnet": [{ "address": "10.240.0.0", "prefix": "16" }] },
+            "ipv6": { "ipAddress": v6.iter().map(|p| json!({ "privateIpAddress": p })).collect::<Vec<_>>() },
+            "macAddress": mac,
+        });
+        if v6.is_empty() {
+            iface["ipv6"] = json!({ "ipAddress": [] });
+        }
+        reply(
+            StatusCode::OK,
+            &json!({
+                "compute": {
+                    "azEnvironment": "AzurePublicCloud",
+                    "location": self.location(),
+                    "name": b["name"],
+                    "osProfile": { "computerName": computer_name(b), "adminUsername": "azureuser" },
+                    "osType": "Linux",
+                    "platformFaultDomain": vm.fault_domain.to_string(),
+                    "platformUpdateDomain": "0",
+                    "resourceGroupName": id.split('/').nth(4).unwrap_or_default(),
+                    "resourceId": id,
+                    "subscriptionId": self.subscription_id(),
+                    "tags": "",
+                    "vmId": b["properties"]["vmId"],
+                    "vmScaleSetName": vmss,
+                    "vmSize": b["properties"]["hardwareProfile"]["vmSize"].as_str().or_else(|| b["sku"]["name"].as_str()).unwrap_or_default(),
+                    "zone": b["zones"][0].as_str().unwrap_or_default(),
+                },
+                "network": { "interface": [iface] },
+            }),
+        )
+    }
+
+    /// IPv4 (private, public) pairs, IPv6 privates and the MAC of a VM's primary NIC.
+    fn addresses_of(&self, vm: &Stored) -> (Vec<(String, String)>, Vec<String>, String) {
+        let st = lock(&self.state);
+        let (cfgs, mac) = if vm.kind == Kind::VmssVm {
+            (
+                vm.body["properties"]["__privateIPs"].as_array().cloned().unwrap_or_default(),
+                "000D3A000000".to_string(),
+            )
+        } else {
+            let mut nics = Vec::new();
+            collect_refs(&vm.body["properties"]["networkProfile"], "networkInterfaces", &mut nics);
+            let nic = nics.first().and_then(|n| st.res.get(&n.to_ascii_lowercase()));
+            (
+                nic.and_then(|n| n.body["properties"]["ipConfigurations"].as_array().cloned())
+                    .unwrap_or_default(),
+                nic.and_then(|n| n.body["properties"]["macAddress"].as_str())
+                    .unwrap_or_default()
+                    .replace('-', ""),
+            )
+        };
+        let mut v4 = Vec::new();
+        let mut v6 = Vec::new();
+        for c in cfgs {
+            let p = &c["properties"];
+            let ip = p["privateIPAddress"].as_str().unwrap_or_default().to_string();
+            if p["privateIPAddressVersion"].as_str() == Some("IPv6") {
+                v6.push(ip);
+            } else {
+                let public = p["publicIPAddress"]["id"]
+                    .as_str()
+                    .and_then(|id| st.res.get(&id.to_ascii_lowercase()))
+                    .and_then(|r| r.body["properties"]["ipAddress"].as_str())
+                    .unwrap_or_default()
+                    .to_string();
+                v4.push((ip, public));
+            }
+        }
+        (v4, v6, mac)
+    }
+
+    fn imds_lb(&self) -> Resp {
+        // The public frontends of load balancers whose pools hold this VM.
+        let Some(vm) = self.imds_vm() else {
+            return reply(StatusCode::NOT_FOUND, &json!({ "error": "Not found" }));
+        };
+        let (v4, _, _) = self.addresses_of(&vm);
+        let private = v4.first().map(|p| p.0.clone()).unwrap_or_default();
+        let mut pubs = Vec::new();
+        for lb in self.resources(Kind::Lb.arm_type()) {
+            for fe in lb["properties"]["frontendIPConfigurations"].as_array().into_iter().flatten()
+            {
+                if let Some(pip) = fe["properties"]["publicIPAddress"]["id"]
+                    .as_str()
+                    .and_then(|p| self.resource(p))
+                    && let Some(ip) = pip["properties"]["ipAddress"].as_str()
+                {
+                    pubs.push(json!({ "frontendIpAddress": ip, "privateIpAddress": private }));
+                }
+            }
+        }
+        reply(
+            StatusCode::OK,
+            &json!({ "loadbalancer": { "publicIpAddresses": pubs, "inboundRules": [], "outboundRules": [] } }),
+        )
+    }
+
+    fn imds_token(&self, qs: &[(String, String)]) -> Resp {
+        let Some(resource) = q(qs, "resource") else {
+            return reply(
+                StatusCode::BAD_REQUEST,
+                &json!({ "error": "invalid_request", "error_description": "Required query variable 'resource' is missing" }),
+            );
+        };
+        if self.imds_vm().is_none() {
+            return reply(
+                StatusCode::BAD_REQUEST,
+                &json!({ "error": "invalid_request", "error_description": "Identity not found" }),
+            );
+        }
+        let (t, life) = self.issue_token(resource);
+        let client =
+            q(qs, "client_id").map(str::to_string).unwrap_or_else(|| uuid("system-assigned"));
+        reply(
+            StatusCode::OK,
+            &json!({
+                "access_token": t, "client_id": client, "expires_in": life.to_string(),
+                "expires_on": (now_secs() + life).to_string(), "ext_expires_in": life.to_string(),
+                "not_before": now_secs().to_string(), "resource": resource, "token_type": "Bearer",
+            }),
+        )
+    }
+
+    fn operation_status(&self, id: &str, result: bool) -> Resp {
+        let Some(phase) = self.ops.phase(id) else {
+            return err(
+                StatusCode::NOT_FOUND,
+                "OperationNotFound",
+                format!("The operation '{id}' could not be found."),
+            );
+        };
+        if result {
+            return match phase {
+                Phase::Pending => empty(StatusCode::ACCEPTED),
+                Phase::Done => empty(StatusCode::NO_CONTENT),
+                Phase::Failed(m) => err(StatusCode::BAD_REQUEST, "OperationFailed", m),
+            };
+        }
+        reply(StatusCode::OK, &arm_status(&phase))
+    }
+
+    fn list(
+        &self,
+        req: &Request<Bytes>,
+        qs: &[(String, String)],
+        kind: Kind,
+        rg: Option<String>,
+        parent: Option<String>,
+    ) -> Resp {
+        if let Some(rg) = &rg
+            && !ids_eq(rg, &self.resource_group())
+            && !self.rg_exists(rg)
+        {
+            return err(
+                StatusCode::NOT_FOUND,
+                "ResourceGroupNotFound",
+                format!("Resource group '{rg}' could not be found."),
+            );
+        }
+        let expand = q(qs, "$expand").is_some_and(|e| e.eq_ignore_ascii_case("instanceView"));
+        let st = lock(&self.state);
+        if let Some(p) = &parent
+            && !st.res.contains_key(&p.to_ascii_lowercase())
+        {
+            return err(
+                StatusCode::NOT_FOUND,
+                "ResourceNotFound",
+                format!(
+                    "The Resource '{}' under resource group '{}' was not found.",
+                    name_of(p),
+                    rg.clone().unwrap_or_default()
+                ),
+            );
+        }
+        let prefix = match (&parent, &rg) {
+            (Some(p), _) => format!("{}/", p.to_ascii_lowercase()),
+            (None, Some(rg)) => format!("{}/", self.rg_id(rg).to_ascii_lowercase()),
+            (None, None) => {
+                format!("/subscriptions/{}/", self.subscription_id().to_ascii_lowercase())
+            }
+        };
+        let items: Vec<Value> = st
+            .res
+            .iter()
+            .filter(|(k, r)| r.kind == kind && k.starts_with(&prefix))
+            .map(|(_, r)| self.render(&st, r, expand))
+            .collect();
+        drop(st);
+        let size = self.o().page_size.max(1);
+        let skip: usize = q(qs, "$skiptoken").and_then(|s| s.parse().ok()).unwrap_or(0);
+        let page: Vec<Value> = items.iter().skip(skip).take(size).cloned().collect();
+        let mut body = json!({ "value": page });
+        if skip + size < items.len() {
+            let host = req
+                .headers()
+                .get(header::HOST)
+                .and_then(|h| h.to_str().ok())
+                .unwrap_or("localhost");
+            let mut ser = url::form_urlencoded::Serializer::new(String::new());
+            for (k, v) in qs.iter().filter(|(k, _)| k != "$skiptoken") {
+                ser.append_pair(k, v);
+            }
+            ser.append_pair("$skiptoken", &(skip + size).to_string());
+            body["nextLink"] =
+                json!(format!("https://{host}{}?{}", req.uri().path(), ser.finish()));
+        }
+        reply(StatusCode::OK, &body)
+    }
+
+    fn not_found(&self, kind: Kind, id: &str) -> Resp {
+        let rg = id.split('/').nth(4).unwrap_or_default();
+        if kind == Kind::Subnet {
+            return err(StatusCode::NOT_FOUND, "NotFound", format!("Resource {id} not found."));
+        }
+        let ty = kind.arm_type();
+        let ty = if kind == Kind::VmssVm {
+            "Microsoft.Compute/virtualMachineScaleSets/virtualMachines"
+        } else {
+            ty
+        };
+        err(
+            StatusCode::NOT_FOUND,
+            "ResourceNotFound",
+            format!(
+                "The Resource '{ty}/{}' under resource group '{rg}' was not found. For more details please go to https://aka.ms/ARMResourceNotFoundFix",
+                name_of(id)
+            ),
+        )
+    }
+
+    fn get(&self, qs: &[(String, String)], kind: Kind, id: &str, instance_view: bool) -> Resp {
+        let st = lock(&self.state);
+        let Some(r) = st.res.get(&id.to_ascii_lowercase()) else {
+            drop(st);
+            return self.not_found(kind, id);
+        };
+        if instance_view {
+            return reply(StatusCode::OK, &self.instance_view(r));
+        }
+        let expand = q(qs, "$expand").is_some_and(|e| e.eq_ignore_ascii_case("instanceView"));
+        let body = self.render(&st, r, expand);
+        let mut resp = reply(StatusCode::OK, &body);
+        if let Some(e) = body.get("etag").and_then(Value::as_str)
+            && let Ok(v) = HeaderValue::from_str(e)
+        {
+            resp.headers_mut().insert(header::ETAG, v);
+        }
+        resp
+    }
+
+    fn start_op(
+        &self,
+        req: &Request<Bytes>,
+        id: &str,
+        action: Action,
+        kind: Kind,
+    ) -> (String, Vec<(&'static str, String)>) {
+        let op = self.ops.start(id, action);
+        let host = req
+            .headers()
+            .get(header::HOST)
+            .and_then(|h| h.to_str().ok())
+            .unwrap_or("localhost")
+            .to_string();
+        let base = format!(
+            "https://{host}/subscriptions/{}/providers/{}/locations/{}",
+            self.subscription_id(),
+            kind.namespace(),
+            self.location()
+        );
+        let av = query(req)
+            .into_iter()
+            .find(|(k, _)| k == "api-version")
+            .map(|(_, v)| v)
+            .unwrap_or_default();
+        let mut h =
+            vec![("azure-asyncoperation", format!("{base}/operations/{}?api-version={av}", op.id))];
+        if action == Action::Delete {
+            h.push(("location", format!("{base}/operationResults/{}?api-version={av}", op.id)));
+        }
+        h.push(("retry-after", "1".into()));
+        (op.id, h)
+    }
+
+    fn check_precondition(
+        &self,
+        req: &Request<Bytes>,
+        current: Option<&Stored>,
+        id: &str,
+    ) -> Res<()> {
+        let Some(want) = req.headers().get(header::IF_MATCH).and_then(|v| v.to_str().ok()) else {
+            return Ok(());
+        };
+        if want == "*" && current.is_some() {
+            return Ok(());
+        }
+        let have = current.map(|c| etag_str(c.etag, c.body["id"].as_str().unwrap_or(id)));
+        let strip = |s: &str| s.trim_start_matches("W/").trim_matches('"').to_string();
+        if have.is_some_and(|h| strip(&h) == strip(want)) {
+            return Ok(());
+        }
+        Err(err(
+            StatusCode::PRECONDITION_FAILED,
+            "PreconditionFailed",
+            format!(
+                "Operation failed because the etag '{want}' given in the If-Match header does not match the resource's current etag."
+            ),
+        ))
+    }
+
+    fn put(&self, req: &Request<Bytes>, kind: Kind, id: &str) -> Resp {
+        let mut body: Value = match serde_json::from_slice(req.body()) {
+            Ok(v @ Value::Object(_)) => v,
+            Ok(_) | Err(_) => {
+                return bad(
+                    "InvalidRequestContent",
+                    "The request content was invalid and could not be deserialized.",
+                );
+            }
+        };
+        let key = id.to_ascii_lowercase();
+        let mut st = lock(&self.state);
+        let current = st.res.get(&key).cloned();
+        if let Err(r) = self.check_precondition(req, current.as_ref(), id) {
+            return r;
+        }
+        if current.as_ref().is_some_and(|c| c.op.is_some()) {
+            return err(
+                StatusCode::CONFLICT,
+                "AnotherOperationInProgress",
+                format!(
+                    "Another operation on this or dependent resource is in progress. To retry later, please use the Retry-After header. Resource: {id}"
+                ),
+            );
+        }
+        if req.method() == Method::PATCH {
+            let Some(c) = &current else { return self_not_found(self, kind, id) };
+            let mut merged = c.body.clone();
+            merge(&mut merged, &body);
+            body = merged;
+        }
+        if matches!(kind, Kind::VmssVm) && current.is_none() {
+            drop(st);
+            return self.not_found(kind, id);
+        }
+        // Canonical identity fields; read-only ones dropped.
+        let canonical_id = current
+            .as_ref()
+            .and_then(|c| c.body["id"].as_str().map(str::to_string))
+            .unwrap_or_else(|| id.to_string());
+        body["id"] = json!(canonical_id);
+        body["name"] = json!(name_of(&canonical_id));
+        body["type"] = json!(kind.arm_type());
+        if let Some(m) = body.as_object_mut() {
+            m.remove("etag");
+        }
+        if kind != Kind::Subnet && body.get("location").is_none() {
+            if let Some(c) = &current {
+                body["location"] = c.body["location"].clone();
+            } else {
+                return bad(
+                    "LocationRequired",
+                    "The location property is required for this definition.",
+                );
+            }
+        }
+        if let Err(r) = self.validate(&mut st, kind, &canonical_id, &mut body, current.as_ref()) {
+            return r;
+        }
+        drop(st);
+        let (op, headers) = self.start_op(req, &canonical_id, Action::Update, kind);
+        props_mut(&mut body).insert("provisioningState".into(), json!("Updating"));
+        let mut st = lock(&self.state);
+        let (etag, power, fd) = current
+            .as_ref()
+            .map(|c| (c.etag + 1, c.power, c.fault_domain))
+            .unwrap_or((1, PowerState::Running, 0));
+        // Emulator-only fields survive a client's PUT.
+        if let Some(c) = &current
+            && let Some(p) = c.body["properties"].get("__privateIPs")
+        {
+            props_mut(&mut body).insert("__privateIPs".into(), p.clone());
+        }
+        let s =
+            Stored { kind, body, etag, op: Some((op, Action::Update)), power, fault_domain: fd };
+        let out = self.render(&st, &s, false);
+        st.res.insert(key, s);
+        drop(st);
+        let mut resp =
+            reply(if current.is_some() { StatusCode::OK } else { StatusCode::CREATED }, &out);
+        for (k, v) in headers {
+            if let Ok(v) = HeaderValue::from_str(&v) {
+                resp.headers_mut().insert(k, v);
+            }
+        }
+        resp
+    }
+
+    fn delete(&self, req: &Request<Bytes>, kind: Kind, id: &str) -> Resp {
+        let key = id.to_ascii_lowercase();
+        let st = lock(&self.state);
+        let Some(cur) = st.res.get(&key).cloned() else {
+            return empty(StatusCode::NO_CONTENT);
+        };
+        if let Err(r) = self.check_precondition(req, Some(&cur), id) {
+            return r;
+        }
+        if cur.op.is_some() {
+            return err(
+                StatusCode::CONFLICT,
+                "AnotherOperationInProgress",
+                format!(
+                    "Another operation on this or dependent resource is in progress. Resource: {id}"
+                ),
+            );
+        }
+        match kind {
+            Kind::Pip => {
+                for other in st.res.values() {
+                    let k = match other.kind {
+                        Kind::Lb => "frontendIPConfigurations",
+                        Kind::Nic => "ipConfigurations",
+                        _ => continue,
+                    };
+                    for c in other.body["properties"][k].as_array().into_iter().flatten() {
+                        if c["properties"]["publicIPAddress"]["id"]
+                            .as_str()
+                            .is_some_and(|p| ids_eq(p, id))
+                        {
+                            return bad(
+                                "PublicIPAddressInUse",
+                                format!(
+                                    "Public IP address {id} can not be deleted since it is still allocated to resource {}.",
+                                    c["id"].as_str().unwrap_or_default()
+                                ),
+                            );
+                        }
+                    }
+                }
+            }
+            Kind::Lb => {
+                for pool in child_names(&cur.body, "backendAddressPools") {
+                    let pid = format!(
+                        "{}/backendAddressPools/{pool}",
+                        cur.body["id"].as_str().unwrap_or(id)
+                    );
+                    if let Some(user) = pool_user(&st, &pid) {
+                        return bad(
+                            "InUseBackendAddressPoolCannotBeDeleted",
+                            format!(
+                                "Backend address pool {pid} is in use by {user} and cannot be deleted."
+                            ),
+                        );
+                    }
+                }
+            }
+            Kind::Nic => {
+                if let Some(vm) = cur.body["properties"]["virtualMachine"]["id"].as_str()
+                    && st.res.contains_key(&vm.to_ascii_lowercase())
+                {
+                    return bad(
+                        "NicInUse",
+                        format!("Network Interface {id} is used by existing resource {vm}."),
+                    );
+                }
+            }
+            _ => {}
+        }
+        drop(st);
+        let (op, headers) = self.start_op(req, id, Action::Delete, kind);
+        let mut st = lock(&self.state);
+        if let Some(r) = st.res.get_mut(&key) {
+            r.op = Some((op, Action::Delete));
+            props_mut(&mut r.body).insert("provisioningState".into(), json!("Deleting"));
+        }
+        drop(st);
+        let mut resp = empty(StatusCode::ACCEPTED);
+        for (k, v) in headers {
+            if let Ok(v) = HeaderValue::from_str(&v) {
+                resp.headers_mut().insert(k, v);
+            }
+        }
+        resp
+    }
+
+    /// Checks a PUT body as ARM does and fills in ids and allocated addresses.
+    fn validate(
+        &self,
+        st: &mut State,
+        kind: Kind,
+        id: &str,
+        body: &mut Value,
+        current: Option<&Stored>,
+    ) -> Res<()> {
+        let invalid_ref = |what: &str, r: &str| {
+            bad(
+                "InvalidResourceReference",
+                format!(
+                    "Resource {r} referenced by resource {id} was not found. Please make sure that the referenced resource exists, and that both resources are in the same region. ({what})"
+                ),
+            )
+        };
+        match kind {
+            Kind::Lb => {
+                for key in [
+                    "frontendIPConfigurations",
+                    "backendAddressPools",
+                    "probes",
+                    "loadBalancingRules",
+                    "inboundNatRules",
+                    "outboundRules",
+                ] {
+                    let mut seen = std::collections::BTreeSet::new();
+                    for c in children_mut(body, key) {
+                        let Some(n) = c.get("name").and_then(Value::as_str).map(str::to_string)
+                        else {
+                            return Err(bad(
+                                "InvalidRequestFormat",
+                                format!("{key} entry of {id} has no name."),
+                            ));
+                        };
+                        if !seen.insert(n.to_ascii_lowercase()) {
+                            return Err(bad(
+                                "DuplicateResourceName",
+                                format!("{id} has two {key} named {n}."),
+                            ));
+                        }
+                        c["id"] = json!(format!("{id}/{key}/{n}"));
+                        if let Some(p) = c.get_mut("properties").and_then(Value::as_object_mut) {
+                            p.insert("provisioningState".into(), json!("Succeeded"));
+                            // Read-only back-references are computed by ARM.
+                            let ro: &[&str] = match key {
+                                "frontendIPConfigurations" => &[
+                                    "loadBalancingRules",
+                                    "inboundNatRules",
+                                    "outboundRules",
+                                    "inboundNatPools",
+                                ],
+                                "backendAddressPools" => &[
+                                    "backendIPConfigurations",
+                                    "loadBalancingRules",
+                                    "outboundRule",
+                                    "outboundRules",
+                                    "inboundNatRules",
+                                ],
+                                "probes" => &["loadBalancingRules"],
+                                _ => &[],
+                            };
+                            for k in ro {
+                                p.remove(*k);
+                            }
+                        }
+                    }
+                }
+                let names = |k: &str| -> Vec<String> {
+                    child_names(body, k)
+                        .iter()
+                        .map(|n| format!("{id}/{k}/{n}").to_ascii_lowercase())
+                        .collect()
+                };
+                let (fes, pools, probes) = (
+                    names("frontendIPConfigurations"),
+                    names("backendAddressPools"),
+                    names("probes"),
+                );
+                for fe in children_mut(body, "frontendIPConfigurations") {
+                    let p = &mut fe["properties"];
+                    if let Some(pip) = p["publicIPAddress"]["id"].as_str() {
+                        if st.res.get(&pip.to_ascii_lowercase()).is_none_or(|r| r.kind != Kind::Pip)
+                        {
+                            return Err(invalid_ref("publicIPAddress", pip));
+                        }
+                    } else if let Some(sn) = p["subnet"]["id"].as_str().map(str::to_string) {
+                        if st
+                            .res
+                            .get(&sn.to_ascii_lowercase())
+                            .is_none_or(|r| r.kind != Kind::Subnet)
+                        {
+                            return Err(invalid_ref("subnet", &sn));
+                        }
+                        if p["privateIPAddress"].as_str().is_none_or(str::is_empty) {
+                            let n = st.next_private.entry(sn.to_ascii_lowercase()).or_insert(4);
+                            *n += 1;
+                            let prefix = st
+                                .res
+                                .get(&sn.to_ascii_lowercase())
+                                .and_then(|r| r.body["properties"]["addressPrefix"].as_str())
+                                .unwrap_or("10.240.0.0/16")
+                                .to_string();
+                            let octs: Vec<&str> = prefix.split(['.', '/']).collect();
+                            let addr = format!(
+                                "{}.{}.{}.{}",
+                                octs.first().unwrap_or(&"10"),
+                                octs.get(1).unwrap_or(&"240"),
+                                200 + (*n >> 8).min(50),
+                                *n & 255
+                            );
+                            p["privateIPAddress"] = json!(addr);
+                            if p["privateIPAllocationMethod"].is_null() {
+                                p["privateIPAllocationMethod"] = json!("Dynamic");
+                            }
+                        }
+                    } else {
+                        return Err(bad(
+                            "InvalidRequestFormat",
+                            format!(
+                                "Frontend IP configuration {} of {id} needs a publicIPAddress or a subnet.",
+                                fe["name"]
+                            ),
+                        ));
+                    }
+                }
+                for rule in children_mut(body, "loadBalancingRules") {
+                    let p = &rule["properties"];
+                    let fe = p["frontendIPConfiguration"]["id"].as_str().unwrap_or_default();
+                    if !fes.contains(&fe.to_ascii_lowercase()) {
+                        return Err(invalid_ref("frontendIPConfiguration", fe));
+                    }
+                    let mut rp = Vec::new();
+                    collect_refs(p, "backendAddressPool", &mut rp);
+                    collect_refs(p, "backendAddressPools", &mut rp);
+                    for pl in rp {
+                        if !pools.contains(&pl.to_ascii_lowercase()) {
+                            return Err(invalid_ref("backendAddressPool", &pl));
+                        }
+                    }
+                    if let Some(pr) = p["probe"]["id"].as_str()
+                        && !probes.contains(&pr.to_ascii_lowercase())
+                    {
+                        return Err(invalid_ref("probe", pr));
+                    }
+                    for f in ["protocol", "frontendPort", "backendPort"] {
+                        if p[f].is_null() {
+                            return Err(bad(
+                                "InvalidRequestFormat",
+                                format!("Load balancing rule {} of {id} has no {f}.", rule["name"]),
+                            ));
+                        }
+                    }
+                }
+                for pr in children_mut(body, "probes") {
+                    let p = &pr["properties"];
+                    if p["protocol"].is_null() || p["port"].is_null() {
+                        return Err(bad(
+                            "InvalidRequestFormat",
+                            format!("Probe {} of {id} needs protocol and port.", pr["name"]),
+                        ));
+                    }
+                    if p["protocol"].as_str().is_some_and(|x| !x.eq_ignore_ascii_case("tcp"))
+                        && p["requestPath"].as_str().is_none_or(str::is_empty)
+                    {
+                        return Err(bad(
+                            "InvalidRequestFormat",
+                            format!(
+                                "Probe {} of {id} with protocol {} needs a requestPath.",
+                                pr["name"], p["protocol"]
+                            ),
+                        ));
+                    }
+                }
+                // A pool removed while still in use.
+                if let Some(c) = current {
+                    for pool in child_names(&c.body, "backendAddressPools") {
+                        let pid = format!("{id}/backendAddressPools/{pool}");
+                        if !pools.contains(&pid.to_ascii_lowercase())
+                            && let Some(user) = pool_user(st, &pid)
+                        {
+                            return Err(bad(
+                                "InUseBackendAddressPoolCannotBeDeleted",
+                                format!(
+                                    "Backend address pool {pid} is in use by {user} and cannot be deleted."
+                                ),
+                            ));
+                        }
+                    }
+                }
+            }
+            Kind::Pip => {
+                let p = props_mut(body);
+                if !p.contains_key("publicIPAllocationMethod") {
+                    p.insert("publicIPAllocationMethod".into(), json!("Static"));
+                }
+                let version = p
+                    .get("publicIPAddressVersion")
+                    .and_then(Value::as_str)
+                    .unwrap_or("IPv4")
+                    .to_string();
+                if !p.contains_key("publicIPAddressVersion") {
+                    p.insert("publicIPAddressVersion".into(), json!("IPv4"));
+                }
+                let existing = current
+                    .and_then(|c| c.body["properties"]["ipAddress"].as_str().map(str::to_string));
+                match existing {
+                    Some(ip) => {
+                        p.insert("ipAddress".into(), json!(ip));
+                    }
+                    None if p
+                        .get("ipAddress")
+                        .and_then(Value::as_str)
+                        .is_none_or(str::is_empty) =>
+                    {
+                        st.next_pip += 1;
+                        let n = st.next_pip;
+                        let ip = if version.eq_ignore_ascii_case("IPv6") {
+                            format!("2603:1030:{:x}::{:x}", n >> 16, n & 0xffff)
+                        } else {
+                            ipv4(n)
+                        };
+                        p.insert("ipAddress".into(), json!(ip));
+                    }
+                    None => {}
+                }
+                p.remove("ipConfiguration");
+                if body.get("sku").is_none() {
+                    body["sku"] = json!({ "name": "Standard", "tier": "Regional" });
+                }
+            }
+            Kind::Nsg => {
+                let mut seen: BTreeMap<(String, i64), String> = BTreeMap::new();
+                for r in children_mut(body, "securityRules") {
+                    let n = r["name"].as_str().unwrap_or_default().to_string();
+                    r["id"] = json!(format!("{id}/securityRules/{n}"));
+                    let p = &mut r["properties"];
+                    let prio = p["priority"].as_i64().unwrap_or(-1);
+                    if !(100..=4096).contains(&prio) {
+                        return Err(bad(
+                            "SecurityRuleInvalidPriority",
+                            format!(
+                                "Security rule {n} has invalid Priority. Value provided: {prio} Allowed range 100-4096."
+                            ),
+                        ));
+                    }
+                    let dir = p["direction"].as_str().unwrap_or("Inbound").to_string();
+                    if let Some(other) = seen.insert((dir.clone(), prio), n.clone()) {
+                        return Err(bad(
+                            "SecurityRuleConflict",
+                            format!(
+                                "Security rule {n} conflicts with rule {other}. Rules cannot have the same Priority and Direction."
+                            ),
+                        ));
+                    }
+                    if p["access"].is_null() || p["protocol"].is_null() {
+                        return Err(bad(
+                            "SecurityRuleParameterContainsUnsupportedValue",
+                            format!("Security rule {n} needs access and protocol."),
+                        ));
+                    }
+                    p["provisioningState"] = json!("Succeeded");
+                }
+                if let Some(c) = current {
+                    props_mut(body).insert(
+                        "defaultSecurityRules".into(),
+                        c.body["properties"]["defaultSecurityRules"].clone(),
+                    );
+                }
+            }
+            Kind::RouteTable => {
+                for r in children_mut(body, "routes") {
+                    let n = r["name"].as_str().unwrap_or_default().to_string();
+                    r["id"] = json!(format!("{id}/routes/{n}"));
+                    let p = &mut r["properties"];
+                    if p["addressPrefix"].as_str().is_none_or(str::is_empty) {
+                        return Err(bad(
+                            "InvalidRequestFormat",
+                            format!("Route {n} has no addressPrefix."),
+                        ));
+                    }
+                    if p["nextHopType"].as_str() == Some("VirtualAppliance")
+                        && p["nextHopIpAddress"].as_str().is_none_or(str::is_empty)
+                    {
+                        return Err(bad(
+                            "NextHopIpAddressRequiredForVirtualAppliance",
+                            format!(
+                                "Route {n} with next hop type VirtualAppliance must have a next hop IP address."
+                            ),
+                        ));
+                    }
+                    p["provisioningState"] = json!("Succeeded");
+                }
+            }
+            Kind::Nic => {
+                for c in children_mut(body, "ipConfigurations") {
+                    let n = c["name"].as_str().unwrap_or_default().to_string();
+                    c["id"] = json!(format!("{id}/ipConfigurations/{n}"));
+                    let mut refs = Vec::new();
+                    collect_refs(&c["properties"], "loadBalancerBackendAddressPools", &mut refs);
+                    for r in refs {
+                        if !pool_exists(st, &r) {
+                            return Err(invalid_ref("loadBalancerBackendAddressPools", &r));
+                        }
+                    }
+                }
+                if let Some(c) = current {
+                    // A NIC keeps its VM and MAC (read-only).
+                    for ro in ["virtualMachine", "macAddress"] {
+                        if let Some(v) = c.body["properties"].get(ro) {
+                            props_mut(body).insert(ro.into(), v.clone());
+                        }
+                    }
+                }
+            }
+            Kind::VmssVm | Kind::Vmss => {
+                let mut refs = Vec::new();
+                collect_refs(&body["properties"], "loadBalancerBackendAddressPools", &mut refs);
+                for r in refs {
+                    if !pool_exists(st, &r) {
+                        return Err(invalid_ref("loadBalancerBackendAddressPools", &r));
+                    }
+                }
+                if let Some(c) = current {
+                    for ro in ["vmId", "osProfile", "instanceView"] {
+                        if let Some(v) = c.body["properties"].get(ro) {
+                            props_mut(body).insert(ro.into(), v.clone());
+                        }
+                    }
+                    for ro in ["instanceId", "sku", "zones"] {
+                        if let Some(v) = c.body.get(ro) {
+                            body[ro] = v.clone();
+                        }
+                    }
+                }
+            }
+            Kind::Subnet => {}
+            Kind::Vm | Kind::Vnet => {}
+        }
+        Ok(())
+    }
+
+    fn state_json(&self) -> Value {
+        self.settle();
+        let st = lock(&self.state);
+        let res: Vec<Value> = st.res.values().map(|r| self.render(&st, r, true)).collect();
+        json!({ "resources": res, "operations": self.ops.state(), "tokens_issued": self.tokens_issued() })
+    }
+}
+
+fn self_not_found(c: &AzureCloud, kind: Kind, id: &str) -> Resp {
+    c.not_found(kind, id)
+}
+
+fn stored(kind: Kind, body: Value) -> Stored {
+    Stored { kind, body, etag: 1, op: None, power: PowerState::Running, fault_domain: 0 }
+}
+
+fn computer_name(b: &Value) -> Option<&str> {
+    b["properties"]["osProfile"]["computerName"].as_str()
+}
+
+fn pool_exists(st: &State, pool_id: &str) -> bool {
+    let lower = pool_id.to_ascii_lowercase();
+    let Some((lb, _)) = lower.split_once("/backendaddresspools/") else { return false };
+    st.res.get(lb).is_some_and(|r| {
+        r.kind == Kind::Lb
+            && child_names(&r.body, "backendAddressPools").iter().any(|n| {
+                lower.ends_with(&format!("/backendaddresspools/{}", n.to_ascii_lowercase()))
+            })
+    })
+}
+
+/// Who (a NIC or a scale-set VM) references the backend pool `pool_id`.
+fn pool_user(st: &State, pool_id: &str) -> Option<String> {
+    st.res.values().find_map(|r| {
+        if !matches!(r.kind, Kind::Nic | Kind::VmssVm | Kind::Vmss) {
+            return None;
+        }
+        let mut refs = Vec::new();
+        collect_refs(&r.body["properties"], "loadBalancerBackendAddressPools", &mut refs);
+        refs.iter()
+            .any(|x| ids_eq(x, pool_id))
+            .then(|| r.body["id"].as_str().unwrap_or_default().to_string())
+    })
+}
+
+fn merge(target: &mut Value, patch: &Value) {
+    match (target, patch) {
+        (Value::Object(t), Value::Object(p)) => {
+            for (k, v) in p {
+                match t.get_mut(k) {
+                    Some(tv) if v.is_object() => merge(tv, v),
+                    _ => {
+                        t.insert(k.clone(), v.clone());
+                    }
+                }
+            }
+        }
+        (t, p) => *t = p.clone(),
+    }
+}
+
+impl Cloud for AzureCloud {
+    fn name(&self) -> String {
+        "azure".into()
+    }
+
+    fn operation(&self, head: &http::request::Parts, _body: &Bytes) -> String {
+        operation_name(&head.method, &parse_target(&head.method, head.uri.path()))
+    }
+
+    fn error(&self, head: &http::request::Parts, _op: &str, kind: ErrorKind) -> ErrorReply {
+        let (status, code, message) = match kind {
+            ErrorKind::Throttle => (429, "TooManyRequests", "The request is being throttled."),
+            ErrorKind::Unavailable => {
+                (503, "ServiceUnavailable", "The service is temporarily unavailable.")
+            }
+            ErrorKind::Status(s) => (
+                s,
+                match s {
+                    400 => "BadRequest",
+                    401 => "AuthenticationFailed",
+                    403 => "AuthorizationFailed",
+                    404 => "ResourceNotFound",
+                    409 => "Conflict",
+                    412 => "PreconditionFailed",
+                    429 => "TooManyRequests",
+                    502 => "BadGateway",
+                    503 => "ServiceUnavailable",
+                    504 => "GatewayTimeout",
+                    _ => "InternalServerError",
+                },
+                "Injected fault.",
+            ),
+        };
+        let path = head.uri.path();
+        let body = if path.contains("/oauth2/") {
+            json!({ "error": if status == 429 { "temporarily_unavailable" } else { "invalid_request" }, "error_description": message })
+        } else {
+            error_body(code, message)
+        };
+        ErrorReply { status, content_type: "application/json", body: body.to_string() }
+    }
+
+    fn serve(&self, op: String, req: Request<Bytes>) -> ServeFuture {
+        let target = parse_target(req.method(), req.uri().path());
+        let resp = self.handle(&op, target, &req);
+        Box::pin(async move { Ok(resp) })
+    }
+
+    fn reset(&self) {
+        self.ops.reset();
+        self.load();
+    }
+
+    fn state(&self) -> Value {
+        self.state_json()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn targets_and_operation_names() {
+        let sub = "/subscriptions/s/resourceGroups/rg/providers";
+        let cases = [
+            (
+                Method::GET,
+                format!("{sub}/Microsoft.Compute/virtualMachines"),
+                "compute.virtual_machines.list",
+            ),
+            (
+                Method::GET,
+                "/subscriptions/s/providers/Microsoft.Compute/virtualMachines".into(),
+                "compute.virtual_machines.list_all",
+            ),
+            (
+                Method::GET,
+                format!("{sub}/Microsoft.Compute/virtualMachines/vm/instanceView"),
+                "compute.virtual_machines.instance_view",
+            ),
+            (
+                Method::GET,
+                format!("{sub}/Microsoft.Compute/virtualMachineScaleSets/ss/virtualMachines"),
+                "compute.virtual_machine_scale_set_vms.list",
+            ),
+            (
+                Method::PUT,
+                format!("{sub}/Microsoft.Compute/virtualMachineScaleSets/ss/virtualMachines/3"),
+                "compute.virtual_machine_scale_set_vms.update",
+            ),
+            (
+                Method::PUT,
+                format!("{sub}/Microsoft.Network/loadBalancers/k"),
+                "network.load_balancers.create_or_update",
+            ),
+            (
+                Method::DELETE,
+                format!("{sub}/Microsoft.Network/publicIPAddresses/p"),
+                "network.public_ip_addresses.delete",
+            ),
+            (
+                Method::GET,
+                format!("{sub}/Microsoft.Network/virtualNetworks/v/subnets/s"),
+                "network.subnets.get",
+            ),
+            (Method::POST, "/t/oauth2/v2.0/token".into(), "aad.token"),
+            (Method::GET, "/metadata/instance/compute".into(), "imds.instance"),
+            (
+                Method::GET,
+                "/subscriptions/s/providers/Microsoft.Network/locations/eastus/operations/op-1"
+                    .into(),
+                "arm.operations.get",
+            ),
+            (Method::GET, "/nothing".into(), "arm.unknown"),
+        ];
+        for (m, p, want) in cases {
+            assert_eq!(operation_name(&m, &parse_target(&m, &p)), want, "{m} {p}");
+        }
+    }
+
+    #[test]
+    fn world_maps_to_vms_scale_sets_nics_and_ips() {
+        let w = World::parse(
+            "region: westeurope\ninstances:\n- {name: a, zone: '1', private_ips: [10.240.0.5], public_ips: [20.1.2.3]}\n- {name: b, zone: x, tags: {azure.fault-domain: '2'}}\n- {name: ss-0, zone: '2', tags: {azure.vmss: pool}}\n",
+        )
+        .unwrap();
+        let c = AzureCloud::new(w, AzureOptions::default());
+        let a = c.resource(&c.id("Microsoft.Compute/virtualMachines", "a")).unwrap();
+        assert_eq!(a["zones"], json!(["1"]));
+        assert_eq!(a["location"], "westeurope");
+        let nic = c.resource(&c.id("Microsoft.Network/networkInterfaces", "a-nic")).unwrap();
+        assert_eq!(
+            nic["properties"]["ipConfigurations"][0]["properties"]["privateIPAddress"],
+            "10.240.0.5"
+        );
+        let pip = c.resource(&c.id("Microsoft.Network/publicIPAddresses", "a-pip")).unwrap();
+        assert_eq!(pip["properties"]["ipAddress"], "20.1.2.3");
+        assert!(
+            pip["properties"]["ipConfiguration"]["id"]
+                .as_str()
+                .unwrap()
+                .ends_with("a-nic/ipConfigurations/ipconfig1")
+        );
+        let ss = c.instance_resource_id("ss-0").unwrap();
+        assert!(ss.ends_with("/virtualMachineScaleSets/pool/virtualMachines/0"), "{ss}");
+        let st = lock(&c.state);
+        let b = st
+            .res
+            .get(&c.id("Microsoft.Compute/virtualMachines", "b").to_ascii_lowercase())
+            .unwrap();
+        assert_eq!(c.instance_view(b)["platformFaultDomain"], 2);
+    }
+}

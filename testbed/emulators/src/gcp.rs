@@ -1,0 +1,2073 @@
+//! GCP emulator: the Compute Engine v1 REST subset the GCP provider calls and the metadata
+//! server, with Compute's paths, `Operation`s, paging, filters, fingerprints and Google error
+//! bodies, so `google.golang.org/api/compute/v1` and `cloud.google.com/go/compute/metadata`
+//! parse every reply (`ci/fidelity/run gcp` checks that). Shapes follow the discovery
+//! document `compute/v1/compute-api.json` of `google.golang.org/api` v0.311.0.
+//!
+//! | call | operation (faults and counters key on it) |
+//! |---|---|
+//! | `GET /computeMetadata/v1/…` (`Metadata-Flavor: Google`) | `metadata.get` |
+//! | `POST /token` (gce.conf `token-url`, body ignored) | `token.alt` |
+//! | `GET …/projects/{p}/zones[/{z}]`, `…/regions[/{r}]` | `compute.zones.{list,get}`, `compute.regions.{list,get}` |
+//! | `GET …/aggregated/{coll}` | `compute.{coll}.aggregatedList` |
+//! | `{GET,POST} …/{global,zones/z,regions/r}/{coll}` | `compute.{coll}.{list,insert}` |
+//! | `{GET,DELETE,PATCH,PUT} …/{coll}/{name}` | `compute.{coll}.{get,delete,patch,update}` |
+//! | `POST …/{coll}/{name}/{action}` | `compute.{coll}.{action}` (`addInstance`, `removeInstance`, `addInstances`, `removeInstances`, `listInstances`, `getHealth`, `setTarget`, `setLabels`) |
+//! | `GET …/operations/{op}`, `POST …/operations/{op}/wait` | `compute.{zone,region,global}Operations.{get,wait}` |
+//!
+//! `{coll}` is the URL collection; regional `healthChecks`/`backendServices` are named
+//! `regionHealthChecks`/`regionBackendServices`, global `addresses`/`forwardingRules`
+//! `globalAddresses`/`globalForwardingRules` (the Go client's service names).
+//!
+//! Rules enforced as Compute does: every Compute call needs a bearer token this emulator
+//! issued (metadata server or token URL; 401 `authError`); an insert of an existing name is a
+//! 409 `alreadyExists`; an unknown resource is a 404 `notFound`; a `PATCH`/`PUT` or
+//! `setLabels` with a stale `fingerprint`/`labelFingerprint` is a 412 `conditionNotMet`;
+//! deleting a resource another one references (an address, target pool, health check,
+//! instance group or backend service in use) is a 400 `resourceInUseByAnotherResource`; a
+//! forwarding rule's `target`/`backendService`, a target pool's instances and health checks,
+//! a backend service's groups and health checks must exist (404 `notFound`). Mutations are
+//! applied at once and answer with an `Operation` that is `PENDING`, then `RUNNING`, then
+//! `DONE` after [`GcpOptions::pending`]. Lists page with `maxResults` (at most
+//! [`GcpOptions::max_results`]) and `pageToken`; `filter` takes `field eq|ne regex`,
+//! `field = value` and `field != value` terms (ANDed, optionally parenthesised).
+//! Errors: `{"error":{"code","message","errors":[{"message","domain","reason"}]}}`.
+//!
+//! World mapping: instances are Compute instances in their zone (region = the zone without its
+//! last `-x`); `type` is the machine type (`e2-standard-2` by default); the primary private
+//! IPv4 is `networkIP`, an IPv6 private address `ipv6Address`, public IPs one-to-one NAT
+//! access configs; tag `gce.tags` (comma-separated) gives the network tags (default
+//! `k8s-node`), `gce.alias` an alias IP range (`10.64.1.0/24`); other tags are labels. Power:
+//! running `RUNNING`, stopped `TERMINATED`, terminated `STOPPING`. `networks` are global
+//! networks (`default` when none), `subnets` regional subnetworks. The metadata server speaks
+//! for [`GcpOptions::metadata_instance`] (default: the world's first instance).
+
+// Handlers return the Compute error reply itself as their error.
+#![allow(clippy::result_large_err)]
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use http::{HeaderValue, Method, Request, Response, StatusCode, header};
+use serde_json::{Map, Value, json};
+
+use crate::asyncop::{Action, AsyncOps, Operation, gce_operation};
+use crate::server::{Body, Cloud, ErrorKind, ErrorReply, ServeFuture, full};
+use crate::world::{Instance, PowerState, World};
+
+/// Where Compute's self-links point (as Compute answers whatever endpoint was called).
+pub const LINK_PREFIX: &str = "https://www.googleapis.com/compute/v1/";
+
+/// How the emulator is set up beyond its world.
+#[derive(Debug, Clone)]
+pub struct GcpOptions {
+    /// The project id.
+    pub project: String,
+    /// The numeric project id.
+    pub project_number: u64,
+    /// How long operations stay `PENDING`/`RUNNING`.
+    pub pending: Duration,
+    /// The largest page (`maxResults` above it is capped; Compute's is 500).
+    pub max_results: usize,
+    /// The instance the metadata server speaks for (default: the world's first).
+    pub metadata_instance: Option<String>,
+    /// The service account's scopes the metadata server reports.
+    pub scopes: Vec<String>,
+    /// The service account's email.
+    pub service_account: String,
+    /// How long issued tokens live.
+    pub token_lifetime: Duration,
+}
+
+impl Default for GcpOptions {
+    fn default() -> Self {
+        GcpOptions {
+            project: "emulated-project".into(),
+            project_number: 123_456_789_012,
+            pending: Duration::from_millis(300),
+            max_results: 500,
+            metadata_instance: None,
+            scopes: vec![
+                "https://www.googleapis.com/auth/cloud-platform".into(),
+                "https://www.googleapis.com/auth/devstorage.read_only".into(),
+            ],
+            service_account: "default-sa@emulated-project.iam.gserviceaccount.com".into(),
+            token_lifetime: Duration::from_secs(3600),
+        }
+    }
+}
+
+type Resp = Response<Body>;
+type Res<T> = Result<T, Resp>;
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn fnv(s: &str) -> u64 {
+    s.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3))
+}
+
+fn rfc3339_now() -> String {
+    let secs = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+    let days = secs / 86_400;
+    let rem = secs % 86_400;
+    // Civil date from days since the epoch (Howard Hinnant's algorithm).
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.000-00:00",
+        rem / 3600,
+        (rem / 60) % 60,
+        rem % 60
+    )
+}
+
+/// Google's JSON error body.
+pub fn error_body(code: u16, reason: &str, message: &str) -> Value {
+    json!({ "error": {
+        "code": code,
+        "message": message,
+        "errors": [{ "message": message, "domain": "global", "reason": reason }],
+    }})
+}
+
+fn reply(status: StatusCode, v: &Value) -> Resp {
+    let mut r = Response::new(full(v.to_string()));
+    *r.status_mut() = status;
+    r.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json; charset=UTF-8"));
+    r
+}
+
+fn err(code: u16, reason: &str, message: impl AsRef<str>) -> Resp {
+    let status = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    reply(status, &error_body(code, reason, message.as_ref()))
+}
+
+fn not_found(path: &str) -> Resp {
+    err(404, "notFound", format!("The resource '{path}' was not found"))
+}
+
+fn bad(reason: &str, message: impl AsRef<str>) -> Resp {
+    err(400, reason, message)
+}
+
+fn text(status: StatusCode, body: impl Into<String>) -> Resp {
+    let mut r = Response::new(full(body.into()));
+    *r.status_mut() = status;
+    r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/text"));
+    r.headers_mut().insert("Metadata-Flavor", HeaderValue::from_static("Google"));
+    r
+}
+
+fn query(req: &Request<Bytes>) -> Vec<(String, String)> {
+    url::form_urlencoded::parse(req.uri().query().unwrap_or_default().as_bytes())
+        .map(|(k, v)| (k.into_owned(), v.into_owned()))
+        .collect()
+}
+
+fn q<'a>(qs: &'a [(String, String)], key: &str) -> Option<&'a str> {
+    qs.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
+}
+
+/// The region of a zone (`us-central1-a` → `us-central1`).
+pub fn region_of(zone: &str) -> String {
+    match zone.rsplit_once('-') {
+        Some((r, _)) => r.to_string(),
+        None => zone.to_string(),
+    }
+}
+
+/// The part of a link from `projects/` on, or the link itself.
+fn rel(link: &str) -> &str {
+    match link.find("projects/") {
+        Some(i) => &link[i..],
+        None => link,
+    }
+}
+
+/// A parsed Compute path (after `/compute/v1/projects/{p}/`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Target {
+    Metadata(String),
+    AltToken,
+    Zones(Option<String>),
+    Regions(Option<String>),
+    Aggregated(String),
+    /// scope (`global`, `zones/z`, `regions/r`), op id, wait?
+    Operation(String, String, bool),
+    /// scope, collection, name, action
+    Resource(String, String, Option<String>, Option<String>),
+    Unknown,
+}
+
+fn parse_target(path: &str) -> (Option<String>, Target) {
+    if let Some(rest) = path.strip_prefix("/computeMetadata/v1/") {
+        return (None, Target::Metadata(rest.to_string()));
+    }
+    if path == "/token" {
+        return (None, Target::AltToken);
+    }
+    let Some(rest) = path.strip_prefix("/compute/v1/projects/") else {
+        return (None, Target::Unknown);
+    };
+    let segs: Vec<&str> = rest.split('/').filter(|s| !s.is_empty()).collect();
+    let Some((project, segs)) = segs.split_first() else {
+        return (None, Target::Unknown);
+    };
+    let s = |i: usize| segs.get(i).map(|x| x.to_string());
+    let t = match segs {
+        ["zones"] => Target::Zones(None),
+        ["zones", z] => Target::Zones(Some(z.to_string())),
+        ["regions"] => Target::Regions(None),
+        ["regions", r] => Target::Regions(Some(r.to_string())),
+        ["aggregated", c] => Target::Aggregated(c.to_string()),
+        ["global", "operations", id] => Target::Operation("global".into(), id.to_string(), false),
+        ["global", "operations", id, "wait"] => {
+            Target::Operation("global".into(), id.to_string(), true)
+        }
+        [k @ ("zones" | "regions"), z, "operations", id, rest @ ..] if rest.len() <= 1 => {
+            Target::Operation(format!("{k}/{z}"), id.to_string(), rest == ["wait"])
+        }
+        ["global", c, ..] if segs.len() <= 4 => {
+            Target::Resource("global".into(), c.to_string(), s(2), s(3))
+        }
+        [k @ ("zones" | "regions"), z, c, ..] if segs.len() <= 5 => {
+            Target::Resource(format!("{k}/{z}"), c.to_string(), s(3), s(4))
+        }
+        _ => Target::Unknown,
+    };
+    (Some(project.to_string()), t)
+}
+
+/// The Go client's service name of a collection in a scope.
+fn service(scope: &str, coll: &str) -> String {
+    let regional = scope.starts_with("regions/");
+    let global = scope == "global";
+    match coll {
+        "healthChecks" | "backendServices" if regional => {
+            format!("region{}{}", coll[..1].to_ascii_uppercase(), &coll[1..])
+        }
+        "addresses" | "forwardingRules" if global => {
+            format!("global{}{}", coll[..1].to_ascii_uppercase(), &coll[1..])
+        }
+        _ => coll.to_string(),
+    }
+}
+
+fn operation_name(method: &Method, t: &Target) -> String {
+    match t {
+        Target::Metadata(_) => "metadata.get".into(),
+        Target::AltToken => "token.alt".into(),
+        Target::Zones(None) => "compute.zones.list".into(),
+        Target::Zones(Some(_)) => "compute.zones.get".into(),
+        Target::Regions(None) => "compute.regions.list".into(),
+        Target::Regions(Some(_)) => "compute.regions.get".into(),
+        Target::Aggregated(c) => format!("compute.{c}.aggregatedList"),
+        Target::Operation(scope, _, wait) => {
+            let kind = scope.split('/').next().unwrap_or("global");
+            let kind = match kind {
+                "zones" => "zone",
+                "regions" => "region",
+                _ => "global",
+            };
+            format!("compute.{kind}Operations.{}", if *wait { "wait" } else { "get" })
+        }
+        Target::Resource(scope, coll, name, action) => {
+            let verb = match (method, name, action) {
+                (_, Some(_), Some(a)) => a.as_str(),
+                (&Method::GET, None, None) => "list",
+                (&Method::POST, None, None) => "insert",
+                (&Method::GET, Some(_), None) => "get",
+                (&Method::DELETE, Some(_), None) => "delete",
+                (&Method::PATCH, Some(_), None) => "patch",
+                (&Method::PUT, Some(_), None) => "update",
+                _ => "unknown",
+            };
+            format!("compute.{}.{verb}", service(scope, coll))
+        }
+        Target::Unknown => "compute.unknown".into(),
+    }
+}
+
+fn singular(coll: &str) -> String {
+    match coll {
+        "addresses" => "address".into(),
+        c => c.strip_suffix('s').unwrap_or(c).to_string(),
+    }
+}
+
+/// A tiny regular-expression matcher (RE2 subset Compute filters use): literals, `.`, `\x`,
+/// `*`, `+`, `?`, `^`/`$` (anchoring is implied) and `(a|b)` groups. Whole-string match.
+mod re {
+    #[derive(Debug, Clone)]
+    enum Atom {
+        Char(char),
+        Any,
+        Group(Vec<Vec<Item>>),
+    }
+    #[derive(Debug, Clone)]
+    struct Item {
+        atom: Atom,
+        min: usize,
+        many: bool,
+    }
+
+    pub fn full_match(pattern: &str, s: &str) -> Result<bool, String> {
+        let chars: Vec<char> = pattern.chars().collect();
+        let mut pos = 0;
+        let alts = parse_alts(&chars, &mut pos)?;
+        if pos != chars.len() {
+            return Err(format!("unbalanced ')' in {pattern:?}"));
+        }
+        let text: Vec<char> = s.chars().collect();
+        Ok(match_alts(&alts, &text, 0, &mut |end| end == text.len()))
+    }
+
+    fn parse_alts(c: &[char], pos: &mut usize) -> Result<Vec<Vec<Item>>, String> {
+        let mut alts = vec![Vec::new()];
+        while *pos < c.len() {
+            let ch = c[*pos];
+            let atom = match ch {
+                ')' => break,
+                '|' => {
+                    *pos += 1;
+                    alts.push(Vec::new());
+                    continue;
+                }
+                '^' | '$' => {
+                    *pos += 1;
+                    continue;
+                }
+                '(' => {
+                    *pos += 1;
+                    if c.get(*pos) == Some(&'?') && c.get(*pos + 1) == Some(&':') {
+                        *pos += 2;
+                    }
+                    let inner = parse_alts(c, pos)?;
+                    if c.get(*pos) != Some(&')') {
+                        return Err("unclosed '('".into());
+                    }
+                    *pos += 1;
+                    Atom::Group(inner)
+                }
+                '.' => {
+                    *pos += 1;
+                    Atom::Any
+                }
+                '\\' => {
+                    *pos += 2;
+                    Atom::Char(*c.get(*pos - 1).ok_or("trailing backslash")?)
+                }
+                '*' | '+' | '?' => return Err(format!("nothing to repeat before {ch:?}")),
+                _ => {
+                    *pos += 1;
+                    Atom::Char(ch)
+                }
+            };
+            let (min, many) = match c.get(*pos) {
+                Some('*') => (0, true),
+                Some('+') => (1, true),
+                Some('?') => (0, false),
+                _ => (1, false),
+            };
+            if min != 1 || many {
+                *pos += 1;
+            }
+            if let Some(last) = alts.last_mut() {
+                last.push(Item { atom, min, many });
+            }
+        }
+        Ok(alts)
+    }
+
+    fn match_alts(
+        alts: &[Vec<Item>],
+        t: &[char],
+        i: usize,
+        k: &mut dyn FnMut(usize) -> bool,
+    ) -> bool {
+        alts.iter().any(|seq| match_seq(seq, t, i, k))
+    }
+
+    fn match_seq(seq: &[Item], t: &[char], i: usize, k: &mut dyn FnMut(usize) -> bool) -> bool {
+        let Some((first, rest)) = seq.split_first() else {
+            return k(i);
+        };
+        match_item(first, 0, t, i, &mut |j| match_seq(rest, t, j, k))
+    }
+
+    fn match_item(
+        it: &Item,
+        count: usize,
+        t: &[char],
+        i: usize,
+        k: &mut dyn FnMut(usize) -> bool,
+    ) -> bool {
+        let max = if it.many { usize::MAX } else { 1 };
+        // Greedy: one more first, then stop.
+        if count < max {
+            let more =
+                match_atom(&it.atom, t, i, &mut |j| j != i && match_item(it, count + 1, t, j, k));
+            if more {
+                return true;
+            }
+        }
+        count >= it.min && k(i)
+    }
+
+    fn match_atom(a: &Atom, t: &[char], i: usize, k: &mut dyn FnMut(usize) -> bool) -> bool {
+        match a {
+            Atom::Char(c) => t.get(i) == Some(c) && k(i + 1),
+            Atom::Any => i < t.len() && k(i + 1),
+            Atom::Group(alts) => match_alts(alts, t, i, k),
+        }
+    }
+}
+
+/// One filter term.
+#[derive(Debug)]
+struct Term {
+    field: String,
+    op: String,
+    value: String,
+}
+
+fn parse_filter(f: &str) -> Result<Vec<Term>, String> {
+    let mut toks = Vec::new();
+    let mut cur = String::new();
+    let mut quoted = false;
+    for ch in f.chars() {
+        match ch {
+            '"' => {
+                quoted = !quoted;
+                cur.push(ch);
+            }
+            '(' | ')' if !quoted => {
+                if !cur.is_empty() {
+                    toks.push(std::mem::take(&mut cur));
+                }
+            }
+            c if c.is_whitespace() && !quoted => {
+                if !cur.is_empty() {
+                    toks.push(std::mem::take(&mut cur));
+                }
+            }
+            c => cur.push(c),
+        }
+    }
+    if !cur.is_empty() {
+        toks.push(cur);
+    }
+    let mut terms = Vec::new();
+    let mut i = 0;
+    while i < toks.len() {
+        if toks[i].eq_ignore_ascii_case("AND") {
+            i += 1;
+            continue;
+        }
+        if toks[i].eq_ignore_ascii_case("OR") {
+            return Err("OR is not supported by this emulator's filter".into());
+        }
+        let (field, op, value) = match (toks.get(i), toks.get(i + 1), toks.get(i + 2)) {
+            (Some(f), Some(o), Some(v)) if ["eq", "ne", "=", "!="].contains(&o.as_str()) => {
+                (f.clone(), o.clone(), v.clone())
+            }
+            _ => {
+                return Err(format!(
+                    "Invalid value for field 'filter': '{f}'. Invalid list filter expression."
+                ));
+            }
+        };
+        let value = value.trim_matches('"').to_string();
+        terms.push(Term { field, op, value });
+        i += 3;
+    }
+    Ok(terms)
+}
+
+fn field_values(v: &Value, path: &[&str], out: &mut Vec<String>) {
+    match v {
+        Value::Array(a) => a.iter().for_each(|x| field_values(x, path, out)),
+        _ => match path.split_first() {
+            None => out.push(match v {
+                Value::String(s) => s.clone(),
+                Value::Null => String::new(),
+                x => x.to_string(),
+            }),
+            Some((k, rest)) => {
+                if let Some(x) = v.get(*k) {
+                    field_values(x, rest, out);
+                } else if rest.is_empty() {
+                    out.push(String::new());
+                }
+            }
+        },
+    }
+}
+
+fn matches(terms: &[Term], v: &Value) -> Result<bool, String> {
+    for t in terms {
+        let path: Vec<&str> = t.field.split('.').collect();
+        let mut vals = Vec::new();
+        field_values(v, &path, &mut vals);
+        let hit = match t.op.as_str() {
+            "eq" | "ne" => {
+                let mut any = false;
+                for x in &vals {
+                    if re::full_match(&t.value, x)? {
+                        any = true;
+                    }
+                }
+                any == (t.op == "eq")
+            }
+            "=" => vals.iter().any(|x| x == &t.value),
+            _ => !vals.iter().any(|x| x == &t.value),
+        };
+        if !hit {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+type Key = (String, String, String);
+
+#[derive(Debug, Default)]
+struct State {
+    /// (collection, scope, name) → resource.
+    res: BTreeMap<Key, Value>,
+    /// Operation id → scope.
+    op_scope: BTreeMap<String, String>,
+    /// Issued tokens.
+    tokens: BTreeSet<String>,
+    next_id: u64,
+    next_ip: u32,
+    attributes: BTreeMap<String, String>,
+}
+
+/// The GCP emulator (Compute v1 subset and the metadata server on one URL).
+pub struct GcpCloud {
+    world: World,
+    opts: Mutex<GcpOptions>,
+    state: Mutex<State>,
+    ops: AsyncOps,
+}
+
+impl std::fmt::Debug for GcpCloud {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GcpCloud").finish_non_exhaustive()
+    }
+}
+
+impl GcpCloud {
+    /// An emulator holding `world`.
+    pub fn new(world: World, opts: GcpOptions) -> Arc<GcpCloud> {
+        let ops = AsyncOps::new(opts.pending);
+        let c = Arc::new(GcpCloud { world, opts: Mutex::new(opts), state: Mutex::default(), ops });
+        c.load();
+        c
+    }
+
+    fn o(&self) -> GcpOptions {
+        lock(&self.opts).clone()
+    }
+
+    /// The project id.
+    pub fn project(&self) -> String {
+        self.o().project
+    }
+
+    /// The region: the world's, else that of its first zone, else `us-central1`.
+    pub fn region(&self) -> String {
+        self.world.region.clone().unwrap_or_else(|| {
+            self.world.zones().iter().next().map(|z| region_of(z)).unwrap_or("us-central1".into())
+        })
+    }
+
+    fn base(&self) -> String {
+        format!("{LINK_PREFIX}projects/{}", self.project())
+    }
+
+    /// The self-link of a resource.
+    pub fn link(&self, scope: &str, coll: &str, name: &str) -> String {
+        format!("{}/{scope}/{coll}/{name}", self.base())
+    }
+
+    /// Sets how long operations stay pending.
+    pub fn set_pending(&self, d: Duration) {
+        lock(&self.opts).pending = d;
+        self.ops.set_pending_for(d);
+    }
+
+    /// Sets the largest page.
+    pub fn set_max_results(&self, n: usize) {
+        lock(&self.opts).max_results = n.max(1);
+    }
+
+    /// Sets (Some) or removes (None) an instance attribute of the metadata server's instance.
+    pub fn set_attribute(&self, key: &str, value: Option<&str>) {
+        let mut st = lock(&self.state);
+        match value {
+            Some(v) => st.attributes.insert(key.into(), v.into()),
+            None => st.attributes.remove(key),
+        };
+    }
+
+    /// Sets the scopes the metadata server reports.
+    pub fn set_scopes(&self, scopes: Vec<String>) {
+        lock(&self.opts).scopes = scopes;
+    }
+
+    /// Forgets every issued token (clients must fetch new ones).
+    pub fn expire_tokens(&self) {
+        lock(&self.state).tokens.clear();
+    }
+
+    /// A token the compute API accepts (for tests that do not use the metadata server).
+    pub fn issue_token(&self) -> String {
+        let mut st = lock(&self.state);
+        st.next_id += 1;
+        let t = format!("ya29.emulator-{}-{}", st.next_id, fnv(&st.next_id.to_string()));
+        st.tokens.insert(t.clone());
+        t
+    }
+
+    /// Every resource of a collection in every scope (`instances`, `targetPools`…).
+    pub fn resources(&self, coll: &str) -> Vec<Value> {
+        let st = lock(&self.state);
+        st.res.iter().filter(|((c, _, _), _)| c == coll).map(|(_, v)| self.render(&st, v)).collect()
+    }
+
+    /// One resource.
+    pub fn resource(&self, coll: &str, scope: &str, name: &str) -> Option<Value> {
+        let st = lock(&self.state);
+        st.res.get(&(coll.into(), scope.into(), name.into())).map(|v| self.render(&st, v))
+    }
+
+    /// Deletes an instance (as if by the user); false when unknown.
+    pub fn delete_instance(&self, name: &str) -> bool {
+        let mut st = lock(&self.state);
+        let key = st.res.keys().find(|(c, _, n)| c == "instances" && n == name).cloned();
+        match key {
+            Some(k) => st.res.remove(&k).is_some(),
+            None => false,
+        }
+    }
+
+    /// Adds an instance of the world's shape.
+    pub fn add_instance(&self, inst: &Instance) -> Result<(), String> {
+        let mut st = lock(&self.state);
+        if st.res.keys().any(|(c, _, n)| c == "instances" && n == &inst.name) {
+            return Err(format!("instance {} exists", inst.name));
+        }
+        self.add_instance_locked(&mut st, inst);
+        Ok(())
+    }
+
+    /// Sets an instance's status (`RUNNING`, `TERMINATED`…); false when unknown.
+    pub fn set_power(&self, name: &str, power: PowerState) -> bool {
+        let mut st = lock(&self.state);
+        for ((c, _, n), v) in st.res.iter_mut() {
+            if c == "instances" && n == name {
+                v["status"] = json!(status_of(power));
+                return true;
+            }
+        }
+        false
+    }
+
+    fn next_id(st: &mut State, seed: &str) -> String {
+        st.next_id += 1;
+        (fnv(seed) % 9_000_000_000_000_000_000 + 1_000_000_000_000_000_000 + st.next_id).to_string()
+    }
+
+    fn load(&self) {
+        let mut st = State::default();
+        let nets = if self.world.networks.is_empty() {
+            vec![("default".to_string(), None)]
+        } else {
+            self.world.networks.iter().map(|n| (n.name.clone(), n.cidr.clone())).collect()
+        };
+        for (name, _) in &nets {
+            let id = Self::next_id(&mut st, name);
+            let v = json!({
+                "kind": "compute#network", "id": id, "name": name,
+                "creationTimestamp": rfc3339_now(),
+                "selfLink": self.link("global", "networks", name),
+                "autoCreateSubnetworks": false,
+                "routingConfig": { "routingMode": "REGIONAL" },
+            });
+            st.res.insert(("networks".into(), "global".into(), name.clone()), v);
+        }
+        let first_net = nets[0].0.clone();
+        for s in &self.world.subnets {
+            let net = s.network.clone().unwrap_or(first_net.clone());
+            let r = region_of(&s.zone);
+            let scope = format!("regions/{r}");
+            let id = Self::next_id(&mut st, &s.name);
+            let v = json!({
+                "kind": "compute#subnetwork", "id": id, "name": s.name,
+                "creationTimestamp": rfc3339_now(),
+                "network": self.link("global", "networks", &net),
+                "ipCidrRange": s.cidr.clone().unwrap_or("10.128.0.0/20".into()),
+                "region": format!("{}/regions/{r}", self.base()),
+                "selfLink": self.link(&scope, "subnetworks", &s.name),
+                "stackType": "IPV4_ONLY",
+                "fingerprint": "AAAAAAAAAAA=",
+            });
+            st.res.insert(("subnetworks".into(), scope, s.name.clone()), v);
+        }
+        for inst in &self.world.instances {
+            self.add_instance_locked(&mut st, inst);
+        }
+        let metadata_attrs = std::mem::take(&mut lock(&self.state).attributes);
+        st.attributes = metadata_attrs;
+        *lock(&self.state) = st;
+    }
+
+    fn add_instance_locked(&self, st: &mut State, inst: &Instance) {
+        let zone = &inst.zone;
+        let region = region_of(zone);
+        let scope = format!("zones/{zone}");
+        let subnet =
+            inst.subnet.as_ref().and_then(|s| self.world.subnets.iter().find(|x| &x.name == s));
+        let net = subnet
+            .and_then(|s| s.network.clone())
+            .or_else(|| self.world.networks.first().map(|n| n.name.clone()))
+            .unwrap_or("default".into());
+        let mut nic = json!({
+            "kind": "compute#networkInterface",
+            "name": "nic0",
+            "network": self.link("global", "networks", &net),
+            "fingerprint": "AAAAAAAAAAA=",
+            "stackType": "IPV4_ONLY",
+        });
+        if let Some(s) = subnet {
+            nic["subnetwork"] =
+                json!(self.link(&format!("regions/{region}"), "subnetworks", &s.name));
+        }
+        let v4 = inst.private_ips.iter().find(|i| i.is_ipv4());
+        let v6 = inst.private_ips.iter().find(|i| i.is_ipv6());
+        if let Some(ip) = v4 {
+            nic["networkIP"] = json!(ip.to_string());
+        }
+        if let Some(ip) = v6 {
+            nic["ipv6Address"] = json!(ip.to_string());
+            nic["stackType"] = json!("IPV4_IPV6");
+        }
+        let access: Vec<Value> = inst
+            .public_ips
+            .iter()
+            .filter(|i| i.is_ipv4())
+            .map(|ip| {
+                json!({ "kind": "compute#accessConfig", "type": "ONE_TO_ONE_NAT", "name": "External NAT",
+                        "natIP": ip.to_string(), "networkTier": "PREMIUM" })
+            })
+            .collect();
+        if !access.is_empty() {
+            nic["accessConfigs"] = json!(access);
+        }
+        if let Some(alias) = inst.tags.get("gce.alias") {
+            nic["aliasIpRanges"] = json!([{ "ipCidrRange": alias, "subnetworkRangeName": "pods" }]);
+        }
+        let tags: Vec<String> = inst
+            .tags
+            .get("gce.tags")
+            .map(|t| t.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect())
+            .unwrap_or_else(|| vec!["k8s-node".into()]);
+        let labels: Map<String, Value> = inst
+            .tags
+            .iter()
+            .filter(|(k, _)| !k.starts_with("gce."))
+            .map(|(k, v)| (k.clone(), json!(v)))
+            .collect();
+        let id = inst.id.clone().unwrap_or_else(|| Self::next_id(st, &inst.name));
+        let mt = inst.instance_type.clone().unwrap_or("e2-standard-2".into());
+        let v = json!({
+            "kind": "compute#instance",
+            "id": id,
+            "name": inst.name,
+            "creationTimestamp": rfc3339_now(),
+            "zone": format!("{}/zones/{zone}", self.base()),
+            "machineType": format!("{}/zones/{zone}/machineTypes/{mt}", self.base()),
+            "status": status_of(inst.power),
+            "canIpForward": true,
+            "networkInterfaces": [nic],
+            "tags": { "items": tags, "fingerprint": fingerprint(1) },
+            "labels": labels,
+            "labelFingerprint": fingerprint(1),
+            "fingerprint": fingerprint(1),
+            "selfLink": self.link(&scope, "instances", &inst.name),
+            "serviceAccounts": [{ "email": self.o().service_account, "scopes": self.o().scopes }],
+        });
+        st.res.insert(("instances".into(), scope, inst.name.clone()), v);
+    }
+
+    fn zones(&self) -> Vec<String> {
+        let mut z: Vec<String> = self.world.zones().into_iter().collect();
+        if z.is_empty() {
+            z.push(format!("{}-a", self.region()));
+        }
+        z
+    }
+
+    fn regions(&self) -> Vec<String> {
+        let mut r: BTreeSet<String> = self.zones().iter().map(|z| region_of(z)).collect();
+        r.insert(self.region());
+        r.into_iter().collect()
+    }
+
+    fn zone_json(&self, z: &str) -> Value {
+        json!({
+            "kind": "compute#zone", "id": (fnv(z) % 10_000).to_string(), "name": z, "status": "UP",
+            "region": format!("{}/regions/{}", self.base(), region_of(z)),
+            "selfLink": format!("{}/zones/{z}", self.base()),
+            "creationTimestamp": "1969-12-31T16:00:00.000-08:00",
+            "availableCpuPlatforms": ["Intel Broadwell"],
+        })
+    }
+
+    fn region_json(&self, r: &str) -> Value {
+        let zones: Vec<String> = self
+            .zones()
+            .iter()
+            .filter(|z| region_of(z) == r)
+            .map(|z| format!("{}/zones/{z}", self.base()))
+            .collect();
+        json!({
+            "kind": "compute#region", "id": (fnv(r) % 10_000).to_string(), "name": r, "status": "UP",
+            "zones": zones, "selfLink": format!("{}/regions/{r}", self.base()),
+            "creationTimestamp": "1969-12-31T16:00:00.000-08:00",
+        })
+    }
+
+    /// A stored resource as Compute answers it (computed fields filled in).
+    fn render(&self, st: &State, v: &Value) -> Value {
+        let mut v = v.clone();
+        let mut members = None;
+        if let Some(m) = v.as_object_mut() {
+            members = m.remove("_members");
+        }
+        if v["kind"] == "compute#instanceGroup" {
+            v["size"] =
+                json!(members.as_ref().and_then(Value::as_array).map(Vec::len).unwrap_or(0));
+        }
+        if v["kind"] == "compute#address" {
+            let addr = v["address"].as_str().unwrap_or_default().to_string();
+            let scope = v["region"]
+                .as_str()
+                .map(|r| format!("regions/{}", last(r)))
+                .unwrap_or("global".into());
+            let users: Vec<Value> = st
+                .res
+                .iter()
+                .filter(|((c, s, _), f)| {
+                    c == "forwardingRules" && s == &scope && f["IPAddress"] == addr.as_str()
+                })
+                .map(|(_, f)| f["selfLink"].clone())
+                .collect();
+            v["status"] = json!(if users.is_empty() { "RESERVED" } else { "IN_USE" });
+            if !users.is_empty() {
+                v["users"] = json!(users);
+            }
+        }
+        v
+    }
+
+    fn authorise(&self, req: &Request<Bytes>) -> Res<()> {
+        let token = req
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|h| h.to_str().ok())
+            .and_then(|h| h.strip_prefix("Bearer "));
+        match token {
+            Some(t) if lock(&self.state).tokens.contains(t) => Ok(()),
+            _ => {
+                let mut r = err(
+                    401,
+                    "authError",
+                    "Request had invalid authentication credentials. Expected OAuth 2 access token, login cookie or other valid authentication credential.",
+                );
+                r.headers_mut().insert(
+                    header::WWW_AUTHENTICATE,
+                    HeaderValue::from_static("Bearer realm=\"https://accounts.google.com/\""),
+                );
+                Err(r)
+            }
+        }
+    }
+
+    fn metadata(&self, req: &Request<Bytes>, path: &str) -> Resp {
+        let flavor = req.headers().get("Metadata-Flavor").and_then(|h| h.to_str().ok());
+        if flavor != Some("Google") {
+            return text(
+                StatusCode::FORBIDDEN,
+                "Missing required header \"Metadata-Flavor\": \"Google\"\n",
+            );
+        }
+        let o = self.o();
+        let name = o
+            .metadata_instance
+            .clone()
+            .or_else(|| self.world.instances.first().map(|i| i.name.clone()));
+        let inst = {
+            let st = lock(&self.state);
+            name.as_ref().and_then(|n| {
+                st.res
+                    .iter()
+                    .find(|((c, _, x), _)| c == "instances" && x == n)
+                    .map(|(_, v)| v.clone())
+            })
+        };
+        let nic = inst.as_ref().map(|i| i["networkInterfaces"][0].clone()).unwrap_or(Value::Null);
+        let sa = o.service_account.clone();
+        let body: Option<String> = match path {
+            "" => Some("instance/\nproject/\n".into()),
+            "project/project-id" => Some(o.project.clone()),
+            "project/numeric-project-id" => Some(o.project_number.to_string()),
+            "instance/id" => inst.as_ref().and_then(|i| i["id"].as_str().map(String::from)),
+            "instance/name" => inst.as_ref().and_then(|i| i["name"].as_str().map(String::from)),
+            "instance/hostname" => inst.as_ref().and_then(|i| {
+                let z = last(i["zone"].as_str()?);
+                Some(format!("{}.{z}.c.{}.internal", i["name"].as_str()?, o.project))
+            }),
+            "instance/zone" => inst.as_ref().and_then(|i| {
+                Some(format!("projects/{}/zones/{}", o.project_number, last(i["zone"].as_str()?)))
+            }),
+            "instance/machine-type" => inst.as_ref().and_then(|i| {
+                Some(format!(
+                    "projects/{}/machineTypes/{}",
+                    o.project_number,
+                    last(i["machineType"].as_str()?)
+                ))
+            }),
+            "instance/tags" => inst.as_ref().map(|i| i["tags"]["items"].to_string()),
+            "instance/network-interfaces/" => inst.as_ref().map(|_| "0/\n".into()),
+            "instance/network-interfaces/0/ip" => nic["networkIP"].as_str().map(String::from),
+            "instance/network-interfaces/0/ipv6s" => {
+                nic["ipv6Address"].as_str().map(|s| format!("{s}\n"))
+            }
+            "instance/network-interfaces/0/network" => nic["network"]
+                .as_str()
+                .map(|n| format!("projects/{}/networks/{}", o.project_number, last(n))),
+            "instance/network-interfaces/0/access-configs/0/external-ip" => {
+                nic["accessConfigs"][0]["natIP"].as_str().map(String::from)
+            }
+            "instance/network-interfaces/0/ip-aliases/" => {
+                nic["aliasIpRanges"].as_array().map(|a| {
+                    a.iter()
+                        .filter_map(|r| r["ipCidrRange"].as_str())
+                        .map(|r| format!("{r}\n"))
+                        .collect()
+                })
+            }
+            "instance/service-accounts/" => Some(format!("default/\n{sa}/\n")),
+            "instance/service-accounts/default/email" => Some(sa.clone()),
+            "instance/service-accounts/default/scopes" => {
+                Some(o.scopes.iter().map(|s| format!("{s}\n")).collect())
+            }
+            "instance/service-accounts/default/token" => {
+                let t = self.issue_token();
+                let mut r = reply(
+                    StatusCode::OK,
+                    &json!({ "access_token": t, "expires_in": o.token_lifetime.as_secs(), "token_type": "Bearer" }),
+                );
+                r.headers_mut().insert("Metadata-Flavor", HeaderValue::from_static("Google"));
+                return r;
+            }
+            "instance/attributes/" => {
+                Some(lock(&self.state).attributes.keys().map(|k| format!("{k}\n")).collect())
+            }
+            p => match p.strip_prefix("instance/attributes/") {
+                Some(k) => lock(&self.state).attributes.get(k).cloned(),
+                None => None,
+            },
+        };
+        match body {
+            Some(b) => text(StatusCode::OK, b),
+            None => {
+                let mut r = Response::new(full(format!(
+                    "<!DOCTYPE html>\n<title>Error 404 (Not Found)!!1</title>\n/computeMetadata/v1/{path}"
+                )));
+                *r.status_mut() = StatusCode::NOT_FOUND;
+                r.headers_mut().insert(
+                    header::CONTENT_TYPE,
+                    HeaderValue::from_static("text/html; charset=UTF-8"),
+                );
+                r.headers_mut().insert("Metadata-Flavor", HeaderValue::from_static("Google"));
+                r
+            }
+        }
+    }
+
+    fn alt_token(&self) -> Resp {
+        let t = self.issue_token();
+        let exp = SystemTime::now() + self.o().token_lifetime;
+        let secs = exp.duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+        reply(StatusCode::OK, &json!({ "accessToken": t, "expireTime": rfc3339_at(secs) }))
+    }
+
+    fn page(
+        &self,
+        qs: &[(String, String)],
+        items: Vec<Value>,
+    ) -> Res<(Vec<Value>, Option<String>)> {
+        let filter = q(qs, "filter").unwrap_or_default();
+        let items = if filter.trim().is_empty() {
+            items
+        } else {
+            let terms = parse_filter(filter).map_err(|m| bad("invalid", m))?;
+            let mut out = Vec::new();
+            for v in items {
+                if matches(&terms, &v)
+                    .map_err(|m| bad("invalid", format!("Invalid value for field 'filter': {m}")))?
+                {
+                    out.push(v);
+                }
+            }
+            out
+        };
+        let cap = self.o().max_results;
+        let max = match q(qs, "maxResults") {
+            Some(m) => m
+                .parse::<usize>()
+                .map_err(|_| {
+                    bad("invalid", format!("Invalid value for field 'maxResults': '{m}'"))
+                })?
+                .clamp(1, cap),
+            None => cap,
+        };
+        let start = match q(qs, "pageToken") {
+            Some(t) if !t.is_empty() => {
+                t.strip_prefix("pt-").and_then(|n| n.parse::<usize>().ok()).ok_or_else(|| {
+                    bad("invalid", format!("Invalid value for field 'pageToken': '{t}'"))
+                })?
+            }
+            _ => 0,
+        };
+        let end = (start + max).min(items.len());
+        let next = (end < items.len()).then(|| format!("pt-{end}"));
+        Ok((items.into_iter().skip(start).take(max).collect(), next))
+    }
+
+    fn list(&self, qs: &[(String, String)], scope: &str, coll: &str) -> Res<Value> {
+        self.check_scope(scope)?;
+        let items: Vec<Value> = {
+            let st = lock(&self.state);
+            st.res
+                .iter()
+                .filter(|((c, s, _), _)| c == coll && s == scope)
+                .map(|(_, v)| self.render(&st, v))
+                .collect()
+        };
+        let (items, next) = self.page(qs, items)?;
+        let mut v = json!({
+            "kind": format!("compute#{}List", singular(coll)),
+            "id": format!("projects/{}/{scope}/{coll}", self.project()),
+            "items": items,
+            "selfLink": format!("{}/{scope}/{coll}", self.base()),
+        });
+        if let Some(n) = next {
+            v["nextPageToken"] = json!(n);
+        }
+        Ok(v)
+    }
+
+    fn aggregated(&self, qs: &[(String, String)], coll: &str) -> Res<Value> {
+        let items: Vec<(String, Value)> = {
+            let st = lock(&self.state);
+            st.res
+                .iter()
+                .filter(|((c, _, _), _)| c == coll)
+                .map(|((_, s, _), v)| (s.clone(), self.render(&st, v)))
+                .collect()
+        };
+        let scopes: Vec<String> = items.iter().map(|(s, _)| s.clone()).collect();
+        let tagged: Vec<Value> = items
+            .into_iter()
+            .map(|(s, mut v)| {
+                v["__scope"] = json!(s);
+                v
+            })
+            .collect();
+        let (page, next) = self.page(qs, tagged)?;
+        let mut groups: BTreeMap<String, Vec<Value>> = BTreeMap::new();
+        for s in self
+            .zones()
+            .iter()
+            .map(|z| format!("zones/{z}"))
+            .chain(self.regions().iter().map(|r| format!("regions/{r}")))
+        {
+            groups.entry(s).or_default();
+        }
+        for s in scopes {
+            groups.entry(s).or_default();
+        }
+        for mut v in page {
+            let s = v["__scope"].as_str().unwrap_or_default().to_string();
+            if let Some(m) = v.as_object_mut() {
+                m.remove("__scope");
+            }
+            groups.entry(s).or_default().push(v);
+        }
+        let items: Map<String, Value> = groups
+            .into_iter()
+            .map(|(s, list)| {
+                let g = if list.is_empty() {
+                    json!({ "warning": { "code": "NO_RESULTS_ON_PAGE",
+                        "message": format!("There are no results for scope '{s}' on this page."),
+                        "data": [{ "key": "scope", "value": s }] } })
+                } else {
+                    json!({ coll: list })
+                };
+                (s, g)
+            })
+            .collect();
+        let mut v = json!({
+            "kind": format!("compute#{}AggregatedList", singular(coll)),
+            "id": format!("projects/{}/aggregated/{coll}", self.project()),
+            "items": items,
+            "selfLink": format!("{}/aggregated/{coll}", self.base()),
+        });
+        if let Some(n) = next {
+            v["nextPageToken"] = json!(n);
+        }
+        Ok(v)
+    }
+
+    fn check_scope(&self, scope: &str) -> Res<()> {
+        let ok = match scope.split_once('/') {
+            None => scope == "global",
+            Some(("zones", z)) => self.zones().iter().any(|x| x == z),
+            Some(("regions", r)) => self.regions().iter().any(|x| x == r),
+            _ => false,
+        };
+        if ok { Ok(()) } else { Err(not_found(&format!("projects/{}/{scope}", self.project()))) }
+    }
+
+    fn path_of(&self, scope: &str, coll: &str, name: &str) -> String {
+        format!("projects/{}/{scope}/{coll}/{name}", self.project())
+    }
+
+    /// The stored key of a reference (link or partial path) of collection `coll`.
+    fn key_of(&self, link: &str, coll: &str) -> Option<Key> {
+        let r = rel(link);
+        let segs: Vec<&str> = r.split('/').collect();
+        let i = segs.iter().position(|s| *s == coll)?;
+        let name = segs.get(i + 1)?.to_string();
+        let scope = match (segs.get(i.wrapping_sub(2)), segs.get(i.wrapping_sub(1))) {
+            (_, Some(&"global")) => "global".to_string(),
+            (Some(k @ (&"zones" | &"regions")), Some(z)) => format!("{k}/{z}"),
+            _ => return None,
+        };
+        Some((coll.to_string(), scope, name))
+    }
+
+    fn exists(&self, st: &State, link: &str, colls: &[&str]) -> bool {
+        colls.iter().any(|c| self.key_of(link, c).is_some_and(|k| st.res.contains_key(&k)))
+    }
+
+    fn start_op(
+        &self,
+        st: &mut State,
+        scope: &str,
+        target: &str,
+        action: Action,
+        op_type: &str,
+    ) -> Value {
+        let op = self.ops.start(target.to_string(), action);
+        st.op_scope.insert(op.id.clone(), scope.to_string());
+        self.op_json(&op, scope, Some(op_type))
+    }
+
+    fn op_json(&self, op: &Operation, scope: &str, op_type: Option<&str>) -> Value {
+        render_op(op, &self.base(), scope, op_type)
+    }
+
+    fn handle(
+        &self,
+        op: &str,
+        project: Option<&str>,
+        target: Target,
+        req: &Request<Bytes>,
+    ) -> Result<Resp, ServeFuture> {
+        let qs = query(req);
+        let out = match target {
+            Target::Metadata(p) => return Ok(self.metadata(req, &p)),
+            Target::AltToken => {
+                return Ok(if req.method() == Method::POST {
+                    self.alt_token()
+                } else {
+                    err(405, "methodNotAllowed", "POST only")
+                });
+            }
+            Target::Unknown => return Ok(not_found(req.uri().path())),
+            t => {
+                if let Err(r) = self.authorise(req) {
+                    return Ok(r);
+                }
+                if project != Some(self.project().as_str()) {
+                    return Ok(not_found(&format!("projects/{}", project.unwrap_or_default())));
+                }
+                t
+            }
+        };
+        let res: Res<(StatusCode, Value)> = (|| match out {
+            Target::Zones(None) => {
+                let items = self.zones().iter().map(|z| self.zone_json(z)).collect();
+                let (items, next) = self.page(&qs, items)?;
+                let mut v = json!({ "kind": "compute#zoneList", "items": items, "selfLink": format!("{}/zones", self.base()) });
+                if let Some(n) = next {
+                    v["nextPageToken"] = json!(n);
+                }
+                Ok((StatusCode::OK, v))
+            }
+            Target::Zones(Some(z)) => {
+                self.check_scope(&format!("zones/{z}"))?;
+                Ok((StatusCode::OK, self.zone_json(&z)))
+            }
+            Target::Regions(None) => {
+                let items = self.regions().iter().map(|r| self.region_json(r)).collect();
+                let (items, next) = self.page(&qs, items)?;
+                let mut v = json!({ "kind": "compute#regionList", "items": items, "selfLink": format!("{}/regions", self.base()) });
+                if let Some(n) = next {
+                    v["nextPageToken"] = json!(n);
+                }
+                Ok((StatusCode::OK, v))
+            }
+            Target::Regions(Some(r)) => {
+                self.check_scope(&format!("regions/{r}"))?;
+                Ok((StatusCode::OK, self.region_json(&r)))
+            }
+            Target::Aggregated(c) => Ok((StatusCode::OK, self.aggregated(&qs, &c)?)),
+            Target::Operation(scope, id, _) => {
+                let known = lock(&self.state).op_scope.get(&id).cloned();
+                match (known, self.ops.get(&id)) {
+                    (Some(s), Some(o)) if s == scope => {
+                        Ok((StatusCode::OK, self.op_json(&o, &scope, None)))
+                    }
+                    _ => Err(not_found(&format!(
+                        "projects/{}/{scope}/operations/{id}",
+                        self.project()
+                    ))),
+                }
+            }
+            Target::Resource(scope, coll, name, action) => {
+                self.check_scope(&scope)?;
+                self.resource_call(req, &qs, &scope, &coll, name.as_deref(), action.as_deref())
+            }
+            _ => Err(not_found(req.uri().path())),
+        })();
+        // operations.wait: answer when done (or after at most 30 s, as Compute's 2 min).
+        if op.ends_with("Operations.wait")
+            && let Ok((_, v)) = &res
+            && v["status"] != "DONE"
+            && let Some(o) = v["name"].as_str().and_then(|id| self.ops.get(id))
+        {
+            let base = self.base();
+            let scope = match out_scope(v) {
+                Some(s) => s,
+                None => "global".into(),
+            };
+            return Err(Box::pin(async move {
+                tokio::time::sleep(o.remaining().min(Duration::from_secs(30))).await;
+                Ok(reply(StatusCode::OK, &render_op(&o, &base, &scope, None)))
+            }));
+        }
+        Ok(match res {
+            Ok((s, v)) => reply(s, &v),
+            Err(r) => r,
+        })
+    }
+
+    fn body_json(req: &Request<Bytes>) -> Res<Value> {
+        if req.body().is_empty() {
+            return Ok(json!({}));
+        }
+        serde_json::from_slice(req.body())
+            .map_err(|e| bad("parseError", format!("Invalid JSON payload received. {e}")))
+    }
+
+    fn resource_call(
+        &self,
+        req: &Request<Bytes>,
+        qs: &[(String, String)],
+        scope: &str,
+        coll: &str,
+        name: Option<&str>,
+        action: Option<&str>,
+    ) -> Res<(StatusCode, Value)> {
+        let m = req.method().clone();
+        match (m, name, action) {
+            (Method::GET, None, None) => Ok((StatusCode::OK, self.list(qs, scope, coll)?)),
+            (Method::POST, None, None) => {
+                let body = Self::body_json(req)?;
+                self.insert(scope, coll, body).map(|v| (StatusCode::OK, v))
+            }
+            (Method::GET, Some(n), None) => {
+                let st = lock(&self.state);
+                st.res
+                    .get(&(coll.into(), scope.into(), n.into()))
+                    .map(|v| (StatusCode::OK, self.render(&st, v)))
+                    .ok_or_else(|| not_found(&self.path_of(scope, coll, n)))
+            }
+            (Method::DELETE, Some(n), None) => {
+                self.delete(scope, coll, n).map(|v| (StatusCode::OK, v))
+            }
+            (m @ (Method::PATCH | Method::PUT), Some(n), None) => {
+                let body = Self::body_json(req)?;
+                self.update(scope, coll, n, body, m == Method::PUT).map(|v| (StatusCode::OK, v))
+            }
+            (Method::POST, Some(n), Some(a)) => {
+                let body = Self::body_json(req)?;
+                self.action(qs, scope, coll, n, a, body).map(|v| (StatusCode::OK, v))
+            }
+            _ => Err(err(405, "methodNotAllowed", "Method not allowed")),
+        }
+    }
+
+    fn alloc_ip(st: &mut State, internal: bool) -> String {
+        st.next_ip += 1;
+        let n = st.next_ip;
+        if internal {
+            format!("10.200.{}.{}", (n >> 8) & 0xff, n & 0xff)
+        } else {
+            format!("35.{}.{}.{}", 190 + ((n >> 16) & 0x7), (n >> 8) & 0xff, n & 0xff)
+        }
+    }
+
+    fn insert(&self, scope: &str, coll: &str, mut body: Value) -> Res<Value> {
+        const KNOWN: &[&str] = &[
+            "addresses",
+            "forwardingRules",
+            "targetPools",
+            "httpHealthChecks",
+            "healthChecks",
+            "backendServices",
+            "instanceGroups",
+            "firewalls",
+            "routes",
+            "networks",
+            "subnetworks",
+        ];
+        if !KNOWN.contains(&coll) {
+            return Err(err(
+                405,
+                "methodNotAllowed",
+                format!("insert is not supported for {coll} by this emulator"),
+            ));
+        }
+        let Some(name) = body["name"].as_str().map(String::from) else {
+            return Err(bad("required", "Required field 'resource.name' not specified"));
+        };
+        if !valid_name(&name) {
+            return Err(bad(
+                "invalid",
+                format!(
+                    "Invalid value for field 'resource.name': '{name}'. Must be a match of regex '(?:[a-z](?:[-a-z0-9]{{0,61}}[a-z0-9])?)'"
+                ),
+            ));
+        }
+        let mut st = lock(&self.state);
+        let key: Key = (coll.into(), scope.into(), name.clone());
+        if st.res.contains_key(&key) {
+            return Err(err(
+                409,
+                "alreadyExists",
+                format!("The resource '{}' already exists", self.path_of(scope, coll, &name)),
+            ));
+        }
+        self.check_refs(&st, coll, &mut body)?;
+        let id = Self::next_id(&mut st, &name);
+        let link = self.link(scope, coll, &name);
+        body["kind"] = json!(format!("compute#{}", singular(coll)));
+        body["id"] = json!(id);
+        body["selfLink"] = json!(link);
+        body["creationTimestamp"] = json!(rfc3339_now());
+        if let Some(r) = scope.strip_prefix("regions/") {
+            body["region"] = json!(format!("{}/regions/{r}", self.base()));
+        }
+        if let Some(z) = scope.strip_prefix("zones/") {
+            body["zone"] = json!(format!("{}/zones/{z}", self.base()));
+        }
+        match coll {
+            "addresses" => {
+                let internal = body["addressType"] == "INTERNAL";
+                if body["address"].as_str().unwrap_or_default().is_empty() {
+                    body["address"] = json!(Self::alloc_ip(&mut st, internal));
+                }
+                default(&mut body, "addressType", "EXTERNAL");
+                if !internal {
+                    default(&mut body, "networkTier", "PREMIUM");
+                }
+            }
+            "forwardingRules" => {
+                let internal = body["loadBalancingScheme"] == "INTERNAL";
+                if body["IPAddress"].as_str().unwrap_or_default().is_empty() {
+                    body["IPAddress"] = json!(Self::alloc_ip(&mut st, internal));
+                }
+                default(&mut body, "IPProtocol", "TCP");
+                default(&mut body, "loadBalancingScheme", "EXTERNAL");
+                if !internal {
+                    default(&mut body, "networkTier", "PREMIUM");
+                }
+                body["labelFingerprint"] = json!(fingerprint(1));
+                body["fingerprint"] = json!(fingerprint(1));
+            }
+            "targetPools" => {
+                let insts: Vec<Value> = body["instances"].as_array().cloned().unwrap_or_default();
+                body["instances"] = json!(
+                    insts
+                        .iter()
+                        .filter_map(|i| i.as_str().map(|s| self.full_link(s)))
+                        .collect::<Vec<_>>()
+                );
+                default(&mut body, "sessionAffinity", "NONE");
+            }
+            "httpHealthChecks" => {
+                default_num(&mut body, "port", 80);
+                default(&mut body, "requestPath", "/");
+                default_num(&mut body, "checkIntervalSec", 5);
+                default_num(&mut body, "timeoutSec", 5);
+                default_num(&mut body, "healthyThreshold", 2);
+                default_num(&mut body, "unhealthyThreshold", 2);
+            }
+            "healthChecks" => {
+                default_num(&mut body, "checkIntervalSec", 5);
+                default_num(&mut body, "timeoutSec", 5);
+                default_num(&mut body, "healthyThreshold", 2);
+                default_num(&mut body, "unhealthyThreshold", 2);
+            }
+            "backendServices" => {
+                body["fingerprint"] = json!(fingerprint(1));
+                default(&mut body, "protocol", "TCP");
+            }
+            "instanceGroups" => {
+                body["_members"] = json!([]);
+                body["fingerprint"] = json!(fingerprint(1));
+            }
+            "firewalls" => {
+                default(&mut body, "direction", "INGRESS");
+                default_num(&mut body, "priority", 1000);
+                default(&mut body, "network", &self.link("global", "networks", "default"));
+            }
+            "routes" => {
+                default_num(&mut body, "priority", 1000);
+                if let Some(hop) = body["nextHopInstance"].as_str().map(|s| self.full_link(s)) {
+                    body["nextHopInstance"] = json!(hop);
+                }
+            }
+            _ => {}
+        }
+        st.res.insert(key, body);
+        Ok(self.start_op(&mut st, scope, &link, Action::Create, "insert"))
+    }
+
+    fn full_link(&self, s: &str) -> String {
+        let r = rel(s);
+        if r.starts_with("projects/") {
+            format!("{LINK_PREFIX}{r}")
+        } else {
+            format!("{}/{}", self.base(), r.trim_start_matches('/'))
+        }
+    }
+
+    fn check_refs(&self, st: &State, coll: &str, body: &mut Value) -> Res<()> {
+        let need = |field: &str, v: &Value, colls: &[&str]| -> Res<()> {
+            if let Some(link) = v.as_str()
+                && !self.exists(st, link, colls)
+            {
+                tracing::debug!(field, link, "gcp emulator: reference to a missing resource");
+                return Err(not_found(rel(link)));
+            }
+            Ok(())
+        };
+        match coll {
+            "forwardingRules" => {
+                need("target", &body["target"], &["targetPools"])?;
+                need("backendService", &body["backendService"], &["backendServices"])?;
+            }
+            "targetPools" => {
+                for i in body["instances"].as_array().cloned().unwrap_or_default() {
+                    need("instances", &i, &["instances"])?;
+                }
+                for h in body["healthChecks"].as_array().cloned().unwrap_or_default() {
+                    need("healthChecks", &h, &["httpHealthChecks"])?;
+                }
+            }
+            "backendServices" => {
+                for h in body["healthChecks"].as_array().cloned().unwrap_or_default() {
+                    need("healthChecks", &h, &["healthChecks", "httpHealthChecks"])?;
+                }
+                for b in body["backends"].as_array().cloned().unwrap_or_default() {
+                    need("group", &b["group"], &["instanceGroups"])?;
+                }
+            }
+            "routes" => need("nextHopInstance", &body["nextHopInstance"], &["instances"])?,
+            "firewalls" => need("network", &body["network"], &["networks"])?,
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// Who references the resource at `link` (self-links of the referrers).
+    fn users(&self, st: &State, coll: &str, scope: &str, name: &str) -> Vec<String> {
+        let me = (coll.to_string(), scope.to_string(), name.to_string());
+        let refers = |v: &Value| -> bool {
+            let mut links = Vec::new();
+            for f in ["target", "backendService", "group"] {
+                if let Some(s) = v[f].as_str() {
+                    links.push(s.to_string());
+                }
+            }
+            for f in ["healthChecks", "instances"] {
+                for s in v[f].as_array().into_iter().flatten().filter_map(Value::as_str) {
+                    links.push(s.to_string());
+                }
+            }
+            for b in v["backends"].as_array().into_iter().flatten() {
+                if let Some(s) = b["group"].as_str() {
+                    links.push(s.to_string());
+                }
+            }
+            links.iter().any(|l| self.key_of(l, coll).as_ref() == Some(&me))
+        };
+        let mut out: Vec<String> = st
+            .res
+            .iter()
+            .filter(|(k, v)| **k != me && k.0 != "instances" && refers(v))
+            .filter_map(|(_, v)| v["selfLink"].as_str().map(String::from))
+            .collect();
+        if coll == "addresses"
+            && let Some(a) = st.res.get(&me)
+        {
+            let rendered = self.render(st, a);
+            out.extend(
+                rendered["users"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(Value::as_str)
+                    .map(String::from),
+            );
+        }
+        out
+    }
+
+    fn delete(&self, scope: &str, coll: &str, name: &str) -> Res<Value> {
+        let mut st = lock(&self.state);
+        let key: Key = (coll.into(), scope.into(), name.into());
+        if !st.res.contains_key(&key) {
+            return Err(not_found(&self.path_of(scope, coll, name)));
+        }
+        if coll != "instances" {
+            let users = self.users(&st, coll, scope, name);
+            if let Some(u) = users.first() {
+                return Err(bad(
+                    "resourceInUseByAnotherResource",
+                    format!(
+                        "The {} resource '{}' is already being used by '{}'",
+                        singular(coll),
+                        self.path_of(scope, coll, name),
+                        rel(u)
+                    ),
+                ));
+            }
+        }
+        st.res.remove(&key);
+        if coll == "instances" {
+            // Compute removes a deleted instance from its instance groups.
+            let link = self.link(scope, coll, name);
+            for v in st.res.values_mut() {
+                if let Some(m) = v.get_mut("_members").and_then(Value::as_array_mut) {
+                    m.retain(|x| x.as_str() != Some(link.as_str()));
+                }
+            }
+        }
+        let link = self.link(scope, coll, name);
+        Ok(self.start_op(&mut st, scope, &link, Action::Delete, "delete"))
+    }
+
+    fn check_fingerprint(cur: &Value, body: &Value, field: &str) -> Res<()> {
+        if let Some(fp) = body[field].as_str()
+            && cur[field].as_str().is_some_and(|c| c != fp)
+        {
+            return Err(err(
+                412,
+                "conditionNotMet",
+                format!(
+                    "Supplied fingerprint does not match current metadata fingerprint ({field})."
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    fn update(
+        &self,
+        scope: &str,
+        coll: &str,
+        name: &str,
+        body: Value,
+        replace: bool,
+    ) -> Res<Value> {
+        let mut st = lock(&self.state);
+        let key: Key = (coll.into(), scope.into(), name.into());
+        let Some(cur) = st.res.get(&key).cloned() else {
+            return Err(not_found(&self.path_of(scope, coll, name)));
+        };
+        Self::check_fingerprint(&cur, &body, "fingerprint")?;
+        let mut body = body;
+        self.check_refs(&st, coll, &mut body)?;
+        let mut next = if replace { body } else { merged(&cur, &body) };
+        for keep in
+            ["kind", "id", "selfLink", "creationTimestamp", "region", "zone", "name", "_members"]
+        {
+            if !cur[keep].is_null() {
+                next[keep] = cur[keep].clone();
+            }
+        }
+        if !cur["fingerprint"].is_null() {
+            next["fingerprint"] = json!(bump(&cur["fingerprint"]));
+        }
+        // A replaced resource gets the server defaults again.
+        for f in ["direction", "network", "requestPath", "sessionAffinity", "protocol"] {
+            if next[f].is_null() && !cur[f].is_null() {
+                next[f] = cur[f].clone();
+            }
+        }
+        for f in [
+            "priority",
+            "port",
+            "checkIntervalSec",
+            "timeoutSec",
+            "healthyThreshold",
+            "unhealthyThreshold",
+        ] {
+            if next[f].as_u64().unwrap_or(0) == 0 && !cur[f].is_null() {
+                next[f] = cur[f].clone();
+            }
+        }
+        st.res.insert(key, next);
+        let link = self.link(scope, coll, name);
+        Ok(self.start_op(
+            &mut st,
+            scope,
+            &link,
+            Action::Update,
+            if replace { "update" } else { "patch" },
+        ))
+    }
+
+    fn members(&self, st: &State, key: &Key) -> Vec<String> {
+        st.res
+            .get(key)
+            .and_then(|v| v["_members"].as_array())
+            .map(|a| a.iter().filter_map(Value::as_str).map(String::from).collect())
+            .unwrap_or_default()
+    }
+
+    fn action(
+        &self,
+        qs: &[(String, String)],
+        scope: &str,
+        coll: &str,
+        name: &str,
+        action: &str,
+        body: Value,
+    ) -> Res<Value> {
+        let mut st = lock(&self.state);
+        let key: Key = (coll.into(), scope.into(), name.into());
+        if !st.res.contains_key(&key) {
+            return Err(not_found(&self.path_of(scope, coll, name)));
+        }
+        let link = self.link(scope, coll, name);
+        let refs = |field: &str| -> Vec<String> {
+            body[field]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|x| x["instance"].as_str().or(x.as_str()))
+                .map(|s| self.full_link(s))
+                .collect()
+        };
+        match (coll, action) {
+            ("targetPools", "addInstance" | "removeInstance")
+            | ("instanceGroups", "addInstances" | "removeInstances") => {
+                let insts = refs("instances");
+                let add = action.starts_with("add");
+                if add {
+                    for i in &insts {
+                        if !self.exists(&st, i, &["instances"]) {
+                            return Err(not_found(rel(i)));
+                        }
+                    }
+                }
+                let field = if coll == "targetPools" { "instances" } else { "_members" };
+                let v = st.res.get_mut(&key).ok_or_else(|| not_found(&link))?;
+                let mut cur: Vec<String> = v[field]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(Value::as_str)
+                    .map(String::from)
+                    .collect();
+                if add {
+                    for i in insts {
+                        if cur.contains(&i) {
+                            if coll == "instanceGroups" {
+                                return Err(bad(
+                                    "memberAlreadyExists",
+                                    format!(
+                                        "The resource '{}' is already a member of '{}'",
+                                        rel(&i),
+                                        rel(&link)
+                                    ),
+                                ));
+                            }
+                        } else {
+                            cur.push(i);
+                        }
+                    }
+                } else {
+                    cur.retain(|c| !insts.contains(c));
+                }
+                v[field] = json!(cur);
+                Ok(self.start_op(&mut st, scope, &link, Action::Update, action))
+            }
+            ("instanceGroups", "listInstances") => {
+                let items: Vec<Value> = self
+                    .members(&st, &key)
+                    .into_iter()
+                    .map(|i| {
+                        let status = self
+                            .key_of(&i, "instances")
+                            .and_then(|k| st.res.get(&k))
+                            .and_then(|v| v["status"].as_str().map(String::from))
+                            .unwrap_or("TERMINATED".into());
+                        json!({ "instance": i, "status": status })
+                    })
+                    .collect();
+                drop(st);
+                let (items, next) = self.page(qs, items)?;
+                let mut v = json!({ "kind": "compute#instanceGroupsListInstances", "id": format!("{}/listInstances", rel(&link)), "items": items, "selfLink": link });
+                if let Some(n) = next {
+                    v["nextPageToken"] = json!(n);
+                }
+                Ok(v)
+            }
+            ("backendServices", "getHealth") => {
+                let Some(group) = body["group"].as_str() else {
+                    return Err(bad("required", "Required field 'group' not specified"));
+                };
+                let Some(gk) =
+                    self.key_of(group, "instanceGroups").filter(|k| st.res.contains_key(k))
+                else {
+                    return Err(not_found(rel(group)));
+                };
+                let statuses: Vec<Value> = self
+                    .members(&st, &gk)
+                    .into_iter()
+                    .filter_map(|i| {
+                        let inst = st.res.get(&self.key_of(&i, "instances")?)?;
+                        let ip = inst["networkInterfaces"][0]["networkIP"].clone();
+                        let healthy = inst["status"] == "RUNNING";
+                        Some(json!({ "instance": i, "ipAddress": ip,
+                            "healthState": if healthy { "HEALTHY" } else { "UNHEALTHY" } }))
+                    })
+                    .collect();
+                Ok(json!({ "kind": "compute#backendServiceGroupHealth", "healthStatus": statuses }))
+            }
+            ("forwardingRules", "setTarget") => {
+                if let Some(t) = body["target"].as_str()
+                    && !self.exists(&st, t, &["targetPools"])
+                {
+                    return Err(not_found(rel(t)));
+                }
+                let v = st.res.get_mut(&key).ok_or_else(|| not_found(&link))?;
+                v["target"] = body["target"].clone();
+                Ok(self.start_op(&mut st, scope, &link, Action::Update, action))
+            }
+            (_, "setLabels") => {
+                let cur = st.res.get(&key).cloned().unwrap_or_default();
+                Self::check_fingerprint(&cur, &body, "labelFingerprint")?;
+                let v = st.res.get_mut(&key).ok_or_else(|| not_found(&link))?;
+                v["labels"] = body["labels"].clone();
+                v["labelFingerprint"] = json!(bump(&cur["labelFingerprint"]));
+                Ok(self.start_op(&mut st, scope, &link, Action::Update, action))
+            }
+            _ => Err(err(
+                405,
+                "methodNotAllowed",
+                format!("{action} is not supported on {coll} by this emulator"),
+            )),
+        }
+    }
+
+    fn state_json(&self) -> Value {
+        let st = lock(&self.state);
+        let mut out: BTreeMap<String, Vec<Value>> = BTreeMap::new();
+        for ((c, _, _), v) in &st.res {
+            let mut v = self.render(&st, v);
+            if let Some(m) = v.as_object_mut() {
+                m.remove("_members");
+            }
+            out.entry(c.clone()).or_default().push(v);
+        }
+        json!({ "project": self.project(), "resources": out, "operations": self.ops.state() })
+    }
+}
+
+fn out_scope(op: &Value) -> Option<String> {
+    let link = op["selfLink"].as_str()?;
+    let r = rel(link);
+    let segs: Vec<&str> = r.split('/').collect();
+    let i = segs.iter().position(|s| *s == "operations")?;
+    match segs.get(i - 1) {
+        Some(&"global") => Some("global".into()),
+        Some(z) => Some(format!("{}/{z}", segs.get(i - 2)?)),
+        None => None,
+    }
+}
+
+fn render_op(op: &Operation, base: &str, scope: &str, op_type: Option<&str>) -> Value {
+    let zone = scope.strip_prefix("zones/");
+    let mut v = gce_operation(op, base, zone);
+    v["selfLink"] = json!(format!("{base}/{scope}/operations/{}", op.id));
+    if let Some(r) = scope.strip_prefix("regions/") {
+        v["region"] = json!(format!("{base}/regions/{r}"));
+    }
+    if let Some(t) = op_type {
+        v["operationType"] = json!(t);
+    }
+    v["insertTime"] = json!(rfc3339_now());
+    v["startTime"] = json!(rfc3339_now());
+    v["targetId"] = json!((fnv(&op.target) % 1_000_000_000_000).to_string());
+    if v["status"] == "DONE" {
+        v["endTime"] = json!(rfc3339_now());
+    }
+    v
+}
+
+fn rfc3339_at(secs: u64) -> String {
+    let days = secs / 86_400;
+    let rem = secs % 86_400;
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z", rem / 3600, (rem / 60) % 60, rem % 60)
+}
+
+fn last(link: &str) -> &str {
+    link.rsplit('/').next().unwrap_or(link)
+}
+
+fn status_of(p: PowerState) -> &'static str {
+    match p {
+        PowerState::Running => "RUNNING",
+        PowerState::Stopped => "TERMINATED",
+        PowerState::Terminated => "STOPPING",
+    }
+}
+
+/// A fingerprint: base64 of the big-endian version number (Compute's are opaque base64).
+fn fingerprint(n: u64) -> String {
+    const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let data = n.to_be_bytes();
+    let mut out = String::new();
+    for chunk in data.chunks(3) {
+        let b = [chunk[0], *chunk.get(1).unwrap_or(&0), *chunk.get(2).unwrap_or(&0)];
+        let v = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for k in 0..4 {
+            if k <= chunk.len() {
+                out.push(A[((v >> (18 - 6 * k)) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+fn bump(fp: &Value) -> String {
+    let n = (1..10_000).find(|n| fp.as_str() == Some(fingerprint(*n).as_str())).unwrap_or(0);
+    fingerprint(n + 1)
+}
+
+fn default(body: &mut Value, field: &str, v: &str) {
+    if body[field].as_str().unwrap_or_default().is_empty() {
+        body[field] = json!(v);
+    }
+}
+
+fn default_num(body: &mut Value, field: &str, v: u64) {
+    if body[field].as_u64().unwrap_or(0) == 0 {
+        body[field] = json!(v);
+    }
+}
+
+fn merged(cur: &Value, patch: &Value) -> Value {
+    let mut out = cur.clone();
+    if let (Some(o), Some(p)) = (out.as_object_mut(), patch.as_object()) {
+        for (k, v) in p {
+            o.insert(k.clone(), v.clone());
+        }
+    }
+    out
+}
+
+fn valid_name(n: &str) -> bool {
+    let b = n.as_bytes();
+    !b.is_empty()
+        && b.len() <= 63
+        && b[0].is_ascii_lowercase()
+        && b.iter().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+        && b[b.len() - 1] != b'-'
+}
+
+impl Cloud for GcpCloud {
+    fn name(&self) -> String {
+        "gcp".into()
+    }
+
+    fn operation(&self, head: &http::request::Parts, _body: &Bytes) -> String {
+        operation_name(&head.method, &parse_target(head.uri.path()).1)
+    }
+
+    fn error(&self, head: &http::request::Parts, _op: &str, kind: ErrorKind) -> ErrorReply {
+        let (status, reason, message) = match kind {
+            ErrorKind::Throttle => (429, "rateLimitExceeded", "Rate Limit Exceeded"),
+            ErrorKind::Unavailable => {
+                (503, "backendError", "The service is currently unavailable.")
+            }
+            ErrorKind::Status(s) => (
+                s,
+                match s {
+                    400 => "badRequest",
+                    401 => "authError",
+                    403 => "forbidden",
+                    404 => "notFound",
+                    409 => "alreadyExists",
+                    412 => "conditionNotMet",
+                    429 => "rateLimitExceeded",
+                    503 => "backendError",
+                    _ => "internalError",
+                },
+                "Injected fault.",
+            ),
+        };
+        if head.uri.path().starts_with("/computeMetadata/") {
+            return ErrorReply { status, content_type: "text/plain", body: format!("{message}\n") };
+        }
+        ErrorReply {
+            status,
+            content_type: "application/json; charset=UTF-8",
+            body: error_body(status, reason, message).to_string(),
+        }
+    }
+
+    fn serve(&self, op: String, req: Request<Bytes>) -> ServeFuture {
+        let (project, target) = parse_target(req.uri().path());
+        match self.handle(&op, project.as_deref(), target, &req) {
+            Ok(resp) => Box::pin(async move { Ok(resp) }),
+            Err(fut) => fut,
+        }
+    }
+
+    fn reset(&self) {
+        self.ops.reset();
+        self.load();
+    }
+
+    fn state(&self) -> Value {
+        self.state_json()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn operation_names_follow_the_go_client_services() {
+        let cases = [
+            (Method::GET, "/compute/v1/projects/p/zones/z/instances", "compute.instances.list"),
+            (
+                Method::GET,
+                "/compute/v1/projects/p/aggregated/instances",
+                "compute.instances.aggregatedList",
+            ),
+            (
+                Method::POST,
+                "/compute/v1/projects/p/regions/r/targetPools/t/addInstance",
+                "compute.targetPools.addInstance",
+            ),
+            (
+                Method::POST,
+                "/compute/v1/projects/p/regions/r/healthChecks",
+                "compute.regionHealthChecks.insert",
+            ),
+            (
+                Method::PUT,
+                "/compute/v1/projects/p/regions/r/backendServices/b",
+                "compute.regionBackendServices.update",
+            ),
+            (Method::DELETE, "/compute/v1/projects/p/global/routes/x", "compute.routes.delete"),
+            (
+                Method::POST,
+                "/compute/v1/projects/p/zones/z/operations/op-1/wait",
+                "compute.zoneOperations.wait",
+            ),
+            (
+                Method::GET,
+                "/compute/v1/projects/p/global/operations/op-1",
+                "compute.globalOperations.get",
+            ),
+            (Method::GET, "/computeMetadata/v1/instance/zone", "metadata.get"),
+            (Method::GET, "/elsewhere", "compute.unknown"),
+        ];
+        for (m, p, want) in cases {
+            assert_eq!(operation_name(&m, &parse_target(p).1), want, "{m} {p}");
+        }
+    }
+
+    #[test]
+    fn filters_match_whole_values_with_regexes() {
+        let v = json!({"name": "node-12", "status": "RUNNING", "labels": {"team": "blue"}});
+        let ok = |f: &str| matches(&parse_filter(f).unwrap(), &v).unwrap();
+        assert!(ok(r#"name eq "node-.*""#));
+        assert!(ok(r#"name eq "(node-1|node-12)""#));
+        assert!(!ok(r#"name eq "node-1""#), "whole-value match");
+        assert!(ok(r#"(name ne "x.*") (status = "RUNNING")"#));
+        assert!(ok(r#"labels.team = blue AND status != "TERMINATED""#));
+        assert!(!ok(r#"labels.team = red"#));
+        assert!(parse_filter("name OR").is_err());
+        assert!(re::full_match("a\\.b+", "a.bbb").unwrap());
+        assert!(!re::full_match("a\\.b+", "axb").unwrap());
+    }
+
+    #[test]
+    fn fingerprints_change_on_every_update() {
+        assert_ne!(fingerprint(1), fingerprint(2));
+        assert_eq!(bump(&json!(fingerprint(7))), fingerprint(8));
+        assert_eq!(rfc3339_at(0), "1970-01-01T00:00:00Z");
+        assert_eq!(rfc3339_at(951_782_400), "2000-02-29T00:00:00Z");
+    }
+}

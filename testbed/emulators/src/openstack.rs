@@ -1,0 +1,2339 @@
+//! OpenStack emulator: Keystone v3 (tokens and a service catalog pointing back at this
+//! server), Nova (servers, flavors, availability zones), Neutron (extensions, networks,
+//! subnets, ports, floating IPs, routers with extra routes, security groups and rules, tags)
+//! and Octavia v2 (load balancers, listeners, pools, members, health monitors), with
+//! OpenStack's field names, status codes, paging and error bodies, so
+//! `gophercloud/gophercloud/v2` parses every reply (`ci/fidelity/run openstack` checks that).
+//!
+//! One server serves all four services under path prefixes, as DevStack does:
+//!
+//! | prefix | service | operations (faults and counters key on them) |
+//! |---|---|---|
+//! | `/identity` | Keystone v3 | `keystone.versions`, `keystone.tokens.create` |
+//! | `/compute/v2.1` | Nova | `nova.servers.{list,get}`, `nova.flavors.{list,get}`, `nova.availability_zones.list` |
+//! | `/network` | Neutron (`/v2.0/…`) | `neutron.<collection>.{list,get,create,update,delete}`, `neutron.routers.{add,remove}_extraroutes`, `neutron.tags.{replace,add}` |
+//! | `/load-balancer` | Octavia (`/v2/lbaas/…`) | `octavia.<collection>.{list,get,create,update,delete}`, `octavia.members.batch_update` |
+//!
+//! Rules enforced as OpenStack does: every service call needs an `X-Auth-Token` this emulator
+//! issued and that has not expired (401, the client re-authenticates); lists page with
+//! `limit`/`marker` (`<collection>_links` with a `next` href) and filter on any top-level field
+//! given as a query parameter (Nova's `name` is a regular expression: `^…$` anchors and
+//! backslash escapes are understood, otherwise a substring match); a load balancer is
+//! `PENDING_CREATE`/`PENDING_UPDATE`/`PENDING_DELETE` for a configurable time after each change
+//! to it or its children, and any change while it is pending is a 409 ("immutable");
+//! deleting a load balancer with children is a 400 unless `cascade=true`; deleting a security
+//! group a port uses is a 409; extra routes' next hops must be on a subnet (400).
+//! Errors: Nova `{"itemNotFound": {"code","message"}}`-style, Neutron
+//! `{"NeutronError": {"type","message","detail"}}`, Octavia
+//! `{"faultcode","faultstring","debuginfo"}`, Keystone `{"error": {"code","title","message"}}`.
+//!
+//! World mapping: `networks` are tenant networks (one `private` network when none), `subnets`
+//! are subnets (one `private-subnet` when none), plus an external network `public`
+//! (`172.24.4.0/24`) for floating IPs and a router `router1` attached to every subnet.
+//! `instances` are servers (`ACTIVE`, `SHUTOFF` for `stopped`, `DELETED` for `terminated`;
+//! `type` is the flavor, default `m1.small`; `zone` the availability zone; `tags` the
+//! metadata) with one port on their subnet holding `private_ips`, and a floating IP per
+//! `public_ips` entry. IDs are derived from names, so they are the same after a reset.
+
+// Handlers return the OpenStack error reply itself as their error.
+#![allow(clippy::result_large_err)]
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::Ipv4Addr;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use http::{HeaderValue, Method, Request, Response, StatusCode, header};
+use serde_json::{Map, Value, json};
+
+use crate::asyncop::{Action, AsyncOps, Operation, Phase, octavia_provisioning_status};
+use crate::server::{Body, Cloud, ErrorKind, ErrorReply, ServeFuture, full};
+use crate::world::{Instance, PowerState, World};
+
+/// The user [`OpenStackOptions::default`] accepts.
+pub const DEFAULT_USER: &str = "admin";
+/// Its password.
+pub const DEFAULT_PASSWORD: &str = "openstack-emulator-password";
+/// The application credential ID accepted by default.
+pub const DEFAULT_APP_CRED_ID: &str = "emulator-app-cred";
+/// Its secret.
+pub const DEFAULT_APP_CRED_SECRET: &str = "openstack-emulator-app-cred-secret";
+
+/// How the emulator is set up beyond its world.
+#[derive(Debug, Clone)]
+pub struct OpenStackOptions {
+    /// User name and password Keystone accepts.
+    pub users: Vec<(String, String)>,
+    /// Application credential ID and secret Keystone accepts.
+    pub app_creds: Vec<(String, String)>,
+    /// The project (tenant) name.
+    pub project: String,
+    /// The region (default: the world's, else `RegionOne`).
+    pub region: Option<String>,
+    /// How long issued tokens live (default 3600 s).
+    pub token_lifetime: Duration,
+    /// How long a load balancer stays `PENDING_*` after each change (default 2 s).
+    pub lb_pending: Duration,
+}
+
+impl Default for OpenStackOptions {
+    fn default() -> Self {
+        OpenStackOptions {
+            users: vec![(DEFAULT_USER.into(), DEFAULT_PASSWORD.into())],
+            app_creds: vec![(DEFAULT_APP_CRED_ID.into(), DEFAULT_APP_CRED_SECRET.into())],
+            project: "demo".into(),
+            region: None,
+            token_lifetime: Duration::from_secs(3600),
+            lb_pending: Duration::from_secs(2),
+        }
+    }
+}
+
+type Resp = Response<Body>;
+type Res<T> = Result<T, Resp>;
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn now_secs() -> f64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0)
+}
+
+/// `YYYY-MM-DDTHH:MM:SS` (UTC) of a UNIX timestamp.
+fn civil(secs: u64) -> String {
+    let days = (secs / 86_400) as i64;
+    let rem = secs % 86_400;
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}", rem / 3600, rem % 3600 / 60, rem % 60)
+}
+
+fn splitmix(mut x: u64) -> u64 {
+    x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    x ^ (x >> 31)
+}
+
+fn fnv(s: &str) -> u64 {
+    s.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3))
+}
+
+/// A UUID-shaped id derived from `seed`.
+fn uuid(seed: &str) -> String {
+    let a = splitmix(fnv(seed));
+    let b = splitmix(a ^ 0x5555);
+    format!(
+        "{:08x}-{:04x}-4{:03x}-8{:03x}-{:012x}",
+        a >> 32,
+        (a >> 16) & 0xffff,
+        a & 0xfff,
+        b >> 52,
+        b & 0xffff_ffff_ffff
+    )
+}
+
+fn query(q: Option<&str>) -> Vec<(String, String)> {
+    url::form_urlencoded::parse(q.unwrap_or_default().as_bytes())
+        .map(|(k, v)| (k.into_owned(), v.into_owned()))
+        .collect()
+}
+
+fn reply(status: StatusCode, v: &Value) -> Resp {
+    let mut r = Response::new(full(v.to_string()));
+    *r.status_mut() = status;
+    r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    r
+}
+
+fn no_content() -> Resp {
+    let mut r = Response::new(full(Bytes::new()));
+    *r.status_mut() = StatusCode::NO_CONTENT;
+    r
+}
+
+/// Which service a path belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Svc {
+    Keystone,
+    Nova,
+    Neutron,
+    Octavia,
+    Other,
+}
+
+fn service(path: &str) -> Svc {
+    if path.starts_with("/identity") {
+        Svc::Keystone
+    } else if path.starts_with("/compute") {
+        Svc::Nova
+    } else if path.starts_with("/network") {
+        Svc::Neutron
+    } else if path.starts_with("/load-balancer") {
+        Svc::Octavia
+    } else {
+        Svc::Other
+    }
+}
+
+/// An error body in the service's own shape.
+fn error_body(svc: Svc, status: u16, kind: &str, message: &str) -> Value {
+    match svc {
+        Svc::Keystone | Svc::Other => json!({"error": {
+            "code": status,
+            "title": match status { 401 => "Unauthorized", 404 => "Not Found", 429 => "Too Many Requests", 503 => "Service Unavailable", _ => "Error" },
+            "message": message,
+        }}),
+        Svc::Nova => {
+            let key = match status {
+                400 => "badRequest",
+                401 => "unauthorized",
+                403 => "forbidden",
+                404 => "itemNotFound",
+                409 => "conflictingRequest",
+                413 | 429 => "overLimit",
+                _ => "computeFault",
+            };
+            json!({ key: {"code": status, "message": message} })
+        }
+        Svc::Neutron => {
+            json!({"NeutronError": {"type": kind, "message": message, "detail": ""}})
+        }
+        Svc::Octavia => json!({"faultcode": if status < 500 { "Client" } else { "Server" },
+            "faultstring": message, "debuginfo": null}),
+    }
+}
+
+fn err(svc: Svc, status: StatusCode, kind: &str, message: impl AsRef<str>) -> Resp {
+    reply(status, &error_body(svc, status.as_u16(), kind, message.as_ref()))
+}
+
+/// Neutron's collection → its singular key and JSON plural key.
+const NEUTRON: &[(&str, &str, &str)] = &[
+    ("networks", "network", "networks"),
+    ("subnets", "subnet", "subnets"),
+    ("ports", "port", "ports"),
+    ("floatingips", "floatingip", "floatingips"),
+    ("routers", "router", "routers"),
+    ("security-groups", "security_group", "security_groups"),
+    ("security-group-rules", "security_group_rule", "security_group_rules"),
+];
+
+/// Octavia's collections → singular key.
+const OCTAVIA: &[(&str, &str)] = &[
+    ("loadbalancers", "loadbalancer"),
+    ("listeners", "listener"),
+    ("pools", "pool"),
+    ("healthmonitors", "healthmonitor"),
+];
+
+/// The route of a call: its operation name and the path segments after the service prefix.
+fn route(method: &Method, path: &str) -> String {
+    let mut segs: Vec<&str> = path.trim_matches('/').split('/').filter(|s| !s.is_empty()).collect();
+    // Octavia answers under `/v2` and `/v2.0` alike.
+    if segs.len() > 1 && segs[0] == "load-balancer" && segs[1] == "v2.0" {
+        segs[1] = "v2";
+    }
+    let verb = |m: &Method, item: bool| -> &'static str {
+        match (m.as_str(), item) {
+            ("GET", false) => "list",
+            ("GET", true) => "get",
+            ("POST", false) => "create",
+            ("PUT", true) => "update",
+            ("DELETE", true) => "delete",
+            _ => "unknown",
+        }
+    };
+    match segs.as_slice() {
+        ["identity"] | ["identity", "v3"] if method == Method::GET => "keystone.versions".into(),
+        ["identity", "v3", "auth", "tokens"] if method == Method::POST => {
+            "keystone.tokens.create".into()
+        }
+        ["compute", "v2.1", "servers", "detail"] if method == Method::GET => {
+            "nova.servers.list".into()
+        }
+        ["compute", "v2.1", "servers", _] if method == Method::GET => "nova.servers.get".into(),
+        ["compute", "v2.1", "flavors", "detail"] if method == Method::GET => {
+            "nova.flavors.list".into()
+        }
+        ["compute", "v2.1", "flavors", _] if method == Method::GET => "nova.flavors.get".into(),
+        ["compute", "v2.1", "os-availability-zone"] if method == Method::GET => {
+            "nova.availability_zones.list".into()
+        }
+        ["compute"] | ["compute", "v2.1"] if method == Method::GET => "nova.versions".into(),
+        ["network"] if method == Method::GET => "neutron.versions".into(),
+        ["network", "v2.0", "extensions"] if method == Method::GET => {
+            "neutron.extensions.list".into()
+        }
+        ["network", "v2.0", "routers", _, "add_extraroutes"] if method == Method::PUT => {
+            "neutron.routers.add_extraroutes".into()
+        }
+        ["network", "v2.0", "routers", _, "remove_extraroutes"] if method == Method::PUT => {
+            "neutron.routers.remove_extraroutes".into()
+        }
+        ["network", "v2.0", c, _, "tags"] if method == Method::PUT && neutron_coll(c).is_some() => {
+            "neutron.tags.replace".into()
+        }
+        ["network", "v2.0", c, _, "tags", _]
+            if method == Method::PUT && neutron_coll(c).is_some() =>
+        {
+            "neutron.tags.add".into()
+        }
+        ["network", "v2.0", c] if neutron_coll(c).is_some() => {
+            format!("neutron.{}.{}", c.replace('-', "_"), verb(method, false))
+        }
+        ["network", "v2.0", c, _] if neutron_coll(c).is_some() => {
+            format!("neutron.{}.{}", c.replace('-', "_"), verb(method, true))
+        }
+        ["load-balancer"] if method == Method::GET => "octavia.versions".into(),
+        ["load-balancer", "v2", "lbaas", "pools", _, "members"] if method == Method::PUT => {
+            "octavia.members.batch_update".into()
+        }
+        ["load-balancer", "v2", "lbaas", "pools", _, "members"] => {
+            format!("octavia.members.{}", verb(method, false))
+        }
+        ["load-balancer", "v2", "lbaas", "pools", _, "members", _] => {
+            format!("octavia.members.{}", verb(method, true))
+        }
+        ["load-balancer", "v2", "lbaas", c] if octavia_coll(c).is_some() => {
+            format!("octavia.{c}.{}", verb(method, false))
+        }
+        ["load-balancer", "v2", "lbaas", c, _] if octavia_coll(c).is_some() => {
+            format!("octavia.{c}.{}", verb(method, true))
+        }
+        _ => format!("http.unknown.{}", method.as_str().to_lowercase()),
+    }
+}
+
+fn neutron_coll(c: &str) -> Option<(&'static str, &'static str, &'static str)> {
+    NEUTRON.iter().find(|(p, _, _)| *p == c).copied()
+}
+
+fn octavia_coll(c: &str) -> Option<(&'static str, &'static str)> {
+    OCTAVIA.iter().find(|(p, _)| *p == c).copied()
+}
+
+fn parse_cidr(cidr: &str) -> Option<(u32, u32)> {
+    let (ip, len) = cidr.split_once('/')?;
+    let ip: Ipv4Addr = ip.parse().ok()?;
+    let len: u32 = len.parse().ok()?;
+    let mask = if len == 0 { 0 } else { u32::MAX << (32 - len.min(32)) };
+    Some((u32::from(ip) & mask, mask))
+}
+
+fn in_cidr(ip: &str, cidr: &str) -> bool {
+    match (ip.parse::<Ipv4Addr>(), parse_cidr(cidr)) {
+        (Ok(ip), Some((net, mask))) => u32::from(ip) & mask == net,
+        _ => false,
+    }
+}
+
+fn nth_host(cidr: &str, n: u32) -> String {
+    let (net, _) = parse_cidr(cidr).unwrap_or((u32::from(Ipv4Addr::new(10, 0, 0, 0)), 0));
+    Ipv4Addr::from(net.wrapping_add(n)).to_string()
+}
+
+/// Nova's `name` filter: a regular expression; anchors and escapes are understood.
+fn name_matches(pattern: &str, name: &str) -> bool {
+    let start = pattern.starts_with('^');
+    let end = pattern.ends_with('$') && !pattern.ends_with("\\$");
+    let inner = &pattern[usize::from(start)..pattern.len() - usize::from(end)];
+    let mut lit = String::new();
+    let mut chars = inner.chars();
+    while let Some(c) = chars.next() {
+        if c == '\\' {
+            if let Some(n) = chars.next() {
+                lit.push(n);
+            }
+        } else {
+            lit.push(c);
+        }
+    }
+    match (start, end) {
+        (true, true) => name == lit,
+        (true, false) => name.starts_with(&lit),
+        (false, true) => name.ends_with(&lit),
+        (false, false) => name.contains(&lit),
+    }
+}
+
+/// Whether a stored object matches a query parameter (Neutron/Octavia filter semantics).
+fn field_matches(obj: &Value, key: &str, want: &str) -> bool {
+    match obj.get(key) {
+        Some(Value::String(s)) => s == want,
+        Some(Value::Bool(b)) => b.to_string() == want.to_lowercase(),
+        Some(Value::Number(n)) => n.to_string() == want,
+        Some(Value::Array(a)) => {
+            // tags: every comma-separated tag present.
+            want.split(',').all(|w| a.iter().any(|x| x.as_str() == Some(w)))
+        }
+        Some(Value::Null) | None => false,
+        Some(_) => false,
+    }
+}
+
+const PAGING_KEYS: &[&str] = &["limit", "marker", "page_reverse", "sort_key", "sort_dir", "fields"];
+
+/// Filters and pages `items` as Neutron, Nova and Octavia do.
+fn page(
+    items: Vec<Value>,
+    q: &[(String, String)],
+    base: &str,
+    links_key: &str,
+    plural: &str,
+    custom: &dyn Fn(&Value, &str, &str) -> Option<bool>,
+) -> Res<Value> {
+    let mut out: Vec<Value> = items
+        .into_iter()
+        .filter(|o| {
+            q.iter().filter(|(k, _)| !PAGING_KEYS.contains(&k.as_str())).all(|(k, v)| {
+                custom(o, k, v).unwrap_or_else(|| {
+                    let k = k.strip_prefix("tags-any").map(|_| "tags").unwrap_or(k);
+                    field_matches(o, k, v)
+                })
+            })
+        })
+        .collect();
+    let get = |k: &str| q.iter().find(|(kk, _)| kk == k).map(|(_, v)| v.clone());
+    if let Some(marker) = get("marker") {
+        match out.iter().position(|o| o["id"].as_str() == Some(marker.as_str())) {
+            Some(i) => {
+                out.drain(..=i);
+            }
+            None => return Err(Svc::Other.marker_error(&marker)),
+        }
+    }
+    let mut links = vec![];
+    if let Some(limit) = get("limit") {
+        let limit: usize = limit.parse().map_err(|_| {
+            err(Svc::Other, StatusCode::BAD_REQUEST, "BadRequest", format!("limit {limit:?}"))
+        })?;
+        if limit > 0 && out.len() > limit {
+            out.truncate(limit);
+            let last = out.last().and_then(|o| o["id"].as_str()).unwrap_or_default();
+            let mut qs = url::form_urlencoded::Serializer::new(String::new());
+            for (k, v) in q.iter().filter(|(k, _)| k != "marker") {
+                qs.append_pair(k, v);
+            }
+            qs.append_pair("marker", last);
+            links.push(json!({"rel": "next", "href": format!("{base}?{}", qs.finish())}));
+        }
+    }
+    let mut m = Map::new();
+    m.insert(plural.into(), Value::Array(out));
+    if !links.is_empty() {
+        m.insert(links_key.into(), Value::Array(links));
+    }
+    Ok(Value::Object(m))
+}
+
+impl Svc {
+    fn marker_error(self, marker: &str) -> Resp {
+        err(self, StatusCode::BAD_REQUEST, "BadRequest", format!("marker [{marker}] not found"))
+    }
+}
+
+#[derive(Debug, Default)]
+struct State {
+    /// token → (expiry in UNIX seconds).
+    tokens: BTreeMap<String, f64>,
+    tokens_issued: u64,
+    /// server id → (world instance, network names of its ports).
+    servers: Vec<(String, Instance)>,
+    flavors: Vec<Value>,
+    /// Neutron collections by URL name.
+    neutron: BTreeMap<&'static str, Vec<Value>>,
+    /// Octavia collections by URL name, plus `members`.
+    octavia: BTreeMap<&'static str, Vec<Value>>,
+    /// Octavia child id → its load balancer.
+    lb_of: BTreeMap<String, String>,
+    /// Load balancer id → its latest operation.
+    lb_ops: BTreeMap<String, Operation>,
+    seq: u64,
+}
+
+impl State {
+    fn next_id(&mut self, kind: &str) -> String {
+        self.seq += 1;
+        uuid(&format!("{kind}-{}-{}", self.seq, now_secs()))
+    }
+
+    fn coll(&mut self, c: &str) -> &mut Vec<Value> {
+        let key = NEUTRON.iter().map(|x| x.0).find(|x| *x == c).unwrap_or("networks");
+        self.neutron.entry(key).or_default()
+    }
+
+    fn ocoll(&mut self, c: &str) -> &mut Vec<Value> {
+        let key = OCTAVIA
+            .iter()
+            .map(|x| x.0)
+            .chain(["members"])
+            .find(|x| *x == c)
+            .unwrap_or("loadbalancers");
+        self.octavia.entry(key).or_default()
+    }
+
+    fn find(&self, c: &str, id: &str) -> Option<&Value> {
+        self.neutron.get(c)?.iter().find(|o| o["id"].as_str() == Some(id))
+    }
+}
+
+/// The OpenStack emulator (see the module doc). Start it with
+/// `Server::start(OpenStackCloud::new(world, opts), ServerOptions::default())`.
+pub struct OpenStackCloud {
+    world: Mutex<World>,
+    opts: Mutex<OpenStackOptions>,
+    state: Mutex<State>,
+    /// The load balancers' pending operations.
+    pub ops: AsyncOps,
+}
+
+impl std::fmt::Debug for OpenStackCloud {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OpenStackCloud").finish_non_exhaustive()
+    }
+}
+
+fn flavor_id(name: &str) -> String {
+    uuid(&format!("flavor-{name}"))
+}
+
+fn flavor(name: &str) -> Value {
+    let (vcpus, ram) = match name {
+        "m1.tiny" => (1, 512),
+        "m1.small" => (1, 2048),
+        "m1.medium" => (2, 4096),
+        "m1.large" => (4, 8192),
+        _ => (2, 4096),
+    };
+    json!({"id": flavor_id(name), "name": name, "vcpus": vcpus, "ram": ram, "disk": 20,
+        "OS-FLV-EXT-DATA:ephemeral": 0, "swap": "", "rxtx_factor": 1.0,
+        "os-flavor-access:is_public": true, "links": []})
+}
+
+fn mac(seed: &str) -> String {
+    let h = splitmix(fnv(seed));
+    format!("fa:16:3e:{:02x}:{:02x}:{:02x}", (h >> 16) & 0xff, (h >> 8) & 0xff, h & 0xff)
+}
+
+impl OpenStackCloud {
+    /// An emulator serving `world`.
+    pub fn new(world: World, opts: OpenStackOptions) -> Arc<OpenStackCloud> {
+        let cloud = OpenStackCloud {
+            ops: AsyncOps::new(opts.lb_pending),
+            world: Mutex::new(world),
+            opts: Mutex::new(opts),
+            state: Mutex::new(State::default()),
+        };
+        cloud.load();
+        Arc::new(cloud)
+    }
+
+    /// The region.
+    pub fn region(&self) -> String {
+        let w = lock(&self.world);
+        lock(&self.opts).region.clone().or_else(|| w.region.clone()).unwrap_or("RegionOne".into())
+    }
+
+    /// The project's ID.
+    pub fn project_id(&self) -> String {
+        uuid(&format!("project-{}", lock(&self.opts).project)).replace('-', "")
+    }
+
+    /// The server ID of the world instance named `name`.
+    pub fn server_id(&self, name: &str) -> Option<String> {
+        lock(&self.state).servers.iter().find(|(_, i)| i.name == name).map(|(id, _)| id.clone())
+    }
+
+    /// The ID of a Neutron network or subnet named `name` (`public` is the external network).
+    pub fn neutron_id(&self, collection: &str, name: &str) -> Option<String> {
+        let st = lock(&self.state);
+        st.neutron
+            .get(collection)?
+            .iter()
+            .find(|o| o["name"].as_str() == Some(name))
+            .and_then(|o| o["id"].as_str().map(str::to_string))
+    }
+
+    /// A Neutron or Octavia collection as stored (e.g. `routers`, `loadbalancers`, `members`).
+    pub fn objects(&self, collection: &str) -> Vec<Value> {
+        let st = lock(&self.state);
+        st.neutron
+            .get(collection)
+            .or_else(|| st.octavia.get(collection))
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// Sets a server's power state (`stopped` is `SHUTOFF`). False when unknown.
+    pub fn set_power(&self, name: &str, power: PowerState) -> bool {
+        let mut st = lock(&self.state);
+        match st.servers.iter_mut().find(|(_, i)| i.name == name) {
+            Some((_, i)) => {
+                i.power = power;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Deletes a server and its ports. False when unknown.
+    pub fn delete_server(&self, name: &str) -> bool {
+        let mut st = lock(&self.state);
+        let Some(pos) = st.servers.iter().position(|(_, i)| i.name == name) else {
+            return false;
+        };
+        let (id, _) = st.servers.remove(pos);
+        st.coll("ports").retain(|p| p["device_id"].as_str() != Some(id.as_str()));
+        true
+    }
+
+    /// Adds a server (its subnet, zone and IPs as in a world file). Errors name what is wrong.
+    pub fn add_server(&self, inst: Instance) -> Result<String, String> {
+        let mut st = lock(&self.state);
+        if st.servers.iter().any(|(_, i)| i.name == inst.name) {
+            return Err(format!("server {:?} exists", inst.name));
+        }
+        let n = st.servers.len();
+        add_server(&mut st, inst, n)
+    }
+
+    /// Adds a second (third…) interface to a server on the subnet named `subnet` with `ip`.
+    pub fn add_interface(&self, server: &str, subnet: &str, ip: &str) -> Result<String, String> {
+        let mut st = lock(&self.state);
+        let id = st
+            .servers
+            .iter()
+            .find(|(_, i)| i.name == server)
+            .map(|(id, _)| id.clone())
+            .ok_or_else(|| format!("no server {server:?}"))?;
+        let sub = st
+            .coll("subnets")
+            .iter()
+            .find(|s| s["name"].as_str() == Some(subnet))
+            .cloned()
+            .ok_or_else(|| format!("no subnet {subnet:?}"))?;
+        let zone = st.servers.iter().find(|(i, _)| *i == id).map(|(_, i)| i.zone.clone());
+        Ok(add_port(&mut st, &id, &sub, ip, zone.as_deref().unwrap_or("nova")))
+    }
+
+    /// Changes how long issued tokens live from now on.
+    pub fn set_token_lifetime(&self, d: Duration) {
+        lock(&self.opts).token_lifetime = d;
+    }
+
+    /// Expires every issued token now (the next call with one is a 401).
+    pub fn expire_tokens(&self) {
+        for exp in lock(&self.state).tokens.values_mut() {
+            *exp = 0.0;
+        }
+    }
+
+    /// How many tokens Keystone has issued.
+    pub fn tokens_issued(&self) -> u64 {
+        lock(&self.state).tokens_issued
+    }
+
+    fn load(&self) {
+        let world = lock(&self.world).clone();
+        let opts = lock(&self.opts).clone();
+        let project = uuid(&format!("project-{}", opts.project)).replace('-', "");
+        let created = format!("{}Z", civil(now_secs() as u64));
+        let mut st = State::default();
+        let base = |name: &str, id: String| {
+            json!({"id": id, "name": name, "tenant_id": project, "project_id": project,
+                "description": "", "tags": [], "created_at": created, "updated_at": created,
+                "revision_number": 0})
+        };
+        // Networks.
+        let mut nets: Vec<(String, Option<String>)> =
+            world.networks.iter().map(|n| (n.name.clone(), n.cidr.clone())).collect();
+        if nets.is_empty() {
+            nets.push(("private".into(), Some("10.0.0.0/16".into())));
+        }
+        for (name, _) in &nets {
+            let mut n = base(name, uuid(&format!("network-{name}")));
+            merge(
+                &mut n,
+                json!({"admin_state_up": true, "status": "ACTIVE", "shared": false,
+                "router:external": false, "mtu": 1450, "subnets": [], "availability_zones": ["nova"],
+                "port_security_enabled": true}),
+            );
+            st.coll("networks").push(n);
+        }
+        let mut public = base("public", uuid("network-public"));
+        merge(
+            &mut public,
+            json!({"admin_state_up": true, "status": "ACTIVE", "shared": false,
+            "router:external": true, "mtu": 1500, "subnets": [uuid("subnet-public-subnet")],
+            "availability_zones": ["nova"], "port_security_enabled": true}),
+        );
+        st.coll("networks").push(public);
+        // Subnets.
+        let mut subs: Vec<(String, String, String)> = world
+            .subnets
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                (
+                    s.name.clone(),
+                    s.network.clone().unwrap_or_else(|| nets[0].0.clone()),
+                    s.cidr.clone().unwrap_or_else(|| format!("10.0.{i}.0/24")),
+                )
+            })
+            .collect();
+        if subs.is_empty() {
+            subs.push(("private-subnet".into(), nets[0].0.clone(), "10.0.0.0/24".into()));
+        }
+        subs.push(("public-subnet".into(), "public".into(), "172.24.4.0/24".into()));
+        for (name, net, cidr) in &subs {
+            let id = uuid(&format!("subnet-{name}"));
+            let net_id = uuid(&format!("network-{net}"));
+            let mut s = base(name, id.clone());
+            merge(
+                &mut s,
+                json!({"network_id": net_id, "cidr": cidr, "ip_version": 4,
+                "gateway_ip": nth_host(cidr, 1), "enable_dhcp": true, "dns_nameservers": [],
+                "allocation_pools": [{"start": nth_host(cidr, 2), "end": nth_host(cidr, 254)}],
+                "host_routes": [], "ipv6_address_mode": null, "ipv6_ra_mode": null,
+                "subnetpool_id": null}),
+            );
+            st.coll("subnets").push(s);
+            if net != "public" {
+                for n in st.coll("networks").iter_mut() {
+                    if n["id"].as_str() == Some(net_id.as_str())
+                        && let Some(a) = n["subnets"].as_array_mut()
+                    {
+                        a.push(Value::String(id.clone()));
+                    }
+                }
+            }
+        }
+        // The router.
+        let mut r = base("router1", uuid("router-router1"));
+        merge(
+            &mut r,
+            json!({"admin_state_up": true, "status": "ACTIVE", "routes": [],
+            "distributed": false, "ha": false, "availability_zones": ["nova"],
+            "external_gateway_info": {"network_id": uuid("network-public"), "enable_snat": true,
+                "external_fixed_ips": [{"subnet_id": uuid("subnet-public-subnet"),
+                    "ip_address": "172.24.4.1"}]}}),
+        );
+        st.coll("routers").push(r);
+        // The default security group.
+        let sg = security_group(&mut st, &project, "default", "Default security group");
+        st.coll("security-groups").push(sg);
+        // Flavors.
+        let mut flavors: BTreeSet<String> = ["m1.tiny", "m1.small", "m1.medium", "m1.large"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        for i in &world.instances {
+            if let Some(t) = &i.instance_type {
+                flavors.insert(t.clone());
+            }
+        }
+        st.flavors = flavors.iter().map(|f| flavor(f)).collect();
+        for (n, i) in world.instances.iter().enumerate() {
+            // World entries were checked when the world loaded; a bad one is skipped.
+            let _ = add_server(&mut st, i.clone(), n);
+        }
+        *lock(&self.state) = st;
+    }
+
+    fn check_token(&self, req: &Request<Bytes>, svc: Svc) -> Res<()> {
+        let tok = req.headers().get("x-auth-token").and_then(|v| v.to_str().ok());
+        let st = lock(&self.state);
+        match tok.and_then(|t| st.tokens.get(t)) {
+            Some(exp) if *exp > now_secs() => Ok(()),
+            Some(_) => Err(err(
+                svc,
+                StatusCode::UNAUTHORIZED,
+                "Unauthorized",
+                "The request you have made requires authentication.",
+            )),
+            None => Err(err(
+                svc,
+                StatusCode::UNAUTHORIZED,
+                "Unauthorized",
+                "The request you have made requires authentication.",
+            )),
+        }
+    }
+
+    fn state_json(&self) -> Value {
+        let st = lock(&self.state);
+        json!({
+            "region": self.region(),
+            "tokens_issued": st.tokens_issued,
+            "servers": st.servers.iter().map(|(id, i)| json!({"id": id, "name": i.name, "zone": i.zone, "power": i.power})).collect::<Vec<_>>(),
+            "neutron": st.neutron,
+            "octavia": st.octavia,
+        })
+    }
+}
+
+fn merge(into: &mut Value, from: Value) {
+    if let (Some(a), Value::Object(b)) = (into.as_object_mut(), from) {
+        for (k, v) in b {
+            a.insert(k, v);
+        }
+    }
+}
+
+fn security_group(st: &mut State, project: &str, name: &str, description: &str) -> Value {
+    let id = if name == "default" { uuid("sg-default") } else { st.next_id("sg") };
+    let rules: Vec<Value> = ["IPv4", "IPv6"]
+        .iter()
+        .map(|e| {
+            let rid = st.next_id("sgr");
+            rule(&rid, &id, project, json!({"direction": "egress", "ethertype": e}))
+        })
+        .collect();
+    for r in &rules {
+        st.coll("security-group-rules").push(r.clone());
+    }
+    let t = format!("{}Z", civil(now_secs() as u64));
+    json!({"id": id, "name": name, "description": description, "tenant_id": project,
+        "project_id": project, "security_group_rules": rules, "tags": [], "stateful": true,
+        "created_at": t, "updated_at": t, "revision_number": 0})
+}
+
+fn rule(id: &str, sg: &str, project: &str, spec: Value) -> Value {
+    let t = format!("{}Z", civil(now_secs() as u64));
+    let mut r = json!({"id": id, "security_group_id": sg, "tenant_id": project,
+        "project_id": project, "direction": "ingress", "ethertype": "IPv4", "protocol": null,
+        "port_range_min": null, "port_range_max": null, "remote_ip_prefix": null,
+        "remote_group_id": null, "description": "", "created_at": t, "updated_at": t,
+        "revision_number": 0});
+    merge(&mut r, spec);
+    r
+}
+
+fn add_port(st: &mut State, device: &str, subnet: &Value, ip: &str, zone: &str) -> String {
+    let id = uuid(&format!("port-{device}-{ip}"));
+    let t = format!("{}Z", civil(now_secs() as u64));
+    let project = subnet["project_id"].clone();
+    let p = json!({"id": id, "name": "", "network_id": subnet["network_id"], "tenant_id": project,
+        "project_id": project, "mac_address": mac(&id), "admin_state_up": true,
+        "status": "ACTIVE", "device_id": device, "device_owner": format!("compute:{zone}"),
+        "fixed_ips": [{"subnet_id": subnet["id"], "ip_address": ip}],
+        "allowed_address_pairs": [], "security_groups": [uuid("sg-default")],
+        "port_security_enabled": true, "tags": [], "description": "",
+        "binding:vnic_type": "normal", "created_at": t, "updated_at": t, "revision_number": 0});
+    st.coll("ports").push(p);
+    id
+}
+
+fn add_server(st: &mut State, inst: Instance, n: usize) -> Result<String, String> {
+    let subnet = match &inst.subnet {
+        Some(s) => st
+            .coll("subnets")
+            .iter()
+            .find(|x| x["name"].as_str() == Some(s.as_str()))
+            .cloned()
+            .ok_or_else(|| format!("server {:?}: no subnet {s:?}", inst.name))?,
+        None => st.coll("subnets").first().cloned().ok_or("no subnet")?,
+    };
+    let id = inst.id.clone().unwrap_or_else(|| uuid(&format!("server-{}", inst.name)));
+    let ips: Vec<String> = if inst.private_ips.is_empty() {
+        vec![nth_host(subnet["cidr"].as_str().unwrap_or("10.0.0.0/24"), 10 + n as u32)]
+    } else {
+        inst.private_ips.iter().map(|i| i.to_string()).collect()
+    };
+    let mut port_ids = vec![];
+    for ip in &ips {
+        port_ids.push(add_port(st, &id, &subnet, ip, &inst.zone));
+    }
+    for (k, fip) in inst.public_ips.iter().enumerate() {
+        let fid = uuid(&format!("fip-{id}-{fip}"));
+        let t = format!("{}Z", civil(now_secs() as u64));
+        let f = json!({"id": fid, "floating_ip_address": fip.to_string(),
+            "floating_network_id": uuid("network-public"), "router_id": uuid("router-router1"),
+            "port_id": port_ids[k.min(port_ids.len() - 1)], "fixed_ip_address": ips[k.min(ips.len() - 1)],
+            "status": "ACTIVE", "tenant_id": subnet["project_id"], "project_id": subnet["project_id"],
+            "description": "", "tags": [], "created_at": t, "updated_at": t, "revision_number": 0});
+        st.coll("floatingips").push(f);
+    }
+    st.servers.push((id.clone(), inst));
+    Ok(id)
+}
+
+/// The microversion a Nova request asks for (`2.1` when none).
+fn microversion(req: &Request<Bytes>) -> (u32, u32) {
+    let h = req
+        .headers()
+        .get("openstack-api-version")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("compute "))
+        .or_else(|| {
+            req.headers().get("x-openstack-nova-api-version").and_then(|v| v.to_str().ok())
+        });
+    let v = match h {
+        Some("latest") => "2.96",
+        Some(v) => v.trim(),
+        None => "2.1",
+    };
+    let (a, b) = v.split_once('.').unwrap_or(("2", "1"));
+    (a.parse().unwrap_or(2), b.parse().unwrap_or(1))
+}
+
+fn body_json(req: &Request<Bytes>, svc: Svc) -> Res<Value> {
+    serde_json::from_slice(req.body()).map_err(|e| {
+        err(svc, StatusCode::BAD_REQUEST, "BadRequest", format!("Malformed request body: {e}"))
+    })
+}
+
+fn host_base(req: &Request<Bytes>) -> String {
+    let host = req
+        .headers()
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or("127.0.0.1")
+        .to_string();
+    format!("http://{host}")
+}
+
+impl OpenStackCloud {
+    fn handle(&self, op: &str, req: &Request<Bytes>) -> Res<Resp> {
+        let path = req.uri().path().to_string();
+        let svc = service(&path);
+        let segs: Vec<String> = path.trim_matches('/').split('/').map(str::to_string).collect();
+        let base = host_base(req);
+        match op {
+            "keystone.versions" => return Ok(self.keystone_versions(&base, segs.len() == 1)),
+            "keystone.tokens.create" => return self.token(req, &base),
+            "nova.versions" => {
+                return Ok(reply(
+                    StatusCode::OK,
+                    &json!({"version": {"id": "v2.1", "status": "CURRENT",
+                    "version": "2.96", "min_version": "2.1", "updated": "2013-07-23T11:33:21Z",
+                    "links": [{"rel": "self", "href": format!("{base}/compute/v2.1/")}]}}),
+                ));
+            }
+            "neutron.versions" => {
+                return Ok(reply(
+                    StatusCode::OK,
+                    &json!({"versions": [{"id": "v2.0", "status": "CURRENT",
+                    "links": [{"rel": "self", "href": format!("{base}/network/v2.0/")}]}]}),
+                ));
+            }
+            "octavia.versions" => {
+                return Ok(reply(
+                    StatusCode::OK,
+                    &json!({"versions": [{"id": "v2.0", "status": "CURRENT",
+                    "updated": "2023-03-01T00:00:00Z",
+                    "links": [{"rel": "self", "href": format!("{base}/load-balancer/v2")}]}]}),
+                ));
+            }
+            _ => {}
+        }
+        self.check_token(req, svc)?;
+        let q = query(req.uri().query());
+        match svc {
+            Svc::Nova => self.nova(op, &segs, &q, req, &base),
+            Svc::Neutron => self.neutron(op, &segs, &q, req, &base),
+            Svc::Octavia => self.octavia(op, &segs, &q, req, &base),
+            _ => {
+                Err(err(svc, StatusCode::NOT_FOUND, "NotFound", "The resource could not be found."))
+            }
+        }
+    }
+
+    fn keystone_versions(&self, base: &str, root: bool) -> Resp {
+        let v3 = json!({"id": "v3.14", "status": "stable", "updated": "2020-04-07T00:00:00Z",
+            "links": [{"rel": "self", "href": format!("{base}/identity/v3/")}],
+            "media-types": [{"base": "application/json",
+                "type": "application/vnd.openstack.identity-v3+json"}]});
+        if root {
+            reply(StatusCode::MULTIPLE_CHOICES, &json!({"versions": {"values": [v3]}}))
+        } else {
+            reply(StatusCode::OK, &json!({"version": v3}))
+        }
+    }
+
+    fn token(&self, req: &Request<Bytes>, base: &str) -> Res<Resp> {
+        let svc = Svc::Keystone;
+        let unauthorized = || {
+            err(
+                svc,
+                StatusCode::UNAUTHORIZED,
+                "Unauthorized",
+                "The request you have made requires authentication.",
+            )
+        };
+        let b = body_json(req, svc)?;
+        let ident = &b["auth"]["identity"];
+        let methods: Vec<String> = ident["methods"]
+            .as_array()
+            .map(|a| a.iter().filter_map(|m| m.as_str().map(str::to_string)).collect())
+            .unwrap_or_default();
+        let opts = lock(&self.opts).clone();
+        let user_name;
+        if methods.iter().any(|m| m == "password") {
+            let u = &ident["password"]["user"];
+            let name = u["name"].as_str().or(u["id"].as_str()).unwrap_or_default();
+            let pw = u["password"].as_str().unwrap_or_default();
+            if !opts.users.iter().any(|(n, p)| n == name && p == pw) {
+                return Err(unauthorized());
+            }
+            user_name = name.to_string();
+        } else if methods.iter().any(|m| m == "application_credential") {
+            let c = &ident["application_credential"];
+            let id = c["id"].as_str().or(c["name"].as_str()).unwrap_or_default();
+            let secret = c["secret"].as_str().unwrap_or_default();
+            if !opts.app_creds.iter().any(|(i, s)| i == id && s == secret) {
+                return Err(unauthorized());
+            }
+            user_name = opts.users.first().map(|u| u.0.clone()).unwrap_or_default();
+        } else if methods.iter().any(|m| m == "token") {
+            let t = ident["token"]["id"].as_str().unwrap_or_default();
+            let ok = lock(&self.state).tokens.get(t).is_some_and(|e| *e > now_secs());
+            if !ok {
+                return Err(unauthorized());
+            }
+            user_name = opts.users.first().map(|u| u.0.clone()).unwrap_or_default();
+        } else {
+            return Err(err(
+                svc,
+                StatusCode::BAD_REQUEST,
+                "BadRequest",
+                "Expecting to find identity methods in auth.",
+            ));
+        }
+        let region = self.region();
+        let project_id = self.project_id();
+        let life = opts.token_lifetime.as_secs_f64().max(1.0);
+        let now = now_secs();
+        let token = {
+            let mut st = lock(&self.state);
+            st.tokens_issued += 1;
+            let t = format!("gAAAAA{}", st.next_id("token").replace('-', ""));
+            st.tokens.insert(t.clone(), now + life);
+            t
+        };
+        let ep = |ty: &str, name: &str, url: String| {
+            let endpoints: Vec<Value> = ["public", "internal", "admin"]
+                .iter()
+                .map(|i| {
+                    json!({"id": uuid(&format!("ep-{ty}-{i}")), "interface": i, "region": region,
+                    "region_id": region, "url": url})
+                })
+                .collect();
+            json!({"type": ty, "name": name, "id": uuid(&format!("svc-{ty}")), "endpoints": endpoints})
+        };
+        let catalog = vec![
+            ep("identity", "keystone", format!("{base}/identity")),
+            ep("compute", "nova", format!("{base}/compute/v2.1")),
+            ep("network", "neutron", format!("{base}/network")),
+            ep("load-balancer", "octavia", format!("{base}/load-balancer")),
+        ];
+        let body = json!({"token": {
+            "methods": methods,
+            "user": {"id": uuid(&format!("user-{user_name}")).replace('-', ""), "name": user_name,
+                "domain": {"id": "default", "name": "Default"}, "password_expires_at": null},
+            "project": {"id": project_id, "name": opts.project,
+                "domain": {"id": "default", "name": "Default"}},
+            "roles": [{"id": uuid("role-member").replace('-', ""), "name": "member"}],
+            "audit_ids": [uuid(&token)[..22].to_string()],
+            "is_domain": false,
+            "issued_at": format!("{}.000000Z", civil(now as u64)),
+            "expires_at": format!("{}.000000Z", civil((now + life) as u64)),
+            "catalog": catalog,
+        }});
+        let mut r = reply(StatusCode::CREATED, &body);
+        if let Ok(v) = HeaderValue::from_str(&token) {
+            r.headers_mut().insert("x-subject-token", v);
+        }
+        Ok(r)
+    }
+
+    fn server_json(&self, st: &State, id: &str, inst: &Instance, mv: (u32, u32)) -> Value {
+        let project = self.project_id();
+        let ports: Vec<&Value> = st
+            .neutron
+            .get("ports")
+            .map(|p| p.iter().filter(|p| p["device_id"].as_str() == Some(id)).collect())
+            .unwrap_or_default();
+        let mut addresses: BTreeMap<String, Vec<Value>> = BTreeMap::new();
+        for p in ports {
+            let net = st
+                .find("networks", p["network_id"].as_str().unwrap_or_default())
+                .and_then(|n| n["name"].as_str())
+                .unwrap_or("private")
+                .to_string();
+            let entry = addresses.entry(net).or_default();
+            for f in p["fixed_ips"].as_array().into_iter().flatten() {
+                entry.push(json!({"version": 4, "addr": f["ip_address"],
+                    "OS-EXT-IPS:type": "fixed", "OS-EXT-IPS-MAC:mac_addr": p["mac_address"]}));
+            }
+            for fip in st.neutron.get("floatingips").into_iter().flatten() {
+                if fip["port_id"] == p["id"] {
+                    entry.push(json!({"version": 4, "addr": fip["floating_ip_address"],
+                        "OS-EXT-IPS:type": "floating", "OS-EXT-IPS-MAC:mac_addr": p["mac_address"]}));
+                }
+            }
+        }
+        let fname = inst.instance_type.clone().unwrap_or_else(|| "m1.small".into());
+        let fl = flavor(&fname);
+        let flavor = if mv >= (2, 47) {
+            json!({"original_name": fname, "vcpus": fl["vcpus"], "ram": fl["ram"], "disk": 20,
+                "ephemeral": 0, "swap": 0, "extra_specs": {}})
+        } else {
+            json!({"id": fl["id"], "links": []})
+        };
+        let status = match inst.power {
+            PowerState::Running => "ACTIVE",
+            PowerState::Stopped => "SHUTOFF",
+            PowerState::Terminated => "DELETED",
+        };
+        let created = format!("{}Z", civil(1_700_000_000));
+        json!({
+            "id": id, "name": inst.name, "status": status, "tenant_id": project,
+            "user_id": uuid("user-admin").replace('-', ""), "metadata": inst.tags,
+            "hostId": format!("{:x}", fnv(&inst.zone)), "image": "", "flavor": flavor,
+            "created": created, "updated": created, "addresses": addresses,
+            "accessIPv4": "", "accessIPv6": "", "progress": 0, "key_name": null,
+            "links": [], "OS-EXT-AZ:availability_zone": inst.zone,
+            "OS-EXT-STS:power_state": if status == "ACTIVE" { 1 } else { 4 },
+            "OS-EXT-STS:vm_state": if status == "ACTIVE" { "active" } else { "stopped" },
+            "OS-EXT-STS:task_state": null, "OS-DCF:diskConfig": "MANUAL",
+            "security_groups": [{"name": "default"}], "os-extended-volumes:volumes_attached": [],
+            "config_drive": "", "tags": [],
+        })
+    }
+
+    fn nova(
+        &self,
+        op: &str,
+        segs: &[String],
+        q: &[(String, String)],
+        req: &Request<Bytes>,
+        base: &str,
+    ) -> Res<Resp> {
+        let svc = Svc::Nova;
+        let mv = microversion(req);
+        let st = lock(&self.state);
+        let mut r = match op {
+            "nova.servers.list" => {
+                let items: Vec<Value> =
+                    st.servers.iter().map(|(id, i)| self.server_json(&st, id, i, mv)).collect();
+                let custom = |o: &Value, k: &str, v: &str| -> Option<bool> {
+                    match k {
+                        "name" => Some(name_matches(v, o["name"].as_str().unwrap_or_default())),
+                        "availability_zone" => {
+                            Some(o["OS-EXT-AZ:availability_zone"].as_str() == Some(v))
+                        }
+                        "all_tenants" | "deleted" => Some(true),
+                        "ip" => Some(o["addresses"].to_string().contains(v)),
+                        _ => None,
+                    }
+                };
+                let v = page(
+                    items,
+                    q,
+                    &format!("{base}/compute/v2.1/servers/detail"),
+                    "servers_links",
+                    "servers",
+                    &custom,
+                )
+                .map_err(|_| err(svc, StatusCode::BAD_REQUEST, "BadRequest", "marker not found"))?;
+                reply(StatusCode::OK, &v)
+            }
+            "nova.servers.get" => {
+                let id = &segs[3];
+                let (sid, inst) = st.servers.iter().find(|(s, _)| s == id).ok_or_else(|| {
+                    err(
+                        svc,
+                        StatusCode::NOT_FOUND,
+                        "NotFound",
+                        format!("Instance {id} could not be found."),
+                    )
+                })?;
+                reply(StatusCode::OK, &json!({"server": self.server_json(&st, sid, inst, mv)}))
+            }
+            "nova.flavors.list" => reply(StatusCode::OK, &json!({"flavors": st.flavors})),
+            "nova.flavors.get" => {
+                let id = &segs[3];
+                let f =
+                    st.flavors.iter().find(|f| f["id"].as_str() == Some(id.as_str())).ok_or_else(
+                        || {
+                            err(
+                                svc,
+                                StatusCode::NOT_FOUND,
+                                "NotFound",
+                                format!("Flavor {id} could not be found."),
+                            )
+                        },
+                    )?;
+                reply(StatusCode::OK, &json!({"flavor": f}))
+            }
+            "nova.availability_zones.list" => {
+                let zones: BTreeSet<String> = st
+                    .servers
+                    .iter()
+                    .map(|(_, i)| i.zone.clone())
+                    .chain(lock(&self.world).zones())
+                    .collect();
+                reply(
+                    StatusCode::OK,
+                    &json!({"availabilityZoneInfo": zones.iter().map(|z| json!({
+                    "zoneName": z, "zoneState": {"available": true}, "hosts": null})).collect::<Vec<_>>()}),
+                )
+            }
+            _ => err(svc, StatusCode::NOT_FOUND, "NotFound", "The resource could not be found."),
+        };
+        let v = format!("compute {}.{}", mv.0, mv.1);
+        if let Ok(h) = HeaderValue::from_str(&v) {
+            r.headers_mut().insert("openstack-api-version", h);
+        }
+        if let Ok(h) = HeaderValue::from_str(&format!("{}.{}", mv.0, mv.1)) {
+            r.headers_mut().insert("x-openstack-nova-api-version", h);
+        }
+        Ok(r)
+    }
+}
+
+const EXTENSIONS: &[(&str, &str)] = &[
+    ("extraroute", "Neutron Extra Route"),
+    ("extraroute-atomic", "Atomically add/remove extra routes"),
+    ("security-group", "security-group"),
+    ("allowed-address-pairs", "Allowed Address Pairs"),
+    ("standard-attr-tag", "Tag support for resources with standard attribute"),
+    ("router", "Neutron L3 Router"),
+    ("external-net", "Neutron external network"),
+    ("port-security", "Port Security"),
+];
+
+fn neutron_not_found(kind: &str, id: &str) -> Resp {
+    let ty = match kind {
+        "networks" => "NetworkNotFound",
+        "subnets" => "SubnetNotFound",
+        "ports" => "PortNotFound",
+        "floatingips" => "FloatingIPNotFound",
+        "routers" => "RouterNotFound",
+        "security-groups" => "SecurityGroupNotFound",
+        "security-group-rules" => "SecurityGroupRuleNotFound",
+        _ => "NotFound",
+    };
+    let what = neutron_coll(kind).map(|c| c.1).unwrap_or("resource");
+    err(Svc::Neutron, StatusCode::NOT_FOUND, ty, format!("{what} {id} could not be found."))
+}
+
+fn nbad(msg: impl AsRef<str>) -> Resp {
+    err(Svc::Neutron, StatusCode::BAD_REQUEST, "BadRequest", msg)
+}
+
+fn routes_set(v: &Value) -> Vec<(String, String)> {
+    v.as_array()
+        .into_iter()
+        .flatten()
+        .map(|r| {
+            (
+                r["destination"].as_str().unwrap_or_default().to_string(),
+                r["nexthop"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+        .collect()
+}
+
+fn routes_json(r: &[(String, String)]) -> Value {
+    Value::Array(r.iter().map(|(d, n)| json!({"destination": d, "nexthop": n})).collect())
+}
+
+impl OpenStackCloud {
+    fn neutron(
+        &self,
+        op: &str,
+        segs: &[String],
+        q: &[(String, String)],
+        req: &Request<Bytes>,
+        base: &str,
+    ) -> Res<Resp> {
+        let mut st = lock(&self.state);
+        let project = self.project_id();
+        let now = format!("{}Z", civil(now_secs() as u64));
+        if op == "neutron.extensions.list" {
+            return Ok(reply(
+                StatusCode::OK,
+                &json!({"extensions": EXTENSIONS.iter().map(|(a, n)| json!({
+                "alias": a, "name": n, "description": n, "updated": "2013-01-20T00:00:00-00:00",
+                "links": []})).collect::<Vec<_>>()}),
+            ));
+        }
+        let coll = segs[2].as_str();
+        let Some((cname, single, plural)) = neutron_coll(coll) else {
+            return Err(neutron_not_found("", ""));
+        };
+        let id = segs.get(3).cloned().unwrap_or_default();
+        let exists = |st: &State, id: &str| st.find(cname, id).cloned();
+        match op.rsplit('.').next().unwrap_or_default() {
+            "list" => {
+                let items = st.neutron.get(cname).cloned().unwrap_or_default();
+                let custom = |o: &Value, k: &str, v: &str| -> Option<bool> {
+                    match k {
+                        "fixed_ips" => {
+                            let (fk, fv) = v.split_once('=')?;
+                            Some(
+                                o["fixed_ips"]
+                                    .as_array()
+                                    .into_iter()
+                                    .flatten()
+                                    .any(|f| f[fk].as_str() == Some(fv)),
+                            )
+                        }
+                        "tenant_id" | "project_id" => Some(true),
+                        _ => None,
+                    }
+                };
+                let v = page(
+                    items,
+                    q,
+                    &format!("{base}/network/v2.0/{cname}"),
+                    &format!("{plural}_links"),
+                    plural,
+                    &custom,
+                )?;
+                Ok(reply(StatusCode::OK, &v))
+            }
+            "get" => {
+                let o = exists(&st, &id).ok_or_else(|| neutron_not_found(cname, &id))?;
+                Ok(reply(StatusCode::OK, &json!({ single: o })))
+            }
+            "delete" => {
+                exists(&st, &id).ok_or_else(|| neutron_not_found(cname, &id))?;
+                match cname {
+                    "security-groups" => {
+                        let used = st.coll("ports").iter().any(|p| {
+                            p["security_groups"]
+                                .as_array()
+                                .into_iter()
+                                .flatten()
+                                .any(|s| s.as_str() == Some(id.as_str()))
+                        });
+                        if used {
+                            return Err(err(
+                                Svc::Neutron,
+                                StatusCode::CONFLICT,
+                                "SecurityGroupInUse",
+                                format!("Security Group {id} in use."),
+                            ));
+                        }
+                        st.coll("security-group-rules")
+                            .retain(|r| r["security_group_id"].as_str() != Some(id.as_str()));
+                    }
+                    "security-group-rules" => {
+                        for g in st.coll("security-groups").iter_mut() {
+                            if let Some(a) = g["security_group_rules"].as_array_mut() {
+                                a.retain(|r| r["id"].as_str() != Some(id.as_str()));
+                            }
+                        }
+                    }
+                    "ports" => {
+                        st.coll("floatingips")
+                            .iter_mut()
+                            .filter(|f| f["port_id"].as_str() == Some(id.as_str()))
+                            .for_each(|f| {
+                                f["port_id"] = Value::Null;
+                                f["fixed_ip_address"] = Value::Null;
+                                f["status"] = json!("DOWN");
+                            });
+                    }
+                    _ => {}
+                }
+                st.coll(cname).retain(|o| o["id"].as_str() != Some(id.as_str()));
+                Ok(no_content())
+            }
+            "create" => {
+                let b = body_json(req, Svc::Neutron)?;
+                let spec = b
+                    .get(single)
+                    .cloned()
+                    .filter(Value::is_object)
+                    .ok_or_else(|| nbad(format!("Resource body required: {single}")))?;
+                let new_id = st.next_id(cname);
+                let mut o = json!({"id": new_id, "tenant_id": project, "project_id": project,
+                    "description": "", "tags": [], "created_at": now, "updated_at": now,
+                    "revision_number": 0});
+                match cname {
+                    "floatingips" => {
+                        let net =
+                            spec["floating_network_id"].as_str().unwrap_or_default().to_string();
+                        let ext = st
+                            .find("networks", &net)
+                            .is_some_and(|n| n["router:external"] == json!(true));
+                        if !ext {
+                            return Err(err(
+                                Svc::Neutron,
+                                StatusCode::NOT_FOUND,
+                                "ExternalNetworkNotFound",
+                                format!("External network {net} could not be found."),
+                            ));
+                        }
+                        let used: BTreeSet<String> = st
+                            .coll("floatingips")
+                            .iter()
+                            .filter_map(|f| f["floating_ip_address"].as_str().map(str::to_string))
+                            .collect();
+                        let addr = match spec["floating_ip_address"].as_str() {
+                            Some(a) if used.contains(a) => {
+                                return Err(err(
+                                    Svc::Neutron,
+                                    StatusCode::CONFLICT,
+                                    "IpAddressAlreadyAllocated",
+                                    format!("IP address {a} already allocated in subnet"),
+                                ));
+                            }
+                            Some(a) => a.to_string(),
+                            None => (10..250)
+                                .map(|n| nth_host("172.24.4.0/24", n))
+                                .find(|a| !used.contains(a))
+                                .ok_or_else(|| {
+                                    err(
+                                        Svc::Neutron,
+                                        StatusCode::CONFLICT,
+                                        "IpAddressGenerationFailure",
+                                        "No more IP addresses available on network.",
+                                    )
+                                })?,
+                        };
+                        merge(
+                            &mut o,
+                            json!({"floating_ip_address": addr, "floating_network_id": net,
+                            "router_id": null, "port_id": null, "fixed_ip_address": null, "status": "DOWN",
+                            "port_details": null}),
+                        );
+                        if let Some(d) = spec.get("description") {
+                            o["description"] = d.clone();
+                        }
+                        if let Some(p) = spec["port_id"].as_str() {
+                            self.associate(&st, &mut o, p, &spec)?;
+                        }
+                    }
+                    "security-groups" => {
+                        let name = spec["name"].as_str().unwrap_or_default();
+                        let desc = spec["description"].as_str().unwrap_or_default();
+                        o = security_group(&mut st, &project, name, desc);
+                    }
+                    "security-group-rules" => {
+                        let sg = spec["security_group_id"].as_str().unwrap_or_default().to_string();
+                        if st.find("security-groups", &sg).is_none() {
+                            return Err(neutron_not_found("security-groups", &sg));
+                        }
+                        let dir = spec["direction"].as_str().unwrap_or_default();
+                        if dir != "ingress" && dir != "egress" {
+                            return Err(nbad(format!(
+                                "Invalid input for direction. Reason: {dir:?} is not in ['ingress', 'egress']."
+                            )));
+                        }
+                        let keys = [
+                            "direction",
+                            "ethertype",
+                            "protocol",
+                            "port_range_min",
+                            "port_range_max",
+                            "remote_ip_prefix",
+                            "remote_group_id",
+                        ];
+                        let r = rule(&new_id, &sg, &project, spec.clone());
+                        let dup = st.coll("security-group-rules").iter().any(|x| {
+                            x["security_group_id"] == r["security_group_id"]
+                                && keys.iter().all(|k| x[*k] == r[*k])
+                        });
+                        if dup {
+                            return Err(err(
+                                Svc::Neutron,
+                                StatusCode::CONFLICT,
+                                "SecurityGroupRuleExists",
+                                "Security group rule already exists.",
+                            ));
+                        }
+                        for g in st.coll("security-groups").iter_mut() {
+                            if g["id"].as_str() == Some(sg.as_str())
+                                && let Some(a) = g["security_group_rules"].as_array_mut()
+                            {
+                                a.push(r.clone());
+                            }
+                        }
+                        o = r;
+                    }
+                    "ports" => {
+                        let net = spec["network_id"].as_str().unwrap_or_default().to_string();
+                        if st.find("networks", &net).is_none() {
+                            return Err(neutron_not_found("networks", &net));
+                        }
+                        merge(
+                            &mut o,
+                            json!({"name": "", "network_id": net, "mac_address": mac(&new_id),
+                            "admin_state_up": true, "status": "DOWN", "device_id": "", "device_owner": "",
+                            "fixed_ips": [], "allowed_address_pairs": [], "security_groups": [],
+                            "port_security_enabled": true}),
+                        );
+                        merge(&mut o, spec);
+                    }
+                    _ => {
+                        merge(
+                            &mut o,
+                            json!({"name": "", "admin_state_up": true, "status": "ACTIVE"}),
+                        );
+                        merge(&mut o, spec);
+                    }
+                }
+                st.coll(cname).push(o.clone());
+                Ok(reply(StatusCode::CREATED, &json!({ single: o })))
+            }
+            "update" => {
+                let b = body_json(req, Svc::Neutron)?;
+                let spec = b
+                    .get(single)
+                    .cloned()
+                    .filter(Value::is_object)
+                    .ok_or_else(|| nbad(format!("Resource body required: {single}")))?;
+                let mut o = exists(&st, &id).ok_or_else(|| neutron_not_found(cname, &id))?;
+                match cname {
+                    "floatingips" => match spec.get("port_id") {
+                        Some(Value::String(p)) => self.associate(&st, &mut o, &p.clone(), &spec)?,
+                        Some(Value::Null) => {
+                            merge(
+                                &mut o,
+                                json!({"port_id": null, "fixed_ip_address": null, "router_id": null, "status": "DOWN"}),
+                            );
+                        }
+                        _ => {}
+                    },
+                    "routers" => {
+                        if let Some(r) = spec.get("routes") {
+                            let routes = routes_set(r);
+                            self.check_nexthops(&st, &routes)?;
+                            o["routes"] = routes_json(&routes);
+                        }
+                        for (k, v) in spec.as_object().into_iter().flatten() {
+                            if k != "routes" {
+                                o[k.as_str()] = v.clone();
+                            }
+                        }
+                    }
+                    "ports" => {
+                        if let Some(sgs) = spec.get("security_groups").and_then(Value::as_array) {
+                            for s in sgs {
+                                let s = s.as_str().unwrap_or_default();
+                                if st.find("security-groups", s).is_none() {
+                                    return Err(neutron_not_found("security-groups", s));
+                                }
+                            }
+                        }
+                        merge(&mut o, spec);
+                    }
+                    _ => merge(&mut o, spec),
+                }
+                o["updated_at"] = json!(now);
+                o["revision_number"] = json!(o["revision_number"].as_u64().unwrap_or(0) + 1);
+                for x in st.coll(cname).iter_mut() {
+                    if x["id"].as_str() == Some(id.as_str()) {
+                        *x = o.clone();
+                    }
+                }
+                Ok(reply(StatusCode::OK, &json!({ single: o })))
+            }
+            "add_extraroutes" | "remove_extraroutes" => {
+                let b = body_json(req, Svc::Neutron)?;
+                let want = routes_set(&b["router"]["routes"]);
+                let mut o = exists(&st, &id).ok_or_else(|| neutron_not_found(cname, &id))?;
+                let mut have = routes_set(&o["routes"]);
+                if op.ends_with("add_extraroutes") {
+                    self.check_nexthops(&st, &want)?;
+                    for r in want {
+                        if !have.contains(&r) {
+                            have.push(r);
+                        }
+                    }
+                } else {
+                    have.retain(|r| !want.contains(r));
+                }
+                o["routes"] = routes_json(&have);
+                o["revision_number"] = json!(o["revision_number"].as_u64().unwrap_or(0) + 1);
+                for x in st.coll(cname).iter_mut() {
+                    if x["id"].as_str() == Some(id.as_str()) {
+                        *x = o.clone();
+                    }
+                }
+                Ok(reply(StatusCode::OK, &json!({ single: o })))
+            }
+            "replace" | "add" => {
+                let mut o = exists(&st, &id).ok_or_else(|| neutron_not_found(cname, &id))?;
+                let tags: Vec<Value> = if op.ends_with("replace") {
+                    body_json(req, Svc::Neutron)?["tags"].as_array().cloned().unwrap_or_default()
+                } else {
+                    let mut t = o["tags"].as_array().cloned().unwrap_or_default();
+                    let tag = Value::String(segs.get(5).cloned().unwrap_or_default());
+                    if !t.contains(&tag) {
+                        t.push(tag);
+                    }
+                    t
+                };
+                o["tags"] = Value::Array(tags.clone());
+                for x in st.coll(cname).iter_mut() {
+                    if x["id"].as_str() == Some(id.as_str()) {
+                        *x = o.clone();
+                    }
+                }
+                if op.ends_with("replace") {
+                    Ok(reply(StatusCode::OK, &json!({"tags": tags})))
+                } else {
+                    Ok(reply(StatusCode::CREATED, &Value::Null))
+                }
+            }
+            _ => Err(neutron_not_found(cname, &id)),
+        }
+    }
+
+    fn associate(&self, st: &State, fip: &mut Value, port: &str, spec: &Value) -> Res<()> {
+        let p = st.find("ports", port).ok_or_else(|| neutron_not_found("ports", port))?;
+        let fixed = spec["fixed_ip_address"]
+            .as_str()
+            .map(str::to_string)
+            .or_else(|| p["fixed_ips"][0]["ip_address"].as_str().map(str::to_string))
+            .ok_or_else(|| nbad(format!("Port {port} does not have any IP addresses")))?;
+        let taken = st.neutron.get("floatingips").into_iter().flatten().any(|f| {
+            f["port_id"].as_str() == Some(port)
+                && f["fixed_ip_address"].as_str() == Some(fixed.as_str())
+                && f["id"] != fip["id"]
+        });
+        if taken {
+            return Err(err(
+                Svc::Neutron,
+                StatusCode::CONFLICT,
+                "FloatingIPPortAlreadyAssociated",
+                format!(
+                    "Cannot associate floating IP with port {port} using fixed IP {fixed}, as that fixed IP already has a floating IP."
+                ),
+            ));
+        }
+        merge(
+            fip,
+            json!({"port_id": port, "fixed_ip_address": fixed, "router_id": uuid("router-router1"), "status": "ACTIVE"}),
+        );
+        Ok(())
+    }
+
+    fn check_nexthops(&self, st: &State, routes: &[(String, String)]) -> Res<()> {
+        for (dest, hop) in routes {
+            if parse_cidr(dest).is_none() {
+                return Err(nbad(format!(
+                    "Invalid input for routes. Reason: '{dest}' is not a valid IP subnet."
+                )));
+            }
+            let on_subnet = st.neutron.get("subnets").into_iter().flatten().any(|s| {
+                s["name"].as_str() != Some("public-subnet")
+                    && in_cidr(hop, s["cidr"].as_str().unwrap_or_default())
+            });
+            if !on_subnet {
+                return Err(err(
+                    Svc::Neutron,
+                    StatusCode::BAD_REQUEST,
+                    "InvalidRoutes",
+                    format!(
+                        "Invalid format for routes: [{{'destination': '{dest}', 'nexthop': '{hop}'}}], the nexthop is not connected with router"
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+fn obad(msg: impl AsRef<str>) -> Resp {
+    err(Svc::Octavia, StatusCode::BAD_REQUEST, "", msg)
+}
+
+fn onf(what: &str, id: &str) -> Resp {
+    err(Svc::Octavia, StatusCode::NOT_FOUND, "", format!("{what} {id} not found."))
+}
+
+fn ids(v: &[&Value]) -> Value {
+    Value::Array(v.iter().map(|o| json!({"id": o["id"]})).collect())
+}
+
+impl OpenStackCloud {
+    fn lb_status(st: &State, lb: &str) -> &'static str {
+        st.lb_ops.get(lb).map(octavia_provisioning_status).unwrap_or("ACTIVE")
+    }
+
+    /// Removes load balancers whose deletion finished, with their children and VIP port.
+    fn purge(st: &mut State) {
+        let done: Vec<String> = st
+            .lb_ops
+            .iter()
+            .filter(|(_, o)| o.action == Action::Delete && o.phase() != Phase::Pending)
+            .map(|(id, _)| id.clone())
+            .collect();
+        for lb in done {
+            st.lb_ops.remove(&lb);
+            let vip = st
+                .ocoll("loadbalancers")
+                .iter()
+                .find(|o| o["id"].as_str() == Some(lb.as_str()))
+                .and_then(|o| o["vip_port_id"].as_str().map(str::to_string));
+            st.ocoll("loadbalancers").retain(|o| o["id"].as_str() != Some(lb.as_str()));
+            let children: BTreeSet<String> =
+                st.lb_of.iter().filter(|(_, l)| **l == lb).map(|(c, _)| c.clone()).collect();
+            for c in ["listeners", "pools", "healthmonitors", "members"] {
+                st.ocoll(c).retain(|o| !children.contains(o["id"].as_str().unwrap_or_default()));
+            }
+            st.lb_of.retain(|_, l| *l != lb);
+            if let Some(vip) = vip {
+                st.coll("ports").retain(|p| p["id"].as_str() != Some(vip.as_str()));
+                for f in st.coll("floatingips").iter_mut() {
+                    if f["port_id"].as_str() == Some(vip.as_str()) {
+                        merge(
+                            f,
+                            json!({"port_id": null, "fixed_ip_address": null, "status": "DOWN"}),
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    fn render(st: &State, coll: &str, o: &Value) -> Value {
+        let mut o = o.clone();
+        let id = o["id"].as_str().unwrap_or_default().to_string();
+        let lb = if coll == "loadbalancers" {
+            id.clone()
+        } else {
+            st.lb_of.get(&id).cloned().unwrap_or_default()
+        };
+        let lbst = Self::lb_status(st, &lb);
+        let children = |c: &str, f: &dyn Fn(&Value) -> bool| -> Value {
+            ids(&st.octavia.get(c).into_iter().flatten().filter(|x| f(x)).collect::<Vec<_>>())
+        };
+        let status = match (coll, lbst) {
+            ("loadbalancers", s) => s,
+            (_, "PENDING_CREATE" | "PENDING_UPDATE" | "PENDING_DELETE") => "PENDING_UPDATE",
+            (_, "ERROR") => "ERROR",
+            _ => "ACTIVE",
+        };
+        o["provisioning_status"] = json!(status);
+        o["operating_status"] = json!(if status == "ACTIVE" { "ONLINE" } else { "OFFLINE" });
+        match coll {
+            "loadbalancers" => {
+                o["listeners"] = children("listeners", &|x| {
+                    st.lb_of.get(x["id"].as_str().unwrap_or_default()) == Some(&id)
+                });
+                o["pools"] = children("pools", &|x| {
+                    st.lb_of.get(x["id"].as_str().unwrap_or_default()) == Some(&id)
+                });
+            }
+            "listeners" => {
+                o["loadbalancers"] = json!([{"id": lb}]);
+                o["l7policies"] = json!([]);
+            }
+            "pools" => {
+                o["loadbalancers"] = json!([{"id": lb}]);
+                o["members"] = children("members", &|x| x["pool_id"].as_str() == Some(id.as_str()));
+                let hm = st
+                    .octavia
+                    .get("healthmonitors")
+                    .into_iter()
+                    .flatten()
+                    .find(|x| x["pools"][0]["id"].as_str() == Some(id.as_str()))
+                    .map(|x| x["id"].clone());
+                o["healthmonitor_id"] = hm.unwrap_or(Value::Null);
+                let ls = st
+                    .octavia
+                    .get("listeners")
+                    .into_iter()
+                    .flatten()
+                    .filter(|x| x["default_pool_id"].as_str() == Some(id.as_str()))
+                    .collect::<Vec<_>>();
+                if o["listener_id"].is_string() && ls.is_empty() {
+                    o["listeners"] = json!([{"id": o["listener_id"]}]);
+                } else {
+                    o["listeners"] = ids(&ls);
+                }
+            }
+            _ => {}
+        }
+        if let Some(m) = o.as_object_mut() {
+            m.remove("listener_id");
+        }
+        o
+    }
+
+    /// The load balancer of `lb_or_child`, refusing changes while it is pending (409).
+    fn mutable(st: &State, lb: &str) -> Res<()> {
+        let s = Self::lb_status(st, lb);
+        if s.starts_with("PENDING_") {
+            return Err(err(
+                Svc::Octavia,
+                StatusCode::CONFLICT,
+                "",
+                format!("Invalid state {s} of loadbalancer resource {lb}"),
+            ));
+        }
+        Ok(())
+    }
+
+    fn touch(&self, st: &mut State, lb: &str, action: Action) {
+        let op = self.ops.start(format!("loadbalancer/{lb}"), action);
+        st.lb_ops.insert(lb.to_string(), op);
+    }
+
+    fn octavia(
+        &self,
+        op: &str,
+        segs: &[String],
+        q: &[(String, String)],
+        req: &Request<Bytes>,
+        base: &str,
+    ) -> Res<Resp> {
+        let mut st = lock(&self.state);
+        Self::purge(&mut st);
+        let project = self.project_id();
+        let now = civil(now_secs() as u64);
+        let members = segs.len() >= 6 && segs[5] == "members";
+        let (coll, single) = if members {
+            ("members", "member")
+        } else {
+            octavia_coll(&segs[3]).unwrap_or(("loadbalancers", "loadbalancer"))
+        };
+        let pool_id = if members { segs[4].clone() } else { String::new() };
+        let id =
+            if members { segs.get(6).cloned() } else { segs.get(4).cloned() }.unwrap_or_default();
+        if members
+            && !st
+                .octavia
+                .get("pools")
+                .into_iter()
+                .flatten()
+                .any(|p| p["id"].as_str() == Some(pool_id.as_str()))
+        {
+            return Err(onf("Pool", &pool_id));
+        }
+        let find = |st: &State, id: &str| {
+            st.octavia
+                .get(coll)
+                .into_iter()
+                .flatten()
+                .find(|o| o["id"].as_str() == Some(id))
+                .cloned()
+        };
+        let what = match coll {
+            "loadbalancers" => "Load Balancer",
+            "listeners" => "Listener",
+            "pools" => "Pool",
+            "members" => "Member",
+            _ => "Health Monitor",
+        };
+        match op.rsplit('.').next().unwrap_or_default() {
+            "list" => {
+                let items: Vec<Value> = st
+                    .octavia
+                    .get(coll)
+                    .into_iter()
+                    .flatten()
+                    .filter(|o| !members || o["pool_id"].as_str() == Some(pool_id.as_str()))
+                    .map(|o| Self::render(&st, coll, o))
+                    .collect();
+                let custom = |o: &Value, k: &str, v: &str| -> Option<bool> {
+                    match k {
+                        "loadbalancer_id" => Some(
+                            o["loadbalancers"][0]["id"].as_str() == Some(v)
+                                || o["id"].as_str() == Some(v) && coll == "loadbalancers",
+                        ),
+                        "pool_id" if coll == "healthmonitors" => {
+                            Some(o["pools"][0]["id"].as_str() == Some(v))
+                        }
+                        "project_id" => Some(true),
+                        _ => None,
+                    }
+                };
+                let path = if members {
+                    format!("{base}/load-balancer/v2/lbaas/pools/{pool_id}/members")
+                } else {
+                    format!("{base}/load-balancer/v2/lbaas/{coll}")
+                };
+                let v = page(items, q, &path, &format!("{coll}_links"), coll, &custom)
+                    .map_err(|_| obad("marker not found"))?;
+                Ok(reply(StatusCode::OK, &v))
+            }
+            "get" => {
+                let o = find(&st, &id).ok_or_else(|| onf(what, &id))?;
+                Ok(reply(StatusCode::OK, &json!({ single: Self::render(&st, coll, &o) })))
+            }
+            "delete" => {
+                let o = find(&st, &id).ok_or_else(|| onf(what, &id))?;
+                if coll == "loadbalancers" {
+                    Self::mutable(&st, &id)?;
+                    let cascade = q.iter().any(|(k, v)| k == "cascade" && v == "true");
+                    let has = st.lb_of.values().any(|l| *l == id);
+                    if has && !cascade {
+                        return Err(obad(format!(
+                            "Cannot delete Load Balancer {id} - it has children"
+                        )));
+                    }
+                    self.touch(&mut st, &id, Action::Delete);
+                    let _ = o;
+                } else {
+                    let lb = st.lb_of.get(&id).cloned().unwrap_or_default();
+                    Self::mutable(&st, &lb)?;
+                    if coll == "pools" {
+                        let mem: BTreeSet<String> = st
+                            .ocoll("members")
+                            .iter()
+                            .filter(|m| m["pool_id"].as_str() == Some(id.as_str()))
+                            .filter_map(|m| m["id"].as_str().map(str::to_string))
+                            .collect();
+                        st.ocoll("members").retain(|m| m["pool_id"].as_str() != Some(id.as_str()));
+                        st.ocoll("healthmonitors")
+                            .retain(|m| m["pools"][0]["id"].as_str() != Some(id.as_str()));
+                        for l in st.ocoll("listeners").iter_mut() {
+                            if l["default_pool_id"].as_str() == Some(id.as_str()) {
+                                l["default_pool_id"] = Value::Null;
+                            }
+                        }
+                        st.lb_of.retain(|c, _| !mem.contains(c));
+                    }
+                    if coll == "listeners" {
+                        for p in st.ocoll("pools").iter_mut() {
+                            if p["listener_id"].as_str() == Some(id.as_str()) {
+                                p["listener_id"] = Value::Null;
+                            }
+                        }
+                    }
+                    st.ocoll(coll).retain(|o| o["id"].as_str() != Some(id.as_str()));
+                    st.lb_of.remove(&id);
+                    self.touch(&mut st, &lb, Action::Update);
+                }
+                Ok(no_content())
+            }
+            "create" => {
+                let b = body_json(req, Svc::Octavia)?;
+                let spec = b
+                    .get(single)
+                    .cloned()
+                    .filter(Value::is_object)
+                    .ok_or_else(|| obad(format!("Missing mandatory field: {single}")))?;
+                let new_id = st.next_id(coll);
+                let mut o = json!({"id": new_id, "name": "", "description": "", "admin_state_up": true,
+                    "project_id": project, "tenant_id": project, "tags": [], "created_at": now, "updated_at": now});
+                let lb = match coll {
+                    "loadbalancers" => {
+                        let subnet = if let Some(s) = spec["vip_subnet_id"].as_str() {
+                            st.find("subnets", s)
+                                .cloned()
+                                .ok_or_else(|| obad(format!("Subnet {s} not found.")))?
+                        } else if let Some(n) = spec["vip_network_id"].as_str() {
+                            st.coll("subnets")
+                                .iter()
+                                .find(|s| s["network_id"].as_str() == Some(n))
+                                .cloned()
+                                .ok_or_else(|| obad(format!("Network {n} not found.")))?
+                        } else if spec["vip_port_id"].is_string() {
+                            st.coll("subnets").first().cloned().ok_or_else(|| obad("no subnet"))?
+                        } else {
+                            return Err(obad(
+                                "Validation failure: VIP must contain one of: vip_port_id, vip_network_id, vip_subnet_id.",
+                            ));
+                        };
+                        let cidr = subnet["cidr"].as_str().unwrap_or("10.0.0.0/24").to_string();
+                        let used: BTreeSet<String> = st
+                            .coll("ports")
+                            .iter()
+                            .flat_map(|p| p["fixed_ips"].as_array().cloned().unwrap_or_default())
+                            .filter_map(|f| f["ip_address"].as_str().map(str::to_string))
+                            .collect();
+                        let vip = spec["vip_address"]
+                            .as_str()
+                            .map(str::to_string)
+                            .or_else(|| {
+                                (200..254).map(|n| nth_host(&cidr, n)).find(|a| !used.contains(a))
+                            })
+                            .ok_or_else(|| {
+                                err(
+                                    Svc::Octavia,
+                                    StatusCode::CONFLICT,
+                                    "",
+                                    "No more IP addresses available",
+                                )
+                            })?;
+                        let port =
+                            add_port(&mut st, &format!("lb-{new_id}"), &subnet, &vip, "nova");
+                        for p in st.coll("ports").iter_mut() {
+                            if p["id"].as_str() == Some(port.as_str()) {
+                                p["device_owner"] = json!("Octavia");
+                                p["name"] = json!(format!("octavia-lb-{new_id}"));
+                            }
+                        }
+                        merge(
+                            &mut o,
+                            json!({"vip_address": vip, "vip_port_id": port, "vip_subnet_id": subnet["id"],
+                            "vip_network_id": subnet["network_id"], "vip_qos_policy_id": null, "provider": "amphora",
+                            "flavor_id": null, "availability_zone": null, "additional_vips": []}),
+                        );
+                        for k in [
+                            "name",
+                            "description",
+                            "flavor_id",
+                            "availability_zone",
+                            "provider",
+                            "tags",
+                            "admin_state_up",
+                        ] {
+                            if let Some(v) = spec.get(k) {
+                                o[k] = v.clone();
+                            }
+                        }
+                        new_id.clone()
+                    }
+                    "listeners" => {
+                        let lb = spec["loadbalancer_id"].as_str().unwrap_or_default().to_string();
+                        if !st
+                            .ocoll("loadbalancers")
+                            .iter()
+                            .any(|l| l["id"].as_str() == Some(lb.as_str()))
+                        {
+                            return Err(obad(format!("Load Balancer {lb} not found.")));
+                        }
+                        Self::mutable(&st, &lb)?;
+                        let port = spec["protocol_port"]
+                            .as_u64()
+                            .ok_or_else(|| obad("Missing mandatory field: protocol_port"))?;
+                        let proto = spec["protocol"]
+                            .as_str()
+                            .ok_or_else(|| obad("Missing mandatory field: protocol"))?
+                            .to_string();
+                        let clash = st.octavia.get("listeners").into_iter().flatten().any(|l| {
+                            st.lb_of.get(l["id"].as_str().unwrap_or_default()) == Some(&lb)
+                                && l["protocol_port"].as_u64() == Some(port)
+                                && (l["protocol"] == json!("UDP")) == (proto == "UDP")
+                        });
+                        if clash {
+                            return Err(err(
+                                Svc::Octavia,
+                                StatusCode::CONFLICT,
+                                "",
+                                format!(
+                                    "Another Listener on this Load Balancer is already using protocol_port {port}"
+                                ),
+                            ));
+                        }
+                        merge(
+                            &mut o,
+                            json!({"protocol": proto, "protocol_port": port, "default_pool_id": null,
+                            "connection_limit": -1, "timeout_client_data": 50000, "timeout_member_connect": 5000,
+                            "timeout_member_data": 50000, "timeout_tcp_inspect": 0, "insert_headers": {},
+                            "allowed_cidrs": null, "default_tls_container_ref": null, "sni_container_refs": []}),
+                        );
+                        merge(&mut o, spec);
+                        if let Some(m) = o.as_object_mut() {
+                            m.remove("loadbalancer_id");
+                        }
+                        lb
+                    }
+                    "pools" => {
+                        let lb = if let Some(l) = spec["loadbalancer_id"].as_str() {
+                            l.to_string()
+                        } else if let Some(l) = spec["listener_id"].as_str() {
+                            st.lb_of
+                                .get(l)
+                                .cloned()
+                                .ok_or_else(|| obad(format!("Listener {l} not found.")))?
+                        } else {
+                            return Err(obad(
+                                "Validation failure: Must provide a listener_id or loadbalancer_id.",
+                            ));
+                        };
+                        if !st
+                            .ocoll("loadbalancers")
+                            .iter()
+                            .any(|l| l["id"].as_str() == Some(lb.as_str()))
+                        {
+                            return Err(obad(format!("Load Balancer {lb} not found.")));
+                        }
+                        Self::mutable(&st, &lb)?;
+                        for k in ["lb_algorithm", "protocol"] {
+                            if !spec[k].is_string() {
+                                return Err(obad(format!("Missing mandatory field: {k}")));
+                            }
+                        }
+                        merge(&mut o, json!({"session_persistence": null, "tls_enabled": false}));
+                        merge(&mut o, spec.clone());
+                        if let Some(m) = o.as_object_mut() {
+                            m.remove("loadbalancer_id");
+                        }
+                        if let Some(l) = spec["listener_id"].as_str() {
+                            for x in st.ocoll("listeners").iter_mut() {
+                                if x["id"].as_str() == Some(l) {
+                                    x["default_pool_id"] = json!(new_id);
+                                }
+                            }
+                        }
+                        lb
+                    }
+                    "healthmonitors" => {
+                        let pool = spec["pool_id"].as_str().unwrap_or_default().to_string();
+                        let lb = st
+                            .lb_of
+                            .get(&pool)
+                            .cloned()
+                            .ok_or_else(|| obad(format!("Pool {pool} not found.")))?;
+                        Self::mutable(&st, &lb)?;
+                        if st
+                            .ocoll("healthmonitors")
+                            .iter()
+                            .any(|h| h["pools"][0]["id"].as_str() == Some(pool.as_str()))
+                        {
+                            return Err(err(
+                                Svc::Octavia,
+                                StatusCode::CONFLICT,
+                                "",
+                                format!("Pool {pool} already has a health monitor"),
+                            ));
+                        }
+                        for k in ["type", "delay", "timeout", "max_retries"] {
+                            if spec[k].is_null() {
+                                return Err(obad(format!("Missing mandatory field: {k}")));
+                            }
+                        }
+                        merge(
+                            &mut o,
+                            json!({"max_retries_down": 3, "http_method": null, "url_path": null,
+                            "expected_codes": null, "pools": [{"id": pool}]}),
+                        );
+                        merge(&mut o, spec);
+                        if let Some(m) = o.as_object_mut() {
+                            m.remove("pool_id");
+                        }
+                        lb
+                    }
+                    _ => {
+                        let lb = st.lb_of.get(&pool_id).cloned().unwrap_or_default();
+                        Self::mutable(&st, &lb)?;
+                        let addr = spec["address"]
+                            .as_str()
+                            .ok_or_else(|| obad("Missing mandatory field: address"))?
+                            .to_string();
+                        let port = spec["protocol_port"]
+                            .as_u64()
+                            .ok_or_else(|| obad("Missing mandatory field: protocol_port"))?;
+                        if st.ocoll("members").iter().any(|m| {
+                            m["pool_id"].as_str() == Some(pool_id.as_str())
+                                && m["address"].as_str() == Some(addr.as_str())
+                                && m["protocol_port"].as_u64() == Some(port)
+                        }) {
+                            return Err(err(
+                                Svc::Octavia,
+                                StatusCode::CONFLICT,
+                                "",
+                                format!(
+                                    "Duplicate member with address {addr} and protocol_port {port}"
+                                ),
+                            ));
+                        }
+                        merge(
+                            &mut o,
+                            json!({"weight": 1, "backup": false, "subnet_id": null, "monitor_address": null,
+                            "monitor_port": null, "pool_id": pool_id}),
+                        );
+                        merge(&mut o, spec);
+                        lb
+                    }
+                };
+                st.lb_of.insert(new_id.clone(), lb.clone());
+                if coll == "loadbalancers" {
+                    st.lb_of.remove(&new_id);
+                }
+                st.ocoll(coll).push(o.clone());
+                self.touch(
+                    &mut st,
+                    &lb,
+                    if coll == "loadbalancers" { Action::Create } else { Action::Update },
+                );
+                let r = Self::render(&st, coll, &o);
+                Ok(reply(StatusCode::CREATED, &json!({ single: r })))
+            }
+            "update" => {
+                let b = body_json(req, Svc::Octavia)?;
+                let spec = b
+                    .get(single)
+                    .cloned()
+                    .filter(Value::is_object)
+                    .ok_or_else(|| obad(format!("Missing mandatory field: {single}")))?;
+                let mut o = find(&st, &id).ok_or_else(|| onf(what, &id))?;
+                let lb = if coll == "loadbalancers" {
+                    id.clone()
+                } else {
+                    st.lb_of.get(&id).cloned().unwrap_or_default()
+                };
+                Self::mutable(&st, &lb)?;
+                if let Some(p) = spec.get("default_pool_id").and_then(Value::as_str)
+                    && st.lb_of.get(p) != Some(&lb)
+                {
+                    return Err(obad(format!("Pool {p} not found.")));
+                }
+                merge(&mut o, spec);
+                o["updated_at"] = json!(now);
+                for x in st.ocoll(coll).iter_mut() {
+                    if x["id"].as_str() == Some(id.as_str()) {
+                        *x = o.clone();
+                    }
+                }
+                self.touch(&mut st, &lb, Action::Update);
+                Ok(reply(StatusCode::OK, &json!({ single: Self::render(&st, coll, &o) })))
+            }
+            "batch_update" => {
+                let lb = st.lb_of.get(&pool_id).cloned().unwrap_or_default();
+                Self::mutable(&st, &lb)?;
+                let b = body_json(req, Svc::Octavia)?;
+                let want = b["members"]
+                    .as_array()
+                    .cloned()
+                    .ok_or_else(|| obad("Missing mandatory field: members"))?;
+                let old: Vec<Value> = st
+                    .ocoll("members")
+                    .iter()
+                    .filter(|m| m["pool_id"].as_str() == Some(pool_id.as_str()))
+                    .cloned()
+                    .collect();
+                st.ocoll("members").retain(|m| m["pool_id"].as_str() != Some(pool_id.as_str()));
+                for w in want {
+                    let addr = w["address"]
+                        .as_str()
+                        .ok_or_else(|| obad("Missing mandatory field: address"))?
+                        .to_string();
+                    let port = w["protocol_port"]
+                        .as_u64()
+                        .ok_or_else(|| obad("Missing mandatory field: protocol_port"))?;
+                    let mut m = old.iter().find(|m| m["address"].as_str() == Some(addr.as_str()) && m["protocol_port"].as_u64() == Some(port)).cloned()
+                        .unwrap_or_else(|| {
+                            let mid = st.next_id("members");
+                            json!({"id": mid, "name": "", "admin_state_up": true, "project_id": project, "tenant_id": project,
+                                "weight": 1, "backup": false, "subnet_id": null, "monitor_address": null, "monitor_port": null,
+                                "pool_id": pool_id, "tags": [], "created_at": now, "updated_at": now})
+                        });
+                    merge(&mut m, w);
+                    let mid = m["id"].as_str().unwrap_or_default().to_string();
+                    st.lb_of.insert(mid, lb.clone());
+                    st.ocoll("members").push(m);
+                }
+                let keep: BTreeSet<String> = st
+                    .ocoll("members")
+                    .iter()
+                    .filter_map(|m| m["id"].as_str().map(str::to_string))
+                    .collect();
+                for m in old {
+                    let mid = m["id"].as_str().unwrap_or_default();
+                    if !keep.contains(mid) {
+                        st.lb_of.remove(mid);
+                    }
+                }
+                self.touch(&mut st, &lb, Action::Update);
+                let mut r = Response::new(full(Bytes::new()));
+                *r.status_mut() = StatusCode::ACCEPTED;
+                Ok(r)
+            }
+            _ => Err(onf(what, &id)),
+        }
+    }
+}
+
+impl Cloud for OpenStackCloud {
+    fn name(&self) -> String {
+        "openstack".into()
+    }
+
+    fn operation(&self, head: &http::request::Parts, _body: &Bytes) -> String {
+        route(&head.method, head.uri.path())
+    }
+
+    fn error(&self, head: &http::request::Parts, _op: &str, kind: ErrorKind) -> ErrorReply {
+        let svc = service(head.uri.path());
+        let (status, ty, message) = match kind {
+            ErrorKind::Throttle => (429, "OverQuota", "Rate limit exceeded, retry later."),
+            ErrorKind::Unavailable => {
+                (503, "ServiceUnavailable", "The service is temporarily unavailable.")
+            }
+            ErrorKind::Status(s) => (s, "InjectedFault", "Injected fault."),
+        };
+        ErrorReply {
+            status,
+            content_type: "application/json",
+            body: error_body(svc, status, ty, message).to_string(),
+        }
+    }
+
+    fn serve(&self, op: String, req: Request<Bytes>) -> ServeFuture {
+        let resp = if op.starts_with("http.unknown") {
+            err(
+                service(req.uri().path()),
+                StatusCode::NOT_FOUND,
+                "NotFound",
+                "The resource could not be found.",
+            )
+        } else {
+            match self.handle(&op, &req) {
+                Ok(r) | Err(r) => r,
+            }
+        };
+        Box::pin(async move { Ok(resp) })
+    }
+
+    fn reset(&self) {
+        self.ops.reset();
+        self.load();
+    }
+
+    fn state(&self) -> Value {
+        self.state_json()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn routes_name_operations() {
+        assert_eq!(route(&Method::GET, "/compute/v2.1/servers/detail"), "nova.servers.list");
+        assert_eq!(
+            route(&Method::PUT, "/network/v2.0/routers/x/add_extraroutes"),
+            "neutron.routers.add_extraroutes"
+        );
+        assert_eq!(
+            route(&Method::DELETE, "/network/v2.0/security-groups/x"),
+            "neutron.security_groups.delete"
+        );
+        assert_eq!(
+            route(&Method::PUT, "/load-balancer/v2/lbaas/pools/p/members"),
+            "octavia.members.batch_update"
+        );
+        assert_eq!(
+            route(&Method::POST, "/load-balancer/v2/lbaas/loadbalancers"),
+            "octavia.loadbalancers.create"
+        );
+    }
+
+    #[test]
+    fn nova_name_filter_is_a_regex() {
+        assert!(name_matches("^node\\-1$", "node-1"));
+        assert!(!name_matches("^node\\-1$", "node-10"));
+        assert!(name_matches("node", "my-node-3"));
+    }
+
+    #[test]
+    fn cidr_membership() {
+        assert!(in_cidr("10.0.0.7", "10.0.0.0/24"));
+        assert!(!in_cidr("10.0.1.7", "10.0.0.0/24"));
+        assert_eq!(nth_host("10.1.0.0/16", 260), "10.1.1.4");
+    }
+}

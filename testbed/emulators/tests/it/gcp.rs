@@ -1,0 +1,248 @@
+//! The GCP emulator (`ccm_emulators::gcp`) over HTTP as a provider sees it: bearer tokens from
+//! the metadata server, `Metadata-Flavor` required, zones/regions, instance lists with filters,
+//! `maxResults`/`pageToken` paging and aggregated lists (one list call per page, counted),
+//! operations PENDING/RUNNING then DONE, 409/404/412/400 Google error bodies, throttling in
+//! Google's shape and the state dump. The Go clients' view is `ci/fidelity/run gcp`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use ccm_emulators::faults::{Fault, FaultRule};
+use ccm_emulators::gcp::{GcpCloud, GcpOptions};
+use ccm_emulators::server::{Server, ServerOptions};
+use ccm_emulators::world::World;
+use serde_json::{Value, json};
+
+struct Gcp {
+    server: Server,
+    cloud: Arc<GcpCloud>,
+    http: reqwest::Client,
+    token: String,
+}
+
+impl Gcp {
+    async fn start(world: World, opts: GcpOptions) -> Gcp {
+        let cloud = GcpCloud::new(world, opts);
+        let server = Server::start(cloud.clone(), ServerOptions::default()).await.unwrap();
+        let http = reqwest::Client::new();
+        let r = http
+            .get(format!(
+                "{}/computeMetadata/v1/instance/service-accounts/default/token",
+                server.url()
+            ))
+            .header("Metadata-Flavor", "Google")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        let v: Value = r.json().await.unwrap();
+        let token = v["access_token"].as_str().unwrap().to_string();
+        Gcp { server, cloud, http, token }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}/compute/v1/projects/emulated-project/{path}", self.server.url())
+    }
+
+    async fn call(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> (u16, Value) {
+        let mut r = self.http.request(method, self.url(path)).bearer_auth(&self.token);
+        if let Some(b) = body {
+            r = r.json(&b);
+        }
+        let r = r.send().await.unwrap();
+        let s = r.status().as_u16();
+        (s, r.json().await.unwrap_or(Value::Null))
+    }
+
+    async fn get(&self, path: &str) -> Value {
+        let (s, v) = self.call(reqwest::Method::GET, path, None).await;
+        assert_eq!(s, 200, "GET {path}: {v}");
+        v
+    }
+}
+
+fn world() -> World {
+    World::parse(
+        r#"
+zones: [europe-west1-b, europe-west1-c]
+instances:
+  - { name: n-0, zone: europe-west1-b, private_ips: [10.0.0.2], public_ips: [34.0.0.2], type: n2-standard-2 }
+  - { name: n-1, zone: europe-west1-b, private_ips: [10.0.0.3] }
+  - { name: n-2, zone: europe-west1-c, private_ips: [10.0.0.4], power: stopped }
+"#,
+    )
+    .unwrap()
+}
+
+#[tokio::test]
+async fn metadata_server_requires_the_flavor_header_and_speaks_for_the_first_instance() {
+    let g = Gcp::start(world(), GcpOptions::default()).await;
+    let url = |p: &str| format!("{}/computeMetadata/v1/{p}", g.server.url());
+    let r = g.http.get(url("instance/zone")).send().await.unwrap();
+    assert_eq!(r.status(), 403);
+    let get = |p: &'static str| {
+        let req = g.http.get(url(p)).header("Metadata-Flavor", "Google");
+        async move {
+            let r = req.send().await.unwrap();
+            (r.status().as_u16(), r.text().await.unwrap())
+        }
+    };
+    assert_eq!(
+        get("instance/zone").await,
+        (200, "projects/123456789012/zones/europe-west1-b".into())
+    );
+    assert_eq!(get("instance/name").await.1, "n-0");
+    assert_eq!(
+        get("instance/network-interfaces/0/access-configs/0/external-ip").await.1,
+        "34.0.0.2"
+    );
+    assert_eq!(get("instance/attributes/google-dockercfg").await.0, 404);
+    g.cloud.set_attribute("google-dockercfg", Some("{}"));
+    assert_eq!(get("instance/attributes/google-dockercfg").await, (200, "{}".into()));
+}
+
+#[tokio::test]
+async fn compute_needs_an_issued_token_and_answers_google_errors() {
+    let g = Gcp::start(world(), GcpOptions::default()).await;
+    let r = g.http.get(g.url("zones")).send().await.unwrap();
+    assert_eq!(r.status(), 401);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["error"]["errors"][0]["reason"], "authError");
+    let (s, v) = g.call(reqwest::Method::GET, "zones/europe-west1-b/instances/nope", None).await;
+    assert_eq!(s, 404);
+    assert_eq!(v["error"]["code"], 404);
+    assert_eq!(v["error"]["errors"][0]["reason"], "notFound");
+    let z = g.get("zones").await;
+    assert_eq!(z["items"].as_array().unwrap().len(), 2);
+    assert_eq!(g.get("regions/europe-west1").await["zones"].as_array().unwrap().len(), 2);
+    let n2 = g.get("zones/europe-west1-c/instances/n-2").await;
+    assert_eq!(n2["status"], "TERMINATED");
+    // Throttling in Google's shape.
+    g.server
+        .admin()
+        .inject(
+            FaultRule::new("compute.instances.list", Fault::Throttle { retry_after_secs: 1 })
+                .times(1),
+        )
+        .await
+        .unwrap();
+    let (s, v) = g.call(reqwest::Method::GET, "zones/europe-west1-b/instances", None).await;
+    assert_eq!(s, 429);
+    assert_eq!(v["error"]["errors"][0]["reason"], "rateLimitExceeded");
+}
+
+#[tokio::test]
+async fn lists_filter_and_page_and_one_call_serves_a_page() {
+    let opts = GcpOptions { max_results: 100, ..Default::default() };
+    let g = Gcp::start(World::synthetic(1000, &["us-east1-b", "us-east1-c"]), opts).await;
+    let mut names = Vec::new();
+    let mut token: Option<String> = None;
+    loop {
+        let mut path = "aggregated/instances?maxResults=500".to_string();
+        if let Some(t) = &token {
+            path.push_str(&format!("&pageToken={t}"));
+        }
+        let v = g.get(&path).await;
+        for (_, scope) in v["items"].as_object().unwrap() {
+            for i in scope["instances"].as_array().into_iter().flatten() {
+                names.push(i["name"].as_str().unwrap().to_string());
+            }
+        }
+        match v["nextPageToken"].as_str() {
+            Some(t) => token = Some(t.to_string()),
+            None => break,
+        }
+    }
+    assert_eq!(names.len(), 1000);
+    // maxResults above the cap is capped: 1000 / 100 pages.
+    assert_eq!(g.server.counters().get("compute.instances.aggregatedList"), 10);
+    let v = g.get("zones/us-east1-b/instances?filter=name%20eq%20%22node-(0%7C2%7C3)%22").await;
+    let got: Vec<&str> =
+        v["items"].as_array().unwrap().iter().map(|i| i["name"].as_str().unwrap()).collect();
+    assert_eq!(got, vec!["node-0", "node-2"], "node-3 is in the other zone");
+    let (s, _) =
+        g.call(reqwest::Method::GET, "zones/us-east1-b/instances?filter=name%20OR", None).await;
+    assert_eq!(s, 400);
+}
+
+#[tokio::test]
+async fn mutations_are_operations_and_references_are_checked() {
+    let opts = GcpOptions { pending: Duration::from_millis(400), ..Default::default() };
+    let g = Gcp::start(world(), opts).await;
+    let r = "regions/europe-west1";
+    let (s, op) = g
+        .call(reqwest::Method::POST, &format!("{r}/addresses"), Some(json!({"name": "lb-1"})))
+        .await;
+    assert_eq!(s, 200, "{op}");
+    assert!(["PENDING", "RUNNING"].contains(&op["status"].as_str().unwrap()), "{op}");
+    let name = op["name"].as_str().unwrap().to_string();
+    // wait answers once DONE.
+    let (s, done) =
+        g.call(reqwest::Method::POST, &format!("{r}/operations/{name}/wait"), None).await;
+    assert_eq!((s, done["status"].as_str()), (200, Some("DONE")), "{done}");
+    let (s, v) = g
+        .call(reqwest::Method::POST, &format!("{r}/addresses"), Some(json!({"name": "lb-1"})))
+        .await;
+    assert_eq!((s, v["error"]["errors"][0]["reason"].as_str()), (409, Some("alreadyExists")));
+    let (s, _) = g
+        .call(
+            reqwest::Method::POST,
+            &format!("{r}/targetPools"),
+            Some(json!({"name": "tp", "instances": ["zones/europe-west1-b/instances/ghost"]})),
+        )
+        .await;
+    assert_eq!(s, 404, "a target pool naming a missing instance");
+    let (s, _) = g
+        .call(
+            reqwest::Method::POST,
+            &format!("{r}/targetPools"),
+            Some(json!({"name": "tp", "instances": ["zones/europe-west1-b/instances/n-0"]})),
+        )
+        .await;
+    assert_eq!(s, 200);
+    let addr = g.get(&format!("{r}/addresses/lb-1")).await["address"].as_str().unwrap().to_string();
+    let fr = json!({"name": "fr", "IPAddress": addr, "target": format!("{r}/targetPools/tp"), "portRange": "80-80"});
+    assert_eq!(
+        g.call(reqwest::Method::POST, &format!("{r}/forwardingRules"), Some(fr)).await.0,
+        200
+    );
+    assert_eq!(g.get(&format!("{r}/addresses/lb-1")).await["status"], "IN_USE");
+    let (s, v) = g.call(reqwest::Method::DELETE, &format!("{r}/targetPools/tp"), None).await;
+    assert_eq!(
+        (s, v["error"]["errors"][0]["reason"].as_str()),
+        (400, Some("resourceInUseByAnotherResource"))
+    );
+    // Fingerprints.
+    let (s, _) = g
+        .call(
+            reqwest::Method::POST,
+            "global/firewalls",
+            Some(json!({"name": "fw", "allowed": [{"IPProtocol": "tcp"}]})),
+        )
+        .await;
+    assert_eq!(s, 200);
+    let (s, _) = g
+        .call(reqwest::Method::POST, &format!("{r}/backendServices"), Some(json!({"name": "bs"})))
+        .await;
+    assert_eq!(s, 200);
+    let bs = g.get(&format!("{r}/backendServices/bs")).await;
+    let fp = bs["fingerprint"].clone();
+    let (s, _) = g
+        .call(
+            reqwest::Method::PATCH,
+            &format!("{r}/backendServices/bs"),
+            Some(json!({"description": "x", "fingerprint": fp})),
+        )
+        .await;
+    assert_eq!(s, 200);
+    let (s, v) = g
+        .call(
+            reqwest::Method::PATCH,
+            &format!("{r}/backendServices/bs"),
+            Some(json!({"description": "y", "fingerprint": fp})),
+        )
+        .await;
+    assert_eq!((s, v["error"]["errors"][0]["reason"].as_str()), (412, Some("conditionNotMet")));
+    let state = g.server.admin().state().await.unwrap();
+    assert_eq!(state["cloud"]["resources"]["forwardingRules"][0]["name"], "fr", "{state}");
+}
