@@ -404,7 +404,9 @@ mod tests {
         let writer = logs.clone();
         let subscriber =
             tracing_subscriber::fmt().with_writer(move || writer.clone()).with_ansi(false).finish();
-        (logs, tracing::subscriber::set_default(subscriber))
+        let guard = tracing::subscriber::set_default(subscriber);
+        crate::testing::anchor_tracing();
+        (logs, guard)
     }
 
     /// CI saw it: on a starved runtime the call's own timeout ran before the watch's timer,

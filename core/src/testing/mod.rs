@@ -18,6 +18,24 @@ pub use routes::{RouteCalls, RouteFault, TestRoutes};
 
 use crate::cloud::{CloudProvider, InstancesV2, LoadBalancer, NodeCidrs, Routes};
 
+/// Makes in-process log capture with a thread-scoped subscriber (`set_default`) reliable
+/// while other tests of the binary run in parallel. Call it right after installing the
+/// capturing subscriber.
+///
+/// `tracing` caches each callsite's interest process-wide, computed once, on the thread that
+/// first reaches it: a sibling test with no subscriber caches `never` and the event is then
+/// dropped everywhere, including on the capturing thread (CI lost a "cloud call is stalled"
+/// warning this way). A global no-op subscriber (a bare `Registry`) makes every thread
+/// interested, and rebuilding the cache repairs callsites cached before it was installed.
+pub fn anchor_tracing() {
+    static ANCHOR: std::sync::Once = std::sync::Once::new();
+    ANCHOR.call_once(|| {
+        // Fails only when a global subscriber exists already, which anchors just as well.
+        let _ = tracing::subscriber::set_global_default(tracing_subscriber::registry());
+    });
+    tracing::callsite::rebuild_interest_cache();
+}
+
 /// The provider name of the test cloud; providerIDs look like `test://<instance-id>`.
 pub const PROVIDER_NAME: &str = "test";
 

@@ -61,6 +61,7 @@ async fn lookups_against_an_endpoint_that_never_answers_fail_naming_the_operatio
         .with_max_level(tracing::Level::WARN)
         .finish();
     let _guard = tracing::subscriber::set_default(subscriber);
+    ccm_core::testing::anchor_tracing();
 
     let url = silent_endpoint().await;
     let cfg = CloudConfig::parse(&testing::cloud_config(&url, "hang", "")).unwrap();

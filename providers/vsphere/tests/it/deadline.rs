@@ -69,7 +69,9 @@ fn capture() -> (Captured, tracing::subscriber::DefaultGuard) {
         .with_max_level(tracing::Level::TRACE)
         .with_writer(move || writer.clone())
         .finish();
-    (captured, tracing::subscriber::set_default(subscriber))
+    let guard = tracing::subscriber::set_default(subscriber);
+    ccm_core::testing::anchor_tracing();
+    (captured, guard)
 }
 
 #[tokio::test]
