@@ -8,7 +8,7 @@ use ccm_testbed::fixtures::load_balancer_service as lb_service;
 use std::collections::BTreeMap;
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::support::{Running, run, wait_for};
@@ -416,6 +416,24 @@ async fn node_changes_update_only_changed_load_balancers_in_parallel() {
     let c = start_service(&client, &lbs, config, opts);
     let api = Api::<Service>::namespaced(client.clone(), &ns);
 
+    // While the Services are created, excluded Nodes come and go: each add and delete runs a
+    // node sync over Services whose first sync is in flight. Those syncs read the nodes
+    // themselves; a node sync must not queue them for a second EnsureLoadBalancer.
+    let churn_stop = Arc::new(AtomicBool::new(false));
+    let churn = {
+        let (client, group, stop) = (client.clone(), group.clone(), churn_stop.clone());
+        tokio::spawn(async move {
+            let mut passes = 0;
+            while !stop.load(Ordering::SeqCst) {
+                let name = ccm_testbed::unique_name("svc-churn");
+                create_node(&client, &group, &name, &[(names::LABEL_EXCLUDE_FROM_LB, "true")])
+                    .await;
+                delete_nodes(&client, &[name]).await;
+                passes += 2;
+            }
+            passes
+        })
+    };
     let start = Instant::now();
     futures::stream::iter(0..SERVICES)
         .for_each_concurrent(20, |i| {
@@ -435,9 +453,16 @@ async fn node_changes_update_only_changed_load_balancers_in_parallel() {
     // Each ingress write comes back as a Service event and is synced (no cloud call). A node
     // sync that meets a Service mid-sync re-queues it for a full ensure instead of waiting on
     // its lock, so the exact call counts below hold only once those syncs are done.
+    churn_stop.store(true, Ordering::SeqCst);
+    let churned = churn.await.unwrap();
     service_queue_settled(&c).await;
     assert_eq!(lbs.all().len(), SERVICES);
     assert_eq!(lbs.calls.update.load(Ordering::SeqCst), 0);
+    assert_eq!(
+        c.metric("service_controller_loadbalancer_sync_total"),
+        SERVICES as f64,
+        "one EnsureLoadBalancer per Service despite {churned} excluded-node changes meanwhile"
+    );
 
     // Readiness flapping and an excluded node: a node sync runs, but no LB changes.
     set_ready(&client, &n1, false).await;

@@ -370,8 +370,14 @@ impl Controller {
         self.cache.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn store_last_synced(&self, key: &str, set: NodeSet) -> Option<NodeSet> {
-        self.last_synced.lock().unwrap_or_else(|p| p.into_inner()).insert(key.to_string(), set)
+    /// The backends a Service's ensure uses, recorded as its last-synced node set in the
+    /// same critical section: a node sync that finds no record for a Service whose sync is in
+    /// flight knows that sync has not read the nodes yet and will see the new ones.
+    fn read_backends_for(&self, key: &str) -> Vec<Node> {
+        let mut last = self.last_synced.lock().unwrap_or_else(|p| p.into_inner());
+        let nodes = self.backends();
+        last.insert(key.to_string(), predicates::node_set(&nodes));
+        nodes
     }
 
     async fn event(
@@ -573,7 +579,7 @@ impl Controller {
             if !predicates::has_finalizer(svc) {
                 self.patch_finalizer(svc, true).await.map_err(SyncError::AddFinalizer)?;
             }
-            let nodes = self.backends();
+            let nodes = self.read_backends_for(key);
             if nodes.is_empty() {
                 self.event(
                     svc,
@@ -584,7 +590,6 @@ impl Controller {
                 )
                 .await;
             }
-            self.store_last_synced(key, predicates::node_set(&nodes));
             self.metrics.loadbalancer_sync.inc();
             let ensure = self.lb.ensure_load_balancer(&self.cluster_name, svc, &nodes);
             let status = match self.deadline.try_run("EnsureLoadBalancer", ensure).await {
@@ -716,12 +721,15 @@ impl Controller {
             // The Service's own sync (or deletion) is calling the cloud right now. Waiting
             // for it would hold this whole pass behind one load balancer; instead its key is
             // queued again, and that sync ensures with the nodes current by then.
+            // No record: that sync has not read the nodes yet (reading and recording are one
+            // critical section, and `set` was read before this check), so it will use nodes
+            // at least as new as ours; re-queueing it would only repeat its ensure.
             let stale = self
                 .last_synced
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .get(key)
-                .is_none_or(|old| old != set);
+                .is_some_and(|old| old != set);
             if stale {
                 tracing::debug!(
                     service = key,
