@@ -247,7 +247,8 @@ mod aws {
         let lbs = cloud.load_balancer().unwrap();
         let services: Api<Service> = Api::namespaced(env.client.clone(), "default");
         let mut names = Vec::new();
-        for (name, port, nlb) in [("keep", 80, false), ("gone", 81, false), ("gone-nlb", 82, true)]
+        for (name, port, nlb) in
+            [("keep", 80, false), ("gone", 81, false), ("gone-nlb", 82, true), ("cut", 83, false)]
         {
             let mut svc = load_balancer_service("default", name, port);
             if nlb {
@@ -259,12 +260,16 @@ mod aws {
             names.push(default_load_balancer_name(&svc));
         }
         let (keep, gone, gone_nlb) = (names[0].clone(), names[1].clone(), names[2].clone());
-        for name in ["gone", "gone-nlb"] {
+        // "cut": a deletion cut short after its ELB went and before its security group did.
+        let cut = names[3].clone();
+        elb.delete_load_balancer().load_balancer_name(&cut).send().await.unwrap();
+        for name in ["gone", "gone-nlb", "cut"] {
             services.delete(name, &DeleteParams::default()).await.unwrap();
         }
-        wait_for("the two Services to be gone", || async {
+        wait_for("the three Services to be gone", || async {
             let gone = services.get_opt("gone").await.ok()?.is_none()
-                && services.get_opt("gone-nlb").await.ok()?.is_none();
+                && services.get_opt("gone-nlb").await.ok()?.is_none()
+                && services.get_opt("cut").await.ok()?.is_none();
             gone.then_some(())
         })
         .await;
@@ -276,11 +281,11 @@ mod aws {
         foreign_elb(&elb, "other-elb", subnet, &[("kubernetes.io/cluster/other", "owned")]).await;
         let before = versions(&env.client).await;
 
-        // Listing: exactly the two, with the security group and target group made for them.
+        // Listing: exactly the three, with the security group and target group made for them.
         let (code, json, _) =
             run_tool(&BIN, &tool_args("orphans", &config, &reader, &["--output=json"]), "").await;
         assert_eq!(code, Some(0));
-        let mut want = vec![gone.clone(), gone_nlb.clone()];
+        let mut want = vec![gone.clone(), gone_nlb.clone(), cut.clone()];
         want.sort();
         assert_eq!(orphan_names(&json), want);
         let v: Value = serde_json::from_str(&json).unwrap();
@@ -292,6 +297,10 @@ mod aws {
         let nlb = orphans.iter().find(|o| o["name"] == gone_nlb.as_str()).unwrap();
         assert_eq!(nlb["kind"], "NLB");
         assert_eq!(nlb["resources"][0]["kind"], "target group");
+        let leftover = orphans.iter().find(|o| o["name"] == cut.as_str()).unwrap();
+        assert_eq!(leftover["kind"], "classic ELB (gone; security group left)");
+        assert_eq!(leftover["service"], "default/cut");
+        assert_eq!(leftover["resources"][0]["name"], format!("k8s-elb-{cut}"));
         let (_, text, _) = run_tool(&BIN, &tool_args("orphans", &config, &reader, &[]), "").await;
         assert!(text.contains(&format!("classic ELB {gone}")), "{text}");
         assert!(text.contains("Run with --delete"), "{text}");
@@ -323,6 +332,7 @@ mod aws {
         assert!(tgs.target_groups().is_empty(), "its target groups are gone: {tgs:?}");
         let groups = group_names(&ec2).await;
         assert!(!groups.contains(&format!("k8s-elb-{gone}")), "{groups:?}");
+        assert!(!groups.contains(&format!("k8s-elb-{cut}")), "{groups:?}");
         assert!(groups.contains(&format!("k8s-elb-{keep}")), "{groups:?}");
         assert_eq!(versions(&env.client).await, before, "no Node or Service was written");
 

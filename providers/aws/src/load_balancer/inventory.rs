@@ -23,6 +23,9 @@ use crate::tags::{OWNED, SERVICE_NAME_TAG};
 pub const CLASSIC: &str = "classic ELB";
 /// `kind` of NLBs.
 pub const NLB: &str = "NLB";
+/// `kind` of a classic ELB that is gone while its own security group is left (a create or
+/// delete cut short): listed so `orphans --delete` removes the group.
+pub const CLASSIC_LEFTOVER: &str = "classic ELB (gone; security group left)";
 
 /// Tags as a map.
 type Tags = BTreeMap<String, String>;
@@ -37,6 +40,8 @@ impl AwsLoadBalancer {
     pub(crate) async fn inventory(&self) -> Result<Vec<CloudLoadBalancer>, ProviderError> {
         let mut out = self.classic_inventory().await?;
         out.extend(self.nlb_inventory().await?);
+        let left = self.leftover_classic_groups(&out).await?;
+        out.extend(left);
         Ok(out)
     }
 
@@ -110,6 +115,49 @@ impl AwsLoadBalancer {
                 owned,
                 service: t.get(SERVICE_NAME_TAG).cloned(),
                 resources,
+            });
+        }
+        Ok(out)
+    }
+
+    /// Owned `k8s-elb-<name>` security groups whose classic ELB `<name>` is not in `lbs`.
+    async fn leftover_classic_groups(
+        &self,
+        lbs: &[CloudLoadBalancer],
+    ) -> Result<Vec<CloudLoadBalancer>, ProviderError> {
+        let Some(key) = self.tags.key() else { return Ok(Vec::new()) };
+        let groups = self
+            .describe_sgs(vec![Filter::builder().name(format!("tag:{key}")).values(OWNED).build()])
+            .await?;
+        let mut out = Vec::new();
+        for sg in groups {
+            let group_name = sg.group_name().unwrap_or_default();
+            let Some(lb_name) = group_name.strip_prefix(elb_security_group_name("").as_str())
+            else {
+                continue;
+            };
+            let listed = lbs.iter().any(|l| l.kind == CLASSIC && l.name == lb_name);
+            if lb_name.is_empty() || listed || !self.sg_is_ours(&sg) {
+                continue;
+            }
+            let service = sg
+                .tags()
+                .iter()
+                .find(|t| t.key() == Some(SERVICE_NAME_TAG))
+                .and_then(|t| t.value())
+                .map(str::to_string);
+            out.push(CloudLoadBalancer {
+                name: lb_name.to_string(),
+                kind: CLASSIC_LEFTOVER.into(),
+                id: lb_name.to_string(),
+                ingress: Vec::new(),
+                owned: true,
+                service,
+                resources: vec![CloudResource {
+                    kind: "security group".into(),
+                    id: sg.group_id().unwrap_or_default().to_string(),
+                    name: group_name.to_string(),
+                }],
             });
         }
         Ok(out)
@@ -243,7 +291,7 @@ impl AwsLoadBalancer {
             ..Default::default()
         };
         tracing::info!(lb = %fresh.name, kind = %fresh.kind, service = ?fresh.service, "deleting orphaned load balancer");
-        if fresh.kind == CLASSIC {
+        if fresh.kind == CLASSIC || fresh.kind == CLASSIC_LEFTOVER {
             return self.delete_classic(&service, &fresh.name).await;
         }
         self.delete_nlb(&service, &fresh.name).await?;

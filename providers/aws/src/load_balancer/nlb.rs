@@ -674,7 +674,7 @@ impl AwsLoadBalancer {
     }
 
     /// Target groups created for this Service by this cluster (by name prefix and tags).
-    async fn service_target_groups(
+    pub(crate) async fn service_target_groups(
         &self,
         service: &Service,
     ) -> Result<Vec<(String, TargetGroup)>, ProviderError> {

@@ -288,3 +288,89 @@ async fn nlb_lifecycle_with_target_groups_listeners_and_marked_node_rules() {
     assert!(!left.iter().any(|r| r.4.contains(&name)), "{left:?}");
     assert!(left.iter().any(|r| r.1 == 22), "the user's rule stays: {left:?}");
 }
+
+/// The controller killed between two calls of a create or a delete (chaos suite, issue #21):
+/// what it created without the load balancer is reported by GetLoadBalancer, so the core runs
+/// the Service's deletion and nothing is left. A same-named group without our tag is not ours.
+#[tokio::test]
+async fn resources_left_by_a_create_or_delete_cut_short_are_found_and_deleted() {
+    let moto = Moto::start().await.unwrap();
+    let ec2 = moto.ec2().await;
+    let elb = moto.elb().await;
+    let elbv2 = moto.elbv2().await;
+    let net = network(&ec2, "cut").await.unwrap();
+    let node_sg = ec2
+        .create_security_group()
+        .group_name("nodes")
+        .description("nodes")
+        .vpc_id(&net.vpc)
+        .send()
+        .await
+        .unwrap();
+    let node_sg = node_sg.group_id().unwrap().to_string();
+    let insts = run_instances(&ec2, &net.subnets[0].0, "cut", 2, Some(&node_sg)).await.unwrap();
+    let nodes: Vec<_> = insts
+        .iter()
+        .map(|i| {
+            node(
+                i.private_dns_name().unwrap(),
+                Some(format!("aws:///us-east-1a/{}", i.instance_id().unwrap())),
+            )
+        })
+        .collect();
+    let (cloud, _) = moto.cloud("cut", "").await.unwrap();
+    let lbs = cloud.load_balancer().unwrap();
+
+    // Classic: the ELB went, its security group (and the node rule admitting it) did not.
+    let svc = service("web", "5a1b2c3d-0000-4000-8000-000000000020", &[]);
+    let name = default_load_balancer_name(&svc);
+    lbs.ensure_load_balancer("cut", &svc, &nodes).await.unwrap();
+    let elb_sg = sg_named(&ec2, &format!("k8s-elb-{name}")).await.unwrap();
+    elb.delete_load_balancer().load_balancer_name(&name).send().await.unwrap();
+    let found = lbs.get_load_balancer("cut", &svc).await.unwrap();
+    assert_eq!(
+        found,
+        Some(Default::default()),
+        "a left-over security group counts as a load balancer without ingress"
+    );
+    lbs.ensure_load_balancer_deleted("cut", &svc).await.unwrap();
+    assert!(sg_named(&ec2, &format!("k8s-elb-{name}")).await.is_none(), "the group is deleted");
+    assert!(!rules(&ec2, &node_sg).await.iter().any(|r| r.3 == elb_sg), "and its node rule");
+    assert_eq!(lbs.get_load_balancer("cut", &svc).await.unwrap(), None);
+
+    // NLB: the load balancer went, its target groups did not.
+    let nlb = service(
+        "api",
+        "6a1b2c3d-0000-4000-8000-000000000021",
+        &[("service.beta.kubernetes.io/aws-load-balancer-type", "nlb")],
+    );
+    let nlb_name = default_load_balancer_name(&nlb);
+    lbs.ensure_load_balancer("cut", &nlb, &nodes).await.unwrap();
+    let d = elbv2.describe_load_balancers().names(&nlb_name).send().await.unwrap();
+    let arn = d.load_balancers()[0].load_balancer_arn().unwrap().to_string();
+    let listeners = elbv2.describe_listeners().load_balancer_arn(&arn).send().await.unwrap();
+    for l in listeners.listeners() {
+        elbv2.delete_listener().listener_arn(l.listener_arn().unwrap()).send().await.unwrap();
+    }
+    elbv2.delete_load_balancer().load_balancer_arn(&arn).send().await.unwrap();
+    assert_eq!(elbv2.describe_target_groups().send().await.unwrap().target_groups().len(), 2);
+    assert_eq!(lbs.get_load_balancer("cut", &nlb).await.unwrap(), Some(Default::default()));
+    lbs.ensure_load_balancer_deleted("cut", &nlb).await.unwrap();
+    let tgs = elbv2.describe_target_groups().send().await.unwrap();
+    assert!(tgs.target_groups().is_empty(), "{:?}", tgs.target_groups());
+    assert_eq!(lbs.get_load_balancer("cut", &nlb).await.unwrap(), None);
+
+    // A group with our naming but not our cluster tag: not reported, never deleted.
+    let other = service("other", "7a1b2c3d-0000-4000-8000-000000000022", &[]);
+    let other_group = format!("k8s-elb-{}", default_load_balancer_name(&other));
+    ec2.create_security_group()
+        .group_name(&other_group)
+        .description("someone else's")
+        .vpc_id(&net.vpc)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(lbs.get_load_balancer("cut", &other).await.unwrap(), None);
+    lbs.ensure_load_balancer_deleted("cut", &other).await.unwrap();
+    assert!(sg_named(&ec2, &other_group).await.is_some());
+}
