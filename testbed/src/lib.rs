@@ -105,6 +105,10 @@ pub enum Error {
         /// What failed.
         detail: String,
     },
+    /// The supervisor of the servers is gone (the control plane was stopped) or did not
+    /// take a command.
+    #[error("control plane supervisor: {0}")]
+    Supervisor(String),
     /// The shared control plane failed to start (for an earlier test of this binary).
     #[error("the shared control plane failed to start: {0}")]
     Shared(String),
@@ -337,7 +341,15 @@ serve() {
 }
 serve etcd & etcd=$!
 serve kube-apiserver & api=$!
-read -r line
+# One command per line: api-stop / api-start (an outage of the apiserver alone, etcd keeps
+# running); anything else, or the end of input, stops both servers.
+while read -r line; do
+  case "$line" in
+  api-stop) kill -TERM $api 2>/dev/null; wait $api 2>/dev/null; rm -f "$dir/kube-apiserver.exit" ;;
+  api-start) serve kube-apiserver & api=$! ;;
+  *) break ;;
+  esac
+done
 for s in kube-apiserver etcd; do
   [ -e "$dir/$s.exit" ] && echo "$s exited early (status $(cat "$dir/$s.exit"))" >>"$dir/KEEP"
 done
@@ -660,6 +672,45 @@ impl ControlPlane {
     /// A client for the admin identity (`system:masters`).
     pub async fn admin_client(&self) -> Result<kube::Client, Error> {
         self.client(&Identity::admin()).await
+    }
+
+    /// An outage of the API server alone: kills kube-apiserver (SIGKILL, as a crash or a
+    /// lost machine; etcd keeps running) and returns once its port refuses connections.
+    /// [`ControlPlane::start_apiserver`] brings it back on the same address.
+    pub async fn stop_apiserver(&self) -> Result<(), Error> {
+        self.command(b"api-stop\n")?;
+        let addr = self.server.trim_start_matches("https://").to_string();
+        let start = tokio::time::Instant::now();
+        while start.elapsed() < READY_TIMEOUT {
+            let refused = std::net::TcpStream::connect_timeout(
+                &addr.parse().map_err(|e| Error::Supervisor(format!("address {addr}: {e}")))?,
+                Duration::from_millis(200),
+            )
+            .is_err();
+            if refused {
+                return Ok(());
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        Err(Error::Supervisor(format!("kube-apiserver still accepts on {addr} after api-stop")))
+    }
+
+    /// Starts kube-apiserver again after [`ControlPlane::stop_apiserver`] (same flags, port
+    /// and etcd) and waits until it is ready.
+    pub async fn start_apiserver(&self) -> Result<(), Error> {
+        self.command(b"api-start\n")?;
+        self.wait_ready().await
+    }
+
+    fn command(&self, line: &[u8]) -> Result<(), Error> {
+        let mut guard = self.supervisor.lock().unwrap_or_else(|p| p.into_inner());
+        let Some((_, stdin)) = guard.as_mut() else {
+            return Err(Error::Supervisor("the control plane is stopped".into()));
+        };
+        stdin
+            .write_all(line)
+            .and_then(|()| stdin.flush())
+            .map_err(|e| Error::Supervisor(format!("writing a command: {e}")))
     }
 
     /// Stops both servers and waits for the supervisor; cleans up unless logs are kept.

@@ -13,10 +13,15 @@
 //!   calls per second.
 //! - partial answers: DescribeInstances answers with an empty page or with the instance in a
 //!   state no API documents; NotReady Nodes whose instances run must all survive.
+//! - API server outage: kube-apiserver is killed for the outage (etcd keeps running) while the
+//!   manager runs with Nodes (some NotReady) and load balancers; counted: cloud writes while
+//!   it is down and after it is back (none is due), load balancer members changed, Nodes
+//!   deleted, whether the manager is still running, and how long after the apiserver is back a
+//!   new Node is initialised and a new Service gets its load balancer.
 //!
 //! Sizes come from the environment (`ci/chaos` sets them): `CHAOS_CYCLES` (default 50),
 //! `CHAOS_STORM_SECS` (default 30), `CHAOS_NODES` (default 6), `CHAOS_SERVICES` (default 4),
-//! `CHAOS_SEED` (default: the clock). Each scenario prints one line
+//! `CHAOS_OUTAGE_SECS` (default 40), `CHAOS_SEED` (default: the clock). Each scenario prints one line
 //! `CHAOS|<scenario>|<size>|<figures>|<PASS or FAIL>` that `ci/chaos` turns into the table.
 
 #[cfg(all(feature = "provider-aws", feature = "testing"))]
@@ -448,5 +453,255 @@ mod aws {
         );
         drop(ccm);
         assert!(pass, "Nodes deleted on a partial answer: {lost:?} ({answers} answers served)");
+    }
+
+    /// What the Services' load balancers are made of in moto, one line each: every classic
+    /// ELB with its instances and listeners, every target group with its targets, every
+    /// `k8s-elb-*` security group with its ingress rules.
+    async fn lb_members(moto: &str, vpc: &str) -> BTreeSet<String> {
+        let elb = testing::elb(moto).await;
+        let elbv2 = testing::elbv2(moto).await;
+        let ec2 = testing::ec2(moto).await;
+        let mut out = BTreeSet::new();
+        let classic = elb.describe_load_balancers().send().await.unwrap();
+        for lb in classic.load_balancer_descriptions() {
+            let mut ids: Vec<&str> =
+                lb.instances().iter().filter_map(|i| i.instance_id()).collect();
+            ids.sort();
+            let ports: Vec<i32> = lb
+                .listener_descriptions()
+                .iter()
+                .filter_map(|l| l.listener().map(|l| l.instance_port()))
+                .collect();
+            out.insert(format!(
+                "elb {}: {ids:?} ports {ports:?}",
+                lb.load_balancer_name().unwrap_or("?")
+            ));
+        }
+        let tgs = elbv2.describe_target_groups().send().await.unwrap();
+        for tg in tgs.target_groups() {
+            let health = elbv2
+                .describe_target_health()
+                .target_group_arn(tg.target_group_arn().unwrap_or_default())
+                .send()
+                .await
+                .unwrap();
+            let mut ids: Vec<String> = health
+                .target_health_descriptions()
+                .iter()
+                .filter_map(|t| {
+                    t.target().map(|t| format!("{}:{:?}", t.id().unwrap_or("?"), t.port()))
+                })
+                .collect();
+            ids.sort();
+            out.insert(format!("tg {}: {ids:?}", tg.target_group_name().unwrap_or("?")));
+        }
+        let sgs = ec2.describe_security_groups().send().await.unwrap();
+        for g in sgs.security_groups() {
+            let name = g.group_name().unwrap_or_default();
+            if g.vpc_id() == Some(vpc) && name.starts_with("k8s-") {
+                let mut rules: Vec<String> =
+                    g.ip_permissions().iter().map(|p| format!("{p:?}")).collect();
+                rules.sort();
+                out.insert(format!("sg {name}: {rules:?}"));
+            }
+        }
+        out
+    }
+
+    /// Cloud calls that change something (every action but Describe*, Get*, List*), by
+    /// operation, between two counter readings of the fault proxy.
+    fn writes(
+        before: &ccm_emulators::Counters,
+        after: &ccm_emulators::Counters,
+    ) -> Vec<(String, u64)> {
+        after
+            .operations
+            .iter()
+            .filter(|(op, _)| {
+                let action = op.rsplit(':').next().unwrap_or(op);
+                !["Describe", "Get", "List"].iter().any(|p| action.starts_with(p))
+            })
+            .map(|(op, n)| (op.clone(), n - before.get(op)))
+            .filter(|(_, n)| *n > 0)
+            .collect()
+    }
+
+    fn has_ingress(s: &Service) -> bool {
+        s.status
+            .as_ref()
+            .and_then(|st| st.load_balancer.as_ref())
+            .and_then(|lb| lb.ingress.as_ref())
+            .is_some_and(|i| !i.is_empty())
+    }
+
+    /// kube-apiserver is down for the outage (etcd keeps running) while the manager runs with
+    /// initialised Nodes (half of them NotReady) and load balancers: the manager keeps
+    /// running, writes nothing to the cloud (nothing changed), deletes no Node, and once the
+    /// apiserver is back a new Node is initialised and a new Service gets its load balancer
+    /// within 30 s (its watches came back).
+    #[tokio::test]
+    #[ignore = "chaos suite: run by ci/chaos"]
+    async fn chaos_apiserver_outage_changes_nothing_and_everything_reconciles() {
+        const CLUSTER: &str = "chaos-outage";
+        const RECONCILE_GOAL: Duration = Duration::from_secs(30);
+        let n_nodes = env_num("CHAOS_NODES", 6).max(2) as usize;
+        let n_services = env_num("CHAOS_SERVICES", 4);
+        let outage_secs = env_num("CHAOS_OUTAGE_SECS", 40);
+        let moto = Moto::start().await.unwrap();
+        let ec2 = testing::ec2(&moto.url).await;
+        let net = network(&ec2, CLUSTER).await.unwrap();
+        let node_sg = node_security_group(&ec2, &net.vpc, CLUSTER).await.unwrap();
+        // One instance more than Nodes: it joins after the outage.
+        let insts =
+            run_instances(&ec2, &net.subnets[0].0, CLUSTER, n_nodes as i32 + 1, Some(&node_sg))
+                .await
+                .unwrap();
+        let (insts, spare) = insts.split_at(n_nodes);
+        let proxy = FaultProxy::start(moto.url.parse().unwrap(), Protocol::AwsQuery).await.unwrap();
+
+        let env = Env::start(BIN).await;
+        let _logs = env.cp.log_guard();
+        let mut ccm =
+            env.spawn_ccm(&testing::cloud_config(&proxy.url(), CLUSTER, ""), &[NO_ROUTES.into()]);
+        let nodes = env.nodes();
+        for (k, i) in insts.iter().enumerate() {
+            register(&nodes, dns(i), ip(i), if k % 2 == 0 { "True" } else { "False" }).await;
+        }
+        for i in insts {
+            initialised(&nodes, dns(i)).await;
+        }
+        let services: Api<Service> = Api::namespaced(env.client.clone(), "default");
+        for s in 0..n_services {
+            let mut svc = load_balancer_service("default", &format!("outage-{s}"), 80);
+            if s % 2 == 1 {
+                svc.metadata.annotations =
+                    Some([(NLB_TYPE.to_string(), "nlb".to_string())].into_iter().collect());
+            }
+            services.create(&PostParams::default(), &svc).await.unwrap();
+        }
+        let provisioned = settle(Duration::from_secs(180), || async {
+            services.list(&ListParams::default()).await.is_ok_and(|l| {
+                l.items.iter().filter(|s| is_lb(s)).filter(|s| has_ingress(s)).count()
+                    == n_services as usize
+            })
+        })
+        .await;
+        assert!(provisioned, "the {n_services} load balancers were provisioned before the outage");
+        // Quiet before the outage: no cloud write for 5 s in a row.
+        let mut last = proxy.counters();
+        let quiet = settle(Duration::from_secs(120), || {
+            let now = proxy.counters();
+            let calm = writes(&last, &now).is_empty();
+            last = now;
+            async move {
+                tokio::time::sleep(Duration::from_secs(5)).await;
+                calm
+            }
+        })
+        .await;
+        assert!(quiet, "the manager stopped writing to the cloud before the outage");
+        let members_before = lb_members(&moto.url, &net.vpc).await;
+        let before = proxy.counters();
+
+        env.cp.stop_apiserver().await.unwrap();
+        let down = Instant::now();
+        let mut crashed_during = None;
+        while down.elapsed() < Duration::from_secs(outage_secs) {
+            if let Some(status) = ccm.exited() {
+                crashed_during = Some(status);
+                break;
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+        let at_back = proxy.counters();
+        let writes_during = writes(&before, &at_back);
+        let calls_during = at_back.total - before.total;
+        env.cp.start_apiserver().await.unwrap();
+        let back = Instant::now();
+
+        // After it is back: for 10 s nothing is due, then a new Node and a new Service.
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        let settled = proxy.counters();
+        let writes_after = writes(&at_back, &settled);
+        let members_after = lb_members(&moto.url, &net.vpc).await;
+        let present: BTreeSet<String> = nodes
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter_map(|n| n.metadata.name)
+            .collect();
+        let deleted: Vec<&str> = insts.iter().map(dns).filter(|n| !present.contains(*n)).collect();
+
+        let probe = Instant::now();
+        register(&nodes, dns(&spare[0]), ip(&spare[0]), "True").await;
+        let mut svc = load_balancer_service("default", "after-outage", 8080);
+        svc.metadata.annotations = None;
+        services.create(&PostParams::default(), &svc).await.unwrap();
+        let mut node_secs = None;
+        let mut svc_secs = None;
+        while probe.elapsed() < Duration::from_secs(120)
+            && (node_secs.is_none() || svc_secs.is_none())
+        {
+            if node_secs.is_none()
+                && nodes
+                    .get_opt(dns(&spare[0]))
+                    .await
+                    .ok()
+                    .flatten()
+                    .is_some_and(|n| !has_taint(&n, ccm_core::names::TAINT_UNINITIALIZED))
+            {
+                node_secs = Some(probe.elapsed().as_secs_f64());
+            }
+            if svc_secs.is_none()
+                && services
+                    .get_opt("after-outage")
+                    .await
+                    .ok()
+                    .flatten()
+                    .is_some_and(|s| has_ingress(&s))
+            {
+                svc_secs = Some(probe.elapsed().as_secs_f64());
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        let alive = crashed_during.is_none() && ccm.exited().is_none();
+        let within = |t: Option<f64>| t.is_some_and(|t| t <= RECONCILE_GOAL.as_secs_f64());
+        let fmt = |t: Option<f64>| t.map_or("never (120 s)".to_string(), |t| format!("{t:.1} s"));
+        let pass = alive
+            && writes_during.is_empty()
+            && writes_after.is_empty()
+            && members_before == members_after
+            && deleted.is_empty()
+            && within(node_secs)
+            && within(svc_secs);
+        row(
+            "API server outage (aws/moto)",
+            &format!(
+                "{n_nodes} Nodes ({} NotReady), {n_services} Services, apiserver down {outage_secs} s",
+                n_nodes / 2
+            ),
+            &format!(
+                "manager {}; cloud writes during {} ({calls_during} calls), in 10 s after {}; LB members changed {}; Nodes deleted {}; after it was back ({:.0} s to ready): new Node initialised in {}, new LB in {}",
+                if alive { "kept running" } else { "EXITED" },
+                writes_during.len(),
+                writes_after.len(),
+                members_before.symmetric_difference(&members_after).count(),
+                deleted.len(),
+                back.duration_since(down).as_secs_f64() - outage_secs as f64,
+                fmt(node_secs),
+                fmt(svc_secs),
+            ),
+            pass,
+        );
+        drop(ccm);
+        assert!(
+            pass,
+            "alive {alive} ({crashed_during:?}); writes during {writes_during:?}, after {writes_after:?}; \
+             members before {members_before:?} after {members_after:?}; deleted {deleted:?}; \
+             new Node {node_secs:?} s, new LB {svc_secs:?} s"
+        );
     }
 }

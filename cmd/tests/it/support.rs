@@ -203,6 +203,12 @@ impl Drop for Ccm {
 }
 
 impl Ccm {
+    /// How the manager ended, if it has (a crash, an exit on its own).
+    #[allow(dead_code)]
+    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.try_wait().ok().flatten()
+    }
+
     pub fn logs(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }

@@ -44,7 +44,7 @@ use kube::{Api, Resource, ResourceExt};
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use tokio::sync::Semaphore;
 
-use super::backoff::FailureBackoff;
+use super::backoff::{FailureBackoff, WatchBackoff};
 use super::node_util::{self, has_taint};
 use super::probe::Probe;
 use super::workqueue_metrics::{QueueMetrics, WorkqueueMetrics};
@@ -245,6 +245,7 @@ async fn run(
         probe.register_keys(PROBE_BACKOFF_NODES, move || state.backoff.keys());
     }
     let controller = Controller::new(nodes, watcher::Config::default().any_semantic())
+        .trigger_backoff(WatchBackoff::default())
         .with_config(ControllerRuntimeConfig::default().concurrency(RECONCILE_CONCURRENCY));
     let store = controller.store();
     let shutdown = ctx.shutdown.clone();

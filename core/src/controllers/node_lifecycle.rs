@@ -18,6 +18,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::controllers::backoff::WatchBackoff;
 use crate::controllers::events::EventRecorder;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Taint};
@@ -49,7 +50,7 @@ async fn run(ctx: ControllerContext, instances: Arc<dyn InstancesV2>) {
     let nodes: Api<Node> = Api::all(ctx.client.clone());
     let (store, writer) = reflector::store::<Node>();
     let watch = watcher(nodes.clone(), watcher::Config::default().any_semantic())
-        .default_backoff()
+        .backoff(WatchBackoff::default())
         .reflect(writer)
         .for_each(|ev| async move {
             if let Err(e) = ev {

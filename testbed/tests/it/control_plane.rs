@@ -168,3 +168,28 @@ async fn a_third_group_is_refused_with_a_clear_error() {
     };
     assert!(err.to_string().contains("many-groups"), "error names the identity: {err}");
 }
+
+/// An apiserver outage (the chaos suite's): while it is stopped no request is answered; once
+/// it is back on the same address, what was stored before is there (etcd kept running) and the
+/// same client works again.
+#[tokio::test]
+async fn the_apiserver_alone_can_be_stopped_and_started_and_keeps_its_objects() {
+    let cp = ControlPlane::start().await.expect("control plane starts");
+    let _logs = cp.log_guard();
+    let client = cp.admin_client().await.expect("admin client");
+    let nodes: Api<Node> = Api::all(client);
+    let name = unique_name("outage-node");
+    nodes.create(&PostParams::default(), &tainted_node(&name)).await.expect("create node");
+
+    cp.stop_apiserver().await.expect("apiserver stops");
+    let during = tokio::time::timeout(Duration::from_secs(20), nodes.get(&name)).await;
+    assert!(
+        !matches!(during, Ok(Ok(_))),
+        "a request was answered while the apiserver was stopped: {during:?}"
+    );
+
+    cp.start_apiserver().await.expect("apiserver starts again");
+    let read = nodes.get(&name).await.expect("the same client reads the Node after the outage");
+    assert_eq!(read.metadata.name.as_deref(), Some(name.as_str()));
+    cp.stop();
+}

@@ -16,6 +16,7 @@ use std::fmt::Debug;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 
+use crate::controllers::backoff::WatchBackoff;
 use futures::StreamExt;
 use kube::Resource;
 use kube::api::Api;
@@ -160,7 +161,7 @@ where
         shutdown: CancellationToken,
     ) {
         let changes = changes.as_ref();
-        let mut stream = watcher::watcher(api, config).default_backoff().boxed();
+        let mut stream = watcher::watcher(api, config).backoff(WatchBackoff::default()).boxed();
         let mut listed: HashSet<String> = HashSet::new();
         loop {
             let ev = tokio::select! {
