@@ -5,8 +5,10 @@ use ccm_provider_ibm::model;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    let _ = serde_json::from_slice::<model::Instance>(data).map(|i| (i.status(), i.is_active()));
-    let _ = serde_json::from_slice::<model::LoadBalancer>(data);
+    let _ = serde_json::from_slice::<model::Instance>(data)
+        .map(|i| ccm_provider_ibm::instances::metadata_from_instance(&i, "us-south"));
+    let _ =
+        serde_json::from_slice::<model::LoadBalancer>(data).map(|lb| (lb.status(), lb.is_active()));
     let _ = serde_json::from_slice::<model::Subnet>(data);
     let _ = serde_json::from_slice::<model::Pool>(data);
     let _ = serde_json::from_slice::<model::Listener>(data);
