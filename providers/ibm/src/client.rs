@@ -14,7 +14,9 @@
 //! - **Deadlines and retries**: every call runs under a [`Deadline`]; idempotent calls (GET,
 //!   PUT, PATCH, DELETE and the token exchange) are retried on 429 and 5xx (honouring
 //!   `Retry-After`) and on connection faults with [`RETRY`], inside that deadline. Creates
-//!   (`POST`) are never retried.
+//!   (`POST`) are retried only on 429: IBM's rate limiter refuses the request before it is
+//!   processed, so nothing was created. A 5xx or a dropped connection on a create is not
+//!   retried (it may have been carried out; the next sync reads what exists first).
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -159,6 +161,18 @@ impl ClientError {
             }
             ClientError::Transport { source, .. } if is_connection_fault(source) => {
                 Classified::Transient { retry_after: None }
+            }
+            _ => Classified::Permanent,
+        }
+    }
+
+    /// [`Self::classify`] for a create (`POST`, not idempotent): only a 429 is transient, as
+    /// IBM's rate limiter answers it before the request is processed. A 5xx or a broken
+    /// connection may follow a create that was carried out, so it is permanent here.
+    pub fn classify_create(&self) -> Classified {
+        match self {
+            ClientError::Api { status: 429, retry_after, .. } => {
+                Classified::Transient { retry_after: *retry_after }
             }
             _ => Classified::Permanent,
         }
@@ -439,11 +453,15 @@ impl IbmClient {
         let mut query: Vec<(&str, String)> =
             vec![("version", API_VERSION.into()), ("generation", GENERATION.into())];
         query.extend(extra_query.iter().cloned());
-        let idempotent = method != Method::POST;
-        let retry = if idempotent { self.options.retry } else { Retry::NONE };
+        let classify: fn(&ClientError) -> Classified = if method == Method::POST {
+            ClientError::classify_create
+        } else {
+            ClientError::classify
+        };
         let deadline = Deadline::new(self.options.timeout);
-        retry
-            .run(&deadline, call, ClientError::classify, || {
+        self.options
+            .retry
+            .run(&deadline, call, classify, || {
                 self.send(call, method.clone(), &url, &query, body.as_ref())
             })
             .await
@@ -852,9 +870,16 @@ mod tests {
             e.classify(),
             Classified::Transient { retry_after: Some(Duration::from_secs(2)) }
         );
+        // A throttled create was refused before it was processed: retried like a read.
+        assert_eq!(
+            e.classify_create(),
+            Classified::Transient { retry_after: Some(Duration::from_secs(2)) }
+        );
         assert!(matches!(ProviderError::from(e), ProviderError::Throttled(_)));
         let e = parse_error("x", 503, None, b"");
         assert!(matches!(e.classify(), Classified::Transient { .. }));
+        // A create answered 5xx may have been carried out: never sent again.
+        assert_eq!(e.classify_create(), Classified::Permanent);
         assert!(e.to_string().contains("(no body)"));
         let e = parse_error(
             "iam:GetToken",

@@ -266,3 +266,37 @@ async fn a_vpc_outage_fails_the_call_and_changes_nothing() {
     lb.ensure_load_balancer_deleted("k", &svc).await.unwrap();
     assert!(lbs(&f).await.is_empty());
 }
+
+#[tokio::test]
+async fn a_throttled_create_is_sent_again_and_a_failed_one_is_not() {
+    use ccm_emulators::faults::{Fault, FaultRule};
+    let f = start().await;
+    let lb = f.provider.ibm_load_balancer();
+    let svc = service("cccccccc-2222-3333-4444-555555555555", &[], &[(80, 30080)], None);
+    let ns = nodes(&[("10.240.0.4", "us-south-1")]);
+    // A 429 is IBM's rate limiter refusing the request unprocessed: the same sync sends it
+    // again after the Retry-After and completes.
+    f.server
+        .inject(
+            FaultRule::new("vpc.load_balancers.create", Fault::Throttle { retry_after_secs: 1 })
+                .times(1),
+        )
+        .unwrap();
+    lb.ensure_load_balancer("k", &svc, &ns).await.unwrap();
+    assert_eq!(f.server.counters().get("vpc.load_balancers.create"), 2);
+    assert_eq!(lbs(&f).await.len(), 1, "one load balancer, not two");
+    lb.ensure_load_balancer_deleted("k", &svc).await.unwrap();
+
+    // A 503 on a create may follow a create that was carried out: not sent again by this
+    // call; the sync fails and the next one reads what exists first.
+    f.server
+        .inject(
+            FaultRule::new("vpc.load_balancers.create", Fault::Status { status: 503, body: None })
+                .times(1),
+        )
+        .unwrap();
+    assert!(lb.ensure_load_balancer("k", &svc, &ns).await.is_err());
+    assert_eq!(f.server.counters().get("vpc.load_balancers.create"), 3);
+    lb.ensure_load_balancer("k", &svc, &ns).await.unwrap();
+    assert_eq!(lbs(&f).await.len(), 1);
+}
