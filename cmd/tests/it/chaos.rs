@@ -24,45 +24,36 @@
 //! `CHAOS_OUTAGE_SECS` (default 40), `CHAOS_SEED` (default: the clock). Each scenario prints one line
 //! `CHAOS|<scenario>|<size>|<figures>|<PASS or FAIL>` that `ci/chaos` turns into the table.
 
-#[cfg(all(feature = "provider-aws", feature = "testing"))]
-mod aws {
-    use std::collections::BTreeSet;
+/// What every cloud's scenarios share: sizes from the environment, the seeded random numbers,
+/// the table row, polling, and the leader-election flags of the replicas.
+#[cfg(any(all(feature = "provider-aws", feature = "testing"), feature = "provider-ibm"))]
+mod kit {
     use std::time::{Duration, Instant};
 
-    use ccm_emulators::{Fault, FaultProxy, FaultRule, Protocol};
-    use ccm_provider_aws::testing::aws_sdk_ec2::types::Instance;
-    use ccm_provider_aws::testing::{self, network, node_security_group, run_instances};
-    use ccm_testbed::fixtures::load_balancer_service;
-    use ccm_testbed::moto::Moto;
-    use k8s_openapi::api::core::v1::{Node, Service};
-    use kube::Api;
-    use kube::api::{DeleteParams, ListParams, PostParams};
+    use k8s_openapi::api::core::v1::Service;
 
-    use crate::support::{Binary, Ccm, Env, has_taint, initialised, register};
+    use crate::support::Ccm;
 
-    const BIN: Binary = Binary {
-        path: env!("CARGO_BIN_EXE_cloud-controller-manager-aws"),
-        provider: "aws",
-        clear_prefixes: &["AWS_"],
-        env: &[
-            ("AWS_ACCESS_KEY_ID", "testing"),
-            ("AWS_SECRET_ACCESS_KEY", "testing"),
-            ("AWS_EC2_METADATA_DISABLED", "true"),
-            ("AWS_CONFIG_FILE", "/dev/null"),
-            ("AWS_SHARED_CREDENTIALS_FILE", "/dev/null"),
-        ],
-    };
-    const NO_ROUTES: &str = "--configure-cloud-routes=false";
-    const NLB_TYPE: &str = "service.beta.kubernetes.io/aws-load-balancer-type";
+    /// Short leases so that a killed leader is replaced within seconds.
+    pub const LEADER_ARGS: [&str; 4] = [
+        "--leader-elect=true",
+        "--leader-elect-lease-duration=4s",
+        "--leader-elect-renew-deadline=3s",
+        "--leader-elect-retry-period=1s",
+    ];
 
-    fn env_num(name: &str, default: u64) -> u64 {
+    pub fn is_leader(ccm: &Ccm) -> bool {
+        ccm.logs().contains("successfully acquired lease")
+    }
+
+    pub fn env_num(name: &str, default: u64) -> u64 {
         std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
     }
 
     /// xorshift64*: reproducible from `CHAOS_SEED` (printed), no dependency.
-    struct Rng(u64);
+    pub struct Rng(u64);
     impl Rng {
-        fn new() -> Rng {
+        pub fn new() -> Rng {
             let seed = env_num(
                 "CHAOS_SEED",
                 std::time::SystemTime::now()
@@ -79,14 +70,182 @@ mod aws {
             self.0 ^= self.0 >> 27;
             self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
         }
-        fn below(&mut self, n: u64) -> u64 {
+        pub fn below(&mut self, n: u64) -> u64 {
             self.next_u64() % n.max(1)
         }
     }
 
-    fn row(scenario: &str, size: &str, figures: &str, pass: bool) {
+    pub fn row(scenario: &str, size: &str, figures: &str, pass: bool) {
         println!("CHAOS|{scenario}|{size}|{figures}|{}", if pass { "PASS" } else { "FAIL" });
     }
+
+    /// Polls `f` until it is true or `deadline` passes; whether it became true.
+    pub async fn settle<F, Fut>(deadline: Duration, mut f: F) -> bool
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = bool>,
+    {
+        let start = Instant::now();
+        loop {
+            if f().await {
+                return true;
+            }
+            if start.elapsed() > deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+
+    /// Whether the Service is a LoadBalancer (the `kubernetes` Service of `default` is not).
+    pub fn is_lb(s: &Service) -> bool {
+        s.spec.as_ref().and_then(|s| s.type_.as_deref()) == Some("LoadBalancer")
+    }
+
+    pub fn lb_services(items: &[Service]) -> usize {
+        items.iter().filter(|s| is_lb(s)).count()
+    }
+}
+
+/// Scenarios written once over the conformance suite's [`Harness`](crate::conformance::Harness)
+/// (the emulator, its instances, its load-balancer resources), run for every cloud that has
+/// one and load balancers. AWS keeps its own (classic and NLB at random, counted in moto).
+#[cfg(feature = "provider-ibm")]
+mod harness {
+    use std::time::{Duration, Instant};
+
+    use ccm_testbed::fixtures::load_balancer_service;
+    use k8s_openapi::api::core::v1::Service;
+    use kube::Api;
+    use kube::api::{DeleteParams, ListParams, PostParams};
+
+    use super::kit::{LEADER_ARGS, Rng, env_num, is_leader, lb_services, row, settle};
+    use crate::conformance::Harness;
+    use crate::support::{Env, initialised, register};
+
+    /// Leader killed mid-write: two replicas with leader election; a loop creates and deletes
+    /// LoadBalancer Services while the leader is `kill -9`ed at random moments and replaced;
+    /// then every Service is deleted, and every load-balancer resource of the cluster left in
+    /// the emulator's state is a leak.
+    pub async fn leader_killed_mid_write<H: Harness>(cloud: &str) {
+        let cycles = env_num("CHAOS_CYCLES", 50);
+        let mut rng = Rng::new();
+        let h = H::start(2).await;
+        let env = Env::start(H::BINARY).await;
+        let _logs = env.cp.log_guard();
+        let config = h.cloud_config();
+        let mut args = h.args(false);
+        args.extend(LEADER_ARGS.iter().map(|a| a.to_string()));
+        let mut replicas = vec![env.spawn_ccm(&config, &args), env.spawn_ccm(&config, &args)];
+        let nodes = env.nodes();
+        for i in &h.instances()[..2] {
+            register(&nodes, &i.node, &i.ip, "True").await;
+        }
+        for i in &h.instances()[..2] {
+            initialised(&nodes, &i.node).await;
+        }
+
+        let services: Api<Service> = Api::namespaced(env.client.clone(), "default");
+        let start = Instant::now();
+        let mut kills = 0;
+        let mut live: Vec<String> = Vec::new();
+        for cycle in 0..cycles {
+            let name = format!("lb-{cycle}");
+            let svc = load_balancer_service("default", &name, 80 + (cycle % 5) as i32);
+            services.create(&PostParams::default(), &svc).await.unwrap();
+            live.push(name);
+            tokio::time::sleep(Duration::from_millis(200 + rng.below(1500))).await;
+            // Delete one of the live Services (often the one just created: mid-create).
+            if live.len() > 2 || rng.below(2) == 0 {
+                let victim = live.remove(rng.below(live.len() as u64) as usize);
+                let _ = services.delete(&victim, &DeleteParams::default()).await;
+            }
+            // kill -9 the leader at a random moment (one cycle in three on average) and
+            // start a new replica in its place.
+            if rng.below(3) == 0 {
+                tokio::time::sleep(Duration::from_millis(rng.below(1200))).await;
+                if let Some(at) = replicas.iter().position(is_leader) {
+                    drop(replicas.remove(at)); // SIGKILL, then its output is scanned
+                    kills += 1;
+                    replicas.push(env.spawn_ccm(&config, &args));
+                }
+            }
+        }
+        for name in live.drain(..) {
+            let _ = services.delete(&name, &DeleteParams::default()).await;
+        }
+        let loop_time = start.elapsed();
+        // Settle: every Service gone from the API (its finalizer is removed only once its
+        // load balancer is deleted), then nothing of the cluster left in the emulator.
+        let gone = settle(Duration::from_secs(180), || async {
+            services.list(&ListParams::default()).await.is_ok_and(|l| lb_services(&l.items) == 0)
+        })
+        .await;
+        let clean = settle(Duration::from_secs(120), || async {
+            h.load_balancer_resources().await.is_empty()
+        })
+        .await;
+        let leaked = h.load_balancer_resources().await;
+        let left =
+            services.list(&ListParams::default()).await.map(|l| lb_services(&l.items)).unwrap_or(0);
+        let pass = gone && clean;
+        row(
+            &format!("leader killed mid-write ({cloud})"),
+            &format!("{cycles} cycles, 2 replicas, {kills} kill -9"),
+            &format!(
+                "leaked: {} load balancers; Services stuck {left}; loop {:.0} s, settled {:.0} s",
+                leaked.len(),
+                loop_time.as_secs_f64(),
+                start.elapsed().as_secs_f64() - loop_time.as_secs_f64()
+            ),
+            pass,
+        );
+        drop(replicas);
+        assert!(pass, "leaked {leaked:?}; {left} Services stuck");
+    }
+
+    mod ibm {
+        use crate::conformance::ibm::Ibm;
+
+        #[tokio::test]
+        #[ignore = "chaos suite: run by ci/chaos"]
+        async fn chaos_leader_killed_mid_write_leaks_no_load_balancer() {
+            super::leader_killed_mid_write::<Ibm>("ibm/emulator").await;
+        }
+    }
+}
+
+#[cfg(all(feature = "provider-aws", feature = "testing"))]
+mod aws {
+    use std::collections::BTreeSet;
+    use std::time::{Duration, Instant};
+
+    use ccm_emulators::{Fault, FaultProxy, FaultRule, Protocol};
+    use ccm_provider_aws::testing::aws_sdk_ec2::types::Instance;
+    use ccm_provider_aws::testing::{self, network, node_security_group, run_instances};
+    use ccm_testbed::fixtures::load_balancer_service;
+    use ccm_testbed::moto::Moto;
+    use k8s_openapi::api::core::v1::{Node, Service};
+    use kube::Api;
+    use kube::api::{DeleteParams, ListParams, PostParams};
+
+    use super::kit::{LEADER_ARGS, Rng, env_num, is_lb, is_leader, lb_services, row, settle};
+    use crate::support::{Binary, Env, has_taint, initialised, register};
+
+    const BIN: Binary = Binary {
+        path: env!("CARGO_BIN_EXE_cloud-controller-manager-aws"),
+        provider: "aws",
+        clear_prefixes: &["AWS_"],
+        env: &[
+            ("AWS_ACCESS_KEY_ID", "testing"),
+            ("AWS_SECRET_ACCESS_KEY", "testing"),
+            ("AWS_EC2_METADATA_DISABLED", "true"),
+            ("AWS_CONFIG_FILE", "/dev/null"),
+            ("AWS_SHARED_CREDENTIALS_FILE", "/dev/null"),
+        ],
+    };
+    const NO_ROUTES: &str = "--configure-cloud-routes=false";
+    const NLB_TYPE: &str = "service.beta.kubernetes.io/aws-load-balancer-type";
 
     fn dns(i: &Instance) -> &str {
         i.private_dns_name().unwrap()
@@ -120,45 +279,10 @@ mod aws {
         )
     }
 
-    /// Polls `f` until it is true or `deadline` passes; whether it became true.
-    async fn settle<F, Fut>(deadline: Duration, mut f: F) -> bool
-    where
-        F: FnMut() -> Fut,
-        Fut: std::future::Future<Output = bool>,
-    {
-        let start = Instant::now();
-        loop {
-            if f().await {
-                return true;
-            }
-            if start.elapsed() > deadline {
-                return false;
-            }
-            tokio::time::sleep(Duration::from_millis(500)).await;
-        }
-    }
-
-    /// Whether the Service is a LoadBalancer (the `kubernetes` Service of `default` is not).
-    fn is_lb(s: &Service) -> bool {
-        s.spec.as_ref().and_then(|s| s.type_.as_deref()) == Some("LoadBalancer")
-    }
-
-    fn lb_services(items: &[Service]) -> usize {
-        items.iter().filter(|s| is_lb(s)).count()
-    }
-
     fn replica_args() -> Vec<String> {
-        vec![
-            NO_ROUTES.into(),
-            "--leader-elect=true".into(),
-            "--leader-elect-lease-duration=4s".into(),
-            "--leader-elect-renew-deadline=3s".into(),
-            "--leader-elect-retry-period=1s".into(),
-        ]
-    }
-
-    fn is_leader(ccm: &Ccm) -> bool {
-        ccm.logs().contains("successfully acquired lease")
+        let mut args = vec![NO_ROUTES.to_string()];
+        args.extend(LEADER_ARGS.iter().map(|a| a.to_string()));
+        args
     }
 
     /// Two replicas, a create/delete loop of LoadBalancer Services, the leader `kill -9`ed at

@@ -13,7 +13,7 @@
 #[cfg(all(feature = "provider-aws", feature = "testing"))]
 mod aws;
 // Chaos suite (issue #21): ignored scenarios that ci/chaos runs.
-#[cfg(all(feature = "provider-aws", feature = "testing"))]
+#[cfg(any(all(feature = "provider-aws", feature = "testing"), feature = "provider-ibm"))]
 mod chaos;
 #[cfg(any(
     all(feature = "provider-aws", feature = "testing"),

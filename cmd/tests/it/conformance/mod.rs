@@ -32,7 +32,7 @@ use crate::support::{Binary, Ccm, Env, addresses, has_taint, label, provider_id}
 #[cfg(all(feature = "provider-aws", feature = "testing"))]
 mod aws;
 #[cfg(feature = "provider-ibm")]
-mod ibm;
+pub(crate) mod ibm;
 #[cfg(feature = "provider-vsphere")]
 mod vsphere;
 
