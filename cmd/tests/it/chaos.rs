@@ -229,6 +229,9 @@ mod aws {
     use kube::Api;
     use kube::api::{DeleteParams, ListParams, PostParams};
 
+    use ccm_core::names::LABEL_EXCLUDE_FROM_LB;
+    use kube::api::{Patch, PatchParams};
+
     use super::kit::{LEADER_ARGS, Rng, env_num, is_lb, is_leader, lb_services, row, settle};
     use crate::support::{Binary, Env, has_taint, initialised, register};
 
@@ -442,7 +445,32 @@ mod aws {
             services.create(&PostParams::default(), &svc).await.unwrap();
         }
         let mut deleted_during = BTreeSet::new();
+        // Churn (the long run): every CHAOS_CHURN_SECS a Node leaves or rejoins the load
+        // balancers (the exclusion label, as a drain does: every Service's backends change)
+        // and one Service changes its port, so the storm hits updates, not only lookups.
+        let churn_secs = env_num("CHAOS_CHURN_SECS", 0);
+        let mut last_churn = Instant::now();
+        let mut churns = 0usize;
         while storm_start.elapsed() < Duration::from_secs(storm_secs) {
+            if churn_secs > 0 && last_churn.elapsed() >= Duration::from_secs(churn_secs) {
+                last_churn = Instant::now();
+                let node = dns(&insts[(churns / 2) % n_nodes]);
+                let value = if churns.is_multiple_of(2) {
+                    serde_json::json!("true")
+                } else {
+                    serde_json::Value::Null
+                };
+                let patch =
+                    serde_json::json!({"metadata": {"labels": {LABEL_EXCLUDE_FROM_LB: value}}});
+                let _ = nodes.patch(node, &PatchParams::default(), &Patch::Merge(&patch)).await;
+                let svc = format!("storm-{}", churns as u64 % n_services.max(1));
+                let port = 80 + (churns / n_services.max(1) as usize) % 2;
+                // A merge patch replaces the port list (a new node port is allocated too).
+                let patch =
+                    serde_json::json!({"spec": {"ports": [{"port": port, "protocol": "TCP"}]}});
+                let _ = services.patch(&svc, &PatchParams::default(), &Patch::Merge(&patch)).await;
+                churns += 1;
+            }
             let present: BTreeSet<String> = nodes
                 .list(&ListParams::default())
                 .await
@@ -457,6 +485,13 @@ mod aws {
         }
         let during = proxy.counters();
         admin.clear_faults().await.unwrap();
+        if churns > 0 {
+            // Every Node back behind the load balancers before convergence is judged.
+            let patch = serde_json::json!({"metadata": {"labels": {LABEL_EXCLUDE_FROM_LB: null}}});
+            for i in insts.iter() {
+                let _ = nodes.patch(dns(i), &PatchParams::default(), &Patch::Merge(&patch)).await;
+            }
+        }
         let storm_time = storm_start.elapsed().as_secs_f64();
         let calls = during.total - before.total;
         let faulted = during.faulted - before.faulted;
@@ -495,7 +530,14 @@ mod aws {
         let pass = deleted_during.is_empty() && missing == 0 && converged;
         row(
             "cloud faults 50% (aws/moto)",
-            &format!("{n_nodes} Nodes, {n_services} Services, {storm_secs} s storm"),
+            &format!(
+                "{n_nodes} Nodes, {n_services} Services, {storm_secs} s storm{}",
+                if churns > 0 {
+                    format!(", {churns} churns (LB node set and a port)")
+                } else {
+                    String::new()
+                }
+            ),
             &format!(
                 "Nodes wrongly deleted {}; uninitialised after {uninit}; LBs missing {lbs_wrong}; faults {faulted} of {calls} calls ({:.1} calls/s, throttle Retry-After 1 s); converged in {converge_secs:.0} s",
                 deleted_during.len() + missing,
