@@ -31,20 +31,7 @@ use crate::support::{
     wait_for,
 };
 
-const BIN: Binary = Binary {
-    path: env!("CARGO_BIN_EXE_cloud-controller-manager-aws"),
-    provider: "aws",
-    // The default credential chain finds moto's static keys in the environment; nothing of
-    // the caller's AWS setup (profiles, roles, endpoints) leaks in.
-    clear_prefixes: &["AWS_"],
-    env: &[
-        ("AWS_ACCESS_KEY_ID", "testing"),
-        ("AWS_SECRET_ACCESS_KEY", "testing"),
-        ("AWS_EC2_METADATA_DISABLED", "true"),
-        ("AWS_CONFIG_FILE", "/dev/null"),
-        ("AWS_SHARED_CREDENTIALS_FILE", "/dev/null"),
-    ],
-};
+const BIN: Binary = crate::support::AWS_BIN;
 
 /// The kubelet plugin built next to the manager by `--features provider-aws`.
 const ECR_PLUGIN: &str = env!("CARGO_BIN_EXE_ecr-credential-provider");

@@ -31,6 +31,8 @@ mod kit {
     use std::time::{Duration, Instant};
 
     use k8s_openapi::api::core::v1::Service;
+    use kube::Api;
+    use kube::api::{DeleteParams, ListParams, PostParams};
 
     use crate::support::Ccm;
 
@@ -105,6 +107,60 @@ mod kit {
     pub fn lb_services(items: &[Service]) -> usize {
         items.iter().filter(|s| is_lb(s)).count()
     }
+
+    /// Waits (up to 180 s) until no LoadBalancer Service is left in the API (its finalizer
+    /// is removed only once its load balancer is deleted); whether that happened.
+    pub async fn lb_services_gone(services: &Api<Service>) -> bool {
+        settle(Duration::from_secs(180), || async {
+            services.list(&ListParams::default()).await.is_ok_and(|l| lb_services(&l.items) == 0)
+        })
+        .await
+    }
+
+    /// LoadBalancer Services still in the API (stuck: their finalizer was never removed).
+    pub async fn lb_services_left(services: &Api<Service>) -> usize {
+        services.list(&ListParams::default()).await.map(|l| lb_services(&l.items)).unwrap_or(0)
+    }
+
+    /// The leader-kill loop: each cycle creates LoadBalancer Service `lb-<cycle>` (from
+    /// `service(name, cycle, rng)`), waits 0.2–1.7 s, deletes one of the live Services (often
+    /// the one just created: mid-create), and in one cycle of three, at a random moment,
+    /// `kill -9`s the current leader and starts a new replica (`spawn`) in its place. Then the
+    /// Services still live are deleted. Returns the number of leaders killed.
+    pub async fn create_and_delete_while_killing_leaders(
+        services: &Api<Service>,
+        rng: &mut Rng,
+        cycles: u64,
+        replicas: &mut Vec<Ccm>,
+        spawn: impl Fn() -> Ccm,
+        mut service: impl FnMut(&str, u64, &mut Rng) -> Service,
+    ) -> usize {
+        let mut kills = 0;
+        let mut live: Vec<String> = Vec::new();
+        for cycle in 0..cycles {
+            let name = format!("lb-{cycle}");
+            let svc = service(&name, cycle, rng);
+            services.create(&PostParams::default(), &svc).await.unwrap();
+            live.push(name);
+            tokio::time::sleep(Duration::from_millis(200 + rng.below(1500))).await;
+            if live.len() > 2 || rng.below(2) == 0 {
+                let victim = live.remove(rng.below(live.len() as u64) as usize);
+                let _ = services.delete(&victim, &DeleteParams::default()).await;
+            }
+            if rng.below(3) == 0 {
+                tokio::time::sleep(Duration::from_millis(rng.below(1200))).await;
+                if let Some(at) = replicas.iter().position(is_leader) {
+                    drop(replicas.remove(at)); // SIGKILL, then its output is scanned
+                    kills += 1;
+                    replicas.push(spawn());
+                }
+            }
+        }
+        for name in live.drain(..) {
+            let _ = services.delete(&name, &DeleteParams::default()).await;
+        }
+        kills
+    }
 }
 
 /// Scenarios written once over the conformance suite's [`Harness`](crate::conformance::Harness)
@@ -117,9 +173,11 @@ mod harness {
     use ccm_testbed::fixtures::load_balancer_service;
     use k8s_openapi::api::core::v1::Service;
     use kube::Api;
-    use kube::api::{DeleteParams, ListParams, PostParams};
 
-    use super::kit::{LEADER_ARGS, Rng, env_num, is_leader, lb_services, row, settle};
+    use super::kit::{
+        LEADER_ARGS, Rng, create_and_delete_while_killing_leaders, env_num, lb_services_gone,
+        lb_services_left, row, settle,
+    };
     use crate::conformance::Harness;
     use crate::support::{Env, initialised, register};
 
@@ -147,47 +205,24 @@ mod harness {
 
         let services: Api<Service> = Api::namespaced(env.client.clone(), "default");
         let start = Instant::now();
-        let mut kills = 0;
-        let mut live: Vec<String> = Vec::new();
-        for cycle in 0..cycles {
-            let name = format!("lb-{cycle}");
-            let svc = load_balancer_service("default", &name, 80 + (cycle % 5) as i32);
-            services.create(&PostParams::default(), &svc).await.unwrap();
-            live.push(name);
-            tokio::time::sleep(Duration::from_millis(200 + rng.below(1500))).await;
-            // Delete one of the live Services (often the one just created: mid-create).
-            if live.len() > 2 || rng.below(2) == 0 {
-                let victim = live.remove(rng.below(live.len() as u64) as usize);
-                let _ = services.delete(&victim, &DeleteParams::default()).await;
-            }
-            // kill -9 the leader at a random moment (one cycle in three on average) and
-            // start a new replica in its place.
-            if rng.below(3) == 0 {
-                tokio::time::sleep(Duration::from_millis(rng.below(1200))).await;
-                if let Some(at) = replicas.iter().position(is_leader) {
-                    drop(replicas.remove(at)); // SIGKILL, then its output is scanned
-                    kills += 1;
-                    replicas.push(env.spawn_ccm(&config, &args));
-                }
-            }
-        }
-        for name in live.drain(..) {
-            let _ = services.delete(&name, &DeleteParams::default()).await;
-        }
-        let loop_time = start.elapsed();
-        // Settle: every Service gone from the API (its finalizer is removed only once its
-        // load balancer is deleted), then nothing of the cluster left in the emulator.
-        let gone = settle(Duration::from_secs(180), || async {
-            services.list(&ListParams::default()).await.is_ok_and(|l| lb_services(&l.items) == 0)
-        })
+        let kills = create_and_delete_while_killing_leaders(
+            &services,
+            &mut rng,
+            cycles,
+            &mut replicas,
+            || env.spawn_ccm(&config, &args),
+            |name, cycle, _| load_balancer_service("default", name, 80 + (cycle % 5) as i32),
+        )
         .await;
+        let loop_time = start.elapsed();
+        // Settle: every Service gone, then nothing of the cluster left in the emulator.
+        let gone = lb_services_gone(&services).await;
         let clean = settle(Duration::from_secs(120), || async {
             h.load_balancer_resources().await.is_empty()
         })
         .await;
         let leaked = h.load_balancer_resources().await;
-        let left =
-            services.list(&ListParams::default()).await.map(|l| lb_services(&l.items)).unwrap_or(0);
+        let left = lb_services_left(&services).await;
         let pass = gone && clean;
         row(
             &format!("leader killed mid-write ({cloud})"),
@@ -227,26 +262,18 @@ mod aws {
     use ccm_testbed::moto::Moto;
     use k8s_openapi::api::core::v1::{Node, Service};
     use kube::Api;
-    use kube::api::{DeleteParams, ListParams, PostParams};
+    use kube::api::{ListParams, PostParams};
 
     use ccm_core::names::LABEL_EXCLUDE_FROM_LB;
     use kube::api::{Patch, PatchParams};
 
-    use super::kit::{LEADER_ARGS, Rng, env_num, is_lb, is_leader, lb_services, row, settle};
+    use super::kit::{
+        LEADER_ARGS, Rng, create_and_delete_while_killing_leaders, env_num, is_lb,
+        lb_services_gone, lb_services_left, row, settle,
+    };
     use crate::support::{Binary, Env, has_taint, initialised, register};
 
-    const BIN: Binary = Binary {
-        path: env!("CARGO_BIN_EXE_cloud-controller-manager-aws"),
-        provider: "aws",
-        clear_prefixes: &["AWS_"],
-        env: &[
-            ("AWS_ACCESS_KEY_ID", "testing"),
-            ("AWS_SECRET_ACCESS_KEY", "testing"),
-            ("AWS_EC2_METADATA_DISABLED", "true"),
-            ("AWS_CONFIG_FILE", "/dev/null"),
-            ("AWS_SHARED_CREDENTIALS_FILE", "/dev/null"),
-        ],
-    };
+    const BIN: Binary = crate::support::AWS_BIN;
     const NO_ROUTES: &str = "--configure-cloud-routes=false";
     const NLB_TYPE: &str = "service.beta.kubernetes.io/aws-load-balancer-type";
 
@@ -318,52 +345,31 @@ mod aws {
 
         let services: Api<Service> = Api::namespaced(env.client.clone(), "default");
         let start = Instant::now();
-        let mut kills = 0;
-        let mut live: Vec<String> = Vec::new();
-        for cycle in 0..cycles {
-            let name = format!("lb-{cycle}");
-            let mut svc = load_balancer_service("default", &name, 80 + (cycle % 5) as i32);
-            if rng.below(2) == 0 {
-                svc.metadata.annotations =
-                    Some([(NLB_TYPE.to_string(), "nlb".to_string())].into_iter().collect());
-            }
-            services.create(&PostParams::default(), &svc).await.unwrap();
-            live.push(name);
-            tokio::time::sleep(Duration::from_millis(200 + rng.below(1500))).await;
-            // Delete one of the live Services (often the one just created: mid-create).
-            if live.len() > 2 || rng.below(2) == 0 {
-                let victim = live.remove(rng.below(live.len() as u64) as usize);
-                let _ = services.delete(&victim, &DeleteParams::default()).await;
-            }
-            // kill -9 the leader at a random moment (one cycle in three on average) and
-            // start a new replica in its place.
-            if rng.below(3) == 0 {
-                tokio::time::sleep(Duration::from_millis(rng.below(1200))).await;
-                if let Some(at) = replicas.iter().position(is_leader) {
-                    let leader = replicas.remove(at);
-                    drop(leader); // SIGKILL, then its output is scanned for credentials
-                    kills += 1;
-                    replicas.push(env.spawn_ccm(&config, &replica_args()));
+        let kills = create_and_delete_while_killing_leaders(
+            &services,
+            &mut rng,
+            cycles,
+            &mut replicas,
+            || env.spawn_ccm(&config, &replica_args()),
+            |name, cycle, rng| {
+                let mut svc = load_balancer_service("default", name, 80 + (cycle % 5) as i32);
+                if rng.below(2) == 0 {
+                    svc.metadata.annotations =
+                        Some([(NLB_TYPE.to_string(), "nlb".to_string())].into_iter().collect());
                 }
-            }
-        }
-        for name in live.drain(..) {
-            let _ = services.delete(&name, &DeleteParams::default()).await;
-        }
-        let loop_time = start.elapsed();
-        // Settle: every Service gone from the API (the cleanup finalizer is only removed
-        // once the load balancer is deleted), then nothing left in moto.
-        let gone = settle(Duration::from_secs(180), || async {
-            services.list(&ListParams::default()).await.is_ok_and(|l| lb_services(&l.items) == 0)
-        })
+                svc
+            },
+        )
         .await;
+        let loop_time = start.elapsed();
+        // Settle: every Service gone, then nothing left in moto.
+        let gone = lb_services_gone(&services).await;
         let clean = settle(Duration::from_secs(120), || async {
             cloud_lbs(&moto.url, &net.vpc).await == (0, 0, 0, 0)
         })
         .await;
         let (elbs, nlbs, tgs, sgs) = cloud_lbs(&moto.url, &net.vpc).await;
-        let left =
-            services.list(&ListParams::default()).await.map(|l| lb_services(&l.items)).unwrap_or(0);
+        let left = lb_services_left(&services).await;
         let pass = gone && clean;
         row(
             "leader killed mid-write (aws/moto)",

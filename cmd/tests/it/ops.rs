@@ -143,18 +143,7 @@ mod aws {
 
     use crate::support::{initialised, register, wait_for};
 
-    const BIN: Binary = Binary {
-        path: env!("CARGO_BIN_EXE_cloud-controller-manager-aws"),
-        provider: "aws",
-        clear_prefixes: &["AWS_"],
-        env: &[
-            ("AWS_ACCESS_KEY_ID", "testing"),
-            ("AWS_SECRET_ACCESS_KEY", "testing"),
-            ("AWS_EC2_METADATA_DISABLED", "true"),
-            ("AWS_CONFIG_FILE", "/dev/null"),
-            ("AWS_SHARED_CREDENTIALS_FILE", "/dev/null"),
-        ],
-    };
+    const BIN: Binary = crate::support::AWS_BIN;
 
     const NLB_TYPE: &str = "service.beta.kubernetes.io/aws-load-balancer-type";
 

@@ -160,20 +160,7 @@ mod aws {
         Binary, Env, assert_no_secrets, aws_test_credentials, initialised, register,
     };
 
-    const BIN: Binary = Binary {
-        path: env!("CARGO_BIN_EXE_cloud-controller-manager-aws"),
-        provider: "aws",
-        clear_prefixes: &["AWS_"],
-        // The secret key is replaced by the scanner's distinctive one (and a session token
-        // added) by `Binary::command`.
-        env: &[
-            ("AWS_ACCESS_KEY_ID", "testing"),
-            ("AWS_SECRET_ACCESS_KEY", "testing"),
-            ("AWS_EC2_METADATA_DISABLED", "true"),
-            ("AWS_CONFIG_FILE", "/dev/null"),
-            ("AWS_SHARED_CREDENTIALS_FILE", "/dev/null"),
-        ],
-    };
+    const BIN: Binary = crate::support::AWS_BIN;
 
     const ECR_PLUGIN: &str = env!("CARGO_BIN_EXE_ecr-credential-provider");
 

@@ -235,6 +235,24 @@ pub struct Binary {
     pub env: &'static [(&'static str, &'static str)],
 }
 
+/// `cloud-controller-manager-aws` against moto. The default credential chain finds moto's
+/// static keys in the environment; nothing of the caller's AWS setup (profiles, roles,
+/// endpoints) leaks in. The secret key is replaced by the scanner's distinctive one (and a
+/// session token added) by [`Binary::command`].
+#[cfg(all(feature = "provider-aws", feature = "testing"))]
+pub const AWS_BIN: Binary = Binary {
+    path: env!("CARGO_BIN_EXE_cloud-controller-manager-aws"),
+    provider: "aws",
+    clear_prefixes: &["AWS_"],
+    env: &[
+        ("AWS_ACCESS_KEY_ID", "testing"),
+        ("AWS_SECRET_ACCESS_KEY", "testing"),
+        ("AWS_EC2_METADATA_DISABLED", "true"),
+        ("AWS_CONFIG_FILE", "/dev/null"),
+        ("AWS_SHARED_CREDENTIALS_FILE", "/dev/null"),
+    ],
+};
+
 impl Binary {
     /// The binary with a clean environment and these arguments.
     pub fn command(&self, args: &[String]) -> Command {

@@ -30,18 +30,7 @@ pub struct Aws {
 
 impl Harness for Aws {
     const PROVIDER: &'static str = "aws";
-    const BINARY: Binary = Binary {
-        path: env!("CARGO_BIN_EXE_cloud-controller-manager-aws"),
-        provider: "aws",
-        clear_prefixes: &["AWS_"],
-        env: &[
-            ("AWS_ACCESS_KEY_ID", "testing"),
-            ("AWS_SECRET_ACCESS_KEY", "testing"),
-            ("AWS_EC2_METADATA_DISABLED", "true"),
-            ("AWS_CONFIG_FILE", "/dev/null"),
-            ("AWS_SHARED_CREDENTIALS_FILE", "/dev/null"),
-        ],
-    };
+    const BINARY: Binary = crate::support::AWS_BIN;
     const LOAD_BALANCERS: bool = true;
     const ROUTES: bool = true;
 
