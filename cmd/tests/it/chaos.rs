@@ -21,7 +21,8 @@
 //!
 //! Sizes come from the environment (`ci/chaos` sets them): `CHAOS_CYCLES` (default 50),
 //! `CHAOS_STORM_SECS` (default 30), `CHAOS_NODES` (default 6), `CHAOS_SERVICES` (default 4),
-//! `CHAOS_OUTAGE_SECS` (default 40), `CHAOS_SEED` (default: the clock). Each scenario prints one line
+//! `CHAOS_OUTAGE_SECS` (default 40), `CHAOS_CHURN_SECS` (default 0: no churn), `CHAOS_SEED`
+//! (default: the clock). Each scenario prints one line
 //! `CHAOS|<scenario>|<size>|<figures>|<PASS or FAIL>` that `ci/chaos` turns into the table.
 
 /// What every cloud's scenarios share: sizes from the environment, the seeded random numbers,
