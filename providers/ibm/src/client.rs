@@ -171,9 +171,7 @@ impl ClientError {
     /// connection may follow a create that was carried out, so it is permanent here.
     pub fn classify_create(&self) -> Classified {
         match self {
-            ClientError::Api { status: 429, retry_after, .. } => {
-                Classified::Transient { retry_after: *retry_after }
-            }
+            ClientError::Api { status: 429, .. } => self.classify(),
             _ => Classified::Permanent,
         }
     }
