@@ -53,7 +53,7 @@ async fn metrics_page() -> Result<String, String> {
          families (the same in every `cloud-controller-manager-<cloud>`), then each cloud's own. \
          Names, types, labels and help texts are upstream's, so existing dashboards and alerts \
          work. Label names are listed where the family has samples before any traffic.\n\n\
-         ## Manager and controllers\n\n{}\n## AWS\n\n{}\n## vSphere, IBM Cloud\n\nNo \
+         ## Manager and controllers\n\n{}\n## AWS\n\n{}\n## vSphere, IBM Cloud, OpenStack\n\nNo \
          provider-specific families.\n",
         metrics_table(&core),
         metrics_table(&aws)
@@ -74,6 +74,8 @@ async fn pages() -> Result<Vec<(&'static str, String)>, String> {
     use ccm_provider_aws::load_balancer::annotations::ANNOTATIONS as AWS_ANN;
     use ccm_provider_ibm::config::CONFIG_KEYS as IBM_CONFIG;
     use ccm_provider_ibm::load_balancer::ANNOTATIONS as IBM_ANN;
+    use ccm_provider_openstack::config::CONFIG_KEYS as OPENSTACK_CONFIG;
+    use ccm_provider_openstack::load_balancer::annotations::ANNOTATIONS as OPENSTACK_ANN;
     use ccm_provider_vsphere::config::CONFIG_KEYS as VSPHERE_CONFIG;
     Ok(vec![
         ("flags.md", flags_page()),
@@ -107,6 +109,25 @@ async fn pages() -> Result<Vec<(&'static str, String)>, String> {
         (
             "ibm-annotations.md",
             annotation_page("IBM Cloud", "providers/ibm/src/load_balancer.rs", IBM_ANN),
+        ),
+        (
+            "openstack-config.md",
+            config_page(
+                "OpenStack",
+                "providers/openstack/src/config.rs",
+                OPENSTACK_CONFIG,
+                " A `[LoadBalancerClass \"<name>\"]` section takes the floating network, subnet \
+                 and network keys of `[LoadBalancer]`, for the Services that name the class \
+                 (`loadbalancer.openstack.org/class`).",
+            ),
+        ),
+        (
+            "openstack-annotations.md",
+            annotation_page(
+                "OpenStack",
+                "providers/openstack/src/load_balancer/annotations.rs",
+                OPENSTACK_ANN,
+            ),
         ),
     ])
 }

@@ -1,6 +1,7 @@
 //! End-to-end tests of the `cloud-controller-manager-<cloud>` binaries: the real binary as a
 //! process, against a real kube-apiserver (`ccm_testbed::ControlPlane`) and the cloud's
-//! emulator (vSphere: `ccm_testbed::vcsim`; AWS: `ccm_testbed::moto`).
+//! emulator (vSphere: `ccm_testbed::vcsim`; AWS: `ccm_testbed::moto`; IBM and OpenStack: the
+//! in-process emulators of `ccm_emulators`).
 //!
 //! Each provider's module builds with its feature (`--features provider-vsphere`,
 //! `--features provider-aws,testing`); CI enables all of them.
@@ -18,11 +19,14 @@ mod chaos;
 #[cfg(any(
     all(feature = "provider-aws", feature = "testing"),
     feature = "provider-vsphere",
-    feature = "provider-ibm"
+    feature = "provider-ibm",
+    feature = "provider-openstack"
 ))]
 mod conformance;
 #[cfg(feature = "provider-ibm")]
 mod ibm;
+#[cfg(feature = "provider-openstack")]
+mod openstack;
 // Operator tools (issue 20): `orphans` and `migrate-check` on AWS (moto) and IBM.
 #[cfg(any(all(feature = "provider-aws", feature = "testing"), feature = "provider-ibm"))]
 mod ops;
@@ -35,7 +39,8 @@ mod secrets;
 #[cfg(any(
     all(feature = "provider-aws", feature = "testing"),
     feature = "provider-vsphere",
-    feature = "provider-ibm"
+    feature = "provider-ibm",
+    feature = "provider-openstack"
 ))]
 mod support;
 #[cfg(feature = "provider-vsphere")]

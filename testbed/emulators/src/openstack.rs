@@ -574,6 +574,18 @@ impl OpenStackCloud {
             .unwrap_or_default()
     }
 
+    /// An Octavia collection as the API shows it: with `provisioning_status` and the links
+    /// to its load balancer, pools and members (what [`Self::objects`] stores lacks them).
+    pub fn octavia_objects(&self, collection: &str) -> Vec<Value> {
+        let st = lock(&self.state);
+        st.octavia
+            .get(collection)
+            .into_iter()
+            .flatten()
+            .map(|o| Self::render(&st, collection, o))
+            .collect()
+    }
+
     /// Sets a server's power state (`stopped` is `SHUTOFF`). False when unknown.
     pub fn set_power(&self, name: &str, power: PowerState) -> bool {
         let mut st = lock(&self.state);

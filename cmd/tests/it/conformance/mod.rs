@@ -33,6 +33,8 @@ use crate::support::{Binary, Ccm, Env, addresses, has_taint, label, provider_id}
 mod aws;
 #[cfg(feature = "provider-ibm")]
 pub(crate) mod ibm;
+#[cfg(feature = "provider-openstack")]
+mod openstack;
 #[cfg(feature = "provider-vsphere")]
 mod vsphere;
 

@@ -1,0 +1,842 @@
+//! InstancesV2: Nova servers behind Nodes, as upstream (`pkg/openstack/instances.go`,
+//! `instances_addresses.go`), answered in batches.
+//!
+//! - **providerID**: `openstack:///<server-id>`, or `openstack://<region>/<server-id>` when
+//!   `OS_CCM_REGIONAL=true` ([`Config::regional_provider_id`]). Parsed with upstream's
+//!   `^openstack://([^/]*)/([^/]+)$` (a value without `://` gets the `openstack://` prefix
+//!   first, as upstream); a region that is not ours, or another cloud's providerID, is an
+//!   error.
+//! - **Lookup**: by the providerID's server ID, else by the exact server name (the node
+//!   name).
+//! - **Addresses** (upstream's order): fixed IPs of the server's `ACTIVE` Neutron ports →
+//!   `InternalIP`; `accessIPv4`/`accessIPv6` → `ExternalIP`; metadata `hostname` →
+//!   `Hostname`; then the server's `addresses` by network name: `floating` → `ExternalIP`,
+//!   networks in `public-network-name` → `ExternalIP` (dropping the same address as
+//!   internal), others → `InternalIP` unless `internal-network-name` excludes them (then the
+//!   address is dropped altogether); IPv6 dropped with `ipv6-support-disabled`; finally
+//!   `address-sort-order`.
+//! - **Zone** = availability zone (sanitised as a label value), **region** = `[Global]
+//!   region`, **instance type** = flavor `original_name` (Nova ≥ 2.47) else the flavor's
+//!   name by `GET /flavors/{id}` (cached) else its ID; label
+//!   `topology.openstack.org/host-id` = the server's `hostId`, as upstream.
+//! - **Shutdown** = `SHUTOFF`.
+//!
+//! **Batches**: a batch of more than [`SMALL_BATCH`] nodes costs one paged `GET
+//! /servers/detail` ([`SERVER_PAGE`] per page) plus, for metadata, one `GET /ports` of the
+//! project, whatever the number of nodes (upstream: 2–3 calls per node). Smaller batches
+//! use upstream's targeted calls (`GET /servers/{id}` or `GET /servers?name=^…$`, `GET
+//! /ports?device_id=`).
+//!
+//! **Deletion safety** ([`InstancesV2`]): a node is `NotFound` only when `GET
+//! /servers/{id}` for the exact ID of its providerID answers 404, or shows the server
+//! `DELETED`/`SOFT_DELETED`. An ID missing from a listing (a listing may be partial or
+//! behind) is asked for by ID before anything is concluded. A node without providerID that
+//! matches no server name is an error (never "gone"); for metadata it is
+//! [`ProviderError::InstanceNotFound`] ("not yet").
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use ccm_core::cloud::{InstanceMetadata, InstanceStatus, InstancesV2, ProviderError};
+use ipnet::IpNet;
+use k8s_openapi::api::core::v1::{Node, NodeAddress};
+use serde::{Deserialize, Deserializer};
+use serde_json::Value;
+
+use crate::client::{ClientError, OpenStackClient, Service};
+use crate::config::{Config, Networking};
+
+/// Servers per page of `GET /servers/detail` (Nova's default `max_limit`).
+pub const SERVER_PAGE: usize = 1000;
+/// Batches of at most this many nodes use upstream's per-node calls; larger ones list.
+pub const SMALL_BATCH: usize = 2;
+/// The label upstream sets from the server's `hostId`.
+pub const LABEL_HOST_ID: &str = "topology.openstack.org/host-id";
+/// The provider name in providerIDs.
+pub const PROVIDER_ID_SCHEME: &str = "openstack://";
+
+/// `null` (and absent) as the type's default: OpenStack sends `null` for many empty fields.
+fn nullable<'de, D, T>(d: D) -> Result<T, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Default + Deserialize<'de>,
+{
+    Ok(Option::<T>::deserialize(d)?.unwrap_or_default())
+}
+
+/// A Nova server, the fields the provider reads.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct Server {
+    /// Its ID.
+    pub id: String,
+    /// Its name.
+    #[serde(default, deserialize_with = "nullable")]
+    pub name: String,
+    /// `ACTIVE`, `SHUTOFF`, `DELETED`, …
+    #[serde(default, deserialize_with = "nullable")]
+    pub status: String,
+    /// `OS-EXT-AZ:availability_zone`.
+    #[serde(rename = "OS-EXT-AZ:availability_zone", default, deserialize_with = "nullable")]
+    pub availability_zone: String,
+    /// `{"id": …}` (before 2.47) or `{"original_name": …}` (2.47 and later).
+    #[serde(default, deserialize_with = "nullable")]
+    pub flavor: Value,
+    /// Addresses by network name.
+    #[serde(default, deserialize_with = "nullable")]
+    pub addresses: BTreeMap<String, Vec<ServerAddress>>,
+    /// `accessIPv4`.
+    #[serde(rename = "accessIPv4", default, deserialize_with = "nullable")]
+    pub access_ipv4: String,
+    /// `accessIPv6`.
+    #[serde(rename = "accessIPv6", default, deserialize_with = "nullable")]
+    pub access_ipv6: String,
+    /// User metadata (`hostname` is read).
+    #[serde(default, deserialize_with = "nullable")]
+    pub metadata: BTreeMap<String, Value>,
+    /// `hostId` (the compute host, hashed per project).
+    #[serde(rename = "hostId", default, deserialize_with = "nullable")]
+    pub host_id: String,
+}
+
+/// One entry of a server's `addresses`.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct ServerAddress {
+    /// The address.
+    #[serde(default, deserialize_with = "nullable")]
+    pub addr: String,
+    /// `OS-EXT-IPS:type`: `fixed` or `floating`.
+    #[serde(rename = "OS-EXT-IPS:type", default, deserialize_with = "nullable")]
+    pub ip_type: String,
+}
+
+/// A Neutron port, the fields the provider reads.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct Port {
+    /// Its ID.
+    pub id: String,
+    /// Its network.
+    #[serde(default, deserialize_with = "nullable")]
+    pub network_id: String,
+    /// The server (or router) it is attached to.
+    #[serde(default, deserialize_with = "nullable")]
+    pub device_id: String,
+    /// `ACTIVE`, `DOWN`, …
+    #[serde(default, deserialize_with = "nullable")]
+    pub status: String,
+    /// Fixed IPs.
+    #[serde(default, deserialize_with = "nullable")]
+    pub fixed_ips: Vec<FixedIp>,
+    /// Allowed address pairs, as Neutron returns them (kept whole on update).
+    #[serde(default, deserialize_with = "nullable")]
+    pub allowed_address_pairs: Vec<Value>,
+    /// `port_security_enabled` (absent: enabled).
+    #[serde(default)]
+    pub port_security_enabled: Option<bool>,
+}
+
+/// A fixed IP of a port.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct FixedIp {
+    /// The address.
+    #[serde(default, deserialize_with = "nullable")]
+    pub ip_address: String,
+    /// Its subnet.
+    #[serde(default, deserialize_with = "nullable")]
+    pub subnet_id: String,
+}
+
+fn decode<T: for<'de> Deserialize<'de>>(op: &str, what: &str, v: Value) -> Result<T, ClientError> {
+    serde_json::from_value(v).map_err(|e| ClientError::Decode {
+        op: op.into(),
+        message: format!("{what}: {}", strip_values(&e.to_string())),
+    })
+}
+
+/// serde messages may quote a value: keep the shape only.
+fn strip_values(message: &str) -> String {
+    let mut out = String::new();
+    let mut in_quote = false;
+    for c in message.chars() {
+        if c == '"' {
+            if !in_quote {
+                out.push_str("\"…\"");
+            }
+            in_quote = !in_quote;
+        } else if !in_quote {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// All servers of the project: one paged `GET /servers/detail`.
+pub async fn list_servers(client: &OpenStackClient) -> Result<Vec<Server>, ClientError> {
+    list_servers_where(client, &[]).await
+}
+
+async fn list_servers_where(
+    client: &OpenStackClient,
+    filters: &[(&str, String)],
+) -> Result<Vec<Server>, ClientError> {
+    const OP: &str = "nova:ListServers";
+    let mut query = filters.to_vec();
+    query.push(("limit", SERVER_PAGE.to_string()));
+    let items =
+        client.list(OP, Service::Compute, &["servers", "detail"], &query, "servers").await?;
+    items.into_iter().map(|v| decode(OP, "a server", v)).collect()
+}
+
+/// `GET /servers/{id}`; `Ok(None)` when Nova answers 404 `itemNotFound` for this ID.
+pub async fn get_server(client: &OpenStackClient, id: &str) -> Result<Option<Server>, ClientError> {
+    const OP: &str = "nova:GetServer";
+    match client.get(OP, Service::Compute, &["servers", id], &[]).await {
+        Ok(mut v) => Ok(Some(decode(OP, "the server", v["server"].take())?)),
+        // Only Nova's own "no such server" for this ID says so; a 404 without Nova's
+        // `itemNotFound` (a proxy, a wrong endpoint) is an error like any other.
+        Err(ClientError::Api { status: 404, code, message, .. })
+            if code == "itemNotFound" || message.contains(id) =>
+        {
+            Ok(None)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Neutron ports, one paged `GET /ports` with `filters` (none: every port of the project).
+pub async fn list_ports(
+    client: &OpenStackClient,
+    filters: &[(&str, String)],
+) -> Result<Vec<Port>, ClientError> {
+    const OP: &str = "neutron:ListPorts";
+    let items = client.list(OP, Service::Network, &["ports"], filters, "ports").await?;
+    items.into_iter().map(|v| decode(OP, "a port", v)).collect()
+}
+
+/// Nova's `name` filter is a regular expression: the exact name, escaped (Go's
+/// `regexp.QuoteMeta`), anchored.
+pub fn exact_name_filter(name: &str) -> String {
+    let mut out = String::from("^");
+    for c in name.chars() {
+        if "\\.+*?()|[]{}^$".contains(c) {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out.push('$');
+    out
+}
+
+/// The server ID of a providerID, as upstream's `instanceIDFromProviderID`, plus: a bare
+/// server UUID (no scheme, no slash) is accepted. Returns `(id, region)`; anything that is
+/// not an OpenStack providerID is an error naming it.
+pub fn parse_provider_id(provider_id: &str) -> Result<(String, String), ProviderError> {
+    let invalid = || ProviderError::Invalid {
+        what: format!("providerID {provider_id:?}"),
+        message: "does not match the expected format \"openstack://region/InstanceID\"".into(),
+    };
+    if is_uuid(provider_id) {
+        return Ok((provider_id.to_string(), String::new()));
+    }
+    let full = if provider_id.contains("://") {
+        provider_id.to_string()
+    } else {
+        format!("{PROVIDER_ID_SCHEME}{provider_id}")
+    };
+    let rest = full.strip_prefix(PROVIDER_ID_SCHEME).ok_or_else(invalid)?;
+    let (region, id) = rest.split_once('/').ok_or_else(invalid)?;
+    if id.is_empty() || id.contains('/') {
+        return Err(invalid());
+    }
+    Ok((id.to_string(), region.to_string()))
+}
+
+fn is_uuid(s: &str) -> bool {
+    let groups: Vec<&str> = s.split('-').collect();
+    groups.iter().map(|g| g.len()).eq([8, 4, 4, 4, 12])
+        && groups.iter().all(|g| g.chars().all(|c| c.is_ascii_hexdigit()))
+}
+
+/// A Kubernetes label value (`validation.IsValidLabelValue`).
+pub fn is_valid_label_value(v: &str) -> bool {
+    let ok_char = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.');
+    v.len() <= 63
+        && v.chars().all(ok_char)
+        && (v.is_empty()
+            || (v.starts_with(|c: char| c.is_ascii_alphanumeric())
+                && v.ends_with(|c: char| c.is_ascii_alphanumeric())))
+}
+
+/// A label value made from `v`: runs of characters a label cannot hold become `-`, the ends
+/// are trimmed to alphanumerics, at most 63 characters (upstream's `util.SanitizeLabel`).
+pub fn sanitize_label(v: &str) -> String {
+    if is_valid_label_value(v) {
+        return v.to_string();
+    }
+    let mut out = String::new();
+    let mut dash = false;
+    for c in v.chars() {
+        if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') {
+            out.push(c);
+            dash = false;
+        } else if !dash {
+            out.push('-');
+            dash = true;
+        }
+    }
+    let trim = |s: &str| s.trim_matches(|c: char| !c.is_ascii_alphanumeric()).to_string();
+    let mut out = trim(&out);
+    if out.len() > 63 {
+        out.truncate(63);
+        out = trim(&out);
+    }
+    out
+}
+
+fn is_ipv6(addr: &str) -> bool {
+    matches!(addr.parse::<IpAddr>(), Ok(IpAddr::V6(v6)) if v6.to_ipv4_mapped().is_none())
+}
+
+fn add_address(addrs: &mut Vec<NodeAddress>, type_: &str, address: &str) {
+    if !addrs.iter().any(|a| a.address == address && a.type_ == type_) {
+        addrs.push(NodeAddress { type_: type_.into(), address: address.into() });
+    }
+}
+
+/// The node addresses of `server` with its `ports`, as upstream's `nodeAddresses`.
+pub fn node_addresses(server: &Server, ports: &[&Port], net: &Networking) -> Vec<NodeAddress> {
+    let v6_ok = |a: &str| !net.ipv6_support_disabled || !is_ipv6(a);
+    let mut addrs: Vec<NodeAddress> = Vec::new();
+    for port in ports.iter().filter(|p| p.status == "ACTIVE") {
+        for ip in &port.fixed_ips {
+            if !ip.ip_address.is_empty() && v6_ok(&ip.ip_address) {
+                add_address(&mut addrs, "InternalIP", &ip.ip_address);
+            }
+        }
+    }
+    if !server.access_ipv4.is_empty() {
+        add_address(&mut addrs, "ExternalIP", &server.access_ipv4);
+    }
+    if !server.access_ipv6.is_empty() && !net.ipv6_support_disabled {
+        add_address(&mut addrs, "ExternalIP", &server.access_ipv6);
+    }
+    if let Some(Value::String(h)) = server.metadata.get("hostname")
+        && !h.is_empty()
+    {
+        add_address(&mut addrs, "Hostname", h);
+    }
+    // BTreeMap: networks in name order, as upstream sorts them.
+    for (network, entries) in &server.addresses {
+        for entry in entries.iter().filter(|e| !e.addr.is_empty()) {
+            let type_ = if entry.ip_type == "floating" {
+                "ExternalIP"
+            } else if net.public_network_names.iter().any(|n| n == network) {
+                addrs.retain(|a| a.address != entry.addr);
+                "ExternalIP"
+            } else if net.internal_network_names.is_empty()
+                || net.internal_network_names.iter().any(|n| n == network)
+            {
+                "InternalIP"
+            } else {
+                addrs.retain(|a| a.address != entry.addr);
+                continue;
+            };
+            if v6_ok(&entry.addr) {
+                add_address(&mut addrs, type_, &entry.addr);
+            }
+        }
+    }
+    if !net.address_sort_order.is_empty() {
+        sort_addresses(&mut addrs, &net.address_sort_order);
+    }
+    addrs
+}
+
+/// Upstream's `sortNodeAddresses`: addresses in the earlier CIDRs first, ascending within
+/// a CIDR; the others keep their order after them.
+pub fn sort_addresses(addrs: &mut [NodeAddress], order: &[IpNet]) {
+    let priority = |a: &str| -> usize {
+        let Ok(ip) = a.parse::<IpAddr>() else { return 0 };
+        order.iter().position(|c| c.contains(&ip)).map(|i| order.len() - i).unwrap_or(0)
+    };
+    let bytes = |a: &str| -> [u8; 16] {
+        match a.parse::<IpAddr>() {
+            Ok(IpAddr::V4(v4)) => v4.to_ipv6_mapped().octets(),
+            Ok(IpAddr::V6(v6)) => v6.octets(),
+            Err(_) => [0; 16],
+        }
+    };
+    addrs.sort_by(|l, r| {
+        let (pl, pr) = (priority(&l.address), priority(&r.address));
+        if pl > 0 && pl == pr { bytes(&l.address).cmp(&bytes(&r.address)) } else { pr.cmp(&pl) }
+    });
+}
+
+/// Whether a server's status says it is gone.
+fn is_deleted(status: &str) -> bool {
+    matches!(status, "DELETED" | "SOFT_DELETED")
+}
+
+fn status_of(server: &Server) -> InstanceStatus {
+    if is_deleted(&server.status) {
+        InstanceStatus::NotFound
+    } else if server.status == "SHUTOFF" {
+        InstanceStatus::Shutdown
+    } else {
+        InstanceStatus::Running
+    }
+}
+
+fn node_name(node: &Node) -> &str {
+    node.metadata.name.as_deref().unwrap_or_default()
+}
+
+/// How a node is looked up.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Key {
+    /// The server ID of its providerID.
+    Id(String),
+    /// Its name (no providerID yet).
+    Name(String),
+}
+
+/// What the cloud showed for one batch.
+#[derive(Default)]
+struct Snapshot {
+    servers: Vec<Server>,
+    ports: Vec<Port>,
+}
+
+/// The InstancesV2 of the OpenStack provider.
+#[derive(Debug)]
+pub struct OpenStackInstances {
+    client: Arc<OpenStackClient>,
+    region: String,
+    regional_provider_id: bool,
+    networking: Networking,
+    /// Flavor ID → instance type (flavors do not change).
+    flavors: Mutex<HashMap<String, String>>,
+}
+
+impl OpenStackInstances {
+    /// InstancesV2 on this client and config.
+    pub fn new(client: Arc<OpenStackClient>, config: &Config) -> Self {
+        OpenStackInstances {
+            client,
+            region: config.global.region.trim().to_string(),
+            regional_provider_id: config.regional_provider_id,
+            networking: config.networking.clone(),
+            flavors: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The providerID of a server (upstream's `makeInstanceID`).
+    pub fn provider_id(&self, server_id: &str) -> String {
+        if self.regional_provider_id {
+            format!("{PROVIDER_ID_SCHEME}{}/{server_id}", self.region)
+        } else {
+            format!("{PROVIDER_ID_SCHEME}/{server_id}")
+        }
+    }
+
+    fn key(&self, node: &Node) -> Result<Key, ProviderError> {
+        match node.spec.as_ref().and_then(|s| s.provider_id.as_deref()) {
+            Some(p) if !p.is_empty() => {
+                let (id, region) = parse_provider_id(p)?;
+                if !region.is_empty() && region != self.region {
+                    return Err(ProviderError::Invalid {
+                        what: format!("providerID {p:?}"),
+                        message: format!("does not match the region {:?}", self.region),
+                    });
+                }
+                Ok(Key::Id(id))
+            }
+            _ => Ok(Key::Name(node_name(node).to_string())),
+        }
+    }
+
+    /// The instance type of a server: `original_name`, else the flavor's name, else its ID.
+    async fn instance_type(&self, server: &Server) -> Result<String, ProviderError> {
+        if let Some(name) = server.flavor.get("original_name").and_then(Value::as_str)
+            && is_valid_label_value(name)
+        {
+            return Ok(name.to_string());
+        }
+        let Some(id) = server.flavor.get("id").and_then(Value::as_str) else {
+            return Err(ProviderError::other(format!(
+                "server {} ({}): flavor original_name/id not found",
+                server.name, server.id
+            )));
+        };
+        if let Some(t) = self.flavors.lock().ok().and_then(|m| m.get(id).cloned()) {
+            return Ok(t);
+        }
+        let v = self.client.get("nova:GetFlavor", Service::Compute, &["flavors", id], &[]).await;
+        let v = v.map_err(|e| {
+            ProviderError::other(format!(
+                "server {} ({}): flavor {id}: {e}",
+                server.name, server.id
+            ))
+        })?;
+        let name = v["flavor"]["name"].as_str().unwrap_or_default();
+        let t = if is_valid_label_value(name) && !name.is_empty() { name } else { id }.to_string();
+        if let Ok(mut m) = self.flavors.lock() {
+            m.insert(id.to_string(), t.clone());
+        }
+        Ok(t)
+    }
+
+    async fn metadata_of(
+        &self,
+        server: &Server,
+        ports: &[&Port],
+    ) -> Result<InstanceMetadata, ProviderError> {
+        let instance_type = self.instance_type(server).await?;
+        let host_id = sanitize_label(&server.host_id);
+        let additional_labels = if host_id.is_empty() {
+            BTreeMap::new()
+        } else {
+            BTreeMap::from([(LABEL_HOST_ID.to_string(), host_id)])
+        };
+        Ok(InstanceMetadata {
+            provider_id: self.provider_id(&server.id),
+            instance_type,
+            node_addresses: node_addresses(server, ports, &self.networking),
+            zone: sanitize_label(&server.availability_zone),
+            region: self.region.clone(),
+            additional_labels,
+        })
+    }
+
+    /// The full listing for a batch: every server (and every port, for metadata).
+    async fn snapshot(&self, with_ports: bool) -> Result<Snapshot, ClientError> {
+        if with_ports {
+            let (servers, ports) =
+                tokio::try_join!(list_servers(&self.client), list_ports(&self.client, &[]))?;
+            Ok(Snapshot { servers, ports })
+        } else {
+            Ok(Snapshot { servers: list_servers(&self.client).await?, ports: vec![] })
+        }
+    }
+
+    /// The server of a node looked up by name in a listing: `None` when none is named so.
+    fn by_name<'a>(servers: &'a [Server], name: &str) -> Result<Option<&'a Server>, ProviderError> {
+        let named: Vec<&Server> = servers.iter().filter(|s| s.name == name).collect();
+        match named.as_slice() {
+            [] => Ok(None),
+            [one] => Ok(Some(one)),
+            many => Err(ProviderError::other(format!(
+                "{} servers are named {name:?}: cannot tell which one is the node",
+                many.len()
+            ))),
+        }
+    }
+
+    /// Upstream's per-node lookup: `GET /servers/{id}` or the list by exact name.
+    async fn lookup_one(&self, key: &Key) -> Result<Option<Server>, ProviderError> {
+        match key {
+            Key::Id(id) => Ok(get_server(&self.client, id).await?),
+            Key::Name(name) => {
+                let found =
+                    list_servers_where(&self.client, &[("name", exact_name_filter(name))]).await?;
+                Ok(Self::by_name(&found, name)?.cloned())
+            }
+        }
+    }
+
+    async fn metadata_small(&self, key: &Key) -> Result<InstanceMetadata, ProviderError> {
+        let Some(server) = self.lookup_one(key).await? else {
+            return Err(ProviderError::InstanceNotFound);
+        };
+        if is_deleted(&server.status) {
+            return Err(ProviderError::InstanceNotFound);
+        }
+        let ports = list_ports(&self.client, &[("device_id", server.id.clone())]).await?;
+        let ports: Vec<&Port> = ports.iter().collect();
+        self.metadata_of(&server, &ports).await
+    }
+
+    async fn status_small(&self, key: &Key, node: &str) -> Result<InstanceStatus, ProviderError> {
+        match (key, self.lookup_one(key).await?) {
+            (Key::Id(id), None) => {
+                tracing::info!(node, server = %id, "OpenStack: Nova has no server with this ID");
+                Ok(InstanceStatus::NotFound)
+            }
+            (Key::Id(_), Some(s)) => Ok(status_of(&s)),
+            (Key::Name(name), found) => status_by_name(name, found.as_ref()),
+        }
+    }
+}
+
+/// The status of a node looked up by name: never `NotFound` (a name says nothing certain).
+fn status_by_name(name: &str, found: Option<&Server>) -> Result<InstanceStatus, ProviderError> {
+    match found {
+        None => Err(ProviderError::other(format!(
+            "no server named {name:?}: the node is kept (only a lookup by the providerID's \
+             server ID can say it is gone)"
+        ))),
+        Some(s) if is_deleted(&s.status) => Err(ProviderError::other(format!(
+            "the server named {name:?} ({}) is {}; the node has no providerID, so it is kept",
+            s.id, s.status
+        ))),
+        Some(s) => Ok(status_of(s)),
+    }
+}
+
+/// One error for every node of a batch whose listing failed.
+fn batch_error(what: &str, e: &ClientError) -> ProviderError {
+    ProviderError::other(format!("{what}: {e}"))
+}
+
+#[async_trait]
+impl InstancesV2 for OpenStackInstances {
+    async fn instance_exists(&self, node: &Node) -> Result<bool, ProviderError> {
+        let mut out = self.instance_status_batch(std::slice::from_ref(node)).await;
+        match out.pop() {
+            Some(r) => r.map(|s| s != InstanceStatus::NotFound),
+            None => Err(ProviderError::other("no answer for the node")),
+        }
+    }
+
+    async fn instance_shutdown(&self, node: &Node) -> Result<bool, ProviderError> {
+        let mut out = self.instance_status_batch(std::slice::from_ref(node)).await;
+        match out.pop() {
+            Some(r) => r.map(|s| s == InstanceStatus::Shutdown),
+            None => Err(ProviderError::other("no answer for the node")),
+        }
+    }
+
+    async fn instance_metadata(&self, node: &Node) -> Result<InstanceMetadata, ProviderError> {
+        let mut out = self.instance_metadata_batch(std::slice::from_ref(node)).await;
+        out.pop().unwrap_or_else(|| Err(ProviderError::other("no answer for the node")))
+    }
+
+    async fn instance_metadata_batch(
+        &self,
+        nodes: &[Node],
+    ) -> Vec<Result<InstanceMetadata, ProviderError>> {
+        let keys: Vec<Result<Key, ProviderError>> = nodes.iter().map(|n| self.key(n)).collect();
+        let lookups = keys.iter().filter(|k| k.is_ok()).count();
+        if lookups <= SMALL_BATCH {
+            let answers = keys.into_iter().map(|k| async move { self.metadata_small(&k?).await });
+            return futures::future::join_all(answers).await;
+        }
+        let snap = match self.snapshot(true).await {
+            Ok(s) => s,
+            Err(e) => {
+                let e = batch_error("listing the project's servers and ports", &e);
+                let message = e.to_string();
+                return keys
+                    .into_iter()
+                    .map(|k| k.and_then(|_| Err(ProviderError::other(message.clone()))))
+                    .collect();
+            }
+        };
+        let by_id: HashMap<&str, &Server> =
+            snap.servers.iter().map(|s| (s.id.as_str(), s)).collect();
+        let mut ports_of: HashMap<&str, Vec<&Port>> = HashMap::new();
+        for p in &snap.ports {
+            ports_of.entry(p.device_id.as_str()).or_default().push(p);
+        }
+        let snap = &snap;
+        let by_id = &by_id;
+        let ports_of = &ports_of;
+        let answers = keys.into_iter().map(|k| async move {
+            let server: Server = match k? {
+                Key::Id(id) => match by_id.get(id.as_str()) {
+                    Some(s) if !is_deleted(&s.status) => (*s).clone(),
+                    // Not in the listing (or listed as deleted): ask for this exact ID.
+                    _ => match get_server(&self.client, &id).await? {
+                        Some(s) if !is_deleted(&s.status) => s,
+                        _ => return Err(ProviderError::InstanceNotFound),
+                    },
+                },
+                Key::Name(name) => match Self::by_name(&snap.servers, &name)? {
+                    Some(s) if !is_deleted(&s.status) => s.clone(),
+                    _ => return Err(ProviderError::InstanceNotFound),
+                },
+            };
+            let ports = ports_of.get(server.id.as_str()).cloned().unwrap_or_default();
+            self.metadata_of(&server, &ports).await
+        });
+        futures::future::join_all(answers).await
+    }
+
+    async fn instance_status_batch(
+        &self,
+        nodes: &[Node],
+    ) -> Vec<Result<InstanceStatus, ProviderError>> {
+        let keys: Vec<Result<Key, ProviderError>> = nodes.iter().map(|n| self.key(n)).collect();
+        let lookups = keys.iter().filter(|k| k.is_ok()).count();
+        if lookups <= SMALL_BATCH {
+            let answers = keys
+                .into_iter()
+                .zip(nodes)
+                .map(|(k, n)| async move { self.status_small(&k?, node_name(n)).await });
+            return futures::future::join_all(answers).await;
+        }
+        let snap = match self.snapshot(false).await {
+            Ok(s) => s,
+            Err(e) => {
+                let message = batch_error("listing the project's servers", &e).to_string();
+                return keys
+                    .into_iter()
+                    .map(|k| k.and_then(|_| Err(ProviderError::other(message.clone()))))
+                    .collect();
+            }
+        };
+        let by_id: HashMap<&str, &Server> =
+            snap.servers.iter().map(|s| (s.id.as_str(), s)).collect();
+        let snap = &snap;
+        let by_id = &by_id;
+        let answers = keys.into_iter().zip(nodes).map(|(k, n)| async move {
+            match k? {
+                Key::Id(id) => match by_id.get(id.as_str()) {
+                    Some(s) if !is_deleted(&s.status) => Ok(status_of(s)),
+                    // Absent from the listing, or listed as deleted: only the answer for this
+                    // exact ID decides.
+                    _ => match get_server(&self.client, &id).await? {
+                        None => {
+                            tracing::info!(node = node_name(n), server = %id, "OpenStack: Nova has no server with this ID");
+                            Ok(InstanceStatus::NotFound)
+                        }
+                        Some(s) => Ok(status_of(&s)),
+                    },
+                },
+                Key::Name(name) => status_by_name(&name, Self::by_name(&snap.servers, &name)?),
+            }
+        });
+        futures::future::join_all(answers).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn provider_ids_parse_as_upstream() {
+        let id = "7b1c3a52-2f5e-4e8a-9d0c-1a2b3c4d5e6f";
+        assert_eq!(
+            parse_provider_id(&format!("openstack:///{id}")).unwrap(),
+            (id.into(), "".into())
+        );
+        assert_eq!(
+            parse_provider_id(&format!("openstack://RegionOne/{id}")).unwrap(),
+            (id.into(), "RegionOne".into())
+        );
+        // kubernetes#85731: a value without a scheme gets it.
+        assert_eq!(parse_provider_id(&format!("/{id}")).unwrap().0, id);
+        // A bare server UUID.
+        assert_eq!(parse_provider_id(id).unwrap().0, id);
+        for bad in [
+            "aws:///us-east-1a/i-0123",
+            "gce://project/zone/name",
+            "openstack://",
+            "openstack:///",
+            "openstack:///a/b",
+            "not-a-uuid",
+            "",
+        ] {
+            let e = parse_provider_id(bad).unwrap_err();
+            assert!(matches!(e, ProviderError::Invalid { .. }), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn labels_are_sanitised() {
+        assert_eq!(sanitize_label("nova"), "nova");
+        assert_eq!(sanitize_label("az 1/rack#2"), "az-1-rack-2");
+        assert_eq!(sanitize_label("-x-"), "-x-".trim_matches('-'));
+        assert_eq!(sanitize_label(&"a".repeat(70)).len(), 63);
+        assert!(is_valid_label_value("m1.small"));
+        assert!(!is_valid_label_value("m1 small"));
+        assert_eq!(exact_name_filter("node.1"), "^node\\.1$");
+    }
+
+    fn server(addresses: Value) -> Server {
+        serde_json::from_value(json_server(addresses)).unwrap()
+    }
+
+    fn json_server(addresses: Value) -> Value {
+        serde_json::json!({"id": "s1", "name": "n", "status": "ACTIVE", "addresses": addresses,
+            "accessIPv4": "", "accessIPv6": null, "metadata": {"hostname": "n.example"},
+            "hostId": "abc", "flavor": {"original_name": "m1.small"}})
+    }
+
+    fn port(ips: &[&str], status: &str) -> Port {
+        Port {
+            id: "p".into(),
+            status: status.into(),
+            fixed_ips: ips
+                .iter()
+                .map(|i| FixedIp { ip_address: i.to_string(), subnet_id: String::new() })
+                .collect(),
+            ..Port::default()
+        }
+    }
+
+    fn pairs(a: &[NodeAddress]) -> Vec<(String, String)> {
+        a.iter().map(|a| (a.type_.clone(), a.address.clone())).collect()
+    }
+
+    fn p(t: &str, a: &str) -> (String, String) {
+        (t.into(), a.into())
+    }
+
+    #[test]
+    fn addresses_follow_upstreams_order_and_options() {
+        let s = server(serde_json::json!({
+            "private": [{"addr": "10.0.0.5", "OS-EXT-IPS:type": "fixed"},
+                        {"addr": "172.24.4.9", "OS-EXT-IPS:type": "floating"},
+                        {"addr": "fd00::5", "OS-EXT-IPS:type": "fixed"}],
+            "storage": [{"addr": "10.1.0.5", "OS-EXT-IPS:type": "fixed"}],
+            "ext": [{"addr": "203.0.113.5", "OS-EXT-IPS:type": "fixed"}],
+        }));
+        let p1 = port(&["10.0.0.5", "fd00::5"], "ACTIVE");
+        let p2 = port(&["10.1.0.5"], "ACTIVE");
+        let down = port(&["10.9.9.9"], "DOWN");
+        let ports = [&p1, &p2, &down];
+        let all = node_addresses(&s, &ports, &Networking::default());
+        assert_eq!(
+            pairs(&all),
+            vec![
+                p("InternalIP", "10.0.0.5"),
+                p("InternalIP", "fd00::5"),
+                p("InternalIP", "10.1.0.5"),
+                p("Hostname", "n.example"),
+                p("InternalIP", "203.0.113.5"),
+                p("ExternalIP", "172.24.4.9"),
+            ]
+        );
+        let net = Networking {
+            ipv6_support_disabled: true,
+            public_network_names: vec!["ext".into()],
+            internal_network_names: vec!["private".into()],
+            address_sort_order: vec![],
+        };
+        assert_eq!(
+            pairs(&node_addresses(&s, &ports, &net)),
+            vec![
+                p("InternalIP", "10.0.0.5"),
+                p("Hostname", "n.example"),
+                p("ExternalIP", "203.0.113.5"),
+                p("ExternalIP", "172.24.4.9"),
+            ]
+        );
+        let net = Networking {
+            address_sort_order: vec![
+                "10.1.0.0/16".parse().unwrap(),
+                "172.24.4.0/24".parse().unwrap(),
+            ],
+            ..Networking::default()
+        };
+        let sorted = node_addresses(&s, &ports, &net);
+        assert_eq!(
+            pairs(&sorted)[..2],
+            [p("InternalIP", "10.1.0.5"), p("ExternalIP", "172.24.4.9")]
+        );
+        assert_eq!(sorted.len(), 6);
+    }
+}

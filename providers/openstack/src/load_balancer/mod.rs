@@ -1,0 +1,1813 @@
+//! LoadBalancer: one Octavia load balancer per Service, as upstream's
+//! `pkg/openstack/loadbalancer.go` and `loadbalancer_sg.go` build it.
+//!
+//! - **Names** (upstream's formats, each cut to 255 bytes): load balancer
+//!   `kube_service_<cluster>_<namespace>_<name>` (tagged with its own name; the legacy
+//!   `a<uid>` name is still found), listener `listener_<i>_<lb>`, pool `pool_<i>_<lb>`,
+//!   monitor `monitor_<i>_<lb>` for Service port `i`; security group
+//!   `lb-sg-<uid>-<namespace>-<name>`. Descriptions as upstream: `Kubernetes external service
+//!   <ns>/<name> from cluster <cluster>` (load balancer), `Floating IP for Kubernetes external
+//!   service <ns>/<name> from cluster <cluster>` (how deletion recognises a floating IP it
+//!   created), `Security Group for <ns>/<name> Service LoadBalancer in cluster <cluster>`.
+//! - **VIP**: `port-id`, else `subnet-id` / `network-id` (annotation > class > config), else
+//!   the subnet of the first member node's port holding its address (as upstream).
+//! - **Per port**: a listener (TCP/UDP/SCTP, HTTP with `x-forwarded-for`; connection limit,
+//!   timeouts, `allowed_cidrs` from the source ranges, tagged with the load balancer name),
+//!   its pool (`lb-method`, PROXY/PROXYV2, `SOURCE_IP` persistence for `ClientIP` affinity),
+//!   members = the nodes' `InternalIP` (else `ExternalIP`) of the Service's IP family on the
+//!   node port, replaced by ONE batch update per pool and only when they differ, and a health
+//!   monitor when enabled. Existing listeners are brought to the annotations in place
+//!   (cloud-provider-openstack#1149); a listener whose protocol changes (X-Forwarded-For) and
+//!   listeners of ports the Service no longer has are deleted with their pools **before** new
+//!   ones are created, so a port is never claimed twice.
+//! - **Every Octavia change waits** for the load balancer to be `ACTIVE` again; a 409 while it
+//!   is pending is waited out and the call sent again; `ERROR` is an error naming the load
+//!   balancer; a wait longer than [`Timings::max_wait`] is a [`ProviderError::RetryAfter`].
+//!   Calls are sent one by one (upstream's `provider-requires-serial-api-calls` mode; the
+//!   single-call "fully populated" create is not used).
+//! - **Floating IP** unless internal: the one on the VIP port, else `spec.loadBalancerIP`'s
+//!   (an existing, unassociated floating IP of the project), else a new one on the floating
+//!   network (class > annotation > config, else the only external network) and subnet spec.
+//!   Deleting the Service deletes the floating IP it created unless `keep-floatingip`; a kept
+//!   or user-provided one is disassociated.
+//! - **Security group** with `[LoadBalancer] manage-security-groups`: ingress rules on the
+//!   node ports (and health-check node port) from the member subnet's CIDR (the source ranges
+//!   with `lb-provider = ovn`), added to the member nodes' ports on the member subnet and taken
+//!   off ports that are no longer members; removed from every port and deleted with the
+//!   Service (also when the load balancer is already gone).
+//! - **Sharing**: `load-balancer-id` adopts the load balancer named for the Service, or shares
+//!   another one (its tags count the Services, up to `max-shared-lb`; internal Services cannot
+//!   share; only the owner may add a floating IP). A load balancer is deleted only when it
+//!   carries this Service's name (or is named `kube_service_…` and tagged for this Service)
+//!   and no other Service's tag; otherwise only the listeners tagged for this Service go, and
+//!   its tag.
+//! - **Status**: the floating IP (or the VIP when internal or IPv6); `hostname` replaces it;
+//!   with PROXY protocol the IP has `ipMode: Proxy`, or with `enable-ingress-hostname` a
+//!   `<ip>.<ingress-hostname-suffix>` hostname.
+
+pub mod annotations;
+pub mod octavia;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use ccm_core::cloud::{
+    CloudLoadBalancer, CloudResource, LoadBalancer, ProviderError, default_load_balancer_name,
+};
+use k8s_openapi::api::core::v1::{LoadBalancerIngress, LoadBalancerStatus, Node, Service};
+use serde_json::{Value, json};
+
+pub use annotations::ANNOTATIONS;
+use annotations::{PortSpec, ServiceConfig, keys, node_address, node_matches, service_key};
+use octavia::{Api, FloatingIp, Listener, Pool, Rule};
+
+use crate::client::{ClientError, OpenStackClient};
+use crate::config::Config;
+use crate::instances::parse_provider_id;
+
+/// The name prefix of the load balancers (and of their tags).
+pub const SERVICE_PREFIX: &str = "kube_service_";
+/// How a floating IP created by this provider (and upstream) is described.
+pub const FIP_DESCRIPTION_PREFIX: &str = "Floating IP for Kubernetes external service";
+/// Nodes up to this many have their ports listed one by one; more: one listing of all ports.
+const PORTS_ONE_BY_ONE: usize = 2;
+
+/// How long to wait for a load balancer to become `ACTIVE` (or gone), and how often to ask.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timings {
+    /// Time between `GET /lbaas/loadbalancers/{id}` polls.
+    pub poll: Duration,
+    /// The longest wait for one state change; then [`ProviderError::RetryAfter`].
+    pub max_wait: Duration,
+}
+
+impl Default for Timings {
+    /// Poll every 2 s for up to 5 minutes (upstream: 1 s growing ×1.2 for 23 steps, ≈5.4 min).
+    fn default() -> Self {
+        Timings { poll: Duration::from_secs(2), max_wait: Duration::from_secs(300) }
+    }
+}
+
+/// `s` cut to at most 255 bytes (on a character boundary), as upstream's `Sprintf255`.
+pub fn cut255(mut s: String) -> String {
+    if s.len() > 255 {
+        let mut end = 255;
+        while !s.is_char_boundary(end) {
+            end -= 1;
+        }
+        s.truncate(end);
+    }
+    s
+}
+
+/// `kube_service_<cluster>_<namespace>_<name>`, at most 255 bytes.
+pub fn load_balancer_name(cluster: &str, service: &Service) -> String {
+    cut255(format!(
+        "{SERVICE_PREFIX}{cluster}_{}_{}",
+        service.metadata.namespace.as_deref().unwrap_or_default(),
+        service.metadata.name.as_deref().unwrap_or_default()
+    ))
+}
+
+/// `listener_<i>_<lb>`.
+pub fn listener_name(index: usize, lb: &str) -> String {
+    cut255(format!("listener_{index}_{lb}"))
+}
+
+/// `pool_<i>_<lb>`.
+pub fn pool_name(index: usize, lb: &str) -> String {
+    cut255(format!("pool_{index}_{lb}"))
+}
+
+/// `monitor_<i>_<lb>`.
+pub fn monitor_name(index: usize, lb: &str) -> String {
+    cut255(format!("monitor_{index}_{lb}"))
+}
+
+/// `lb-sg-<uid>-<namespace>-<name>`, at most 255 bytes.
+pub fn security_group_name(service: &Service) -> String {
+    cut255(format!(
+        "lb-sg-{}-{}-{}",
+        service.metadata.uid.as_deref().unwrap_or_default(),
+        service.metadata.namespace.as_deref().unwrap_or_default(),
+        service.metadata.name.as_deref().unwrap_or_default()
+    ))
+}
+
+fn lb_description(service: &str, cluster: &str) -> String {
+    format!("Kubernetes external service {service} from cluster {cluster}")
+}
+
+fn fip_description(service: &str, cluster: &str) -> String {
+    format!("{FIP_DESCRIPTION_PREFIX} {service} from cluster {cluster}")
+}
+
+fn sg_description(service: &str, cluster: &str) -> String {
+    format!("Security Group for {service} Service LoadBalancer in cluster {cluster}")
+}
+
+/// `(service, cluster)` of a load balancer description written by [`lb_description`].
+fn parse_lb_description(d: &str) -> Option<(String, String)> {
+    let rest = d.strip_prefix("Kubernetes external service ")?;
+    let (service, cluster) = rest.split_once(" from cluster ")?;
+    Some((service.to_string(), cluster.to_string()))
+}
+
+fn created_by_us(fip: &FloatingIp) -> bool {
+    fip.description.contains(FIP_DESCRIPTION_PREFIX)
+}
+
+fn is_ipv6(addr: &str) -> bool {
+    addr.parse::<std::net::IpAddr>().is_ok_and(|a| a.is_ipv6())
+}
+
+fn invalid(what: &str, message: impl Into<String>) -> ProviderError {
+    ProviderError::Invalid { what: what.to_string(), message: message.into() }
+}
+
+/// A cloud error with what was being done to which load balancer.
+fn ctx(name: &str, what: &str, e: ClientError) -> ProviderError {
+    if e.status() == Some(429) {
+        return e.into();
+    }
+    ProviderError::with_source(format!("load balancer {name}: {what}: {e}"), e)
+}
+
+/// A 409 saying the load balancer is pending (Octavia: `Invalid state PENDING_UPDATE of
+/// loadbalancer resource …`, `Load Balancer … is immutable and cannot be updated`).
+fn pending_conflict(e: &ClientError) -> bool {
+    match e {
+        ClientError::Api { status: 409, message, .. } => {
+            message.contains("PENDING_") || message.to_ascii_lowercase().contains("immutable")
+        }
+        _ => false,
+    }
+}
+
+/// The status of a Service with address `addr`.
+fn status(conf: &ServiceConfig, addr: &str, config: &Config) -> LoadBalancerStatus {
+    let one = |i: LoadBalancerIngress| LoadBalancerStatus { ingress: Some(vec![i]) };
+    if !conf.hostname.is_empty() {
+        return one(LoadBalancerIngress {
+            hostname: Some(conf.hostname.clone()),
+            ..Default::default()
+        });
+    }
+    let mut mode = "VIP";
+    if conf.proxy_protocol.is_some() {
+        // PROXY protocol: keep kube-proxy from short-circuiting the load balancer.
+        if config.load_balancer.enable_ingress_hostname {
+            let host = format!("{addr}.{}", config.load_balancer.ingress_hostname_suffix);
+            return one(LoadBalancerIngress { hostname: Some(host), ..Default::default() });
+        }
+        mode = "Proxy";
+    }
+    one(LoadBalancerIngress {
+        ip: Some(addr.to_string()),
+        ip_mode: Some(mode.into()),
+        ..Default::default()
+    })
+}
+
+/// One wanted member.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct MemberKey {
+    name: String,
+    address: String,
+    port: i64,
+    monitor_port: i64,
+}
+
+/// The LoadBalancer of the OpenStack provider (Octavia).
+#[derive(Debug)]
+pub struct OctaviaLoadBalancer {
+    client: Arc<OpenStackClient>,
+    config: Arc<Config>,
+    timings: Timings,
+}
+
+impl OctaviaLoadBalancer {
+    /// Load balancers on this client and config.
+    pub fn new(client: Arc<OpenStackClient>, config: Arc<Config>, timings: Timings) -> Self {
+        OctaviaLoadBalancer { client, config, timings }
+    }
+
+    fn api(&self) -> Api<'_> {
+        Api { client: &self.client }
+    }
+
+    fn retry_after(&self, message: String) -> ProviderError {
+        ProviderError::RetryAfter {
+            message,
+            delay: (self.timings.poll * 2).max(Duration::from_secs(1)),
+        }
+    }
+
+    // ---- finding and waiting ------------------------------------------------------------
+
+    /// The Service's load balancer: by `load-balancer-id` (404: `None`), else by name, else
+    /// by the legacy name. Ones being deleted do not count; two with the name are an error.
+    async fn find(
+        &self,
+        lb_id: &str,
+        name: &str,
+        legacy: &str,
+    ) -> Result<Option<octavia::LoadBalancer>, ProviderError> {
+        let api = self.api();
+        if !lb_id.is_empty() {
+            return Ok(api.get_load_balancer(lb_id).await?);
+        }
+        for n in [name, legacy] {
+            if n.is_empty() {
+                continue;
+            }
+            let found: Vec<_> = api
+                .list_load_balancers(Some(n))
+                .await?
+                .into_iter()
+                .filter(|lb| !lb.is_deleting())
+                .collect();
+            match found.len() {
+                0 => continue,
+                1 => return Ok(found.into_iter().next()),
+                k => {
+                    let ids: Vec<&str> = found.iter().map(|lb| lb.id.as_str()).collect();
+                    return Err(ProviderError::other(format!(
+                        "{k} load balancers are named {n} ({}): delete the extra ones",
+                        ids.join(", ")
+                    )));
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// Polls until the load balancer is `ACTIVE` or `ERROR` (returned as it is).
+    async fn wait_settled(
+        &self,
+        id: &str,
+        name: &str,
+    ) -> Result<octavia::LoadBalancer, ProviderError> {
+        let start = tokio::time::Instant::now();
+        loop {
+            tokio::time::sleep(self.timings.poll).await;
+            let lb = self
+                .api()
+                .get_load_balancer(id)
+                .await
+                .map_err(|e| ctx(name, "waiting for ACTIVE", e))?;
+            let Some(lb) = lb else {
+                return Err(ProviderError::other(format!(
+                    "load balancer {name} ({id}) disappeared while waiting for it to become ACTIVE"
+                )));
+            };
+            if matches!(lb.provisioning_status.as_str(), "ACTIVE" | "ERROR") {
+                return Ok(lb);
+            }
+            if start.elapsed() >= self.timings.max_wait {
+                return Err(self.retry_after(format!(
+                    "load balancer {name} ({id}) is still {}",
+                    lb.provisioning_status
+                )));
+            }
+            tracing::debug!(load_balancer = name, status = %lb.provisioning_status, "OpenStack: waiting for the load balancer to become ACTIVE");
+        }
+    }
+
+    /// Polls until the load balancer is `ACTIVE`; `ERROR` is an error naming it.
+    async fn wait_active(
+        &self,
+        id: &str,
+        name: &str,
+    ) -> Result<octavia::LoadBalancer, ProviderError> {
+        let lb = self.wait_settled(id, name).await?;
+        if lb.provisioning_status == "ERROR" {
+            return Err(ProviderError::other(format!(
+                "load balancer {name} ({id}) has gone into ERROR state: see `openstack loadbalancer show {id}`"
+            )));
+        }
+        Ok(lb)
+    }
+
+    /// Polls until `GET` answers 404.
+    async fn wait_gone(&self, id: &str, name: &str) -> Result<(), ProviderError> {
+        let start = tokio::time::Instant::now();
+        loop {
+            let Some(lb) = self
+                .api()
+                .get_load_balancer(id)
+                .await
+                .map_err(|e| ctx(name, "waiting for deletion", e))?
+            else {
+                return Ok(());
+            };
+            if start.elapsed() >= self.timings.max_wait {
+                return Err(self.retry_after(format!(
+                    "load balancer {name} ({id}) is still {} after deletion",
+                    lb.provisioning_status
+                )));
+            }
+            tokio::time::sleep(self.timings.poll).await;
+        }
+    }
+
+    /// One Octavia change: sent (again after waiting while the load balancer is pending),
+    /// then waited out until the load balancer is `ACTIVE`.
+    async fn mutate<T, F, Fut>(
+        &self,
+        id: &str,
+        name: &str,
+        what: &str,
+        call: F,
+    ) -> Result<T, ProviderError>
+    where
+        F: Fn() -> Fut,
+        Fut: Future<Output = Result<T, ClientError>>,
+    {
+        let start = tokio::time::Instant::now();
+        loop {
+            match call().await {
+                Ok(v) => {
+                    self.wait_active(id, name).await?;
+                    return Ok(v);
+                }
+                Err(e) if e.is_conflict() => {
+                    let pending = pending_conflict(&e)
+                        || self
+                            .api()
+                            .get_load_balancer(id)
+                            .await?
+                            .is_some_and(|lb| lb.is_pending());
+                    if !pending {
+                        return Err(ctx(name, what, e));
+                    }
+                    if start.elapsed() >= self.timings.max_wait {
+                        return Err(self.retry_after(format!(
+                            "load balancer {name} ({id}) is busy: {what}: {e}"
+                        )));
+                    }
+                    tracing::debug!(
+                        load_balancer = name,
+                        what,
+                        "OpenStack: load balancer pending, waiting to send again"
+                    );
+                    self.wait_active(id, name).await?;
+                }
+                Err(e) => return Err(ctx(name, what, e)),
+            }
+        }
+    }
+
+    /// Deletes a load balancer (its children with `cascade`) and waits until it is gone.
+    async fn delete_lb(&self, id: &str, name: &str, cascade: bool) -> Result<(), ProviderError> {
+        let start = tokio::time::Instant::now();
+        loop {
+            match self.api().delete_load_balancer(id, cascade).await {
+                Ok(()) => break,
+                Err(e) if e.is_not_found() => return Ok(()),
+                Err(e) if e.is_conflict() => {
+                    if start.elapsed() >= self.timings.max_wait {
+                        return Err(
+                            self.retry_after(format!("load balancer {name} ({id}) is busy: {e}"))
+                        );
+                    }
+                    match self.api().get_load_balancer(id).await? {
+                        None => return Ok(()),
+                        Some(lb) if lb.provisioning_status == "PENDING_DELETE" => break,
+                        Some(lb) if lb.is_pending() => {
+                            tokio::time::sleep(self.timings.poll).await;
+                        }
+                        Some(_) => return Err(ctx(name, "deleting", e)),
+                    }
+                }
+                Err(e) => return Err(ctx(name, "deleting", e)),
+            }
+        }
+        self.wait_gone(id, name).await
+    }
+
+    // ---- subnets --------------------------------------------------------------------------
+
+    /// Upstream's subnet discovery: with no `subnet-id` and no `network-id`, the VIP (and
+    /// member) subnet is the subnet of the first member node's port holding its address.
+    async fn resolve_subnets(
+        &self,
+        conf: &mut ServiceConfig,
+        nodes: &[&Node],
+    ) -> Result<(), ProviderError> {
+        if !conf.subnet_id.is_empty() || !conf.network_id.is_empty() {
+            return Ok(());
+        }
+        let Some(node) = nodes.first() else { return Ok(()) };
+        let node_name = node.metadata.name.as_deref().unwrap_or_default();
+        let fail = |why: String| {
+            ProviderError::other(format!(
+                "no subnet-id found for Service {}: node {node_name}: {why} (set [LoadBalancer] subnet-id or the annotation {})",
+                conf.service,
+                keys::SUBNET_ID
+            ))
+        };
+        let addr = node_address(node, conf.ip_family)
+            .ok_or_else(|| fail("it has no usable address".into()))?;
+        let provider_id =
+            node.spec.as_ref().and_then(|s| s.provider_id.as_deref()).unwrap_or_default();
+        let (server, _) = parse_provider_id(provider_id).map_err(|e| fail(e.to_string()))?;
+        let ports = self.api().list_ports(&[("device_id", server)]).await?;
+        let subnet = ports
+            .iter()
+            .flat_map(|p| &p.fixed_ips)
+            .find(|ip| ip.ip_address == addr)
+            .map(|ip| ip.subnet_id.clone())
+            .ok_or_else(|| fail(format!("no port of its server holds {addr}")))?;
+        conf.subnet_id = subnet.clone();
+        if !conf.member_subnet_explicit {
+            conf.member_subnet_id = subnet;
+        }
+        Ok(())
+    }
+
+    // ---- creation -------------------------------------------------------------------------
+
+    async fn create(
+        &self,
+        cluster: &str,
+        name: &str,
+        conf: &ServiceConfig,
+    ) -> Result<octavia::LoadBalancer, ProviderError> {
+        let mut body = json!({
+            "name": name,
+            "description": lb_description(&conf.service, cluster),
+            "provider": self.config.load_balancer.lb_provider,
+            "tags": [name],
+        });
+        if !conf.flavor_id.is_empty() {
+            body["flavor_id"] = json!(conf.flavor_id);
+        }
+        if !conf.availability_zone.is_empty() {
+            body["availability_zone"] = json!(conf.availability_zone);
+        }
+        if !conf.port_id.is_empty() {
+            body["vip_port_id"] = json!(conf.port_id);
+        } else {
+            if !conf.subnet_id.is_empty() {
+                body["vip_subnet_id"] = json!(conf.subnet_id);
+            }
+            if !conf.network_id.is_empty() {
+                body["vip_network_id"] = json!(conf.network_id);
+            }
+        }
+        // spec.loadBalancerIP is the VIP for internal (and IPv6) Services, else a floating IP.
+        if !conf.load_balancer_ip.is_empty()
+            && (conf.internal || conf.ip_family == Some(annotations::IpFamily::V6))
+        {
+            body["vip_address"] = json!(conf.load_balancer_ip);
+        }
+        tracing::info!(service = %conf.service, load_balancer = name, "OpenStack: creating Octavia load balancer");
+        let lb =
+            self.api().create_load_balancer(body).await.map_err(|e| ctx(name, "creating", e))?;
+        let id = lb.id;
+        let lb = self.wait_settled(&id, name).await?;
+        if lb.provisioning_status != "ERROR" {
+            return Ok(lb);
+        }
+        // As upstream: delete it so that the next attempt creates it afresh.
+        tracing::warn!(load_balancer = name, id = %id, "OpenStack: new load balancer went into ERROR state; deleting it");
+        if let Err(d) = self.delete_lb(&id, name, true).await {
+            return Err(ProviderError::other(format!(
+                "load balancer {name} ({id}) is in ERROR state and deleting it failed: {d}"
+            )));
+        }
+        Err(ProviderError::other(format!(
+            "load balancer {name} ({id}) has gone into ERROR state, please check Octavia; it was deleted and its creation will be retried"
+        )))
+    }
+
+    // ---- listeners, pools, members, monitors ------------------------------------------------
+
+    fn listener_body(
+        &self,
+        conf: &ServiceConfig,
+        port: &PortSpec,
+        lb_id: &str,
+        name: &str,
+    ) -> Value {
+        let mut b = json!({
+            "name": listener_name(port.index, name),
+            "protocol": conf.listener_protocol(port),
+            "protocol_port": port.port,
+            "loadbalancer_id": lb_id,
+            "connection_limit": conf.connection_limit,
+            "tags": [name],
+        });
+        if let Some(t) = conf.timeouts {
+            b["timeout_client_data"] = json!(t.client_data);
+            b["timeout_member_connect"] = json!(t.member_connect);
+            b["timeout_member_data"] = json!(t.member_data);
+            b["timeout_tcp_inspect"] = json!(t.tcp_inspect);
+        }
+        if conf.keep_client_ip {
+            b["insert_headers"] = json!({"X-Forwarded-For": "true"});
+        }
+        if let Some(c) = conf.allowed_cidrs.as_ref().filter(|c| !c.is_empty()) {
+            b["allowed_cidrs"] = json!(c);
+        }
+        b
+    }
+
+    /// The listener of `port`: created, or brought to the annotations in place.
+    async fn ensure_listener(
+        &self,
+        lb: &octavia::LoadBalancer,
+        name: &str,
+        listeners: &[Listener],
+        port: &PortSpec,
+        conf: &ServiceConfig,
+    ) -> Result<Listener, ProviderError> {
+        let protocol = conf.listener_protocol(port);
+        let existing = listeners
+            .iter()
+            .find(|l| l.protocol == protocol && l.protocol_port == i64::from(port.port));
+        let Some(l) = existing else {
+            tracing::info!(load_balancer = name, port = port.port, protocol = %protocol, "OpenStack: creating listener");
+            let body = self.listener_body(conf, port, &lb.id, name);
+            let api = self.api();
+            return self
+                .mutate(&lb.id, name, "creating a listener", || api.create_listener(body.clone()))
+                .await;
+        };
+        let mut update = serde_json::Map::new();
+        if !l.tags.iter().any(|t| t == name) {
+            let mut tags = l.tags.clone();
+            tags.push(name.to_string());
+            update.insert("tags".into(), json!(tags));
+        }
+        if l.connection_limit != conf.connection_limit {
+            update.insert("connection_limit".into(), json!(conf.connection_limit));
+        }
+        let xff = l.insert_headers.get("X-Forwarded-For").map(String::as_str) == Some("true");
+        if xff != conf.keep_client_ip {
+            let mut headers = l.insert_headers.clone();
+            if conf.keep_client_ip {
+                headers.insert("X-Forwarded-For".into(), "true".into());
+            } else {
+                headers.remove("X-Forwarded-For");
+            }
+            update.insert("insert_headers".into(), json!(headers));
+        }
+        if let Some(t) = conf.timeouts {
+            for (field, have, want) in [
+                ("timeout_client_data", l.timeout_client_data, t.client_data),
+                ("timeout_member_connect", l.timeout_member_connect, t.member_connect),
+                ("timeout_member_data", l.timeout_member_data, t.member_data),
+                ("timeout_tcp_inspect", l.timeout_tcp_inspect, t.tcp_inspect),
+            ] {
+                if have != want {
+                    update.insert(field.into(), json!(want));
+                }
+            }
+        }
+        if let Some(want) = &conf.allowed_cidrs {
+            let a: BTreeSet<&String> = want.iter().collect();
+            let b: BTreeSet<&String> = l.allowed_cidrs.iter().collect();
+            if a != b {
+                update.insert("allowed_cidrs".into(), json!(want));
+            }
+        }
+        if !update.is_empty() {
+            let fields: Vec<&String> = update.keys().collect();
+            tracing::info!(load_balancer = name, listener = %l.id, fields = ?fields, "OpenStack: updating listener");
+            let body = Value::Object(update.clone());
+            let api = self.api();
+            self.mutate(&lb.id, &lb.name, "updating a listener", || {
+                api.update_listener(&l.id, body.clone())
+            })
+            .await?;
+        }
+        Ok(l.clone())
+    }
+
+    /// The members `port` should have on `nodes`.
+    fn wanted_members(conf: &ServiceConfig, port: &PortSpec, nodes: &[&Node]) -> Vec<MemberKey> {
+        if port.node_port == 0 {
+            return vec![];
+        }
+        let monitor_port =
+            if conf.http_monitor(port) { i64::from(conf.health_check_node_port) } else { 0 };
+        let mut out = BTreeSet::new();
+        for n in nodes {
+            let node = n.metadata.name.clone().unwrap_or_default();
+            match node_address(n, conf.ip_family) {
+                Some(address) => {
+                    out.insert(MemberKey {
+                        name: node,
+                        address,
+                        port: i64::from(port.node_port),
+                        monitor_port,
+                    });
+                }
+                None => {
+                    tracing::warn!(node = %node, service = %conf.service, "OpenStack: node has no address for a load balancer member; skipped")
+                }
+            }
+        }
+        out.into_iter().collect()
+    }
+
+    /// Replaces the pool's members (one batch call) when they differ from the nodes.
+    #[allow(clippy::too_many_arguments)]
+    async fn sync_members(
+        &self,
+        lb: &octavia::LoadBalancer,
+        name: &str,
+        pool: &str,
+        new_pool: bool,
+        port: &PortSpec,
+        conf: &ServiceConfig,
+        nodes: &[&Node],
+    ) -> Result<(), ProviderError> {
+        let wanted = Self::wanted_members(conf, port, nodes);
+        let have: BTreeSet<MemberKey> = if new_pool {
+            BTreeSet::new()
+        } else {
+            self.api()
+                .list_members(pool)
+                .await?
+                .into_iter()
+                .map(|m| MemberKey {
+                    name: m.name,
+                    address: m.address,
+                    port: m.protocol_port,
+                    monitor_port: m.monitor_port,
+                })
+                .collect()
+        };
+        if have == wanted.iter().cloned().collect::<BTreeSet<_>>() {
+            return Ok(());
+        }
+        let members: Vec<Value> = wanted
+            .iter()
+            .map(|m| {
+                let mut v = json!({"address": m.address, "protocol_port": m.port, "name": m.name});
+                if !conf.member_subnet_id.is_empty() {
+                    v["subnet_id"] = json!(conf.member_subnet_id);
+                }
+                if m.monitor_port > 0 {
+                    v["monitor_port"] = json!(m.monitor_port);
+                }
+                v
+            })
+            .collect();
+        tracing::info!(
+            load_balancer = name,
+            pool,
+            members = members.len(),
+            "OpenStack: updating pool members"
+        );
+        let api = self.api();
+        self.mutate(&lb.id, &lb.name, "updating pool members", || {
+            api.batch_update_members(pool, members.clone())
+        })
+        .await
+    }
+
+    /// The pool of `listener`: the right protocol (else re-created), algorithm and members.
+    #[allow(clippy::too_many_arguments)]
+    async fn ensure_pool(
+        &self,
+        lb: &octavia::LoadBalancer,
+        name: &str,
+        listener: &Listener,
+        pools: &mut Vec<Pool>,
+        port: &PortSpec,
+        conf: &ServiceConfig,
+        nodes: &[&Node],
+    ) -> Result<Pool, ProviderError> {
+        let api = self.api();
+        let protocol = conf.pool_protocol(&listener.protocol);
+        let mut existing = pools
+            .iter()
+            .find(|p| {
+                p.listeners.iter().any(|l| l.id == listener.id)
+                    || (!listener.default_pool_id.is_empty() && p.id == listener.default_pool_id)
+            })
+            .cloned();
+        if let Some(p) = existing.as_ref().filter(|p| p.protocol != protocol) {
+            tracing::info!(load_balancer = name, pool = %p.id, from = %p.protocol, to = %protocol, "OpenStack: re-creating pool with a new protocol");
+            self.mutate(&lb.id, &lb.name, "deleting a pool", || api.delete_pool(&p.id)).await?;
+            pools.retain(|x| x.id != p.id);
+            existing = None;
+        }
+        if let Some(p) = existing.as_mut().filter(|p| p.lb_algorithm != conf.lb_method) {
+            tracing::info!(load_balancer = name, pool = %p.id, lb_method = %conf.lb_method, "OpenStack: updating pool algorithm");
+            let body = json!({"lb_algorithm": conf.lb_method});
+            self.mutate(&lb.id, &lb.name, "updating a pool", || {
+                api.update_pool(&p.id, body.clone())
+            })
+            .await?;
+            p.lb_algorithm = conf.lb_method.clone();
+        }
+        let (pool, new) = match existing {
+            Some(p) => (p, false),
+            None => {
+                let mut body = json!({
+                    "name": pool_name(port.index, name),
+                    "protocol": protocol,
+                    "lb_algorithm": conf.lb_method,
+                    "listener_id": listener.id,
+                });
+                if conf.session_affinity {
+                    body["session_persistence"] = json!({"type": "SOURCE_IP"});
+                }
+                tracing::info!(load_balancer = name, listener = %listener.id, protocol = %protocol, "OpenStack: creating pool");
+                let p = self
+                    .mutate(&lb.id, &lb.name, "creating a pool", || api.create_pool(body.clone()))
+                    .await?;
+                pools.push(p.clone());
+                (p, true)
+            }
+        };
+        self.sync_members(lb, name, &pool.id, new, port, conf, nodes).await?;
+        Ok(pool)
+    }
+
+    fn monitor_body(conf: &ServiceConfig, port: &PortSpec, name: &str, pool: &str) -> Value {
+        let m = conf.monitor;
+        let mut b = json!({
+            "pool_id": pool,
+            "name": monitor_name(port.index, name),
+            "type": conf.monitor_type(port),
+            "delay": m.delay,
+            "timeout": m.timeout,
+            "max_retries": m.max_retries,
+            "max_retries_down": m.max_retries_down,
+        });
+        if conf.http_monitor(port) {
+            b["url_path"] = json!("/healthz");
+            b["http_method"] = json!("GET");
+            b["expected_codes"] = json!("200");
+        }
+        b
+    }
+
+    /// The pool's health monitor: created, deleted, re-created (new type) or updated.
+    async fn ensure_monitor(
+        &self,
+        lb: &octavia::LoadBalancer,
+        name: &str,
+        pool: &Pool,
+        port: &PortSpec,
+        conf: &ServiceConfig,
+    ) -> Result<(), ProviderError> {
+        let api = self.api();
+        let create = || async {
+            let body = Self::monitor_body(conf, port, name, &pool.id);
+            tracing::info!(load_balancer = name, pool = %pool.id, kind = %conf.monitor_type(port), "OpenStack: creating health monitor");
+            self.mutate(&lb.id, &lb.name, "creating a health monitor", || {
+                api.create_health_monitor(body.clone())
+            })
+            .await
+        };
+        if pool.healthmonitor_id.is_empty() {
+            return if conf.enable_monitor { create().await } else { Ok(()) };
+        }
+        let id = pool.healthmonitor_id.as_str();
+        if !conf.enable_monitor {
+            tracing::info!(
+                load_balancer = name,
+                monitor = id,
+                "OpenStack: deleting health monitor"
+            );
+            return self
+                .mutate(&lb.id, &lb.name, "deleting a health monitor", || {
+                    api.delete_health_monitor(id)
+                })
+                .await;
+        }
+        let Some(hm) = api.get_health_monitor(id).await? else { return create().await };
+        if hm.kind != conf.monitor_type(port) {
+            tracing::info!(
+                load_balancer = name,
+                monitor = id,
+                "OpenStack: re-creating health monitor with a new type"
+            );
+            self.mutate(&lb.id, &lb.name, "deleting a health monitor", || {
+                api.delete_health_monitor(id)
+            })
+            .await?;
+            return create().await;
+        }
+        let m = conf.monitor;
+        let want_name = monitor_name(port.index, name);
+        if hm.name != want_name
+            || hm.delay != m.delay
+            || hm.timeout != m.timeout
+            || hm.max_retries != m.max_retries
+            || hm.max_retries_down != m.max_retries_down
+        {
+            let body = json!({"name": want_name, "delay": m.delay, "timeout": m.timeout,
+                "max_retries": m.max_retries, "max_retries_down": m.max_retries_down});
+            self.mutate(&lb.id, &lb.name, "updating a health monitor", || {
+                api.update_health_monitor(id, body.clone())
+            })
+            .await?;
+        }
+        Ok(())
+    }
+
+    /// Deletes a listener with its pool (members and monitor go with the pool).
+    async fn delete_listener_tree(
+        &self,
+        lb: &octavia::LoadBalancer,
+        name: &str,
+        listener: &Listener,
+        pools: &mut Vec<Pool>,
+    ) -> Result<(), ProviderError> {
+        let api = self.api();
+        let of_listener: Vec<Pool> = pools
+            .iter()
+            .filter(|p| {
+                p.listeners.iter().any(|l| l.id == listener.id) || p.id == listener.default_pool_id
+            })
+            .cloned()
+            .collect();
+        for p in &of_listener {
+            tracing::info!(load_balancer = name, pool = %p.id, "OpenStack: deleting pool");
+            self.mutate(&lb.id, &lb.name, "deleting a pool", || api.delete_pool(&p.id)).await?;
+            pools.retain(|x| x.id != p.id);
+        }
+        tracing::info!(load_balancer = name, listener = %listener.id, port = listener.protocol_port, "OpenStack: deleting listener");
+        self.mutate(&lb.id, &lb.name, "deleting a listener", || api.delete_listener(&listener.id))
+            .await
+    }
+
+    // ---- floating IPs -------------------------------------------------------------------------
+
+    /// The floating network: the configured one, else the only external network.
+    async fn floating_network(&self, conf: &ServiceConfig) -> Result<String, ProviderError> {
+        if !conf.floating_network_id.is_empty() {
+            return Ok(conf.floating_network_id.clone());
+        }
+        let nets: Vec<_> = self
+            .api()
+            .list_external_networks()
+            .await?
+            .into_iter()
+            .filter(|n| !n.subnets.is_empty())
+            .collect();
+        match nets.as_slice() {
+            [one] => Ok(one.id.clone()),
+            [] => Err(invalid(
+                "[LoadBalancer] floating-network-id",
+                format!(
+                    "not set and Neutron shows no external network for Service {}: set it (or the annotation {}), or make the Service internal",
+                    conf.service,
+                    keys::FLOATING_NETWORK_ID
+                ),
+            )),
+            many => Err(invalid(
+                "[LoadBalancer] floating-network-id",
+                format!(
+                    "not set and Neutron shows {} external networks ({}): set it or the annotation {}",
+                    many.len(),
+                    many.iter()
+                        .map(|n| format!("{} {}", n.id, n.name))
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    keys::FLOATING_NETWORK_ID
+                ),
+            )),
+        }
+    }
+
+    /// Upstream's `ensureFloatingIP`: the address to report.
+    async fn ensure_floating_ip(
+        &self,
+        cluster: &str,
+        conf: &ServiceConfig,
+        lb: &octavia::LoadBalancer,
+        owner: bool,
+    ) -> Result<String, ProviderError> {
+        let api = self.api();
+        let vip_port = lb.vip_port_id.as_str();
+        if vip_port.is_empty() {
+            return Ok(lb.vip_address.clone());
+        }
+        let attached =
+            api.list_floating_ips(&[("port_id", vip_port.to_string())]).await?.into_iter().next();
+        if conf.internal {
+            if let (Some(fip), true) = (&attached, owner) {
+                // The Service became internal: release (or detach) its floating IP.
+                if !conf.keep_floating_ip && created_by_us(fip) {
+                    tracing::info!(service = %conf.service, floating_ip = %fip.floating_ip_address, "OpenStack: deleting the floating IP of an internal Service");
+                    api.delete_floating_ip(&fip.id).await?;
+                } else {
+                    tracing::info!(service = %conf.service, floating_ip = %fip.floating_ip_address, "OpenStack: detaching the floating IP of an internal Service");
+                    api.associate_floating_ip(&fip.id, None).await?;
+                }
+            }
+            return Ok(lb.vip_address.clone());
+        }
+        if let Some(fip) = attached {
+            return Ok(fip.floating_ip_address);
+        }
+        if !owner {
+            return Err(ProviderError::other(format!(
+                "cannot attach a floating IP to load balancer {} shared by Service {}: only the Service that owns it can",
+                lb.id, conf.service
+            )));
+        }
+        if !conf.load_balancer_ip.is_empty() {
+            let ip = &conf.load_balancer_ip;
+            let found = api.list_floating_ips(&[("floating_ip_address", ip.clone())]).await?;
+            let Some(fip) = found.into_iter().next() else {
+                return Err(invalid(
+                    "spec.loadBalancerIP",
+                    format!(
+                        "no floating IP {ip} in the project: allocate it first (or remove loadBalancerIP)"
+                    ),
+                ));
+            };
+            if !fip.port_id.is_empty() && fip.port_id != vip_port {
+                return Err(invalid(
+                    "spec.loadBalancerIP",
+                    format!(
+                        "floating IP {ip} is not available: it is associated with port {}",
+                        fip.port_id
+                    ),
+                ));
+            }
+            tracing::info!(service = %conf.service, floating_ip = %ip, "OpenStack: associating the Service's floating IP");
+            let fip = api.associate_floating_ip(&fip.id, Some(vip_port)).await?;
+            return Ok(fip.floating_ip_address);
+        }
+        let network = self.floating_network(conf).await?;
+        let mut body = json!({
+            "floating_network_id": network,
+            "port_id": vip_port,
+            "description": fip_description(&conf.service, cluster),
+        });
+        let spec = &conf.floating_subnet;
+        if spec.matcher_configured() {
+            let mut q: Vec<(&str, String)> = vec![("network_id", network.clone())];
+            if let Some(f) = spec.tag_filter() {
+                q.push(f);
+            }
+            let candidates: Vec<_> = api
+                .list_subnets(&q)
+                .await?
+                .into_iter()
+                .filter(|s| spec.matches(&s.name, &s.tags))
+                .collect();
+            if candidates.is_empty() {
+                return Err(invalid(
+                    keys::FLOATING_SUBNET,
+                    format!(
+                        "no subnet of network {network} matches name {:?} / tags {:?}",
+                        spec.subnet, spec.subnet_tags
+                    ),
+                ));
+            }
+            let mut last = None;
+            for s in &candidates {
+                body["subnet_id"] = json!(s.id);
+                match api.create_floating_ip(body.clone()).await {
+                    Ok(fip) => {
+                        tracing::info!(service = %conf.service, floating_ip = %fip.floating_ip_address, subnet = %s.name, "OpenStack: created floating IP");
+                        return Ok(fip.floating_ip_address);
+                    }
+                    Err(e) => {
+                        tracing::info!(subnet = %s.name, error = %e, "OpenStack: cannot use floating subnet");
+                        last = Some(e);
+                    }
+                }
+            }
+            let last = last.map(|e| e.to_string()).unwrap_or_default();
+            return Err(ProviderError::other(format!(
+                "no free floating subnet matching {:?} / tags {:?} in network {network} (last error: {last})",
+                spec.subnet, spec.subnet_tags
+            )));
+        }
+        if !spec.subnet_id.is_empty() {
+            match api.get_subnet(&spec.subnet_id).await? {
+                None => {
+                    return Err(invalid(
+                        keys::FLOATING_SUBNET_ID,
+                        format!("subnet {} not found", spec.subnet_id),
+                    ));
+                }
+                Some(s) if s.network_id != network => {
+                    return Err(invalid(
+                        keys::FLOATING_SUBNET_ID,
+                        format!(
+                            "floating IP subnet {} doesn't belong to the network {network}",
+                            spec.subnet_id
+                        ),
+                    ));
+                }
+                Some(_) => body["subnet_id"] = json!(spec.subnet_id),
+            }
+        }
+        let fip = api.create_floating_ip(body).await?;
+        tracing::info!(service = %conf.service, floating_ip = %fip.floating_ip_address, load_balancer = %lb.name, "OpenStack: created floating IP");
+        Ok(fip.floating_ip_address)
+    }
+
+    // ---- security groups ---------------------------------------------------------------------
+
+    /// The ports of the member nodes, by node: `(address, ports)`.
+    async fn member_ports(
+        &self,
+        conf: &ServiceConfig,
+        nodes: &[&Node],
+    ) -> Result<Vec<(String, Vec<octavia::Port>)>, ProviderError> {
+        let mut servers: Vec<(String, String)> = Vec::new();
+        for n in nodes {
+            let node = n.metadata.name.as_deref().unwrap_or_default();
+            let Some(addr) = node_address(n, conf.ip_family) else { continue };
+            let pid = n.spec.as_ref().and_then(|s| s.provider_id.as_deref()).unwrap_or_default();
+            match parse_provider_id(pid) {
+                Ok((server, _)) => servers.push((server, addr)),
+                Err(e) => {
+                    return Err(ProviderError::other(format!(
+                        "node {node}: cannot find its ports for the security group of Service {}: {e}",
+                        conf.service
+                    )));
+                }
+            }
+        }
+        let api = self.api();
+        let mut by_server: BTreeMap<String, Vec<octavia::Port>> = BTreeMap::new();
+        if servers.len() <= PORTS_ONE_BY_ONE {
+            for (server, _) in &servers {
+                by_server.insert(
+                    server.clone(),
+                    api.list_ports(&[("device_id", server.clone())]).await?,
+                );
+            }
+        } else {
+            for p in api.list_ports(&[]).await? {
+                by_server.entry(p.device_id.clone()).or_default().push(p);
+            }
+        }
+        Ok(servers
+            .into_iter()
+            .map(|(server, addr)| (addr, by_server.remove(&server).unwrap_or_default()))
+            .collect())
+    }
+
+    /// Upstream's `ensureAndUpdateOctaviaSecurityGroup`, plus: the group leaves ports that
+    /// are no longer members.
+    async fn ensure_security_group(
+        &self,
+        cluster: &str,
+        service: &Service,
+        conf: &ServiceConfig,
+        nodes: &[&Node],
+    ) -> Result<(), ProviderError> {
+        let api = self.api();
+        let sg_name = security_group_name(service);
+        let sg = match api.list_security_groups(Some(&sg_name)).await?.into_iter().next() {
+            Some(sg) => sg,
+            None => {
+                tracing::info!(service = %conf.service, security_group = %sg_name, "OpenStack: creating security group");
+                api.create_security_group(&sg_name, &sg_description(&conf.service, cluster)).await?
+            }
+        };
+        let subnet = api.get_subnet(&conf.member_subnet_id).await?.ok_or_else(|| {
+            ProviderError::other(format!(
+                "security group of Service {}: member subnet {:?} not found",
+                conf.service, conf.member_subnet_id
+            ))
+        })?;
+        let ethertype = if subnet.cidr.contains(':') { "IPv6" } else { "IPv4" };
+        let ovn = self.config.load_balancer.lb_provider.eq_ignore_ascii_case("ovn");
+        let cidrs: Vec<String> =
+            if ovn { conf.source_ranges.clone() } else { vec![subnet.cidr.clone()] };
+        let rule = |protocol: &str, port: i32, cidr: &str| Rule {
+            direction: "ingress".into(),
+            ethertype: ethertype.into(),
+            protocol: protocol.into(),
+            port_range_min: i64::from(port),
+            port_range_max: i64::from(port),
+            remote_ip_prefix: cidr.into(),
+            ..Default::default()
+        };
+        let mut wanted: Vec<Rule> = Vec::new();
+        if conf.spec_health_check_node_port != 0 {
+            wanted.push(rule("tcp", conf.spec_health_check_node_port, &subnet.cidr));
+        }
+        for p in conf.ports.iter().filter(|p| p.node_port != 0) {
+            for c in &cidrs {
+                wanted.push(rule(&p.protocol.to_ascii_lowercase(), p.node_port, c));
+            }
+        }
+        // Only ingress rules are ours: Neutron's default egress rules stay.
+        let existing: Vec<Rule> = api
+            .list_rules(&sg.id)
+            .await?
+            .into_iter()
+            .filter(|r| r.direction == "ingress")
+            .collect();
+        for w in wanted.iter().filter(|w| !existing.iter().any(|e| e.same(w))) {
+            api.create_rule(&sg.id, w).await?;
+        }
+        for e in existing.iter().filter(|e| !wanted.iter().any(|w| w.same(e))) {
+            tracing::info!(security_group = %sg_name, rule = %e.id, "OpenStack: deleting security group rule");
+            api.delete_rule(&e.id).await?;
+        }
+        // Add the group to the members' ports on the member subnet.
+        let mut members: BTreeSet<String> = BTreeSet::new();
+        for (addr, ports) in self.member_ports(conf, nodes).await? {
+            for port in ports {
+                let on_member_subnet = port.fixed_ips.iter().any(|ip| {
+                    ip.ip_address == addr
+                        && (conf.member_subnet_id.is_empty()
+                            || ip.subnet_id == conf.member_subnet_id)
+                });
+                if !on_member_subnet || port.port_security_enabled == Some(false) {
+                    continue;
+                }
+                members.insert(port.id.clone());
+                if port.security_groups.contains(&sg.id) {
+                    continue;
+                }
+                let mut groups = port.security_groups.clone();
+                groups.push(sg.id.clone());
+                api.set_port_security_groups(&port.id, &groups).await?;
+            }
+        }
+        // And take it off ports that are no longer members.
+        for port in api.list_ports(&[("security_groups", sg.id.clone())]).await? {
+            if members.contains(&port.id) || !port.security_groups.contains(&sg.id) {
+                continue;
+            }
+            let groups: Vec<String> =
+                port.security_groups.iter().filter(|g| **g != sg.id).cloned().collect();
+            api.set_port_security_groups(&port.id, &groups).await?;
+        }
+        Ok(())
+    }
+
+    /// Takes a security group off every port and deletes it.
+    async fn delete_security_group_by_id(&self, id: &str) -> Result<(), ProviderError> {
+        let api = self.api();
+        for port in api.list_ports(&[("security_groups", id.to_string())]).await? {
+            if !port.security_groups.iter().any(|g| g == id) {
+                continue;
+            }
+            let groups: Vec<String> =
+                port.security_groups.iter().filter(|g| *g != id).cloned().collect();
+            api.set_port_security_groups(&port.id, &groups).await?;
+        }
+        api.delete_security_group(id).await?;
+        Ok(())
+    }
+
+    /// Upstream's `ensureSecurityGroupDeleted`.
+    async fn delete_security_group(&self, service: &Service) -> Result<(), ProviderError> {
+        let sg_name = security_group_name(service);
+        for sg in self.api().list_security_groups(Some(&sg_name)).await? {
+            tracing::info!(service = %service_key(service), security_group = %sg_name, "OpenStack: deleting security group");
+            self.delete_security_group_by_id(&sg.id).await?;
+        }
+        Ok(())
+    }
+
+    // ---- the three calls ----------------------------------------------------------------------
+
+    async fn ensure(
+        &self,
+        cluster: &str,
+        service: &Service,
+        nodes: &[Node],
+    ) -> Result<LoadBalancerStatus, ProviderError> {
+        let mut conf = ServiceConfig::parse(service, &self.config)?;
+        let nodes: Vec<&Node> =
+            nodes.iter().filter(|n| node_matches(n, &conf.node_selector)).collect();
+        if nodes.is_empty() {
+            return Err(ProviderError::other(format!(
+                "there are no available nodes for LoadBalancer service {}",
+                conf.service
+            )));
+        }
+        let name = load_balancer_name(cluster, service);
+        self.resolve_subnets(&mut conf, &nodes).await?;
+        let api = self.api();
+
+        let (found, owner) = if !conf.lb_id.is_empty() {
+            let lb = api.get_load_balancer(&conf.lb_id).await?.ok_or_else(|| {
+                invalid(keys::LOAD_BALANCER_ID, format!("load balancer {} not found", conf.lb_id))
+            })?;
+            let owner = lb.name == name;
+            if !owner {
+                let shared = lb.tags.iter().filter(|t| t.starts_with(SERVICE_PREFIX)).count();
+                let max = self.config.load_balancer.max_shared_lb as usize;
+                if !lb.tags.contains(&name) && shared + 1 > max {
+                    return Err(invalid(
+                        keys::LOAD_BALANCER_ID,
+                        format!(
+                            "load balancer {} already shared with {shared} Services ([LoadBalancer] max-shared-lb = {max})",
+                            lb.id
+                        ),
+                    ));
+                }
+                if conf.internal {
+                    return Err(invalid(
+                        keys::LOAD_BALANCER_ID,
+                        "an internal Service cannot share a load balancer",
+                    ));
+                }
+            }
+            (Some(lb), owner)
+        } else {
+            (self.find("", &name, &default_load_balancer_name(service)).await?, true)
+        };
+        let mut lb = match found {
+            Some(lb) if lb.provisioning_status == "ACTIVE" => lb,
+            Some(lb) if lb.provisioning_status == "ERROR" => {
+                return Err(ProviderError::other(format!(
+                    "load balancer {} ({}) is in ERROR state: see `openstack loadbalancer show {}` (delete it to have it re-created)",
+                    lb.name, lb.id, lb.id
+                )));
+            }
+            Some(lb) if lb.is_deleting() => {
+                return Err(self.retry_after(format!(
+                    "load balancer {} ({}) is being deleted",
+                    lb.name, lb.id
+                )));
+            }
+            Some(lb) => self.wait_active(&lb.id, &lb.name).await?,
+            None => self.create(cluster, &name, &conf).await?,
+        };
+        let lb_name = lb.name.clone();
+        if conf.member_subnet_id.is_empty() {
+            conf.member_subnet_id = lb.vip_subnet_id.clone();
+        }
+
+        // Listeners: ours are tagged with our name (or untagged on a load balancer we own).
+        let listeners = api.list_listeners(&lb.id).await?;
+        let ours = |l: &Listener| l.tags.contains(&name) || (l.tags.is_empty() && owner);
+        let wanted: BTreeSet<(String, i64)> =
+            conf.ports.iter().map(|p| (conf.listener_protocol(p), i64::from(p.port))).collect();
+        for p in &conf.ports {
+            let proto = conf.listener_protocol(p);
+            if let Some(l) = listeners
+                .iter()
+                .find(|l| l.protocol == proto && l.protocol_port == i64::from(p.port))
+                && !ours(l)
+            {
+                return Err(ProviderError::other(format!(
+                    "load balancer {lb_name}: the listener port {} already exists (listener {} belongs to another Service)",
+                    p.port, l.id
+                )));
+            }
+        }
+        let mut pools = api.list_pools(&lb.id).await?;
+        // First delete what is no longer wanted, so a port is free before it is claimed again.
+        for l in listeners
+            .iter()
+            .filter(|l| ours(l) && !wanted.contains(&(l.protocol.clone(), l.protocol_port)))
+        {
+            self.delete_listener_tree(&lb, &name, l, &mut pools).await?;
+        }
+        // Names and tags are this Service's (`name`), also on a shared load balancer.
+        for p in &conf.ports {
+            let listener = self.ensure_listener(&lb, &name, &listeners, p, &conf).await?;
+            let pool =
+                self.ensure_pool(&lb, &name, &listener, &mut pools, p, &conf, &nodes).await?;
+            self.ensure_monitor(&lb, &name, &pool, p, &conf).await?;
+        }
+
+        let addr = if is_ipv6(&lb.vip_address) {
+            tracing::info!(service = %conf.service, "OpenStack: no floating IP for an IPv6 load balancer");
+            lb.vip_address.clone()
+        } else {
+            self.ensure_floating_ip(cluster, &conf, &lb, owner).await?
+        };
+
+        if !lb.tags.contains(&name) {
+            let mut tags = lb.tags.clone();
+            tags.push(name.clone());
+            let body = json!({ "tags": tags });
+            self.mutate(&lb.id, &lb_name, "updating tags", || {
+                api.update_load_balancer(&lb.id, body.clone())
+            })
+            .await?;
+            lb.tags = tags;
+        }
+
+        if self.config.load_balancer.manage_security_groups {
+            self.ensure_security_group(cluster, service, &conf, &nodes).await?;
+        } else {
+            self.delete_security_group(service).await?;
+        }
+        tracing::info!(service = %conf.service, load_balancer = %lb_name, address = %addr, "OpenStack: load balancer ensured");
+        Ok(status(&conf, &addr, &self.config))
+    }
+
+    async fn update(
+        &self,
+        cluster: &str,
+        service: &Service,
+        nodes: &[Node],
+    ) -> Result<(), ProviderError> {
+        let mut conf = ServiceConfig::parse(service, &self.config)?;
+        let nodes: Vec<&Node> =
+            nodes.iter().filter(|n| node_matches(n, &conf.node_selector)).collect();
+        let name = load_balancer_name(cluster, service);
+        self.resolve_subnets(&mut conf, &nodes).await?;
+        let Some(lb) = self.find(&conf.lb_id, &name, &default_load_balancer_name(service)).await?
+        else {
+            tracing::warn!(service = %conf.service, load_balancer = %name, "OpenStack: load balancer not found for update");
+            return Ok(());
+        };
+        let lb = match lb.provisioning_status.as_str() {
+            "ACTIVE" => lb,
+            "ERROR" => {
+                return Err(ProviderError::other(format!(
+                    "load balancer {} ({}) is in ERROR state: see `openstack loadbalancer show {}`",
+                    lb.name, lb.id, lb.id
+                )));
+            }
+            _ if lb.is_deleting() => {
+                tracing::info!(service = %conf.service, load_balancer = %lb.name, "OpenStack: load balancer being deleted: no update");
+                return Ok(());
+            }
+            _ => self.wait_active(&lb.id, &lb.name).await?,
+        };
+        if conf.member_subnet_id.is_empty() {
+            conf.member_subnet_id = lb.vip_subnet_id.clone();
+        }
+        let api = self.api();
+        let listeners = api.list_listeners(&lb.id).await?;
+        let pools = api.list_pools(&lb.id).await?;
+        for p in &conf.ports {
+            let proto = conf.listener_protocol(p);
+            let listener = listeners
+                .iter()
+                .find(|l| l.protocol == proto && l.protocol_port == i64::from(p.port))
+                .ok_or_else(|| {
+                    ProviderError::other(format!(
+                        "load balancer {} ({}) has no listener for port {} ({proto})",
+                        lb.name, lb.id, p.port
+                    ))
+                })?;
+            let pool = pools
+                .iter()
+                .find(|x| {
+                    x.listeners.iter().any(|l| l.id == listener.id)
+                        || x.id == listener.default_pool_id
+                })
+                .ok_or_else(|| {
+                    ProviderError::other(format!(
+                        "load balancer {} ({}) has no pool for the listener on port {}",
+                        lb.name, lb.id, p.port
+                    ))
+                })?;
+            self.sync_members(&lb, &lb.name, &pool.id, false, p, &conf, &nodes).await?;
+        }
+        if self.config.load_balancer.manage_security_groups {
+            self.ensure_security_group(cluster, service, &conf, &nodes).await?;
+        }
+        Ok(())
+    }
+
+    async fn delete(&self, cluster: &str, service: &Service) -> Result<(), ProviderError> {
+        let key = service_key(service);
+        let name = load_balancer_name(cluster, service);
+        let legacy = default_load_balancer_name(service);
+        let lb_id = annotations::annotation(service, keys::LOAD_BALANCER_ID)
+            .map(str::trim)
+            .unwrap_or_default();
+        // A bad keep-floatingip must not block deletion, nor lose an address: keep it.
+        let keep = annotations::bool_annotation(service, keys::KEEP_FLOATING_IP, false)
+            .unwrap_or_else(|e| {
+                tracing::warn!(service = %key, error = %e, "OpenStack: keeping the floating IP");
+                true
+            });
+        let found = self.find(lb_id, &name, &legacy).await?;
+        if let Some(lb) = found {
+            self.delete_found(&key, &name, &legacy, lb, keep, service).await?;
+        }
+        // Even when the load balancer is gone already: no orphaned security group.
+        self.delete_security_group(service).await
+    }
+
+    async fn delete_found(
+        &self,
+        key: &str,
+        name: &str,
+        legacy: &str,
+        lb: octavia::LoadBalancer,
+        keep: bool,
+        service: &Service,
+    ) -> Result<(), ProviderError> {
+        let api = self.api();
+        let lb = match lb.provisioning_status.as_str() {
+            "ACTIVE" | "ERROR" => lb,
+            "PENDING_DELETE" | "DELETED" => return self.wait_gone(&lb.id, &lb.name).await,
+            _ => self.wait_active(&lb.id, &lb.name).await?,
+        };
+        // Ours: named for this Service, or created by a Service (upstream's name prefix) and
+        // tagged for this one (the last of the Services sharing it deletes it, as upstream).
+        let ours = lb.name == name
+            || (!legacy.is_empty() && lb.name == legacy)
+            || (lb.name.starts_with(SERVICE_PREFIX) && lb.tags.iter().any(|t| t == name));
+        let shared = lb.tags.iter().any(|t| t != name && t.starts_with(SERVICE_PREFIX));
+        if ours && !shared {
+            if !lb.vip_port_id.is_empty() {
+                for fip in api.list_floating_ips(&[("port_id", lb.vip_port_id.clone())]).await? {
+                    if !keep && created_by_us(&fip) {
+                        tracing::info!(service = key, floating_ip = %fip.floating_ip_address, "OpenStack: deleting floating IP");
+                        api.delete_floating_ip(&fip.id).await?;
+                    } else {
+                        tracing::info!(service = key, floating_ip = %fip.floating_ip_address, "OpenStack: keeping floating IP, disassociating it");
+                        api.associate_floating_ip(&fip.id, None).await?;
+                    }
+                }
+            }
+            tracing::info!(service = key, load_balancer = %lb.name, id = %lb.id, "OpenStack: deleting load balancer");
+            if self.config.load_balancer.cascade_delete {
+                return self.delete_lb(&lb.id, &lb.name, true).await;
+            }
+            // Children first, as upstream: monitors, then pools (members go with them) and
+            // listeners.
+            let listeners = api.list_listeners(&lb.id).await?;
+            let mut pools = api.list_pools(&lb.id).await?;
+            for p in pools.iter().filter(|p| !p.healthmonitor_id.is_empty()) {
+                let hm = p.healthmonitor_id.as_str();
+                self.mutate(&lb.id, &lb.name, "deleting a health monitor", || {
+                    api.delete_health_monitor(hm)
+                })
+                .await?;
+            }
+            for l in &listeners {
+                self.delete_listener_tree(&lb, &lb.name, l, &mut pools).await?;
+            }
+            for p in pools.clone() {
+                self.mutate(&lb.id, &lb.name, "deleting a pool", || api.delete_pool(&p.id)).await?;
+            }
+            return self.delete_lb(&lb.id, &lb.name, false).await;
+        }
+        // Not ours alone: only the listeners tagged for this Service, then our tag.
+        tracing::info!(service = key, load_balancer = %lb.name, id = %lb.id, "OpenStack: load balancer not owned (or shared): deleting this Service's listeners only");
+        let spec = service.spec.clone().unwrap_or_default();
+        let xff =
+            annotations::bool_annotation(service, keys::X_FORWARDED_FOR, false).unwrap_or(false);
+        let ports: BTreeSet<(String, i64)> = spec
+            .ports
+            .unwrap_or_default()
+            .iter()
+            .map(|p| {
+                let proto = if xff {
+                    "HTTP".to_string()
+                } else {
+                    p.protocol.clone().unwrap_or_else(|| "TCP".into())
+                };
+                (proto, i64::from(p.port))
+            })
+            .collect();
+        let listeners = api.list_listeners(&lb.id).await?;
+        let mut pools = api.list_pools(&lb.id).await?;
+        for l in listeners.iter().filter(|l| {
+            l.tags.iter().any(|t| t == name)
+                && ports.contains(&(l.protocol.clone(), l.protocol_port))
+        }) {
+            self.delete_listener_tree(&lb, &lb.name, l, &mut pools).await?;
+        }
+        if lb.tags.iter().any(|t| t == name) {
+            let tags: Vec<&String> = lb.tags.iter().filter(|t| *t != name).collect();
+            let body = json!({ "tags": tags });
+            self.mutate(&lb.id, &lb.name, "updating tags", || {
+                api.update_load_balancer(&lb.id, body.clone())
+            })
+            .await?;
+        }
+        Ok(())
+    }
+
+    async fn get(
+        &self,
+        cluster: &str,
+        service: &Service,
+    ) -> Result<Option<LoadBalancerStatus>, ProviderError> {
+        let name = load_balancer_name(cluster, service);
+        let lb_id = annotations::annotation(service, keys::LOAD_BALANCER_ID)
+            .map(str::trim)
+            .unwrap_or_default();
+        let Some(lb) = self.find(lb_id, &name, &default_load_balancer_name(service)).await? else {
+            return Ok(None);
+        };
+        if lb.is_deleting() {
+            return Ok(None);
+        }
+        let mut addr = lb.vip_address.clone();
+        if !lb.vip_port_id.is_empty()
+            && let Some(fip) = self
+                .api()
+                .list_floating_ips(&[("port_id", lb.vip_port_id.clone())])
+                .await?
+                .into_iter()
+                .next()
+        {
+            addr = fip.floating_ip_address;
+        }
+        Ok(Some(match ServiceConfig::parse(service, &self.config) {
+            Ok(conf) => status(&conf, &addr, &self.config),
+            Err(_) => LoadBalancerStatus {
+                ingress: Some(vec![LoadBalancerIngress { ip: Some(addr), ..Default::default() }]),
+            },
+        }))
+    }
+
+    // ---- operator tools -------------------------------------------------------------------------
+
+    fn owned_prefix(cluster: &str) -> String {
+        format!("{SERVICE_PREFIX}{cluster}_")
+    }
+
+    fn inventory_entry(
+        cluster: &str,
+        lb: &octavia::LoadBalancer,
+        fips: &[FloatingIp],
+        groups: &[octavia::SecurityGroup],
+    ) -> CloudLoadBalancer {
+        let described = parse_lb_description(&lb.description);
+        let owned = !cluster.is_empty()
+            && lb.name.starts_with(&Self::owned_prefix(cluster))
+            && described.as_ref().is_none_or(|(_, c)| c == cluster)
+            && (lb.tags.is_empty() || lb.tags.contains(&lb.name));
+        let service = described.as_ref().map(|(s, _)| s.clone());
+        let mut ingress = Vec::new();
+        let mut resources = Vec::new();
+        for f in fips.iter().filter(|f| !lb.vip_port_id.is_empty() && f.port_id == lb.vip_port_id) {
+            ingress.push(f.floating_ip_address.clone());
+            resources.push(CloudResource {
+                kind: "floating IP".into(),
+                id: f.id.clone(),
+                name: f.floating_ip_address.clone(),
+            });
+        }
+        if !lb.vip_address.is_empty() {
+            ingress.push(lb.vip_address.clone());
+        }
+        if let Some((svc, c)) = &described {
+            let d = sg_description(svc, c);
+            for g in groups.iter().filter(|g| g.description == d) {
+                resources.push(CloudResource {
+                    kind: "security group".into(),
+                    id: g.id.clone(),
+                    name: g.name.clone(),
+                });
+            }
+        }
+        for l in &lb.listeners {
+            resources.push(CloudResource {
+                kind: "listener".into(),
+                id: l.id.clone(),
+                name: String::new(),
+            });
+        }
+        for p in &lb.pools {
+            resources.push(CloudResource {
+                kind: "pool".into(),
+                id: p.id.clone(),
+                name: String::new(),
+            });
+        }
+        CloudLoadBalancer {
+            name: lb.name.clone(),
+            kind: "Octavia load balancer".into(),
+            id: lb.id.clone(),
+            ingress,
+            owned,
+            service,
+            resources,
+        }
+    }
+}
+
+#[async_trait]
+impl LoadBalancer for OctaviaLoadBalancer {
+    async fn get_load_balancer(
+        &self,
+        cluster_name: &str,
+        service: &Service,
+    ) -> Result<Option<LoadBalancerStatus>, ProviderError> {
+        self.get(cluster_name, service).await
+    }
+
+    fn load_balancer_name(&self, cluster_name: &str, service: &Service) -> String {
+        load_balancer_name(cluster_name, service)
+    }
+
+    async fn ensure_load_balancer(
+        &self,
+        cluster_name: &str,
+        service: &Service,
+        nodes: &[Node],
+    ) -> Result<LoadBalancerStatus, ProviderError> {
+        self.ensure(cluster_name, service, nodes).await
+    }
+
+    async fn update_load_balancer(
+        &self,
+        cluster_name: &str,
+        service: &Service,
+        nodes: &[Node],
+    ) -> Result<(), ProviderError> {
+        self.update(cluster_name, service, nodes).await
+    }
+
+    async fn ensure_load_balancer_deleted(
+        &self,
+        cluster_name: &str,
+        service: &Service,
+    ) -> Result<(), ProviderError> {
+        self.delete(cluster_name, service).await
+    }
+
+    /// Every Octavia load balancer named `kube_service_…`; owned when named
+    /// `kube_service_<cluster>_…`, described for this cluster (when the description is
+    /// upstream's) and tagged with its own name (when tagged). Resources: its floating IP,
+    /// its security group (by description), listeners and pools.
+    async fn list_cloud_load_balancers(
+        &self,
+        cluster_name: &str,
+    ) -> Result<Vec<CloudLoadBalancer>, ProviderError> {
+        let api = self.api();
+        let lbs: Vec<_> = api
+            .list_load_balancers(None)
+            .await?
+            .into_iter()
+            .filter(|lb| lb.name.starts_with(SERVICE_PREFIX) && !lb.is_deleting())
+            .collect();
+        if lbs.is_empty() {
+            return Ok(vec![]);
+        }
+        let fips = api.list_floating_ips(&[]).await?;
+        let groups = api.list_security_groups(None).await?;
+        Ok(lbs.iter().map(|lb| Self::inventory_entry(cluster_name, lb, &fips, &groups)).collect())
+    }
+
+    /// Deletes an owned load balancer (looked up again by ID; gone already: `Ok`): its
+    /// floating IP (if created by a Service), the load balancer with its children, its
+    /// security group.
+    async fn delete_cloud_load_balancer(
+        &self,
+        cluster_name: &str,
+        lb: &CloudLoadBalancer,
+    ) -> Result<(), ProviderError> {
+        let api = self.api();
+        let Some(fresh) = api.get_load_balancer(&lb.id).await? else { return Ok(()) };
+        let fips = if fresh.vip_port_id.is_empty() {
+            vec![]
+        } else {
+            api.list_floating_ips(&[("port_id", fresh.vip_port_id.clone())]).await?
+        };
+        let groups = api.list_security_groups(None).await?;
+        let entry = Self::inventory_entry(cluster_name, &fresh, &fips, &groups);
+        if !entry.owned || fresh.name != lb.name {
+            return Err(invalid(
+                &format!("load balancer {} ({})", fresh.name, fresh.id),
+                format!(
+                    "not owned by cluster {cluster_name} (name {}…), refusing to delete it",
+                    Self::owned_prefix(cluster_name)
+                ),
+            ));
+        }
+        let name = fresh.name.clone();
+        let fresh = match fresh.provisioning_status.as_str() {
+            "ACTIVE" | "ERROR" => fresh,
+            "PENDING_DELETE" | "DELETED" => return self.wait_gone(&fresh.id, &name).await,
+            _ => self.wait_active(&fresh.id, &name).await?,
+        };
+        for f in fips.iter().filter(|f| created_by_us(f)) {
+            tracing::info!(load_balancer = %name, floating_ip = %f.floating_ip_address, "OpenStack: deleting orphaned floating IP");
+            api.delete_floating_ip(&f.id).await?;
+        }
+        tracing::info!(load_balancer = %name, "OpenStack: deleting orphaned load balancer");
+        self.delete_lb(&fresh.id, &name, true).await?;
+        for r in entry.resources.iter().filter(|r| r.kind == "security group") {
+            self.delete_security_group_by_id(&r.id).await?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::api::ObjectMeta;
+
+    fn svc(ns: &str, name: &str) -> Service {
+        Service {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some(ns.into()),
+                uid: Some("6f7f1b2c-1234-5678-9abc-def012345678".into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn names_follow_upstream_and_are_capped() {
+        let s = svc("default", "web");
+        assert_eq!(load_balancer_name("kubernetes", &s), "kube_service_kubernetes_default_web");
+        assert_eq!(listener_name(0, "lb"), "listener_0_lb");
+        assert_eq!(pool_name(1, "lb"), "pool_1_lb");
+        assert_eq!(monitor_name(2, "lb"), "monitor_2_lb");
+        assert_eq!(
+            security_group_name(&s),
+            "lb-sg-6f7f1b2c-1234-5678-9abc-def012345678-default-web"
+        );
+        let long = svc(&"n".repeat(63), &"s".repeat(253));
+        let name = load_balancer_name(&"c".repeat(40), &long);
+        assert_eq!(name.len(), 255);
+        assert!(name.starts_with("kube_service_cccc"));
+        assert_eq!(listener_name(3, &name).len(), 255);
+        assert!(listener_name(3, &name).starts_with("listener_3_kube_service_"));
+        assert_eq!(security_group_name(&long).len(), 255);
+        // Never cut inside a character.
+        let cut = cut255(format!("{}é", "x".repeat(254)));
+        assert_eq!(cut.len(), 254);
+    }
+
+    #[test]
+    fn descriptions_round_trip() {
+        let d = lb_description("default/web", "k8s");
+        assert_eq!(d, "Kubernetes external service default/web from cluster k8s");
+        assert_eq!(parse_lb_description(&d), Some(("default/web".into(), "k8s".into())));
+        assert!(fip_description("default/web", "k8s").starts_with(FIP_DESCRIPTION_PREFIX));
+        assert_eq!(
+            sg_description("default/web", "k8s"),
+            "Security Group for default/web Service LoadBalancer in cluster k8s"
+        );
+    }
+
+    #[test]
+    fn pending_conflicts_are_recognised() {
+        let api = |status: u16, message: &str| ClientError::Api {
+            op: "x".into(),
+            status,
+            code: String::new(),
+            message: message.into(),
+            retry_after: None,
+        };
+        assert!(pending_conflict(&api(
+            409,
+            "Invalid state PENDING_UPDATE of loadbalancer resource x"
+        )));
+        assert!(pending_conflict(&api(409, "Load Balancer x is immutable and cannot be updated.")));
+        assert!(!pending_conflict(&api(
+            409,
+            "Another Listener on this Load Balancer is already using protocol_port 80"
+        )));
+        assert!(!pending_conflict(&api(400, "PENDING_UPDATE")));
+    }
+}

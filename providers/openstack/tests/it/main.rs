@@ -1,0 +1,17 @@
+//! Integration tests of the OpenStack provider against the in-process OpenStack emulator
+//! (`ccm_emulators::openstack`: Keystone, Nova, Neutron and Octavia on one loopback server).
+//!
+//! | module | shows |
+//! |---|---|
+//! | `client` | Keystone sessions, OpenStack error bodies, expired tokens renewed, throttling and 5xx retried (creates sent once), a hung call ends at its deadline, paging, typed calls, `ca-file` |
+//! | `instances` | metadata as upstream (providerID, floating and multi-NIC addresses, zone, flavor), one listing per batch (30 and 1000 nodes counted), existence with the deletion-safety rule, an outage deletes nothing |
+//! | `load_balancer` | Octavia load balancer, listeners, pools, members, monitors, floating IP and security group as upstream; node changes (one batch member update per pool), listener annotations reconciled in place, X-Forwarded-For re-creating listeners, ports removed; internal, keep-floatingip, loadBalancerIP, classes, PROXY/Local/hostnames, sharing by ID, ERROR load balancers, pending ones waited out (409s sent again), deletion leaving nothing, operator tools |
+//! | `routes` | extra routes and allowed address pairs for 200 nodes created and deleted (router updates counted, atomic and read-modify-write), blackholes, a missing router, a next hop off the router's subnets |
+// Test helpers panic on failure by design.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod client;
+mod fixture;
+mod instances;
+mod load_balancer;
+mod routes;
