@@ -384,6 +384,56 @@ func main() {
 		fail("listeners: %+v", ls)
 	}
 	ok("octavia.listeners.update_list")
+	// A second port's listener, pool and monitor: updated, then deleted child by child (a
+	// port removed from a Service), monitor first.
+	ln2, err := listeners.Create(ctx, lbc, listeners.CreateOpts{LoadbalancerID: lb.ID, Protocol: listeners.ProtocolTCP, ProtocolPort: 443,
+		Name: "listener_1_kube_service_kubernetes_default_web"}).Extract()
+	must(err, "listener 2 create")
+	wait()
+	pool2, err := pools.Create(ctx, lbc, pools.CreateOpts{ListenerID: ln2.ID, Protocol: pools.ProtocolTCP, LBMethod: pools.LBMethodRoundRobin,
+		Name: "pool_1_kube_service_kubernetes_default_web"}).Extract()
+	must(err, "pool 2 create")
+	wait()
+	mon2, err := monitors.Create(ctx, lbc, monitors.CreateOpts{PoolID: pool2.ID, Type: monitors.TypeTCP, Delay: 5, Timeout: 3, MaxRetries: 1,
+		Name: "monitor_1_kube_service_kubernetes_default_web"}).Extract()
+	must(err, "monitor 2 create")
+	wait()
+	p2, err := pools.Update(ctx, lbc, pool2.ID, pools.UpdateOpts{LBMethod: pools.LBMethodLeastConnections}).Extract()
+	must(err, "pool update")
+	if p2.LBMethod != string(pools.LBMethodLeastConnections) {
+		fail("pool update: lb_algorithm %q", p2.LBMethod)
+	}
+	wait()
+	m2, err := monitors.Update(ctx, lbc, mon2.ID, monitors.UpdateOpts{Delay: 10, Timeout: 4}).Extract()
+	must(err, "monitor update")
+	if m2.Delay != 10 || m2.Timeout != 4 {
+		fail("monitor update: %+v", m2)
+	}
+	wait()
+	must(monitors.Delete(ctx, lbc, mon2.ID).ExtractErr(), "monitor delete")
+	wait()
+	must(pools.Delete(ctx, lbc, pool2.ID).ExtractErr(), "pool delete")
+	wait()
+	must(listeners.Delete(ctx, lbc, ln2.ID).ExtractErr(), "listener delete")
+	wait()
+	if _, err := listeners.Get(ctx, lbc, ln2.ID).Extract(); !is(err, 404) {
+		fail("a deleted listener: want 404, got %v", err)
+	}
+	ok("octavia.pool_monitor_update_and_child_deletes")
+	// A floating IP disassociated (keep-floatingip) and associated again.
+	// gophercloud sends an empty port ID as `"port_id": null`, as our provider does.
+	noPort := ""
+	fu, err := floatingips.Update(ctx, network, fip.ID, floatingips.UpdateOpts{PortID: &noPort}).Extract()
+	must(err, "floating ip disassociate")
+	if fu.PortID != "" || fu.FixedIP != "" {
+		fail("a disassociated floating ip: %+v", fu)
+	}
+	fu, err = floatingips.Update(ctx, network, fip.ID, floatingips.UpdateOpts{PortID: &lb.VipPortID}).Extract()
+	must(err, "floating ip associate")
+	if fu.PortID != lb.VipPortID || fu.FixedIP != lb.VipAddress {
+		fail("a re-associated floating ip: %+v", fu)
+	}
+	ok("neutron.floatingips.update")
 	lbp, err := loadbalancers.List(lbc, loadbalancers.ListOpts{Name: "kube_service_kubernetes_default_web"}).AllPages(ctx)
 	must(err, "lb list")
 	lbs, _ := loadbalancers.ExtractLoadBalancers(lbp)
