@@ -91,7 +91,7 @@ pub fn cloud_config(
         "[Global]\nauth-url = {url}/identity/v3\nusername = {USER}\npassword = {PASSWORD}\n\
          tenant-name = demo\ndomain-name = Default\nregion = RegionOne\n\
          [LoadBalancer]\nsubnet-id = {subnet}\nfloating-network-id = {public}\n\
-         create-monitor = true\n{networking}{route}"
+         create-monitor = true\nmanage-security-groups = true\n{networking}{route}"
     )
 }
 
@@ -218,6 +218,11 @@ fn lb_resources(cloud: &OpenStackCloud) -> Vec<String> {
             left.push(format!("{coll} {}", str_of(&o, "name")));
         }
     }
+    for sg in objects_of(cloud, "security-groups") {
+        if str_of(&sg, "name").starts_with("lb-sg-") {
+            left.push(format!("security group {}", str_of(&sg, "name")));
+        }
+    }
     for fip in objects_of(cloud, "floatingips") {
         if str_of(&fip, "floating_ip_address") != "172.24.4.11" {
             left.push(format!("floating IP {}", str_of(&fip, "floating_ip_address")));
@@ -266,6 +271,28 @@ async fn a_load_balancer_service_gets_a_floating_ip_follows_ports_and_nodes_and_
     let monitors = objects_of(&cloud, "healthmonitors");
     assert_eq!(monitors.len(), 1, "create-monitor = true");
     let node_port = svc.spec.as_ref().unwrap().ports.as_ref().unwrap()[0].node_port.unwrap();
+    // manage-security-groups: a group for the Service, allowing the node port, on the nodes'
+    // ports.
+    let uid = svc.metadata.uid.clone().unwrap();
+    let sg_name = format!("lb-sg-{uid}-default-web");
+    let sgs = objects_of(&cloud, "security-groups");
+    let sg =
+        sgs.iter().find(|g| str_of(g, "name") == sg_name).expect("the Service's security group");
+    let sg_id = str_of(sg, "id").to_string();
+    let rules = objects_of(&cloud, "security-group-rules");
+    assert!(
+        rules.iter().any(|r| str_of(r, "security_group_id") == sg_id
+            && r["port_range_min"] == node_port
+            && str_of(r, "direction") == "ingress"),
+        "no ingress rule for node port {node_port}: {rules:#?}"
+    );
+    let ports_with_sg = objects_of(&cloud, "ports")
+        .iter()
+        .filter(|p| {
+            p["security_groups"].as_array().into_iter().flatten().any(|g| g == sg_id.as_str())
+        })
+        .count();
+    assert_eq!(ports_with_sg, 2, "the group is on both member nodes' ports");
     assert_eq!(
         members(&cloud),
         [format!("10.0.0.11:{node_port}"), format!("10.0.0.12:{node_port}")],
