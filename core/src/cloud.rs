@@ -209,6 +209,38 @@ pub trait InstancesV2: Send + Sync + 'static {
     }
 }
 
+/// For providers whose batch methods do the work: [`InstancesV2::instance_exists`] answered
+/// by [`InstancesV2::instance_status_batch`] for the one node.
+pub async fn exists_from_batch<I: InstancesV2 + ?Sized>(
+    instances: &I,
+    node: &Node,
+) -> Result<bool, ProviderError> {
+    match instances.instance_status_batch(std::slice::from_ref(node)).await.pop() {
+        Some(r) => r.map(|s| s != InstanceStatus::NotFound),
+        None => Err(ProviderError::other("no answer for the node")),
+    }
+}
+
+/// [`InstancesV2::instance_shutdown`] answered by [`InstancesV2::instance_status_batch`].
+pub async fn shutdown_from_batch<I: InstancesV2 + ?Sized>(
+    instances: &I,
+    node: &Node,
+) -> Result<bool, ProviderError> {
+    match instances.instance_status_batch(std::slice::from_ref(node)).await.pop() {
+        Some(r) => r.map(|s| s == InstanceStatus::Shutdown),
+        None => Err(ProviderError::other("no answer for the node")),
+    }
+}
+
+/// [`InstancesV2::instance_metadata`] answered by [`InstancesV2::instance_metadata_batch`].
+pub async fn metadata_from_batch<I: InstancesV2 + ?Sized>(
+    instances: &I,
+    node: &Node,
+) -> Result<InstanceMetadata, ProviderError> {
+    let mut out = instances.instance_metadata_batch(std::slice::from_ref(node)).await;
+    out.pop().unwrap_or_else(|| Err(ProviderError::other("no answer for the node")))
+}
+
 /// Cloud load balancers for `type: LoadBalancer` Services.
 ///
 /// Implementations must treat the Service and Nodes as read-only. If another controller

@@ -223,24 +223,15 @@ fn node_name(node: &Node) -> &str {
 #[async_trait]
 impl InstancesV2 for IbmInstances {
     async fn instance_exists(&self, node: &Node) -> Result<bool, ProviderError> {
-        let mut out = self.instance_status_batch(std::slice::from_ref(node)).await;
-        match out.pop() {
-            Some(r) => r.map(|s| s != InstanceStatus::NotFound),
-            None => Err(ProviderError::other("no answer for the node")),
-        }
+        ccm_core::cloud::exists_from_batch(self, node).await
     }
 
     async fn instance_shutdown(&self, node: &Node) -> Result<bool, ProviderError> {
-        let mut out = self.instance_status_batch(std::slice::from_ref(node)).await;
-        match out.pop() {
-            Some(r) => r.map(|s| s == InstanceStatus::Shutdown),
-            None => Err(ProviderError::other("no answer for the node")),
-        }
+        ccm_core::cloud::shutdown_from_batch(self, node).await
     }
 
     async fn instance_metadata(&self, node: &Node) -> Result<InstanceMetadata, ProviderError> {
-        let mut out = self.instance_metadata_batch(std::slice::from_ref(node)).await;
-        out.pop().unwrap_or_else(|| Err(ProviderError::other("no answer for the node")))
+        ccm_core::cloud::metadata_from_batch(self, node).await
     }
 
     async fn instance_metadata_batch(
