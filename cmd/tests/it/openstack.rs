@@ -95,10 +95,6 @@ pub fn cloud_config(
     )
 }
 
-async fn create(nodes: &Api<Node>, name: &str, ip: &str, ready: &str) {
-    register(nodes, name, ip, ready).await;
-}
-
 /// [`initialised`], with the manager's log in the failure.
 async fn initialised_node(nodes: &Api<Node>, name: &str, ccm: &crate::support::Ccm) -> Node {
     match tokio::time::timeout(Duration::from_secs(80), initialised(nodes, name)).await {
@@ -116,9 +112,9 @@ async fn nodes_join_tokens_renew_shutoff_taints_deleted_goes_and_an_outage_delet
     let nodes = env.nodes();
 
     let start = Instant::now();
-    create(&nodes, "node-a", "10.0.0.11", "True").await;
+    register(&nodes, "node-a", "10.0.0.11", "True").await;
     // NotReady: the lifecycle controller checks only such Nodes (deleted below).
-    create(&nodes, "node-b", "10.0.0.12", "False").await;
+    register(&nodes, "node-b", "10.0.0.12", "False").await;
     let a = initialised_node(&nodes, "node-a", &ccm).await;
     let b = initialised_node(&nodes, "node-b", &ccm).await;
     eprintln!("2 nodes initialised {:?} after registration", start.elapsed());
@@ -149,14 +145,14 @@ async fn nodes_join_tokens_renew_shutoff_taints_deleted_goes_and_an_outage_delet
     // Every token expires: the next node still joins (a fresh token), and no error surfaces.
     let issued = cloud.tokens_issued();
     cloud.expire_tokens();
-    create(&nodes, "node-d", "10.0.0.14", "True").await;
+    register(&nodes, "node-d", "10.0.0.14", "True").await;
     let d = initialised_node(&nodes, "node-d", &ccm).await;
     assert_eq!(label(&d, names::LABEL_INSTANCE_TYPE), Some("m1.small"));
     assert!(cloud.tokens_issued() > issued, "no new token after expiry");
     assert!(!ccm.logs().contains("401"), "a 401 surfaced in the manager log:\n{}", ccm.logs());
 
     // A SHUTOFF server: its NotReady node gets the shutdown taint.
-    create(&nodes, "node-c", "10.0.0.13", "False").await;
+    register(&nodes, "node-c", "10.0.0.13", "False").await;
     initialised_node(&nodes, "node-c", &ccm).await;
     wait_for("the shutdown taint on node-c", || async {
         let n = nodes.get("node-c").await.ok()?;
@@ -187,17 +183,14 @@ async fn nodes_join_tokens_renew_shutoff_taints_deleted_goes_and_an_outage_delet
     }
 }
 
-fn objects_of(cloud: &OpenStackCloud, coll: &str) -> Vec<Value> {
-    cloud.objects(coll)
-}
-
 fn str_of<'a>(v: &'a Value, key: &str) -> &'a str {
     v[key].as_str().unwrap_or_default()
 }
 
 /// The members' `address:port`, sorted.
 fn members(cloud: &OpenStackCloud) -> Vec<String> {
-    let mut m: Vec<String> = objects_of(cloud, "members")
+    let mut m: Vec<String> = cloud
+        .objects("members")
         .iter()
         .map(|m| format!("{}:{}", str_of(m, "address"), m["protocol_port"]))
         .collect();
@@ -214,16 +207,16 @@ async fn ingress_ip(services: &Api<Service>, name: &str) -> Option<String> {
 fn lb_resources(cloud: &OpenStackCloud) -> Vec<String> {
     let mut left = Vec::new();
     for coll in ["loadbalancers", "listeners", "pools", "members", "healthmonitors"] {
-        for o in objects_of(cloud, coll) {
+        for o in cloud.objects(coll) {
             left.push(format!("{coll} {}", str_of(&o, "name")));
         }
     }
-    for sg in objects_of(cloud, "security-groups") {
+    for sg in cloud.objects("security-groups") {
         if str_of(&sg, "name").starts_with("lb-sg-") {
             left.push(format!("security group {}", str_of(&sg, "name")));
         }
     }
-    for fip in objects_of(cloud, "floatingips") {
+    for fip in cloud.objects("floatingips") {
         if str_of(&fip, "floating_ip_address") != "172.24.4.11" {
             left.push(format!("floating IP {}", str_of(&fip, "floating_ip_address")));
         }
@@ -238,8 +231,8 @@ async fn a_load_balancer_service_gets_a_floating_ip_follows_ports_and_nodes_and_
     let _logs = env.cp.log_guard();
     let ccm = env.spawn_ccm(&cloud_config(&cloud, &server.url(), true, false), &[]);
     let nodes = env.nodes();
-    create(&nodes, "node-a", "10.0.0.11", "True").await;
-    create(&nodes, "node-b", "10.0.0.12", "True").await;
+    register(&nodes, "node-a", "10.0.0.11", "True").await;
+    register(&nodes, "node-b", "10.0.0.12", "True").await;
     initialised_node(&nodes, "node-a", &ccm).await;
     initialised_node(&nodes, "node-b", &ccm).await;
 
@@ -253,40 +246,41 @@ async fn a_load_balancer_service_gets_a_floating_ip_follows_ports_and_nodes_and_
     eprintln!("load balancer ready {:?} after the Service was created", start.elapsed());
     assert!(ip.starts_with("172.24.4."), "not a floating IP: {ip}; log:\n{}", ccm.logs());
 
-    let lbs = objects_of(&cloud, "loadbalancers");
+    let lbs = cloud.objects("loadbalancers");
     assert_eq!(lbs.len(), 1, "manager log:\n{}", ccm.logs());
     let lb = &lbs[0];
     assert_eq!(str_of(lb, "name"), "kube_service_kubernetes_default_web");
     let vip_port = str_of(lb, "vip_port_id").to_string();
-    let fips = objects_of(&cloud, "floatingips");
+    let fips = cloud.objects("floatingips");
     let fip = fips.iter().find(|f| str_of(f, "floating_ip_address") == ip).expect("the FIP");
     assert_eq!(str_of(fip, "port_id"), vip_port, "the floating IP is on the VIP port");
-    let listeners = objects_of(&cloud, "listeners");
+    let listeners = cloud.objects("listeners");
     assert_eq!(listeners.len(), 1);
     assert_eq!(str_of(&listeners[0], "name"), "listener_0_kube_service_kubernetes_default_web");
     assert_eq!(listeners[0]["protocol_port"], 80);
-    let pools = objects_of(&cloud, "pools");
+    let pools = cloud.objects("pools");
     assert_eq!(pools.len(), 1);
     assert_eq!(str_of(&pools[0], "name"), "pool_0_kube_service_kubernetes_default_web");
-    let monitors = objects_of(&cloud, "healthmonitors");
+    let monitors = cloud.objects("healthmonitors");
     assert_eq!(monitors.len(), 1, "create-monitor = true");
     let node_port = svc.spec.as_ref().unwrap().ports.as_ref().unwrap()[0].node_port.unwrap();
     // manage-security-groups: a group for the Service, allowing the node port, on the nodes'
     // ports.
     let uid = svc.metadata.uid.clone().unwrap();
     let sg_name = format!("lb-sg-{uid}-default-web");
-    let sgs = objects_of(&cloud, "security-groups");
+    let sgs = cloud.objects("security-groups");
     let sg =
         sgs.iter().find(|g| str_of(g, "name") == sg_name).expect("the Service's security group");
     let sg_id = str_of(sg, "id").to_string();
-    let rules = objects_of(&cloud, "security-group-rules");
+    let rules = cloud.objects("security-group-rules");
     assert!(
         rules.iter().any(|r| str_of(r, "security_group_id") == sg_id
             && r["port_range_min"] == node_port
             && str_of(r, "direction") == "ingress"),
         "no ingress rule for node port {node_port}: {rules:#?}"
     );
-    let ports_with_sg = objects_of(&cloud, "ports")
+    let ports_with_sg = cloud
+        .objects("ports")
         .iter()
         .filter(|p| {
             p["security_groups"].as_array().into_iter().flatten().any(|g| g == sg_id.as_str())
@@ -311,12 +305,10 @@ async fn a_load_balancer_service_gets_a_floating_ip_follows_ports_and_nodes_and_
     let patch = serde_json::json!({"spec": {"ports": ports}});
     services.patch("web", &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
     wait_for("a listener per port", || async {
-        let mut p: Vec<i64> = objects_of(&cloud, "listeners")
-            .iter()
-            .filter_map(|l| l["protocol_port"].as_i64())
-            .collect();
+        let mut p: Vec<i64> =
+            cloud.objects("listeners").iter().filter_map(|l| l["protocol_port"].as_i64()).collect();
         p.sort();
-        (p == [80, 443] && objects_of(&cloud, "pools").len() == 2).then_some(())
+        (p == [80, 443] && cloud.objects("pools").len() == 2).then_some(())
     })
     .await;
 
@@ -325,16 +317,16 @@ async fn a_load_balancer_service_gets_a_floating_ip_follows_ports_and_nodes_and_
         "loadbalancer.openstack.org/timeout-client-data": "70000"}}});
     services.patch("web", &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
     wait_for("the new client timeout on every listener", || async {
-        let l = objects_of(&cloud, "listeners");
+        let l = cloud.objects("listeners");
         (l.len() == 2 && l.iter().all(|l| l["timeout_client_data"] == 70000)).then_some(())
     })
     .await;
 
     // A new node joins: it becomes a member of both pools.
-    create(&nodes, "node-d", "10.0.0.14", "True").await;
+    register(&nodes, "node-d", "10.0.0.14", "True").await;
     initialised_node(&nodes, "node-d", &ccm).await;
     wait_for("node-d in both pools", || async {
-        let m = objects_of(&cloud, "members");
+        let m = cloud.objects("members");
         (m.iter().filter(|m| str_of(m, "address") == "10.0.0.14").count() == 2).then_some(())
     })
     .await;
@@ -356,7 +348,7 @@ async fn an_internal_service_gets_the_vip_and_keep_floatingip_keeps_it() {
     let _logs = env.cp.log_guard();
     let ccm = env.spawn_ccm(&cloud_config(&cloud, &server.url(), true, false), &[]);
     let nodes = env.nodes();
-    create(&nodes, "node-b", "10.0.0.12", "True").await;
+    register(&nodes, "node-b", "10.0.0.12", "True").await;
     initialised_node(&nodes, "node-b", &ccm).await;
     let services: Api<Service> = Api::namespaced(env.client.clone(), "default");
 
@@ -388,8 +380,8 @@ async fn an_internal_service_gets_the_vip_and_keep_floatingip_keeps_it() {
         .then_some(())
     })
     .await;
-    assert!(objects_of(&cloud, "loadbalancers").is_empty());
-    let fips = objects_of(&cloud, "floatingips");
+    assert!(cloud.objects("loadbalancers").is_empty());
+    let fips = cloud.objects("floatingips");
     let kept_fip = fips.iter().find(|f| str_of(f, "floating_ip_address") == fip);
     let kept_fip = kept_fip.expect("keep-floatingip: the floating IP is kept");
     assert!(kept_fip["port_id"].is_null(), "kept but no longer associated: {kept_fip}");
@@ -415,7 +407,7 @@ async fn routes_follow_pod_cidrs_on_the_router_and_the_ports() {
         nodes.create(&PostParams::default(), &node).await.unwrap();
     }
     let router_routes = || {
-        let r = objects_of(&cloud, "routers");
+        let r = cloud.objects("routers");
         let mut v: Vec<String> = r
             .iter()
             .flat_map(|r| r["routes"].as_array().cloned().unwrap_or_default())
@@ -430,7 +422,8 @@ async fn routes_follow_pod_cidrs_on_the_router_and_the_ports() {
     })
     .await;
     let pairs_of = |ip: &str| -> Vec<String> {
-        objects_of(&cloud, "ports")
+        cloud
+            .objects("ports")
             .iter()
             .filter(|p| {
                 p["fixed_ips"].as_array().into_iter().flatten().any(|f| f["ip_address"] == ip)

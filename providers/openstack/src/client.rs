@@ -561,8 +561,16 @@ impl OpenStackClient {
         let auth_url = non_empty(&global.auth_url)
             .ok_or_else(|| config_error("[Global] auth-url", "required"))?
             .to_string();
-        url::Url::parse(&auth_url)
+        let parsed = url::Url::parse(&auth_url)
             .map_err(|e| config_error("[Global] auth-url", format!("not a URL: {e}")))?;
+        // The URL is logged, in `Debug` and in transport errors: it must hold no credential.
+        if !parsed.username().is_empty() || parsed.password().is_some() {
+            return Err(config_error(
+                "[Global] auth-url",
+                "must not carry user information (give the credentials as username and \
+                 password, or an application credential)",
+            ));
+        }
         let credentials = credentials(global)?;
         if global.tls_insecure {
             return Err(config_error(

@@ -83,10 +83,7 @@ impl OpenStackProvider {
         // Upstream offers routes when `[Route] router-id` is set and Neutron has an
         // extra-route extension; the extension is checked on the first route call (the
         // factory sends no request), and a Neutron without it fails those calls, naming it.
-        let routes = match OpenStackRoutes::new(client.clone(), &config) {
-            Ok(r) => Some(Arc::new(r)),
-            Err(_) => None,
-        };
+        let routes = OpenStackRoutes::new(client.clone(), &config).ok().map(Arc::new);
         tracing::info!(
             auth_url = %config.global.auth_url,
             region = %config.global.region,

@@ -341,6 +341,11 @@ async fn unsupported_settings_are_refused_naming_the_key() {
             .to_string()
             .contains("[Global] password")
     );
+    // Credentials in the URL (it is logged): refused, naming the key, never quoting it.
+    let g = global("http://ccm:url-Secret-Never-Quoted@127.0.0.1:9/v3");
+    let err = OpenStackClient::new(&g, ClientOptions::default()).unwrap_err();
+    assert!(err.to_string().contains("[Global] auth-url"), "{err}");
+    assert!(!format!("{err} {err:?}").contains("url-Secret-Never-Quoted"), "{err:?}");
     // The internal interface is accepted (the emulator's catalog has all three).
     let mut g = global("http://127.0.0.1:9");
     g.endpoint_type = "internal".into();
