@@ -6,6 +6,7 @@
 //! - [`controllers`]: the controllers and the contract the manager starts them with.
 //! - [`manager`]: the cloud-controller-manager command (flags, leader election, serving).
 //! - [`credential`]: the kubelet image credential-provider exec protocol.
+//! - [`gcfg`]: the gcfg INI reader of the providers' cloud configs.
 //! - [`ops`]: the operator tools `migrate-check` and `orphans` (subcommands of every binary).
 //! - `testing` (feature `testing`): a scripted cloud for tests.
 
@@ -14,6 +15,7 @@ pub mod cloud;
 pub mod cloud_call;
 pub mod controllers;
 pub mod credential;
+pub mod gcfg;
 pub mod manager;
 pub mod names;
 pub mod ops;

@@ -376,6 +376,22 @@ func main() {
 	want(len(rl.Items) == 2 && rl.Items[0].NextHopInstance != "" && rl.Items[0].Priority == 1000, "routes.list: %d routes", len(rl.Items))
 	_, err = svc.Routes.Insert(project, &compute.Route{Name: "kubernetes-0-uid", DestRange: "10.64.0.0/24", Network: link("global", "networks", "k8s-net"), NextHopInstance: inst(zoneA, "node-0")}).Context(ctx).Do()
 	wantErr(err, 409, "alreadyExists", "routes.insert again")
+	rt, err := svc.Routes.Get(project, "kubernetes-0-uid").Context(ctx).Do()
+	must(err, "routes.get")
+	want(rt.DestRange == "10.64.0.0/24" && rt.NextHopInstance == inst(zoneA, "node-0") && rt.Description == "k8s-node-route" && len(rt.Warnings) == 0,
+		"routes.get: %s via %s", rt.DestRange, rt.NextHopInstance)
+	// A route whose next-hop instance is deleted stays, with Compute's warning (the provider
+	// reports it as a blackhole).
+	op, err = svc.Routes.Insert(project, &compute.Route{Name: "kubernetes-9-uid", DestRange: "10.64.9.0/24", Network: link("global", "networks", "k8s-net"),
+		NextHopInstance: inst(zoneB, "node-3"), Priority: 1000, Description: "k8s-node-route"}).Context(ctx).Do()
+	do(op, err, "routes.insert to node-3")
+	op, err = svc.Instances.Delete(project, zoneB, "node-3").Context(ctx).Do()
+	do(op, err, "instances.delete node-3")
+	rt, err = svc.Routes.Get(project, "kubernetes-9-uid").Context(ctx).Do()
+	must(err, "routes.get to a deleted instance")
+	want(len(rt.Warnings) == 1 && rt.Warnings[0].Code == "NEXT_HOP_INSTANCE_NOT_FOUND", "routes.get: next hop gone: %v", rt.Warnings)
+	op, err = svc.Routes.Delete(project, "kubernetes-9-uid").Context(ctx).Do()
+	do(op, err, "routes.delete to a deleted instance")
 	for i := range rl.Items {
 		op, err = svc.Routes.Delete(project, rl.Items[i].Name).Context(ctx).Do()
 		do(op, err, "routes.delete")
@@ -405,5 +421,58 @@ func main() {
 	_, err = svc.Addresses.Get(project, region, lb).Context(ctx).Do()
 	wantErr(err, 404, "notFound", "addresses.get after delete")
 
+	loadBalancerExtras()
+
 	fmt.Printf("fidelity gcp: %d checks passed\n", checks)
+}
+
+// loadBalancerExtras drives the rest of the load balancers' calls: an address found by its IP
+// (upstream's GetRegionAddressByIP), the static IP released while a forwarding rule uses it
+// (Compute demotes it to the rule's ephemeral IP; upstream relies on it), and a regional
+// health check's update.
+func loadBalancerExtras() {
+	link := func(scope, coll, name string) string {
+		return "https://www.googleapis.com/compute/v1/projects/" + project + "/" + scope + "/" + coll + "/" + name
+	}
+	name := "a89abcdef0123456789abcdef0123456"
+	op, err := svc.Addresses.Insert(project, region, &compute.Address{Name: name, NetworkTier: "PREMIUM"}).Context(ctx).Do()
+	do(op, err, "addresses.insert (extras)")
+	addr, err := svc.Addresses.Get(project, region, name).Context(ctx).Do()
+	must(err, "addresses.get (extras)")
+	al, err := svc.Addresses.List(project, region).Filter("address eq " + strings.ReplaceAll(addr.Address, ".", `\.`)).Context(ctx).Do()
+	must(err, "addresses.list by IP")
+	want(len(al.Items) == 1 && al.Items[0].Name == name, "addresses.list by IP %s: %d", addr.Address, len(al.Items))
+	al, err = svc.Addresses.List(project, region).Filter(`address eq 203\.0\.113\.7`).Context(ctx).Do()
+	must(err, "addresses.list by an unknown IP")
+	want(len(al.Items) == 0, "addresses.list by an unknown IP: %d", len(al.Items))
+
+	op, err = svc.TargetPools.Insert(project, region, &compute.TargetPool{Name: name, Instances: []string{link("zones/"+zoneA, "instances", "node-0")}, SessionAffinity: "NONE"}).Context(ctx).Do()
+	do(op, err, "targetPools.insert (extras)")
+	op, err = svc.ForwardingRules.Insert(project, region, &compute.ForwardingRule{Name: name, IPAddress: addr.Address, IPProtocol: "TCP", PortRange: "80-80",
+		Target: link("regions/"+region, "targetPools", name), NetworkTier: "PREMIUM"}).Context(ctx).Do()
+	do(op, err, "forwardingRules.insert (extras)")
+	op, err = svc.Addresses.Delete(project, region, name).Context(ctx).Do()
+	do(op, err, "addresses.delete while a forwarding rule uses it (released, the rule keeps the IP)")
+	_, err = svc.Addresses.Get(project, region, name).Context(ctx).Do()
+	wantErr(err, 404, "notFound", "addresses.get after its release")
+	fr, err := svc.ForwardingRules.Get(project, region, name).Context(ctx).Do()
+	must(err, "forwardingRules.get after the address release")
+	want(fr.IPAddress == addr.Address, "forwardingRules.get: keeps %s", fr.IPAddress)
+	op, err = svc.ForwardingRules.Delete(project, region, name).Context(ctx).Do()
+	do(op, err, "forwardingRules.delete (extras)")
+	op, err = svc.TargetPools.Delete(project, region, name).Context(ctx).Do()
+	do(op, err, "targetPools.delete (extras)")
+
+	hc := &compute.HealthCheck{Name: name, Type: "HTTP", CheckIntervalSec: 8, TimeoutSec: 1, HealthyThreshold: 1, UnhealthyThreshold: 3,
+		HttpHealthCheck: &compute.HTTPHealthCheck{Port: 31000, RequestPath: "/healthz"}}
+	op, err = svc.RegionHealthChecks.Insert(project, region, hc).Context(ctx).Do()
+	do(op, err, "regionHealthChecks.insert (extras)")
+	hc.HttpHealthCheck.Port = 31001
+	op, err = svc.RegionHealthChecks.Update(project, region, name, hc).Context(ctx).Do()
+	do(op, err, "regionHealthChecks.update")
+	got, err := svc.RegionHealthChecks.Get(project, region, name).Context(ctx).Do()
+	must(err, "regionHealthChecks.get after update")
+	want(got.HttpHealthCheck != nil && got.HttpHealthCheck.Port == 31001 && got.CheckIntervalSec == 8, "regionHealthChecks.get: port %d", got.HttpHealthCheck.Port)
+	op, err = svc.RegionHealthChecks.Delete(project, region, name).Context(ctx).Do()
+	do(op, err, "regionHealthChecks.delete (extras)")
 }

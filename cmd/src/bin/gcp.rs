@@ -1,5 +1,10 @@
-//! `cloud-controller-manager-gcp`.
+//! `cloud-controller-manager-gcp` (`--cloud-provider=gce`, as upstream).
+
+use std::sync::Arc;
 
 fn main() -> std::process::ExitCode {
-    ccm_cmd::main(ccm_provider_gcp::PROVIDER_NAME)
+    ccm_cmd::main_with(
+        ccm_provider_gcp::PROVIDER_NAME,
+        Box::new(|config| Ok(Arc::new(ccm_provider_gcp::GcpProvider::from_cloud_config(config)?))),
+    )
 }

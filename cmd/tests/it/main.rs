@@ -1,6 +1,6 @@
 //! End-to-end tests of the `cloud-controller-manager-<cloud>` binaries: the real binary as a
 //! process, against a real kube-apiserver (`ccm_testbed::ControlPlane`) and the cloud's
-//! emulator (vSphere: `ccm_testbed::vcsim`; AWS: `ccm_testbed::moto`; IBM and OpenStack: the
+//! emulator (vSphere: `ccm_testbed::vcsim`; AWS: `ccm_testbed::moto`; IBM, OpenStack and GCP: the
 //! in-process emulators of `ccm_emulators`).
 //!
 //! Each provider's module builds with its feature (`--features provider-vsphere`,
@@ -20,9 +20,12 @@ mod chaos;
     all(feature = "provider-aws", feature = "testing"),
     feature = "provider-vsphere",
     feature = "provider-ibm",
-    feature = "provider-openstack"
+    feature = "provider-openstack",
+    feature = "provider-gcp"
 ))]
 mod conformance;
+#[cfg(feature = "provider-gcp")]
+mod gcp;
 #[cfg(feature = "provider-ibm")]
 mod ibm;
 #[cfg(feature = "provider-openstack")]
@@ -40,7 +43,8 @@ mod secrets;
     all(feature = "provider-aws", feature = "testing"),
     feature = "provider-vsphere",
     feature = "provider-ibm",
-    feature = "provider-openstack"
+    feature = "provider-openstack",
+    feature = "provider-gcp"
 ))]
 mod support;
 #[cfg(feature = "provider-vsphere")]

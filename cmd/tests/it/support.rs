@@ -48,6 +48,8 @@ pub enum SecretKind {
     IbmApiKey,
     /// An OpenStack password or application-credential secret (`cloud.conf`).
     OpenStackPassword,
+    /// A Google OAuth access token (metadata server, `token-url`) or a `token-body`.
+    GoogleToken,
 }
 
 static SECRETS: Mutex<Vec<(SecretKind, String)>> = Mutex::new(Vec::new());
@@ -370,6 +372,17 @@ impl Env {
     /// Starts the manager with this cloud config, the admin kubeconfig, all controllers and
     /// a 1 s node monitor period; no leader election and no serving unless `extra` says so.
     pub fn spawn_ccm(&self, cloud_config: &str, extra: &[String]) -> Ccm {
+        self.spawn_ccm_with_env(cloud_config, extra, &[])
+    }
+
+    /// [`Self::spawn_ccm`] with environment variables that depend on the test (e.g. the
+    /// emulated GCE metadata server's `GCE_METADATA_HOST`).
+    pub fn spawn_ccm_with_env(
+        &self,
+        cloud_config: &str,
+        extra: &[String],
+        env: &[(String, String)],
+    ) -> Ccm {
         register_config_secrets(cloud_config);
         let config = self.dir.join("cloud.conf");
         std::fs::write(&config, cloud_config).unwrap();
@@ -397,6 +410,7 @@ impl Env {
         let child = self
             .bin
             .command(&args)
+            .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .stdout(out.try_clone().unwrap())
             .stderr(out)
             .spawn()

@@ -10,9 +10,9 @@
 //! CONTRACT (types used by client, instances, load_balancer, routes): field names below are
 //! fixed; the parser fills them.
 //!
-//! **Syntax** is gcfg's, read by a small reader of our own (not `rust-ini`, which reads a bare
-//! `key` line together with the next line as one key, accepts `key: value` and single quotes,
-//! and lower-cases subsection names): sections and keys match case-insensitively, subsection
+//! **Syntax** is gcfg's, read by the providers' shared reader [`ccm_core::gcfg`] (not
+//! `rust-ini`, which reads a bare `key` line together with the next line as one key, accepts
+//! `key: value` and single quotes, and lower-cases subsection names): sections and keys match case-insensitively, subsection
 //! names (`[LoadBalancerClass "Gold"]`) are case-sensitive, values may be double-quoted in
 //! whole or in part (escapes `\"` `\\` `\n` `\t`), an unquoted `;` or `#` starts a comment, a
 //! `\` at the end of a line continues the value, a bare `key` (no `=`) is boolean true, and
@@ -29,7 +29,8 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use ccm_core::reference::{KeyDoc, has_key, lookup};
+use ccm_core::gcfg::{self, Section, Statement, Values};
+use ccm_core::reference::{KeyDoc, lookup};
 
 /// Why the cloud config cannot be used. Each message names the key (`[Section] key`).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -858,241 +859,6 @@ fn canonical_key(key: &'static str) -> &'static str {
     }
 }
 
-// ---- gcfg syntax -------------------------------------------------------------------------
-
-/// One statement of a gcfg file.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Statement {
-    /// `[name]` or `[name "subsection"]`.
-    Section { name: String, sub: Option<String>, line: usize },
-    /// `key = value` (`Some`) or a bare `key` (`None`).
-    Var { key: String, value: Option<String>, line: usize },
-}
-
-/// gcfg's scanner, statement by statement. Messages give the line, never the text.
-struct Lexer<'a> {
-    chars: std::iter::Peekable<std::str::Chars<'a>>,
-    line: usize,
-}
-
-impl Lexer<'_> {
-    fn peek(&mut self) -> Option<char> {
-        self.chars.peek().copied()
-    }
-
-    fn bump(&mut self) -> Option<char> {
-        let c = self.chars.next();
-        if c == Some('\n') {
-            self.line += 1;
-        }
-        c
-    }
-
-    fn skip_blanks(&mut self) {
-        while matches!(self.peek(), Some(' ' | '\t' | '\r')) {
-            self.bump();
-        }
-    }
-
-    fn skip_comment(&mut self) {
-        while !matches!(self.peek(), None | Some('\n')) {
-            self.bump();
-        }
-    }
-
-    fn error(&self, message: &str) -> ConfigError {
-        ConfigError::Syntax(format!("line {}: {message}", self.line))
-    }
-
-    /// A section or variable name: a letter, then letters, digits and `-`.
-    fn ident(&mut self) -> String {
-        let mut out = String::new();
-        while let Some(c) = self.peek().filter(|c| c.is_alphanumeric() || *c == '-') {
-            out.push(c);
-            self.bump();
-        }
-        out
-    }
-
-    /// After a statement: blanks, then a comment, a line end or the end.
-    fn end_of_statement(&mut self) -> Result<(), ConfigError> {
-        self.skip_blanks();
-        match self.peek() {
-            None | Some('\n') => Ok(()),
-            Some(';' | '#') => {
-                self.skip_comment();
-                Ok(())
-            }
-            Some(_) => Err(self.error("expected the end of the line or a comment")),
-        }
-    }
-
-    /// `[name]` or `[name "sub"]` (the `[` consumed). Subsection escapes: `\"` and `\\`.
-    fn header(&mut self) -> Result<Statement, ConfigError> {
-        let line = self.line;
-        self.skip_blanks();
-        if !self.peek().is_some_and(char::is_alphabetic) {
-            return Err(self.error("expected a section name after '['"));
-        }
-        let name = self.ident();
-        self.skip_blanks();
-        let mut sub = None;
-        if self.peek() == Some('"') {
-            self.bump();
-            let mut s = String::new();
-            loop {
-                if matches!(self.peek(), None | Some('\n')) {
-                    return Err(self.error("subsection name not terminated"));
-                }
-                match self.bump() {
-                    Some('"') => break,
-                    Some('\\') => match self.peek() {
-                        Some(c @ ('"' | '\\')) => {
-                            self.bump();
-                            s.push(c);
-                        }
-                        _ => return Err(self.error("unknown escape sequence in subsection name")),
-                    },
-                    Some(c) => s.push(c),
-                    None => {}
-                }
-            }
-            if s.is_empty() {
-                return Err(self.error("empty subsection name"));
-            }
-            sub = Some(s);
-            self.skip_blanks();
-        }
-        if self.peek() != Some(']') {
-            return Err(self.error("expected ']' to close the section header"));
-        }
-        self.bump();
-        self.end_of_statement()?;
-        Ok(Statement::Section { name, sub, line })
-    }
-
-    /// The value after `=` (blanks skipped): gcfg's `scanValString` and `unquote`.
-    fn value(&mut self) -> Result<String, ConfigError> {
-        let mut out = String::new();
-        // Unquoted blanks are kept only when more of the value follows them.
-        let mut pending = String::new();
-        let mut quoted = false;
-        loop {
-            let c = self.peek();
-            if !quoted && matches!(c, None | Some('\n' | ';' | '#')) {
-                return Ok(out);
-            }
-            if quoted && matches!(c, None | Some('\n')) {
-                return Err(self.error("quoted value not terminated"));
-            }
-            self.bump();
-            match c {
-                Some('\\') if quoted => {
-                    let escaped = match self.peek() {
-                        Some('\\') => '\\',
-                        Some('"') => '"',
-                        Some('n') => '\n',
-                        Some('t') => '\t',
-                        _ => return Err(self.error("unknown escape sequence in quoted value")),
-                    };
-                    self.bump();
-                    out.push_str(&pending);
-                    pending.clear();
-                    out.push(escaped);
-                }
-                Some('\\') => {
-                    if self.peek() == Some('\r') {
-                        self.bump();
-                    }
-                    match self.peek() {
-                        // A line continuation: nothing is added.
-                        Some('\n') => {}
-                        Some('"') => {
-                            out.push_str(&pending);
-                            pending.clear();
-                            out.push('"');
-                        }
-                        _ => {
-                            return Err(self
-                                .error("an unquoted '\\' must be followed by a line end or '\"'"));
-                        }
-                    }
-                    self.bump();
-                }
-                Some('"') => {
-                    out.push_str(&pending);
-                    pending.clear();
-                    quoted = !quoted;
-                }
-                // gcfg drops carriage returns (CRLF files).
-                Some('\r') => {}
-                Some(c @ (' ' | '\t')) if !quoted => pending.push(c),
-                Some(c) => {
-                    out.push_str(&pending);
-                    pending.clear();
-                    out.push(c);
-                }
-                None => return Ok(out),
-            }
-        }
-    }
-
-    fn next_statement(&mut self) -> Result<Option<Statement>, ConfigError> {
-        loop {
-            self.skip_blanks();
-            match self.peek() {
-                None => return Ok(None),
-                Some('\n') => {
-                    self.bump();
-                }
-                Some(';' | '#') => self.skip_comment(),
-                Some('[') => {
-                    self.bump();
-                    return self.header().map(Some);
-                }
-                Some(c) if c.is_alphabetic() => {
-                    let line = self.line;
-                    let key = self.ident();
-                    self.skip_blanks();
-                    let value = match self.peek() {
-                        None | Some('\n' | ';' | '#') => None,
-                        Some('=') => {
-                            self.bump();
-                            self.skip_blanks();
-                            Some(self.value()?)
-                        }
-                        Some(_) => {
-                            return Err(self.error(
-                                "expected `key = value`, with a key of letters, digits and '-'",
-                            ));
-                        }
-                    };
-                    self.end_of_statement()?;
-                    return Ok(Some(Statement::Var { key, value, line }));
-                }
-                Some(_) => {
-                    return Err(self.error("expected a section header or `key = value`"));
-                }
-            }
-        }
-    }
-}
-
-/// The statements of a gcfg text (a leading UTF-8 BOM skipped; NUL refused, as gcfg).
-fn statements(text: &str) -> Result<Vec<Statement>, ConfigError> {
-    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
-    if let Some(i) = text.find('\0') {
-        let line = text[..i].matches('\n').count() + 1;
-        return Err(ConfigError::Syntax(format!("line {line}: illegal character NUL")));
-    }
-    let mut lexer = Lexer { chars: text.chars().peekable(), line: 1 };
-    let mut out = Vec::new();
-    while let Some(s) = lexer.next_statement()? {
-        out.push(s);
-    }
-    Ok(out)
-}
-
 // ---- sections and raw values ---------------------------------------------------------------
 
 /// A section of the file.
@@ -1128,8 +894,17 @@ impl Sect {
     }
 }
 
-/// The values of one section: canonical key → every occurrence (`None`: a bare key).
-type Values = BTreeMap<&'static str, Vec<Option<String>>>;
+impl From<gcfg::SyntaxError> for ConfigError {
+    fn from(e: gcfg::SyntaxError) -> Self {
+        ConfigError::Syntax(e.to_string())
+    }
+}
+
+impl From<gcfg::ValueError> for ConfigError {
+    fn from(e: gcfg::ValueError) -> Self {
+        ConfigError::Invalid { key: e.key, message: e.message }
+    }
+}
 
 /// The file's values, by section (every section header seen has an entry, even empty).
 #[derive(Debug, Default)]
@@ -1141,7 +916,7 @@ fn read_gcfg(text: &str) -> Result<Raw, ConfigError> {
     let mut raw = Raw::default();
     // `None` before the first header; `Some(None)` inside `[BlockStorage]` (ignored).
     let mut current: Option<Option<Sect>> = None;
-    for statement in statements(text)? {
+    for statement in gcfg::statements(text)? {
         match statement {
             Statement::Section { name, sub, line } => {
                 let lower = name.to_ascii_lowercase();
@@ -1180,16 +955,12 @@ fn read_gcfg(text: &str) -> Result<Raw, ConfigError> {
                 };
                 let Some(sect) = sect else { continue };
                 let Some(doc) = lookup(CONFIG_KEYS, sect.doc_name(), &key) else {
-                    return Err(ConfigError::Unknown(if value.is_some() {
-                        format!("{} {key}", sect.label())
-                    } else {
-                        // A bare word may be a secret pasted on its own line: not shown.
-                        format!(
-                            "{} on line {line} (a word without '=' that is no known key; not \
-                             shown, it may be a secret)",
-                            sect.label()
-                        )
-                    }));
+                    return Err(ConfigError::Unknown(gcfg::unknown_key(
+                        &sect.label(),
+                        &key,
+                        value.is_none(),
+                        line,
+                    )));
                 };
                 raw.sections
                     .entry(sect.clone())
@@ -1203,121 +974,39 @@ fn read_gcfg(text: &str) -> Result<Raw, ConfigError> {
     Ok(raw)
 }
 
-/// Typed reads of one section's values; errors name `[Section] key`.
-struct Section<'a> {
-    sect: Sect,
-    values: &'a Values,
-}
-
 fn invalid(key: String, message: impl Into<String>) -> ConfigError {
     ConfigError::Invalid { key, message: message.into() }
 }
 
-fn parse_gcfg_bool(value: &str) -> Option<bool> {
-    match value.to_ascii_lowercase().as_str() {
-        "true" | "yes" | "on" | "1" => Some(true),
-        "false" | "no" | "off" | "0" => Some(false),
-        _ => None,
-    }
+/// OpenStack's typed reads on top of gcfg's.
+trait SectionExt {
+    fn secret(&self, key: &'static str) -> Result<Secret, ConfigError>;
+    fn path(&self, key: &'static str) -> Result<Option<PathBuf>, ConfigError>;
+    fn uint(&self, key: &'static str, default: u32, min: u32, max: u32)
+    -> Result<u32, ConfigError>;
+    fn seconds(&self, key: &'static str, default: u32) -> Result<u32, ConfigError>;
 }
 
-/// gcfg integers: decimal or `0x` hexadecimal, optionally signed.
-fn parse_gcfg_int(value: &str) -> Option<i64> {
-    let (negative, body) = match value.strip_prefix('-') {
-        Some(rest) => (true, rest),
-        None => (false, value.strip_prefix('+').unwrap_or(value)),
-    };
-    let n = match body.strip_prefix("0x").or_else(|| body.strip_prefix("0X")) {
-        Some(hex) if !hex.is_empty() && hex.chars().all(|c| c.is_ascii_hexdigit()) => {
-            i64::from_str_radix(hex, 16).ok()?
-        }
-        Some(_) => return None,
-        None if !body.is_empty() && body.chars().all(|c| c.is_ascii_digit()) => {
-            body.parse().ok()?
-        }
-        None => return None,
-    };
-    Some(if negative { -n } else { n })
-}
-
-impl Section<'_> {
-    fn key(&self, key: &str) -> String {
-        format!("{} {key}", self.sect.label())
-    }
-
-    /// The last occurrence of `key`: `None` when absent, `Some(None)` when bare.
-    fn last(&self, key: &'static str) -> Option<Option<&str>> {
-        debug_assert!(
-            lookup(CONFIG_KEYS, self.sect.doc_name(), key).is_some(),
-            "config key [{}] {key} is not in CONFIG_KEYS",
-            self.sect.doc_name()
-        );
-        debug_assert!(has_key(CONFIG_KEYS, key));
-        self.values.get(key).and_then(|v| v.last()).map(Option::as_deref)
-    }
-
-    /// A string value (`None` when absent); a bare key is an error.
-    fn opt_string(&self, key: &'static str) -> Result<Option<String>, ConfigError> {
-        match self.last(key) {
-            None => Ok(None),
-            Some(None) => Err(invalid(self.key(key), "needs a value (`key = value`)")),
-            Some(Some(v)) => Ok(Some(v.to_string())),
-        }
-    }
-
-    fn string(&self, key: &'static str) -> Result<String, ConfigError> {
-        Ok(self.opt_string(key)?.unwrap_or_default())
-    }
-
-    fn string_or(&self, key: &'static str, default: &str) -> Result<String, ConfigError> {
-        Ok(self.opt_string(key)?.unwrap_or_else(|| default.to_string()))
-    }
-
+impl SectionExt for Section<'_> {
     fn secret(&self, key: &'static str) -> Result<Secret, ConfigError> {
-        self.string(key).map(Secret)
-    }
-
-    /// A non-empty string (`None` when absent or empty).
-    fn non_empty(&self, key: &'static str) -> Result<Option<String>, ConfigError> {
-        Ok(self.opt_string(key)?.filter(|v| !v.trim().is_empty()))
+        Ok(Secret(self.string(key)?))
     }
 
     fn path(&self, key: &'static str) -> Result<Option<PathBuf>, ConfigError> {
         Ok(self.non_empty(key)?.map(PathBuf::from))
     }
 
-    /// A gcfg boolean; a bare key is true.
-    fn boolean(&self, key: &'static str, default: bool) -> Result<bool, ConfigError> {
-        match self.last(key) {
-            None => Ok(default),
-            Some(None) => Ok(true),
-            Some(Some(v)) => parse_gcfg_bool(v).ok_or_else(|| {
-                invalid(
-                    self.key(key),
-                    format!("{v:?} is not a boolean (true/false, yes/no, on/off, 1/0)"),
-                )
-            }),
-        }
-    }
-
     /// A gcfg integer in `min..=max`.
-    fn integer(
+    fn uint(
         &self,
         key: &'static str,
         default: u32,
         min: u32,
         max: u32,
     ) -> Result<u32, ConfigError> {
-        let Some(v) = self.opt_string(key)? else { return Ok(default) };
-        let range = if max == u32::MAX {
-            format!("an integer of at least {min}")
-        } else {
-            format!("an integer from {min} to {max}")
-        };
-        parse_gcfg_int(&v)
-            .and_then(|n| u32::try_from(n).ok())
-            .filter(|n| (min..=max).contains(n))
-            .ok_or_else(|| invalid(self.key(key), format!("{v:?} is not {range}")))
+        let max = if max == u32::MAX { i64::MAX } else { i64::from(max) };
+        let n = self.integer(key, i64::from(default), i64::from(min)..=max)?;
+        u32::try_from(n).map_err(|_| invalid(self.key(key), "too large"))
     }
 
     /// A Go duration (`5s`, `1m`) or a number of seconds, in whole seconds (truncated, as
@@ -1344,27 +1033,13 @@ impl Section<'_> {
         }
         u32::try_from(secs).map_err(|_| invalid(self.key(key), format!("{v:?} is too long")))
     }
-
-    /// A multi-valued key: each value is added (empty ones skipped), a bare key clears.
-    fn list(&self, key: &'static str) -> Vec<String> {
-        let _ = self.last(key);
-        let mut out = Vec::new();
-        for v in self.values.get(key).into_iter().flatten() {
-            match v {
-                None => out.clear(),
-                Some(v) if !v.trim().is_empty() => out.push(v.clone()),
-                Some(_) => {}
-            }
-        }
-        out
-    }
 }
 
 impl Raw {
     fn section(&self, sect: Sect) -> Section<'_> {
         static EMPTY: Values = BTreeMap::new();
         let values = self.sections.get(&sect).unwrap_or(&EMPTY);
-        Section { sect, values }
+        Section::new(sect.label(), CONFIG_KEYS, sect.doc_name(), values)
     }
 }
 
@@ -1864,7 +1539,7 @@ fn merge_clouds(
             ));
         }
     }
-    if e.get("verify").is_some_and(|v| parse_gcfg_bool(v) == Some(false)) {
+    if e.get("verify").is_some_and(|v| gcfg::parse_bool(v) == Some(false)) {
         tracing::warn!(
             file = %path.display(),
             cloud = %name,
@@ -2101,8 +1776,8 @@ fn parse_load_balancer(s: &Section<'_>) -> Result<LoadBalancerOpts, ConfigError>
         create_monitor: s.boolean("create-monitor", d.create_monitor)?,
         monitor_delay: s.seconds("monitor-delay", d.monitor_delay)?,
         monitor_timeout: s.seconds("monitor-timeout", d.monitor_timeout)?,
-        monitor_max_retries: s.integer("monitor-max-retries", d.monitor_max_retries, 1, 10)?,
-        monitor_max_retries_down: s.integer(
+        monitor_max_retries: s.uint("monitor-max-retries", d.monitor_max_retries, 1, 10)?,
+        monitor_max_retries_down: s.uint(
             "monitor-max-retries-down",
             d.monitor_max_retries_down,
             1,
@@ -2117,7 +1792,7 @@ fn parse_load_balancer(s: &Section<'_>) -> Result<LoadBalancerOpts, ConfigError>
         enable_ingress_hostname: s.boolean("enable-ingress-hostname", d.enable_ingress_hostname)?,
         ingress_hostname_suffix: s
             .string_or("ingress-hostname-suffix", &d.ingress_hostname_suffix)?,
-        max_shared_lb: s.integer("max-shared-lb", d.max_shared_lb, 0, u32::MAX)?,
+        max_shared_lb: s.uint("max-shared-lb", d.max_shared_lb, 0, u32::MAX)?,
         container_store: s.string_or("container-store", &d.container_store)?,
         default_tls_container_ref: s.string("default-tls-container-ref")?,
         provider_requires_serial_api_calls: s
@@ -2137,6 +1812,7 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
 
     use super::*;
+    use ccm_core::reference::has_key;
 
     /// The smallest config that parses: password authentication.
     const MINIMAL: &str = "\

@@ -23,12 +23,15 @@
 //! issued (metadata server or token URL; 401 `authError`); an insert of an existing name is a
 //! 409 `alreadyExists`; an unknown resource is a 404 `notFound`; a `PATCH`/`PUT` or
 //! `setLabels` with a stale `fingerprint`/`labelFingerprint` is a 412 `conditionNotMet`;
-//! deleting a resource another one references (an address, target pool, health check,
-//! instance group or backend service in use) is a 400 `resourceInUseByAnotherResource`; a
+//! deleting a resource another one references (a target pool, health check, instance group
+//! or backend service in use) is a 400 `resourceInUseByAnotherResource`, but deleting an
+//! address a forwarding rule uses releases it (the rule keeps its IP, now ephemeral: how
+//! upstream's load balancers "demote" the static IP they held, kubernetes/kubernetes#20662); a
 //! forwarding rule's `target`/`backendService`, a target pool's instances and health checks,
-//! a backend service's groups and health checks must exist (404 `notFound`). Mutations are
-//! applied at once and answer with an `Operation` that is `PENDING`, then `RUNNING`, then
-//! `DONE` after [`GcpOptions::pending`]. Lists page with `maxResults` (at most
+//! a backend service's groups and health checks must exist (404 `notFound`); a route whose
+//! `nextHopInstance` was deleted stays, listed with the warning `NEXT_HOP_INSTANCE_NOT_FOUND`.
+//! Mutations are applied at once and answer with an `Operation` that is `PENDING`, then
+//! `RUNNING`, then `DONE` after [`GcpOptions::pending`]. Lists page with `maxResults` (at most
 //! [`GcpOptions::max_results`]) and `pageToken`; `filter` takes `field eq|ne regex`,
 //! `field = value` and `field != value` terms (ANDed, optionally parenthesised).
 //! Errors: `{"error":{"code","message","errors":[{"message","domain","reason"}]}}`.
@@ -643,6 +646,11 @@ impl GcpCloud {
         t
     }
 
+    /// Every token issued and not forgotten (tests scan logs for them).
+    pub fn tokens(&self) -> Vec<String> {
+        lock(&self.state).tokens.iter().cloned().collect()
+    }
+
     /// Every resource of a collection in every scope (`instances`, `targetPools`…).
     pub fn resources(&self, coll: &str) -> Vec<Value> {
         let st = lock(&self.state);
@@ -882,7 +890,24 @@ impl GcpCloud {
                 v["users"] = json!(users);
             }
         }
+        if v["kind"] == "compute#route" {
+            self.route_warnings(st, &mut v);
+        }
         v
+    }
+
+    /// Compute's warning on a route whose `nextHopInstance` no longer exists (the route stays,
+    /// leading nowhere: `NEXT_HOP_INSTANCE_NOT_FOUND`).
+    fn route_warnings(&self, st: &State, v: &mut Value) {
+        let Some(hop) = v["nextHopInstance"].as_str().map(String::from) else { return };
+        if self.exists(st, &hop, &["instances"]) {
+            return;
+        }
+        v["warnings"] = json!([{
+            "code": "NEXT_HOP_INSTANCE_NOT_FOUND",
+            "message": format!("Next hop instance '{}' does not exist.", rel(&hop)),
+            "data": [{ "key": "instance", "value": hop }],
+        }]);
     }
 
     fn authorise(&self, req: &Request<Bytes>) -> Res<()> {
@@ -1337,6 +1362,26 @@ impl GcpCloud {
         }
     }
 
+    /// An internal address from the named subnetwork's range (as Compute allocates one),
+    /// when the body names a known subnetwork with an IPv4 range.
+    fn alloc_subnet_ip(st: &mut State, subnet_link: &str) -> Option<String> {
+        let name = subnet_link.rsplit('/').next()?;
+        let range = st
+            .res
+            .iter()
+            .find(|((c, _, n), _)| c == "subnetworks" && n == name)
+            .and_then(|(_, v)| v["ipCidrRange"].as_str().map(str::to_string))?;
+        let net: ipnet::Ipv4Net = range.parse().ok()?;
+        let hosts = (1u64 << (32 - u32::from(net.prefix_len()))).saturating_sub(2);
+        if hosts < 512 {
+            return None;
+        }
+        st.next_ip += 1;
+        // From the top half of the range, clear of the instances' addresses.
+        let offset = (hosts / 2 + u64::from(st.next_ip) % (hosts / 2)) as u32;
+        Some(std::net::Ipv4Addr::from(u32::from(net.network()) + offset).to_string())
+    }
+
     fn alloc_ip(st: &mut State, internal: bool) -> String {
         st.next_ip += 1;
         let n = st.next_ip;
@@ -1405,7 +1450,12 @@ impl GcpCloud {
             "addresses" => {
                 let internal = body["addressType"] == "INTERNAL";
                 if body["address"].as_str().unwrap_or_default().is_empty() {
-                    body["address"] = json!(Self::alloc_ip(&mut st, internal));
+                    let subnet = body["subnetwork"].as_str().unwrap_or_default().to_string();
+                    let ip = internal
+                        .then(|| Self::alloc_subnet_ip(&mut st, &subnet))
+                        .flatten()
+                        .unwrap_or_else(|| Self::alloc_ip(&mut st, internal));
+                    body["address"] = json!(ip);
                 }
                 default(&mut body, "addressType", "EXTERNAL");
                 if !internal {
@@ -1415,7 +1465,12 @@ impl GcpCloud {
             "forwardingRules" => {
                 let internal = body["loadBalancingScheme"] == "INTERNAL";
                 if body["IPAddress"].as_str().unwrap_or_default().is_empty() {
-                    body["IPAddress"] = json!(Self::alloc_ip(&mut st, internal));
+                    let subnet = body["subnetwork"].as_str().unwrap_or_default().to_string();
+                    let ip = internal
+                        .then(|| Self::alloc_subnet_ip(&mut st, &subnet))
+                        .flatten()
+                        .unwrap_or_else(|| Self::alloc_ip(&mut st, internal));
+                    body["IPAddress"] = json!(ip);
                 }
                 default(&mut body, "IPProtocol", "TCP");
                 default(&mut body, "loadBalancingScheme", "EXTERNAL");
@@ -1565,6 +1620,15 @@ impl GcpCloud {
         out
     }
 
+    /// The referrers that keep a resource from being deleted: all of them, except for an
+    /// address, which Compute releases while forwarding rules use its IP (they keep it).
+    fn delete_blockers(&self, st: &State, coll: &str, scope: &str, name: &str) -> Vec<String> {
+        if coll == "addresses" {
+            return vec![];
+        }
+        self.users(st, coll, scope, name)
+    }
+
     fn delete(&self, scope: &str, coll: &str, name: &str) -> Res<Value> {
         let mut st = lock(&self.state);
         let key: Key = (coll.into(), scope.into(), name.into());
@@ -1572,7 +1636,7 @@ impl GcpCloud {
             return Err(not_found(&self.path_of(scope, coll, name)));
         }
         if coll != "instances" {
-            let users = self.users(&st, coll, scope, name);
+            let users = self.delete_blockers(&st, coll, scope, name);
             if let Some(u) = users.first() {
                 return Err(bad(
                     "resourceInUseByAnotherResource",

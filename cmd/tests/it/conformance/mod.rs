@@ -31,6 +31,8 @@ use crate::support::{Binary, Ccm, Env, addresses, has_taint, label, provider_id}
 
 #[cfg(all(feature = "provider-aws", feature = "testing"))]
 mod aws;
+#[cfg(feature = "provider-gcp")]
+mod gcp;
 #[cfg(feature = "provider-ibm")]
 pub(crate) mod ibm;
 #[cfg(feature = "provider-openstack")]

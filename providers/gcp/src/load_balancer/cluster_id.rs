@@ -1,0 +1,172 @@
+//! The cluster ID in the shared names (`k8s-<clusterID>-node`, `k8s-ig--<clusterID>`), as
+//! upstream's `gce_clusterid.go`: the ConfigMap `kube-system/ingress-uid`, key `provider-uid`
+//! when present, else `uid`. When the ConfigMap does not exist it is created with a random
+//! 16-hex-digit ID under both keys (ingress-gce reads the same ConfigMap, so both controllers
+//! agree). Read once, then kept: upstream watches the ConfigMap, but a changed ID would orphan
+//! every shared resource, so a change takes effect at the next start (logged then).
+
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::sync::{Mutex, OnceLock};
+
+use ccm_core::cloud::ProviderError;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, ObjectMeta, PostParams};
+
+/// The ConfigMap's namespace.
+pub const NAMESPACE: &str = "kube-system";
+/// The ConfigMap's name.
+pub const CONFIG_MAP: &str = "ingress-uid";
+/// The cluster's UID key.
+pub const KEY_UID: &str = "uid";
+/// The provider's UID key (wins when present).
+pub const KEY_PROVIDER_UID: &str = "provider-uid";
+
+/// The ID a ConfigMap's data gives: `provider-uid`, else `uid`.
+pub fn id_from_data(data: &BTreeMap<String, String>) -> Option<String> {
+    data.get(KEY_PROVIDER_UID).or_else(|| data.get(KEY_UID)).cloned()
+}
+
+/// 8 random bytes as 16 hex digits (upstream's `makeUID`).
+pub fn make_uid() -> String {
+    let mut b = [0u8; 8];
+    let random = std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut b));
+    if random.is_err() {
+        // No /dev/urandom: the std hasher's random keys and the time.
+        use std::hash::{BuildHasher, Hasher};
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u128(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos())
+                .unwrap_or_default(),
+        );
+        b = h.finish().to_be_bytes();
+    }
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// Where the cluster ID comes from.
+#[derive(Default)]
+pub struct ClusterId {
+    fixed: OnceLock<String>,
+    kube: OnceLock<kube::Client>,
+    cached: Mutex<Option<String>>,
+}
+
+impl std::fmt::Debug for ClusterId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClusterId").field("fixed", &self.fixed.get()).finish_non_exhaustive()
+    }
+}
+
+impl ClusterId {
+    /// Uses `id` (tests, or a deployment that names it) instead of the ConfigMap.
+    pub fn set_fixed(&self, id: String) {
+        let _ = self.fixed.set(id);
+    }
+
+    /// The Kubernetes client the ConfigMap is read (and created) with.
+    pub fn set_kube(&self, client: kube::Client) {
+        let _ = self.kube.set(client);
+    }
+
+    /// The cluster ID.
+    pub async fn get(&self) -> Result<String, ProviderError> {
+        if let Some(id) = self.fixed.get() {
+            return Ok(id.clone());
+        }
+        if let Some(id) = self.cached.lock().map(|c| c.clone()).unwrap_or_default() {
+            return Ok(id);
+        }
+        let Some(kube) = self.kube.get() else {
+            return Err(ProviderError::other(
+                "GCE cluster ID unknown: the load balancer has no Kubernetes client to read ConfigMap kube-system/ingress-uid (the provider was not initialised)",
+            ));
+        };
+        let id = read_or_create(kube).await?;
+        tracing::info!(cluster_id = %id, "GCE: cluster ID from ConfigMap kube-system/ingress-uid");
+        if let Ok(mut c) = self.cached.lock() {
+            *c = Some(id.clone());
+        }
+        Ok(id)
+    }
+}
+
+async fn read_or_create(kube: &kube::Client) -> Result<String, ProviderError> {
+    let api: Api<ConfigMap> = Api::namespaced(kube.clone(), NAMESPACE);
+    let fail = |what: &str, e: kube::Error| {
+        ProviderError::with_source(
+            format!("GCE cluster ID: {what} ConfigMap {NAMESPACE}/{CONFIG_MAP}: {e}"),
+            e,
+        )
+    };
+    let existing = api.get_opt(CONFIG_MAP).await.map_err(|e| fail("reading", e))?;
+    if let Some(cm) = existing {
+        return id_from_data(&cm.data.unwrap_or_default()).ok_or_else(|| {
+            ProviderError::other(format!(
+                "GCE cluster ID: ConfigMap {NAMESPACE}/{CONFIG_MAP} has neither `{KEY_PROVIDER_UID}` nor `{KEY_UID}`"
+            ))
+        });
+    }
+    let id = make_uid();
+    let cm = ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(CONFIG_MAP.into()),
+            namespace: Some(NAMESPACE.into()),
+            ..Default::default()
+        },
+        data: Some(BTreeMap::from([
+            (KEY_UID.to_string(), id.clone()),
+            (KEY_PROVIDER_UID.to_string(), id.clone()),
+        ])),
+        ..Default::default()
+    };
+    match api.create(&PostParams::default(), &cm).await {
+        Ok(_) => {
+            tracing::info!(cluster_id = %id, "GCE: created ConfigMap kube-system/ingress-uid with a new cluster ID");
+            Ok(id)
+        }
+        // Created meanwhile (ingress-gce, another replica): read theirs.
+        Err(kube::Error::Api(s)) if s.code == 409 => {
+            let cm = api.get(CONFIG_MAP).await.map_err(|e| fail("reading", e))?;
+            id_from_data(&cm.data.unwrap_or_default()).ok_or_else(|| {
+                ProviderError::other(format!(
+                    "GCE cluster ID: ConfigMap {NAMESPACE}/{CONFIG_MAP} has neither `{KEY_PROVIDER_UID}` nor `{KEY_UID}`"
+                ))
+            })
+        }
+        Err(e) => Err(fail("creating", e)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn provider_uid_wins() {
+        let d =
+            |kv: &[(&str, &str)]| kv.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        assert_eq!(id_from_data(&d(&[("uid", "a"), ("provider-uid", "b")])), Some("b".into()));
+        assert_eq!(id_from_data(&d(&[("uid", "a")])), Some("a".into()));
+        assert_eq!(id_from_data(&d(&[])), None);
+    }
+
+    #[test]
+    fn uids_are_16_hex_digits_and_differ() {
+        let (a, b) = (make_uid(), make_uid());
+        assert_eq!(a.len(), 16);
+        assert!(a.bytes().all(|c| c.is_ascii_hexdigit()));
+        assert_ne!(a, b);
+    }
+
+    #[tokio::test]
+    async fn a_fixed_id_needs_no_client_and_none_is_an_error() {
+        let c = ClusterId::default();
+        let e = c.get().await.unwrap_err().to_string();
+        assert!(e.contains("kube-system/ingress-uid"), "{e}");
+        c.set_fixed("c0ffee".into());
+        assert_eq!(c.get().await.unwrap(), "c0ffee");
+    }
+}

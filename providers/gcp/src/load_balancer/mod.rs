@@ -1,0 +1,543 @@
+//! LoadBalancer: the external target-pool network load balancer and the internal passthrough
+//! load balancer, named and built as upstream's `gce_loadbalancer{,_external,_internal}.go`.
+//!
+//! | module | owns |
+//! |---|---|
+//! | [`annotations`] | the Service fields and annotations read, their reference table, checked before any call |
+//! | [`naming`] | every resource name and description (upstream's, byte for byte) |
+//! | [`cluster_id`] | the cluster ID of the shared names: ConfigMap `kube-system/ingress-uid` |
+//! | `external` | address, target pool, legacy HTTP health check, forwarding rule, firewalls |
+//! | `internal` | instance groups, health check, backend service, internal forwarding rule, address, firewalls |
+//! | `firewall` | firewall objects, upstream's drift checks, create/patch/delete |
+//! | `hosts` | the nodes' instances and network tags |
+//! | `api` | one function per Compute call (reads via `call`, mutations via `mutate`) |
+//!
+//! - **Which Services**: `spec.loadBalancerClass` other than upstream's two legacy classes →
+//!   [`ProviderError::ImplementedElsewhere`] (delete: nothing to do). External Services with
+//!   `cloud.google.com/l4-rbs: enabled` (or the RBS class, or the newer controllers'
+//!   finalizers) are GKE's L4 controller's, unless this provider already manages their
+//!   target-pool forwarding rule (upstream's `gke.networking.io/l4-netlb-v1` finalizer test;
+//!   here the forwarding rule itself is the proof, as the provider does not write finalizers).
+//! - **Scheme switch**: a forwarding rule of the other scheme is deleted with everything of
+//!   its kind before the new kind is built (upstream).
+//! - **Existence** ([`LoadBalancer::get_load_balancer`]): the forwarding rule; without it, as
+//!   upstream, a Service with upstream's finalizer exists; and (this provider's stand-in for
+//!   that finalizer) any of the target pool, backend service, `k8s-fw-<lb>` firewall or
+//!   address named for the Service, so a half-finished delete is finished.
+//! - **Delete** removes upstream's `gke.networking.io/l4-{netlb,ilb}-v1` finalizer from the
+//!   Service when a Kubernetes client was given ([`GceLoadBalancer::set_kube_client`]), so
+//!   Services created by the upstream controller can be deleted after the swap.
+//! - Errors name the load balancer and the Service; a 412 (a stale fingerprint: a shared
+//!   backend service changed meanwhile) is [`ProviderError::RetryAfter`]
+//!   ([`Timings::conflict_retry`]); a throttled call is [`ProviderError::Throttled`].
+
+pub mod annotations;
+mod api;
+pub mod cluster_id;
+mod external;
+mod firewall;
+mod hosts;
+mod internal;
+pub mod naming;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use ccm_core::cloud::{CloudLoadBalancer, LoadBalancer, ProviderError, default_load_balancer_name};
+use k8s_openapi::api::core::v1::{LoadBalancerIngress, LoadBalancerStatus, Node, Service};
+
+pub use annotations::ANNOTATIONS;
+use annotations::{Class, Scheme, ServiceConfig, has_finalizer, keys};
+use api::Api;
+
+use crate::client::{GceClient, GceError};
+
+/// Delays the load balancers ask the service controller for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timings {
+    /// The retry delay after Compute refused an update for a stale fingerprint (412: another
+    /// Service changed a shared backend service meanwhile).
+    pub conflict_retry: Duration,
+}
+
+impl Default for Timings {
+    fn default() -> Self {
+        Timings { conflict_retry: Duration::from_secs(5) }
+    }
+}
+
+/// A failure inside a load balancer operation, given the load balancer's name at the top.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum LbError {
+    /// A Compute call failed.
+    #[error(transparent)]
+    Gce(#[from] GceError),
+    /// Anything else, already in the controller's terms.
+    #[error(transparent)]
+    Provider(#[from] ProviderError),
+}
+
+/// Everything one operation on one Service's load balancer needs.
+pub(crate) struct Ctx<'a> {
+    pub api: Api<'a>,
+    /// `a<uid>`[:32].
+    pub lb: String,
+    /// The cluster ID of the shared names.
+    pub cluster_id: String,
+    /// The Service.
+    pub service: &'a Service,
+}
+
+/// The GCE load balancers.
+pub struct GceLoadBalancer {
+    client: Arc<GceClient>,
+    timings: Timings,
+    cluster_id: cluster_id::ClusterId,
+    kube: std::sync::OnceLock<kube::Client>,
+    /// Serialises the changes to resources Services share (the nodes health check and its
+    /// firewall, instance groups, shared backend services), as upstream's
+    /// `sharedResourceLock`.
+    shared: tokio::sync::Mutex<()>,
+    /// Upstream's `GetNodeTags` cache: the tags last computed and for which instance names.
+    tags: Mutex<Option<(Vec<String>, Vec<String>)>>,
+}
+
+impl std::fmt::Debug for GceLoadBalancer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GceLoadBalancer").field("timings", &self.timings).finish_non_exhaustive()
+    }
+}
+
+impl GceLoadBalancer {
+    /// Load balancers through `client`. The cluster ID comes from ConfigMap
+    /// `kube-system/ingress-uid` once [`Self::set_kube_client`] was called, or from
+    /// [`Self::set_cluster_id`].
+    pub fn new(client: Arc<GceClient>, timings: Timings) -> Self {
+        GceLoadBalancer {
+            client,
+            timings,
+            cluster_id: cluster_id::ClusterId::default(),
+            kube: std::sync::OnceLock::new(),
+            shared: tokio::sync::Mutex::new(()),
+            tags: Mutex::new(None),
+        }
+    }
+
+    /// The Kubernetes client (from the provider's `initialize`): reads (or creates) the
+    /// cluster ID ConfigMap, and removes upstream's finalizers from deleted Services.
+    pub fn set_kube_client(&self, client: kube::Client) {
+        self.cluster_id.set_kube(client.clone());
+        let _ = self.kube.set(client);
+    }
+
+    /// Uses `id` as the cluster ID instead of reading the ConfigMap (tests).
+    pub fn set_cluster_id(&self, id: impl Into<String>) {
+        self.cluster_id.set_fixed(id.into());
+    }
+
+    /// The error the controller sees: named by load balancer and Service.
+    fn finish(&self, lb: &str, service: &str, e: LbError) -> ProviderError {
+        match e {
+            LbError::Gce(e) if e.is_throttled() => {
+                ProviderError::Throttled(format!("load balancer {lb} ({service}): {e}"))
+            }
+            LbError::Gce(e) if e.is_precondition() => ProviderError::RetryAfter {
+                message: format!("load balancer {lb} ({service}): {e}"),
+                delay: self.timings.conflict_retry,
+            },
+            LbError::Gce(e) => {
+                ProviderError::with_source(format!("load balancer {lb} ({service}): {e}"), e)
+            }
+            LbError::Provider(ProviderError::Other { message, source }) => ProviderError::Other {
+                message: format!("load balancer {lb} ({service}): {message}"),
+                source,
+            },
+            LbError::Provider(e) => e,
+        }
+    }
+
+    async fn ctx<'a>(&'a self, service: &'a Service) -> Result<Ctx<'a>, LbError> {
+        let cluster_id = self.cluster_id.get().await?;
+        let api = Api::new(&self.client).await?;
+        Ok(Ctx { api, lb: default_load_balancer_name(service), cluster_id, service })
+    }
+
+    /// Upstream's `GetNodeTags`: `node-tags`, else computed from the instances of `names`
+    /// (cached while the names stay the same).
+    pub(crate) async fn node_tags(
+        &self,
+        api: &Api<'_>,
+        names: &[String],
+    ) -> Result<Vec<String>, LbError> {
+        if !api.scope.node_tags.is_empty() {
+            return Ok(api.scope.node_tags.clone());
+        }
+        if let Ok(cache) = self.tags.lock()
+            && let Some((n, t)) = cache.as_ref()
+            && n == names
+        {
+            return Ok(t.clone());
+        }
+        let hosts = hosts::hosts(api, names).await?;
+        let tags = hosts::target_tags(&[], &hosts).map_err(ProviderError::other)?;
+        if let Ok(mut cache) = self.tags.lock() {
+            *cache = Some((names.to_vec(), tags.clone()));
+        }
+        Ok(tags)
+    }
+
+    async fn ensure(
+        &self,
+        service: &Service,
+        nodes: &[Node],
+    ) -> Result<LoadBalancerStatus, ProviderError> {
+        let key = annotations::service_key(service);
+        if let Class::Other(class) = annotations::class(service) {
+            tracing::info!(service = %key, %class, "GCE: ignoring a Service of another load balancer class");
+            return Err(ProviderError::ImplementedElsewhere);
+        }
+        // Everything the Service asks is checked before the first Compute call.
+        let conf = ServiceConfig::parse(service)?;
+        let lb = default_load_balancer_name(service);
+        let run = async {
+            let cx = self.ctx(service).await?;
+            let mut existing = cx.api.forwarding_rule(&cx.lb).await?;
+            if let Some(fr) = &existing {
+                let have =
+                    Scheme::of_rule(fr.load_balancing_scheme.as_ref().and_then(|s| s.name()));
+                if have != conf.scheme {
+                    tracing::info!(load_balancer = %cx.lb, service = %key, from = have.compute(), to = conf.scheme.compute(),
+                        "GCE: load balancer scheme changed; deleting the old one");
+                    match have {
+                        Scheme::Internal => {
+                            internal::delete_for_service(self, &cx, existing.as_ref()).await?
+                        }
+                        Scheme::External => external::delete_for_service(self, &cx).await?,
+                    }
+                    existing = None;
+                }
+            }
+            match conf.scheme {
+                Scheme::External => {
+                    Box::pin(external::ensure(self, &cx, &conf, existing, nodes)).await
+                }
+                Scheme::Internal => {
+                    Box::pin(internal::ensure(self, &cx, &conf, existing, nodes)).await
+                }
+            }
+        };
+        Box::pin(run).await.map_err(|e| self.finish(&lb, &key, e))
+    }
+
+    async fn update(&self, service: &Service, nodes: &[Node]) -> Result<(), ProviderError> {
+        if let Class::Other(_) = annotations::class(service) {
+            return Err(ProviderError::ImplementedElsewhere);
+        }
+        let scheme = annotations::scheme(service)?;
+        let key = annotations::service_key(service);
+        let lb = default_load_balancer_name(service);
+        let run = async {
+            let cx = self.ctx(service).await?;
+            match scheme {
+                Scheme::External => external::update(self, &cx, nodes).await,
+                Scheme::Internal => {
+                    let conf = ServiceConfig::parse(service)?;
+                    internal::update(self, &cx, &conf, nodes).await
+                }
+            }
+        };
+        run.await.map_err(|e| self.finish(&lb, &key, e))
+    }
+
+    async fn delete(&self, service: &Service) -> Result<(), ProviderError> {
+        let key = annotations::service_key(service);
+        if let Class::Other(_) = annotations::class(service) {
+            // Never ours; nothing to clean up (the class cannot change).
+            return Ok(());
+        }
+        let lb = default_load_balancer_name(service);
+        let run = async {
+            let cx = self.ctx(service).await?;
+            let existing = cx.api.forwarding_rule(&cx.lb).await?;
+            // The rule's own scheme when it still exists; else the Service's (both kinds when
+            // the Service's annotation is unreadable).
+            let schemes = match (&existing, annotations::scheme(service)) {
+                (Some(fr), _) => {
+                    vec![Scheme::of_rule(fr.load_balancing_scheme.as_ref().and_then(|s| s.name()))]
+                }
+                (None, Ok(s)) => vec![s],
+                (None, Err(_)) => vec![Scheme::External, Scheme::Internal],
+            };
+            for s in schemes {
+                match s {
+                    Scheme::External => {
+                        if !external::ours(service, existing.as_ref()) {
+                            tracing::info!(service = %key, "GCE: external load balancer implemented elsewhere; nothing to delete");
+                            continue;
+                        }
+                        external::delete_for_service(self, &cx).await?
+                    }
+                    Scheme::Internal => {
+                        internal::delete_for_service(self, &cx, existing.as_ref()).await?
+                    }
+                }
+            }
+            self.remove_upstream_finalizers(service).await
+        };
+        run.await.map_err(|e| self.finish(&lb, &key, e))
+    }
+
+    /// Removes upstream's `gke.networking.io/l4-{netlb,ilb}-v1` finalizers (written by the
+    /// upstream controller before the swap), so the Service's deletion is not held forever.
+    async fn remove_upstream_finalizers(&self, service: &Service) -> Result<(), LbError> {
+        let ours: Vec<&str> = [keys::FINALIZER_NETLB_V1, keys::FINALIZER_ILB_V1]
+            .into_iter()
+            .filter(|f| has_finalizer(service, f))
+            .collect();
+        if ours.is_empty() {
+            return Ok(());
+        }
+        let (Some(kube), Some(name)) = (self.kube.get(), service.metadata.name.as_deref()) else {
+            tracing::warn!(service = %annotations::service_key(service), finalizers = ?ours,
+                "GCE: cannot remove upstream's finalizers: no Kubernetes client");
+            return Ok(());
+        };
+        let ns = service.metadata.namespace.as_deref().unwrap_or("default");
+        let api: kube::Api<Service> = kube::Api::namespaced(kube.clone(), ns);
+        let patch =
+            serde_json::json!({ "metadata": { "$deleteFromPrimitiveList/finalizers": ours } });
+        match api
+            .patch(name, &kube::api::PatchParams::default(), &kube::api::Patch::Strategic(&patch))
+            .await
+        {
+            Ok(_) => {
+                tracing::info!(service = %annotations::service_key(service), finalizers = ?ours, "GCE: removed upstream's finalizers");
+                Ok(())
+            }
+            Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+            Err(e) => {
+                Err(ProviderError::with_source(format!("removing finalizers {ours:?}: {e}"), e)
+                    .into())
+            }
+        }
+    }
+
+    async fn get(&self, service: &Service) -> Result<Option<LoadBalancerStatus>, ProviderError> {
+        let key = annotations::service_key(service);
+        let lb = default_load_balancer_name(service);
+        let run = async {
+            let api = Api::new(&self.client).await?;
+            if let Some(fr) = api.forwarding_rule(&lb).await? {
+                return Ok(Some(status(fr.ip_address.as_deref().unwrap_or_default())));
+            }
+            if has_finalizer(service, keys::FINALIZER_ILB_V1)
+                || has_finalizer(service, keys::FINALIZER_NETLB_V1)
+            {
+                return Ok(Some(LoadBalancerStatus::default()));
+            }
+            let left = api.target_pool(&lb).await?.is_some()
+                || api.backend_service(&lb).await?.is_some()
+                || api.firewall(&naming::firewall(&lb)).await?.is_some()
+                || api.address(&lb).await?.is_some();
+            Ok(left.then(LoadBalancerStatus::default))
+        };
+        run.await.map_err(|e: LbError| self.finish(&lb, &key, e))
+    }
+}
+
+/// A status with one ingress IP.
+pub(crate) fn status(ip: &str) -> LoadBalancerStatus {
+    LoadBalancerStatus {
+        ingress: Some(vec![LoadBalancerIngress { ip: Some(ip.to_string()), ..Default::default() }]),
+    }
+}
+
+#[async_trait]
+impl LoadBalancer for GceLoadBalancer {
+    async fn get_load_balancer(
+        &self,
+        _cluster_name: &str,
+        service: &Service,
+    ) -> Result<Option<LoadBalancerStatus>, ProviderError> {
+        self.get(service).await
+    }
+
+    async fn ensure_load_balancer(
+        &self,
+        _cluster_name: &str,
+        service: &Service,
+        nodes: &[Node],
+    ) -> Result<LoadBalancerStatus, ProviderError> {
+        self.ensure(service, nodes).await
+    }
+
+    async fn update_load_balancer(
+        &self,
+        _cluster_name: &str,
+        service: &Service,
+        nodes: &[Node],
+    ) -> Result<(), ProviderError> {
+        self.update(service, nodes).await
+    }
+
+    async fn ensure_load_balancer_deleted(
+        &self,
+        _cluster_name: &str,
+        service: &Service,
+    ) -> Result<(), ProviderError> {
+        self.delete(service).await
+    }
+
+    /// The region's forwarding rules named `a<uid>` and described for a Service, with their
+    /// target pool or backend service, health checks, firewalls and address. Owned when
+    /// something names this cluster: the shared `k8s-<clusterID>-node` health check (external,
+    /// Cluster policy) or the `k8s-ig--<clusterID>` instance groups (internal). An external
+    /// Local-policy load balancer carries no cluster name: listed, never owned.
+    async fn list_cloud_load_balancers(
+        &self,
+        _cluster_name: &str,
+    ) -> Result<Vec<CloudLoadBalancer>, ProviderError> {
+        let run = async {
+            let cluster_id = self.cluster_id.get().await?;
+            let api = Api::new(&self.client).await?;
+            let mut out = Vec::new();
+            for fr in api.forwarding_rules().await? {
+                if let Some(entry) = inventory(&api, &cluster_id, fr).await? {
+                    out.push(entry.lb);
+                }
+            }
+            Ok::<_, LbError>(out)
+        };
+        run.await.map_err(|e| self.finish("*", "orphans", e))
+    }
+
+    /// Deletes a listed load balancer after checking again that it is owned.
+    async fn delete_cloud_load_balancer(
+        &self,
+        _cluster_name: &str,
+        lb: &CloudLoadBalancer,
+    ) -> Result<(), ProviderError> {
+        let run = async {
+            let cluster_id = self.cluster_id.get().await?;
+            let api = Api::new(&self.client).await?;
+            let Some(fr) = api.forwarding_rule(&lb.name).await? else { return Ok(()) };
+            let Some(entry) = inventory(&api, &cluster_id, fr).await? else {
+                return Err(ProviderError::Invalid {
+                    what: format!("load balancer {}", lb.name),
+                    message: "not a load balancer of this provider, refusing to delete it".into(),
+                }
+                .into());
+            };
+            if !entry.lb.owned {
+                return Err(ProviderError::Invalid {
+                    what: format!("load balancer {}", lb.name),
+                    message: format!("not owned by cluster ID {cluster_id}, refusing to delete it"),
+                }
+                .into());
+            }
+            let _guard = self.shared.lock().await;
+            match entry.kind {
+                Kind::External { health_checks } => {
+                    external::delete(&api, &lb.name, &cluster_id, &health_checks).await
+                }
+                Kind::Internal { backend_service, health_check } => {
+                    internal::delete(
+                        &api,
+                        &lb.name,
+                        &cluster_id,
+                        &backend_service,
+                        health_check.as_deref(),
+                    )
+                    .await
+                }
+            }
+        };
+        run.await.map_err(|e| self.finish(&lb.name, lb.service.as_deref().unwrap_or("orphan"), e))
+    }
+}
+
+enum Kind {
+    External { health_checks: Vec<String> },
+    Internal { backend_service: String, health_check: Option<String> },
+}
+
+struct Entry {
+    lb: CloudLoadBalancer,
+    kind: Kind,
+}
+
+fn resource(kind: &str, name: &str) -> ccm_core::cloud::CloudResource {
+    ccm_core::cloud::CloudResource { kind: kind.into(), id: name.into(), name: name.into() }
+}
+
+/// A forwarding rule as a [`CloudLoadBalancer`], when it has this provider's shape.
+async fn inventory(
+    api: &Api<'_>,
+    cluster_id: &str,
+    fr: google_cloud_compute_v1::model::ForwardingRule,
+) -> Result<Option<Entry>, LbError> {
+    let name = fr.name.clone().unwrap_or_default();
+    let service = fr.description.as_deref().and_then(naming::service_of_description);
+    if !naming::is_load_balancer_name(&name) || service.is_none() {
+        return Ok(None);
+    }
+    let mut resources = vec![];
+    if let Some(a) = api.address(&name).await? {
+        resources.push(resource("address", a.name.as_deref().unwrap_or(&name)));
+    }
+    if api.firewall(&naming::firewall(&name)).await?.is_some() {
+        resources.push(resource("firewall", &naming::firewall(&name)));
+    }
+    let (kind, owned, what) = if fr.target.as_deref().is_some_and(|t| !t.is_empty()) {
+        let mut hcs = vec![];
+        if let Some(tp) = api.target_pool(&name).await? {
+            resources.push(resource("target pool", &name));
+            hcs = tp
+                .health_checks
+                .iter()
+                .map(|h| crate::client::last_segment(h).to_string())
+                .collect();
+        }
+        for h in &hcs {
+            resources.push(resource("HTTP health check", h));
+        }
+        let owned = hcs.iter().any(|h| naming::is_shared_health_check(h, cluster_id));
+        (Kind::External { health_checks: hcs }, owned, "target-pool network load balancer")
+    } else {
+        let bs_name = fr
+            .backend_service
+            .as_deref()
+            .map(crate::client::last_segment)
+            .unwrap_or(&name)
+            .to_string();
+        let mut hc = None;
+        let mut owned = false;
+        if let Some(bs) = api.backend_service(&bs_name).await? {
+            resources.push(resource("backend service", &bs_name));
+            hc = bs.health_checks.first().map(|h| crate::client::last_segment(h).to_string());
+            owned = bs.backends.iter().any(|b| {
+                b.group.as_deref().map(crate::client::last_segment)
+                    == Some(naming::instance_group(cluster_id).as_str())
+            });
+        }
+        if let Some(h) = &hc {
+            resources.push(resource("health check", h));
+        }
+        (
+            Kind::Internal { backend_service: bs_name, health_check: hc },
+            owned,
+            "internal passthrough load balancer",
+        )
+    };
+    let lb = CloudLoadBalancer {
+        name: name.clone(),
+        kind: what.into(),
+        id: fr.id.map(|i| i.to_string()).unwrap_or_default(),
+        ingress: fr.ip_address.into_iter().collect(),
+        owned,
+        service,
+        resources,
+    };
+    Ok(Some(Entry { lb, kind }))
+}

@@ -1,0 +1,164 @@
+//! The client: scope discovery, credentials from the metadata server (renewed when they
+//! expire), `token-url`, Compute's errors, retries, and waiting for operations.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use ccm_emulators::faults::{Fault, FaultRule};
+use ccm_emulators::gcp::GcpOptions;
+use ccm_emulators::server::ServerOptions;
+use ccm_provider_gcp::client::{GceClient, GceError, link};
+use ccm_provider_gcp::config::{Credentials, Global, Secret};
+use google_cloud_compute_v1::model::Address;
+
+use crate::fixture::{self, NETWORK, PROJECT, REGION, ZONE_A, ZONE_B};
+
+#[tokio::test]
+async fn the_scope_comes_from_the_config_and_the_region_s_zones() {
+    let f = fixture::start().await;
+    let s = f.client.scope().await.unwrap();
+    assert_eq!(s.project, PROJECT);
+    assert_eq!(s.network_project, PROJECT);
+    assert_eq!(s.region, REGION);
+    assert_eq!(s.local_zone, ZONE_A);
+    assert_eq!(s.zones, vec![ZONE_A.to_string(), ZONE_B.to_string()]);
+    assert_eq!(s.network_url, link(&format!("projects/{PROJECT}/global/networks/{NETWORK}")));
+    // Worked out once.
+    f.client.scope().await.unwrap();
+    assert_eq!(f.server.counters().get("compute.zones.list"), 1);
+}
+
+#[tokio::test]
+async fn without_a_config_the_metadata_server_names_project_zone_and_network() {
+    let f = fixture::start().await;
+    let client = GceClient::new(&Global::default(), f.options.clone()).unwrap();
+    let s = client.scope().await.unwrap();
+    assert_eq!(s.project, PROJECT);
+    // The metadata server speaks for the world's first instance (node-a, zone a); without
+    // multizone only the local zone is managed.
+    assert_eq!(s.local_zone, ZONE_A);
+    assert_eq!(s.zones, vec![ZONE_A.to_string()]);
+    assert_eq!(s.network_url, link(&format!("projects/{PROJECT}/global/networks/{NETWORK}")));
+    assert_eq!(f.server.counters().get("compute.zones.list"), 0);
+}
+
+#[tokio::test]
+async fn mutations_wait_for_their_operation_and_errors_keep_compute_s_reason() {
+    let f = fixture::start().await;
+    let c = f.client.compute().await.unwrap();
+    let insert = || {
+        c.addresses
+            .insert()
+            .set_project(PROJECT)
+            .set_region(REGION)
+            .set_body(Address::new().set_name("a1"))
+            .send()
+    };
+    f.client.mutate("compute.addresses.insert", insert).await.unwrap();
+    // The operation was polled to DONE: the address is there, with an IP.
+    let got = f
+        .client
+        .call("compute.addresses.get", || {
+            c.addresses.get().set_project(PROJECT).set_region(REGION).set_address("a1").send()
+        })
+        .await
+        .unwrap();
+    assert!(got.address.is_some_and(|a| !a.is_empty()));
+    assert!(f.server.counters().get("compute.regionOperations.get") >= 1);
+
+    let e = f.client.mutate("compute.addresses.insert", insert).await.unwrap_err();
+    assert!(e.is_already_exists(), "{e}");
+    assert!(e.to_string().contains("compute.addresses.insert: 409 alreadyExists"), "{e}");
+
+    let e = f
+        .client
+        .call("compute.addresses.get", || {
+            c.addresses.get().set_project(PROJECT).set_region(REGION).set_address("nope").send()
+        })
+        .await
+        .unwrap_err();
+    assert!(e.is_not_found(), "{e}");
+    assert!(!e.is_already_exists());
+}
+
+#[tokio::test]
+async fn reads_are_retried_when_throttled_and_5xx_mutations_are_not() {
+    let f = fixture::start().await;
+    let c = f.client.compute().await.unwrap();
+    f.server
+        .inject(
+            FaultRule::new("compute.zones.get", Fault::Throttle { retry_after_secs: 0 }).times(2),
+        )
+        .unwrap();
+    let z = f
+        .client
+        .call("compute.zones.get", || c.zones.get().set_project(PROJECT).set_zone(ZONE_B).send())
+        .await
+        .unwrap();
+    assert_eq!(z.name.as_deref(), Some(ZONE_B));
+    assert_eq!(f.server.counters().get("compute.zones.get"), 3);
+
+    f.server
+        .inject(
+            FaultRule::new("compute.addresses.insert", Fault::Status { status: 503, body: None })
+                .times(1),
+        )
+        .unwrap();
+    let e = f
+        .client
+        .mutate("compute.addresses.insert", || {
+            c.addresses
+                .insert()
+                .set_project(PROJECT)
+                .set_region(REGION)
+                .set_body(Address::new().set_name("a2"))
+                .send()
+        })
+        .await
+        .unwrap_err();
+    assert!(matches!(e, GceError::Api { status: 503, .. }), "{e}");
+    assert_eq!(f.server.counters().get("compute.addresses.insert"), 1);
+}
+
+#[tokio::test]
+async fn an_expiring_metadata_token_is_renewed_and_a_dead_compute_is_an_error_in_time() {
+    let opts = GcpOptions {
+        pending: Duration::from_millis(50),
+        token_lifetime: Duration::from_secs(2),
+        ..GcpOptions::default()
+    };
+    let f = fixture::start_with(fixture::WORLD, opts, ServerOptions::default()).await;
+    let c = f.client.compute().await.unwrap();
+    let get = || c.zones.get().set_project(PROJECT).set_zone(ZONE_A).send();
+    f.client.call("compute.zones.get", get).await.unwrap();
+    let tokens = || f.server.counters().get("metadata.get");
+    let before = tokens();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    // The token the SDK holds has expired: a new one is fetched, and no call fails.
+    f.client.call("compute.zones.get", get).await.unwrap();
+    assert!(tokens() > before, "no new token was fetched");
+
+    f.server.inject(FaultRule::new("compute.*", Fault::Hang)).unwrap();
+    let started = std::time::Instant::now();
+    let e = f.client.call("compute.zones.get", get).await.unwrap_err();
+    assert!(matches!(e, GceError::Deadline(_)), "{e}");
+    assert!(started.elapsed() < Duration::from_secs(40));
+}
+
+#[tokio::test]
+async fn token_url_credentials_post_the_body_and_never_leak_the_token() {
+    let f = fixture::start().await;
+    let mut g = fixture::global();
+    g.credentials = Credentials::TokenUrl {
+        url: format!("{}/token", f.server.url()).parse().unwrap(),
+        body: Some(Secret("{\"cluster\":\"x\"}".into())),
+    };
+    let client = Arc::new(GceClient::new(&g, f.options.clone()).unwrap());
+    let c = client.compute().await.unwrap();
+    client
+        .call("compute.zones.get", || c.zones.get().set_project(PROJECT).set_zone(ZONE_A).send())
+        .await
+        .unwrap();
+    assert_eq!(f.server.counters().get("token.alt"), 1);
+    assert!(!format!("{client:?}").contains("cluster"));
+}

@@ -1,0 +1,12 @@
+//! Integration tests of the GCP provider against the Compute emulator
+//! (`ccm_emulators::gcp`), through the same SDK crates as production.
+// Test helpers panic on failure by design.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod client;
+mod config;
+mod credential;
+mod fixture;
+mod instances;
+mod load_balancer;
+mod routes;
