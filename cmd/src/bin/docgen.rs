@@ -72,6 +72,8 @@ fn flags_page() -> String {
 async fn pages() -> Result<Vec<(&'static str, String)>, String> {
     use ccm_provider_aws::config::CONFIG_KEYS as AWS_CONFIG;
     use ccm_provider_aws::load_balancer::annotations::ANNOTATIONS as AWS_ANN;
+    use ccm_provider_gcp::config::CONFIG_KEYS as GCP_CONFIG;
+    use ccm_provider_gcp::load_balancer::ANNOTATIONS as GCP_ANN;
     use ccm_provider_ibm::config::CONFIG_KEYS as IBM_CONFIG;
     use ccm_provider_ibm::load_balancer::ANNOTATIONS as IBM_ANN;
     use ccm_provider_openstack::config::CONFIG_KEYS as OPENSTACK_CONFIG;
@@ -104,6 +106,20 @@ async fn pages() -> Result<Vec<(&'static str, String)>, String> {
                  keys in camelCase (`insecureFlag`, `secretName`, ...). vSphere has no \
                  load balancer and so no Service annotations.",
             ),
+        ),
+        (
+            "gcp-config.md",
+            config_page(
+                "GCP",
+                "providers/gcp/src/config.rs",
+                GCP_CONFIG,
+                " Upstream's `gce.conf`: one `[global]` section. Without `--cloud-config` every \
+                 value comes from the metadata server, as upstream.",
+            ),
+        ),
+        (
+            "gcp-annotations.md",
+            annotation_page("GCP", "providers/gcp/src/load_balancer/annotations.rs", GCP_ANN),
         ),
         ("ibm-config.md", config_page("IBM Cloud", "providers/ibm/src/config.rs", IBM_CONFIG, "")),
         (

@@ -259,9 +259,8 @@ async fn external_and_internal_load_balancers_get_addresses_follow_nodes_and_lea
         .await
         .unwrap();
     let mut ilb = load_balancer_service("default", "ilb", 8080);
-    ilb.metadata.annotations = Some(
-        [("networking.gke.io/load-balancer-type".to_string(), "Internal".to_string())].into(),
-    );
+    ilb.metadata.annotations =
+        Some([("networking.gke.io/load-balancer-type".to_string(), "Internal".to_string())].into());
     let ilb = services.create(&PostParams::default(), &ilb).await.unwrap();
     let start = Instant::now();
     let ip = wait_for("an address on web", || ingress_ip(&services, "web")).await;
@@ -284,7 +283,7 @@ async fn external_and_internal_load_balancers_get_addresses_follow_nodes_and_lea
     let pool = cloud.resource("targetPools", "regions/us-central1", &lb).expect("the pool");
     assert_eq!(instance_names(&pool["instances"]), ["node-a", "node-b"]);
     let hc = format!("k8s-{id}-node");
-    assert_eq!(names(&cloud, "httpHealthChecks"), [hc.clone()]);
+    assert_eq!(names(&cloud, "httpHealthChecks"), [hc]);
     let fws = names(&cloud, "firewalls");
     for want in [format!("k8s-fw-{lb}"), format!("k8s-{id}-node-http-hc")] {
         assert!(fws.contains(&want), "{want} not in {fws:?}");
@@ -304,7 +303,7 @@ async fn external_and_internal_load_balancers_get_addresses_follow_nodes_and_lea
     let ig_name = format!("k8s-ig--{id}");
     assert_eq!(igs.len(), 2, "one group per zone: {igs:#?}");
     assert!(igs.iter().all(|g| str_of(g, "name") == ig_name));
-    assert_eq!(names(&cloud, "backendServices"), [ilb_name.clone()]);
+    assert_eq!(names(&cloud, "backendServices"), [ilb_name]);
 
     // A third node: it joins the target pool and its zone's instance group.
     register(&nodes, "node-d", "10.0.0.14", "True").await;
@@ -328,4 +327,124 @@ async fn external_and_internal_load_balancers_get_addresses_follow_nodes_and_lea
     assert!(left.is_empty(), "left in the cloud: {left:#?}\nmanager log:\n{}", ccm.logs());
     register_tokens(&cloud);
     drop(ccm);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_ipam_gives_each_node_its_alias_range() {
+    let (cloud, server) = emulator(Duration::from_millis(200)).await;
+    let env = Env::start(BIN).await;
+    let _logs = env.cp.log_guard();
+    let ccm = env.spawn_ccm_with_env(
+        &gce_conf(&server.url()),
+        &[
+            "--configure-cloud-routes=false".into(),
+            "--allocate-node-cidrs=true".into(),
+            "--cidr-allocator-type=CloudAllocator".into(),
+            "--cluster-cidr=10.64.0.0/14".into(),
+        ],
+        &metadata_env(&server),
+    );
+    let nodes = env.nodes();
+    register(&nodes, "node-a", "10.0.0.11", "True").await;
+    register(&nodes, "node-b", "10.0.16.12", "True").await;
+    for (name, want) in [("node-a", "10.64.1.0/24"), ("node-b", "10.64.2.0/24")] {
+        let got = wait_for(&format!("{name}'s pod CIDR"), || async {
+            nodes.get(name).await.ok()?.spec?.pod_cidr
+        })
+        .await;
+        assert_eq!(got, want, "manager log:\n{}", ccm.logs());
+        let n = nodes.get(name).await.unwrap();
+        assert_eq!(n.spec.unwrap().pod_cidrs, Some(vec![want.to_string()]));
+    }
+    register_tokens(&cloud);
+    drop(ccm);
+}
+
+const AUTH_PLUGIN: &str = env!("CARGO_BIN_EXE_auth-provider-gcp");
+
+/// Runs `auth-provider-gcp` as the kubelet does: `args`, one request on stdin, the metadata
+/// server at `server`. (exit code, stdout, stderr); stderr and stdout are scanned for tokens.
+async fn auth_plugin(
+    server: &Server,
+    cloud: &GcpCloud,
+    args: &[&str],
+    stdin: &str,
+) -> (i32, String, String) {
+    use tokio::io::AsyncWriteExt;
+    let mut child = tokio::process::Command::new(AUTH_PLUGIN)
+        .args(args)
+        .env_remove("GOOGLE_APPLICATION_CREDENTIALS")
+        .env("GCE_METADATA_HOST", server.url().trim_start_matches("http://"))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(stdin.as_bytes()).await.unwrap();
+    let out = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output())
+        .await
+        .unwrap()
+        .unwrap();
+    register_tokens(cloud);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    crate::support::assert_no_secrets("auth-provider-gcp (stderr)", &stderr);
+    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into_owned(), stderr)
+}
+
+#[tokio::test]
+async fn auth_provider_gcp_answers_the_kubelet_for_each_flow_and_refuses_bad_input() {
+    let (cloud, server) = emulator(Duration::from_millis(50)).await;
+    cloud.set_attribute(
+        "google-dockercfg",
+        Some(r#"{"registry.example.com":{"auth":"dXNlcjpzM2NyZXQ="}}"#),
+    );
+    let request = |image: &str| {
+        format!(
+            r#"{{"apiVersion":"credentialprovider.kubelet.k8s.io/v1","kind":"CredentialProviderRequest","image":"{image}"}}"#
+        )
+    };
+
+    // gcr: the metadata server's token as `_token`, for Google's registries.
+    let (code, out, err) = auth_plugin(
+        &server,
+        &cloud,
+        &["get-credentials", "--authFlow=gcr"],
+        &request("us-docker.pkg.dev/p/r/img:1"),
+    )
+    .await;
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["kind"], "CredentialProviderResponse");
+    let auth = v["auth"].as_object().unwrap();
+    assert!(auth.contains_key("*.pkg.dev") && auth.contains_key("gcr.io"), "{out}");
+    assert_eq!(auth["gcr.io"]["username"], "_token");
+    let token = auth["gcr.io"]["password"].as_str().unwrap();
+    assert!(
+        cloud.tokens().iter().any(|t| t == token),
+        "the password is a token the metadata server issued"
+    );
+
+    // dockercfg: the instance attribute's credentials.
+    let (code, out, err) = auth_plugin(
+        &server,
+        &cloud,
+        &["get-credentials", "--authFlow=dockercfg"],
+        &request("registry.example.com/app:2"),
+    )
+    .await;
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["auth"]["registry.example.com"]["username"], "user");
+
+    // Malformed input: a non-zero exit and one line naming the problem.
+    for (args, stdin, want) in [
+        (vec!["get-credentials"], "{not json".to_string(), "CredentialProviderRequest"),
+        (vec!["get-credentials", "--authFlow=carrier-pigeon"], request("gcr.io/p/i"), "authFlow"),
+        (vec!["fetch-credentials"], request("gcr.io/p/i"), "fetch-credentials"),
+    ] {
+        let (code, _, err) = auth_plugin(&server, &cloud, &args, &stdin).await;
+        assert_ne!(code, 0, "{args:?}: {err}");
+        assert!(err.contains(want), "{args:?}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "{err}");
+    }
 }

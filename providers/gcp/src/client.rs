@@ -317,10 +317,6 @@ pub struct Compute {
     pub firewalls: gc::Firewalls,
     /// `compute.routes`.
     pub routes: gc::Routes,
-    /// `compute.networks`.
-    pub networks: gc::Networks,
-    /// `compute.subnetworks`.
-    pub subnetworks: gc::Subnetworks,
     zone_operations: gc::ZoneOperations,
     region_operations: gc::RegionOperations,
     global_operations: gc::GlobalOperations,
@@ -521,8 +517,6 @@ impl GceClient {
                     instance_groups: build!(gc::InstanceGroups, "instanceGroups", e, c),
                     firewalls: build!(gc::Firewalls, "firewalls", e, c),
                     routes: build!(gc::Routes, "routes", e, c),
-                    networks: build!(gc::Networks, "networks", e, c),
-                    subnetworks: build!(gc::Subnetworks, "subnetworks", e, c),
                     zone_operations: build!(gc::ZoneOperations, "zoneOperations", e, c),
                     region_operations: build!(gc::RegionOperations, "regionOperations", e, c),
                     global_operations: build!(gc::GlobalOperations, "globalOperations", e, c),
