@@ -21,6 +21,16 @@ pub struct KeyDoc {
     pub doc: &'static str,
 }
 
+/// A Service annotation's entry (annotations have no INI section).
+pub const fn annotation(
+    key: &'static str,
+    value: &'static str,
+    example: &'static str,
+    doc: &'static str,
+) -> KeyDoc {
+    KeyDoc { section: "", key, value, example, doc }
+}
+
 /// The entry for `key` in `section` (both case-insensitive; `section` compared up to its first
 /// space, so `VirtualCenter "vc1"` finds `VirtualCenter "<server>"`).
 pub fn lookup<'t>(table: &'t [KeyDoc], section: &str, key: &str) -> Option<&'t KeyDoc> {

@@ -11,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"sort"
@@ -357,7 +358,9 @@ func main() {
 	do(op, err, "forwardingRules.insert internal")
 	ifr, err := svc.ForwardingRules.Get(project, region, "ilb-"+lb).Context(ctx).Do()
 	must(err, "forwardingRules.get internal")
-	want(strings.HasPrefix(ifr.IPAddress, "10.") && ifr.AllowGlobalAccess, "forwardingRules.get internal: %s global access %v", ifr.IPAddress, ifr.AllowGlobalAccess)
+	// Compute takes an internal rule's address from its subnetwork's range (subnet-a: 10.0.0.0/20).
+	_, subnetA, _ := net.ParseCIDR("10.0.0.0/20")
+	want(subnetA.Contains(net.ParseIP(ifr.IPAddress)) && ifr.AllowGlobalAccess, "forwardingRules.get internal: %s in subnet-a, global access %v", ifr.IPAddress, ifr.AllowGlobalAccess)
 	_, err = svc.InstanceGroups.Delete(project, zoneA, ig).Context(ctx).Do()
 	wantErr(err, 400, "resourceInUseByAnotherResource", "instanceGroups.delete while a backend service uses it")
 

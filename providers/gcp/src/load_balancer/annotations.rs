@@ -63,14 +63,7 @@ pub mod keys {
     pub const FINALIZER_ILB_V2: &str = "gke.networking.io/l4-ilb-v2";
 }
 
-const fn kd(
-    key: &'static str,
-    value: &'static str,
-    example: &'static str,
-    doc: &'static str,
-) -> KeyDoc {
-    KeyDoc { section: "", key, value, example, doc }
-}
+use ccm_core::reference::annotation as kd;
 
 /// Every annotation the provider reads, with its documentation: [`annotation`] reads only
 /// keys listed here (checked in debug builds), and the tests feed every example back into

@@ -88,14 +88,7 @@ pub mod keys {
     pub const SOURCE_RANGES: &str = "service.beta.kubernetes.io/load-balancer-source-ranges";
 }
 
-const fn kd(
-    key: &'static str,
-    value: &'static str,
-    example: &'static str,
-    doc: &'static str,
-) -> KeyDoc {
-    KeyDoc { section: "", key, value, example, doc }
-}
+use ccm_core::reference::annotation as kd;
 
 /// Every annotation the provider reads, with its documentation: [`annotation`] reads only
 /// keys listed here (checked in debug builds and so by every test), and the tests feed every
