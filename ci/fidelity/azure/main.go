@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"strings"
 	"time"
@@ -282,6 +283,62 @@ func main() {
 	}
 	ok("compute.virtual_machine_scale_set_vms.instance_view pool/1")
 
+	// The provider's batched node lookups: VMs of a resource group with their instance views
+	// (upstream ListVMInstanceView), and a scale set's NICs (Microsoft.Compute path, network
+	// API version 2018-10-01): all of the set's, one VM's, one NIC.
+	ivs := 0
+	for p := vms.NewListPager(rg, &armcompute.VirtualMachinesClientListOptions{Expand: to.Ptr(armcompute.ExpandTypeForListVMsInstanceView)}); p.More(); {
+		page, err := p.NextPage(ctx)
+		must(err, "virtualMachines.list ($expand=instanceView)")
+		for _, vm := range page.Value {
+			if vm.Properties.InstanceView == nil || power(vm.Properties.InstanceView) == "" {
+				fail("virtualMachines.list ($expand=instanceView): %s without power state", str(vm.Name))
+			}
+			ivs++
+		}
+	}
+	if ivs != 4 {
+		fail("virtualMachines.list ($expand=instanceView): want 4 VMs, got %d", ivs)
+	}
+	ok("compute.virtual_machines.list ($expand=instanceView): %d with power states", ivs)
+	ssNics := []string{}
+	for p := nics.NewListVirtualMachineScaleSetNetworkInterfacesPager(rg, "pool", nil); p.More(); {
+		page, err := p.NextPage(ctx)
+		must(err, "networkInterfaces.listVirtualMachineScaleSetNetworkInterfaces")
+		for _, n := range page.Value {
+			if n.Properties == nil || n.Properties.VirtualMachine == nil || len(n.Properties.IPConfigurations) == 0 {
+				fail("scale-set NIC %s: no VM or IP configurations", str(n.ID))
+			}
+			c := n.Properties.IPConfigurations[0]
+			if c.Properties.PrivateIPAddress == nil || c.Properties.Primary == nil || !*c.Properties.Primary {
+				fail("scale-set NIC %s: primary IP configuration %+v", str(n.ID), c.Properties)
+			}
+			ssNics = append(ssNics, str(n.Properties.VirtualMachine.ID)[strings.LastIndex(str(n.Properties.VirtualMachine.ID), "/")+1:]+"="+str(c.Properties.PrivateIPAddress))
+		}
+	}
+	if len(ssNics) != 3 {
+		fail("networkInterfaces.listVirtualMachineScaleSetNetworkInterfaces: %v", ssNics)
+	}
+	ok("network.network_interfaces.list_virtual_machine_scale_set_network_interfaces pool: %v", ssNics)
+	vmNics := 0
+	for p := nics.NewListVirtualMachineScaleSetVMNetworkInterfacesPager(rg, "pool", "1", nil); p.More(); {
+		page, err := p.NextPage(ctx)
+		must(err, "networkInterfaces.listVirtualMachineScaleSetVMNetworkInterfaces")
+		vmNics += len(page.Value)
+	}
+	if vmNics != 1 {
+		fail("networkInterfaces.listVirtualMachineScaleSetVMNetworkInterfaces pool/1: %d", vmNics)
+	}
+	ssNicID := *ssvm.Properties.NetworkProfile.NetworkInterfaces[0].ID
+	ssNic, err := nics.GetVirtualMachineScaleSetNetworkInterface(ctx, rg, "pool", "1", ssNicID[strings.LastIndex(ssNicID, "/")+1:], nil)
+	must(err, "networkInterfaces.getVirtualMachineScaleSetNetworkInterface")
+	if !strings.EqualFold(str(ssNic.ID), ssNicID) {
+		fail("scale-set NIC: want %s, got %s", ssNicID, str(ssNic.ID))
+	}
+	ok("network.network_interfaces.{list_virtual_machine_scale_set_vm_network_interfaces,get_virtual_machine_scale_set_network_interface} pool/1: %s", *ssNic.ID)
+	_, err = nics.GetVirtualMachineScaleSetNetworkInterface(ctx, rg, "pool", "1", "no-such-nic", nil)
+	armErr(err, 404, "ResourceNotFound", "getVirtualMachineScaleSetNetworkInterface missing NIC")
+
 	// Subnet, NSG, route table.
 	subnets := network.NewSubnetsClient()
 	sn, err := subnets.Get(ctx, rg, "vnet", "subnet", nil)
@@ -390,11 +447,29 @@ func main() {
 	_, err = ssPoller.PollUntilDone(ctx, &runtimePoll)
 	must(err, "virtualMachineScaleSetVMs.update poll")
 	ok("compute.virtual_machine_scale_set_vms.update (LRO): pool membership")
+	// ... and in the scale set's model, so instances it adds later join (upstream's ensureVMSSInPool).
+	ssModel, err := sets.Get(ctx, rg, "pool", nil)
+	must(err, "virtualMachineScaleSets.get")
+	ssModel.Properties.VirtualMachineProfile.NetworkProfile.NetworkInterfaceConfigurations[0].Properties.IPConfigurations[0].Properties.LoadBalancerBackendAddressPools = []*armcompute.SubResource{{ID: to.Ptr(poolID)}}
+	ssModelPoller, err := sets.BeginCreateOrUpdate(ctx, rg, "pool", ssModel.VirtualMachineScaleSet, nil)
+	must(err, "virtualMachineScaleSets.createOrUpdate")
+	_, err = ssModelPoller.PollUntilDone(ctx, &runtimePoll)
+	must(err, "virtualMachineScaleSets.createOrUpdate poll")
+	ok("compute.virtual_machine_scale_sets.create_or_update (LRO): pool in the model")
 	got, err := lbs.Get(ctx, rg, cluster, nil)
 	must(err, "loadBalancers.get")
 	members := got.Properties.BackendAddressPools[0].Properties.BackendIPConfigurations
 	if len(members) != 2 {
 		fail("backend pool: want 2 backendIPConfigurations (NIC + scale-set VM), got %d", len(members))
+	}
+	ssMember := false
+	for _, m := range members {
+		if strings.HasSuffix(str(m.ID), "/virtualMachineScaleSets/pool/virtualMachines/1/networkInterfaces/pool/ipConfigurations/ipconfig1") {
+			ssMember = true
+		}
+	}
+	if !ssMember {
+		fail("backend pool: no scale-set VM IP configuration <vm>/networkInterfaces/<nic config>/ipConfigurations/<ip config> among %d", len(members))
 	}
 	ok("network.load_balancers.get: pool has %d backendIPConfigurations", len(members))
 	pipRead, err := pips.Get(ctx, rg, svcPip, nil)
@@ -403,6 +478,22 @@ func main() {
 		fail("service PIP ipConfiguration: %v", pipRead.Properties.IPConfiguration)
 	}
 	ok("network.public_ip_addresses.get: ipConfiguration -> the frontend")
+	// The load balancer lists a resource group's public IPs (release, loadBalancerIP lookup).
+	npip, svcListed := 0, false
+	for p := pips.NewListPager(rg, nil); p.More(); {
+		page, err := p.NextPage(ctx)
+		must(err, "publicIPAddresses.list")
+		for _, x := range page.Value {
+			if str(x.Name) == svcPip && str(x.Properties.IPAddress) == str(pipRes.Properties.IPAddress) {
+				svcListed = true
+			}
+		}
+		npip += len(page.Value)
+	}
+	if !svcListed {
+		fail("publicIPAddresses.list: %d, without the service PIP %s", npip, svcPip)
+	}
+	ok("network.public_ip_addresses.list: %d", npip)
 
 	// Deleting the public IP while the frontend uses it, or the LB while its pool is used, fails.
 	_, err = pips.BeginDelete(ctx, rg, svcPip, nil)
@@ -472,6 +563,13 @@ func main() {
 	must(err, "virtualMachineScaleSetVMs.update (remove)")
 	_, err = ssPoller.PollUntilDone(ctx, &runtimePoll)
 	must(err, "virtualMachineScaleSetVMs.update (remove) poll")
+	ssModel2, err := sets.Get(ctx, rg, "pool", nil)
+	must(err, "virtualMachineScaleSets.get")
+	ssModel2.Properties.VirtualMachineProfile.NetworkProfile.NetworkInterfaceConfigurations[0].Properties.IPConfigurations[0].Properties.LoadBalancerBackendAddressPools = nil
+	ssModelPoller, err = sets.BeginCreateOrUpdate(ctx, rg, "pool", ssModel2.VirtualMachineScaleSet, nil)
+	must(err, "virtualMachineScaleSets.createOrUpdate (remove)")
+	_, err = ssModelPoller.PollUntilDone(ctx, &runtimePoll)
+	must(err, "virtualMachineScaleSets.createOrUpdate (remove) poll")
 	delPoller, err := lbs.BeginDelete(ctx, rg, cluster, nil)
 	must(err, "loadBalancers.delete")
 	_, err = delPoller.PollUntilDone(ctx, &runtimePoll)
@@ -526,7 +624,7 @@ func main() {
 	var inst struct {
 		Compute struct {
 			Name, Location, VMSize, Zone, ResourceGroupName, SubscriptionID, VMScaleSetName, ResourceID string
-			PlatformFaultDomain                                                                      string
+			PlatformFaultDomain                                                                         string
 		}
 		Network struct {
 			Interface []struct {
@@ -544,7 +642,9 @@ func main() {
 	}
 	ok("imds.instance: %s %s zone %s %s", inst.Compute.Name, inst.Compute.VMSize, inst.Compute.Zone, inst.Network.Interface[0].IPv4.IPAddress[0].PrivateIPAddress)
 	code, body = imds("/metadata/loadbalancer?api-version=2020-10-01&format=json", true)
-	var lbm struct{ LoadBalancer struct{ PublicIPAddresses []json.RawMessage } }
+	var lbm struct {
+		LoadBalancer struct{ PublicIPAddresses []json.RawMessage }
+	}
 	if code != 200 || json.Unmarshal(body, &lbm) != nil {
 		fail("IMDS loadbalancer: %d %s", code, body)
 	}
@@ -568,6 +668,63 @@ func main() {
 		fail("ARM with a managed-identity token: %d", resp.StatusCode)
 	}
 	ok("imds.token: managed-identity token accepted by ARM")
+
+	// ACR (acr-credential-provider): a managed-identity token for the registry scope, the
+	// registry's challenge read as upstream reads it, and the refresh-token exchange. The
+	// emulator serves every host on one port: the registry's name goes in the Host header.
+	{
+		registry := "myreg.azurecr.io"
+		code, body := imds("/metadata/identity/oauth2/token?api-version=2018-02-01&resource="+url.QueryEscape("https://containerregistry.azure.net"), true)
+		var acrTok struct {
+			AccessToken string `json:"access_token"`
+		}
+		if code != 200 || json.Unmarshal(body, &acrTok) != nil || acrTok.AccessToken == "" {
+			fail("IMDS token for ACR: %d %s", code, body)
+		}
+		req, _ := http.NewRequest("GET", base+"/v2/", nil)
+		req.Host = registry
+		resp, err := httpClient.Do(req)
+		must(err, "acr.challenge")
+		resp.Body.Close()
+		chal := resp.Header.Values("Www-Authenticate")
+		if resp.StatusCode != 401 || len(chal) != 1 || !strings.HasPrefix(chal[0], "Bearer ") {
+			fail("acr.challenge: %d %q", resp.StatusCode, chal)
+		}
+		params := map[string]string{}
+		for _, kv := range strings.Split(strings.TrimPrefix(chal[0], "Bearer "), ",") {
+			if k, v, found := strings.Cut(strings.TrimSpace(kv), "="); found {
+				params[k] = strings.Trim(v, `"`)
+			}
+		}
+		realm, err := url.Parse(params["realm"])
+		if err != nil || realm.Host != registry || params["service"] != registry {
+			fail("acr.challenge: realm %q service %q", params["realm"], params["service"])
+		}
+		ok("acr.challenge: 401 Bearer realm=%s service=%s", params["realm"], params["service"])
+		exchange := func(token string) (int, []byte) {
+			form := url.Values{"grant_type": {"access_token_refresh_token"}, "service": {params["service"]},
+				"tenant": {tenant}, "access_token": {token}, "refresh_token": {token}}
+			req, _ := http.NewRequest("POST", base+"/oauth2/exchange", strings.NewReader(form.Encode()))
+			req.Host = realm.Host
+			req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+			resp, err := httpClient.Do(req)
+			must(err, "acr.exchange")
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			return resp.StatusCode, b
+		}
+		if code, _ := exchange(mi.AccessToken); code != 401 {
+			fail("acr.exchange accepted an ARM-audience token: %d", code)
+		}
+		code, body = exchange(acrTok.AccessToken)
+		var rt struct {
+			RefreshToken string `json:"refresh_token"`
+		}
+		if code != 200 || json.Unmarshal(body, &rt) != nil || rt.RefreshToken == "" {
+			fail("acr.exchange: %d %s", code, body)
+		}
+		ok("acr.exchange: ACR refresh token for %s (an ARM token refused)", registry)
+	}
 
 	fmt.Printf("fidelity azure: %d checks passed\n", checks)
 }

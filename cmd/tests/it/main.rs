@@ -14,6 +14,8 @@
 #[cfg(all(feature = "provider-aws", feature = "testing"))]
 mod aws;
 // Chaos suite (issue #21): ignored scenarios that ci/chaos runs.
+#[cfg(feature = "provider-azure")]
+mod azure;
 #[cfg(any(all(feature = "provider-aws", feature = "testing"), feature = "provider-ibm"))]
 mod chaos;
 #[cfg(any(
@@ -21,7 +23,8 @@ mod chaos;
     feature = "provider-vsphere",
     feature = "provider-ibm",
     feature = "provider-openstack",
-    feature = "provider-gcp"
+    feature = "provider-gcp",
+    feature = "provider-azure"
 ))]
 mod conformance;
 #[cfg(feature = "provider-gcp")]
@@ -44,7 +47,8 @@ mod secrets;
     feature = "provider-vsphere",
     feature = "provider-ibm",
     feature = "provider-openstack",
-    feature = "provider-gcp"
+    feature = "provider-gcp",
+    feature = "provider-azure"
 ))]
 mod support;
 #[cfg(feature = "provider-vsphere")]

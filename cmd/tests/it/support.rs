@@ -50,6 +50,8 @@ pub enum SecretKind {
     OpenStackPassword,
     /// A Google OAuth access token (metadata server, `token-url`) or a `token-body`.
     GoogleToken,
+    /// An Azure service principal's client secret (`aadClientSecret`) or an AAD / ACR token.
+    AzureSecret,
 }
 
 static SECRETS: Mutex<Vec<(SecretKind, String)>> = Mutex::new(Vec::new());

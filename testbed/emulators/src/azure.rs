@@ -9,6 +9,8 @@
 //! |---|---|
 //! | `POST /{tenant}/oauth2/v2.0/token` (client credentials: secret or `client_assertion`) | `aad.token` |
 //! | `GET /{tenant}/v2.0/.well-known/openid-configuration` | `aad.openid_configuration` |
+//! | any host: `GET /v2/` (a container registry's AAD challenge: 401, `WWW-Authenticate: Bearer realm="https://<Host>/oauth2/token",service="<Host>"`) | `acr.challenge` |
+//! | any host: `POST /oauth2/exchange` (an issued, unexpired AAD token for `https://containerregistry.azure.net` → an ACR `refresh_token`) | `acr.exchange` |
 //! | `GET /metadata/instance`, `/metadata/loadbalancer` (`Metadata: true`) | `imds.instance`, `imds.loadbalancer` |
 //! | `GET /metadata/identity/oauth2/token` (`Metadata: true`) | `imds.token` |
 //! | `…/providers/{ns}/locations/{loc}/operations/{id}` | `arm.operations.get` |
@@ -16,6 +18,7 @@
 //! | `…/Microsoft.Compute/virtualMachines[/{vm}[/instanceView]]` | `compute.virtual_machines.{list,list_all,get,instance_view}` |
 //! | `…/Microsoft.Compute/virtualMachineScaleSets[/{ss}]` | `compute.virtual_machine_scale_sets.{list,list_all,get,create_or_update}` |
 //! | `…/virtualMachineScaleSets/{ss}/virtualMachines[/{id}[/instanceView]]` | `compute.virtual_machine_scale_set_vms.{list,get,update,instance_view}` |
+//! | `…/virtualMachineScaleSets/{ss}[/virtualMachines/{id}]/networkInterfaces[/{nic}]` (uniform scale sets' NICs) | `network.network_interfaces.{list_virtual_machine_scale_set_network_interfaces,list_virtual_machine_scale_set_vm_network_interfaces,get_virtual_machine_scale_set_network_interface}` |
 //! | `…/Microsoft.Network/{loadBalancers,publicIPAddresses,networkSecurityGroups,routeTables,networkInterfaces}[/{name}]` | `network.<type>.{list,list_all,get,create_or_update,delete}` |
 //! | `…/Microsoft.Network/virtualNetworks/{vnet}[/subnets/{name}]` | `network.virtual_networks.get`, `network.subnets.{list,get,create_or_update}` |
 //!
@@ -277,6 +280,10 @@ impl Kind {
 enum Target {
     AadToken,
     AadOpenId,
+    /// A container registry's `GET /v2/` (the AAD challenge).
+    AcrChallenge,
+    /// A container registry's `POST /oauth2/exchange`.
+    AcrExchange,
     ImdsInstance,
     ImdsLoadBalancer,
     ImdsToken,
@@ -296,6 +303,15 @@ enum Target {
         id: String,
         instance_view: bool,
     },
+    /// A uniform scale set's NICs: all of the set's (`vm: None`), one VM's, or one NIC.
+    VmssNics {
+        /// The scale set's ARM ID.
+        set: String,
+        /// The VM's instance ID.
+        vm: Option<String>,
+        /// The NIC name.
+        nic: Option<String>,
+    },
     Unknown,
 }
 
@@ -308,6 +324,8 @@ fn parse_target(method: &Method, path: &str) -> Target {
             return Target::AadToken;
         }
         [_, "v2.0", ".well-known", "openid-configuration"] => return Target::AadOpenId,
+        ["v2"] if method == Method::GET => return Target::AcrChallenge,
+        ["oauth2", "exchange"] if method == Method::POST => return Target::AcrExchange,
         ["metadata", "instance", ..] => return Target::ImdsInstance,
         ["metadata", "loadbalancer"] => return Target::ImdsLoadBalancer,
         ["metadata", "identity", "oauth2", "token"] => return Target::ImdsToken,
@@ -341,6 +359,18 @@ fn parse_target(method: &Method, path: &str) -> Target {
                 (Kind::Vmss, [_, "virtualmachines", _, "instanceview"]) => {
                     Target::One { kind: Kind::VmssVm, id: base(10), instance_view: true }
                 }
+                (Kind::Vmss, [_, "networkinterfaces"]) => {
+                    Target::VmssNics { set: base(8), vm: None, nic: None }
+                }
+                (Kind::Vmss, [_, "virtualmachines", _, "networkinterfaces", nic @ ..])
+                    if nic.len() <= 1 =>
+                {
+                    Target::VmssNics {
+                        set: base(8),
+                        vm: Some(segs[9].to_string()),
+                        nic: nic.first().map(|_| segs[11].to_string()),
+                    }
+                }
                 (Kind::Vnet, [_, "subnets"]) => {
                     Target::List { kind: Kind::Subnet, rg: Some(rg), parent: Some(base(8)) }
                 }
@@ -359,6 +389,8 @@ fn operation_name(method: &Method, t: &Target) -> String {
     match t {
         Target::AadToken => "aad.token".into(),
         Target::AadOpenId => "aad.openid_configuration".into(),
+        Target::AcrChallenge => "acr.challenge".into(),
+        Target::AcrExchange => "acr.exchange".into(),
         Target::ImdsInstance => "imds.instance".into(),
         Target::ImdsLoadBalancer => "imds.loadbalancer".into(),
         Target::ImdsToken => "imds.token".into(),
@@ -381,6 +413,15 @@ fn operation_name(method: &Method, t: &Target) -> String {
                 _ => "unsupported",
             };
             format!("{}.{verb}", kind.op_name())
+        }
+        Target::VmssNics { vm: None, .. } => {
+            "network.network_interfaces.list_virtual_machine_scale_set_network_interfaces".into()
+        }
+        Target::VmssNics { nic: None, .. } => {
+            "network.network_interfaces.list_virtual_machine_scale_set_vm_network_interfaces".into()
+        }
+        Target::VmssNics { .. } => {
+            "network.network_interfaces.get_virtual_machine_scale_set_network_interface".into()
         }
         Target::Unknown => "arm.unknown".into(),
     }
@@ -1062,16 +1103,11 @@ impl AzureCloud {
                             }
                         }
                         Kind::VmssVm => {
-                            let mut refs = Vec::new();
-                            collect_refs(
-                                &other.body["properties"]["networkProfileConfiguration"],
-                                "loadBalancerBackendAddressPools",
-                                &mut refs,
-                            );
-                            let vm = other.body["id"].as_str().unwrap_or_default();
-                            for p in refs {
-                                pools.entry(p.to_ascii_lowercase()).or_default().push(json!({
-                                    "id": format!("{vm}/networkInterfaces/{}/ipConfigurations/ipconfig1", name_of(vm)) }));
+                            for (ipconfig, p) in vmss_vm_pool_refs(&other.body) {
+                                pools
+                                    .entry(p.to_ascii_lowercase())
+                                    .or_default()
+                                    .push(json!({ "id": ipconfig }));
                             }
                         }
                         _ => {}
@@ -1144,6 +1180,8 @@ impl AzureCloud {
         match target {
             Target::AadToken => return self.aad_token(req),
             Target::AadOpenId => return self.openid(req),
+            Target::AcrChallenge => return acr_challenge(req),
+            Target::AcrExchange => return self.acr_exchange(req),
             Target::ImdsInstance | Target::ImdsLoadBalancer | Target::ImdsToken => {
                 let meta = req.headers().get("metadata").and_then(|v| v.to_str().ok());
                 if !meta.is_some_and(|v| v.eq_ignore_ascii_case("true")) {
@@ -1208,6 +1246,7 @@ impl AzureCloud {
         match target {
             Target::Operation { id, result } => self.operation_status(&id, result),
             Target::List { kind, rg, parent } => self.list(req, &qs, kind, rg, parent),
+            Target::VmssNics { set, vm, nic } => self.vmss_nics(req, &qs, &set, vm, nic),
             Target::One { kind, id, instance_view } => {
                 if let Some(rg) = id.split('/').nth(4)
                     && !ids_eq(rg, &self.resource_group())
@@ -1534,6 +1573,48 @@ impl AzureCloud {
         )
     }
 
+    /// ACR's `POST /oauth2/exchange`: an AAD access token this emulator issued for ACR
+    /// (`https://containerregistry.azure.net`), unexpired, of this tenant, for this registry
+    /// (`service` = the `Host`) → `{"refresh_token"}`.
+    fn acr_exchange(&self, req: &Request<Bytes>) -> Resp {
+        let form: BTreeMap<String, String> = url::form_urlencoded::parse(req.body())
+            .map(|(k, v)| (k.into_owned(), v.into_owned()))
+            .collect();
+        let registry = acr_host(req);
+        let field = |k: &str| form.get(k).map(String::as_str).unwrap_or_default();
+        if !matches!(field("grant_type"), "access_token_refresh_token" | "access_token") {
+            return acr_error(StatusCode::BAD_REQUEST, "UNSUPPORTED", "grant_type not supported");
+        }
+        if !field("service").eq_ignore_ascii_case(&registry) {
+            return acr_error(
+                StatusCode::BAD_REQUEST,
+                "BAD_REQUEST",
+                "service does not match this registry",
+            );
+        }
+        let tenant = field("tenant");
+        if !tenant.is_empty() && !ids_eq(tenant, &self.tenant_id()) {
+            return acr_error(
+                StatusCode::UNAUTHORIZED,
+                "UNAUTHORIZED",
+                "tenant does not match the token",
+            );
+        }
+        let token = field("access_token");
+        let now = now_secs();
+        let issued = lock(&self.state).tokens.get(token).is_some_and(|exp| *exp > now);
+        if !issued || jwt_audience(token).as_deref() != Some("https://containerregistry.azure.net")
+        {
+            return acr_error(
+                StatusCode::UNAUTHORIZED,
+                "UNAUTHORIZED",
+                "the access token is not valid for this registry",
+            );
+        }
+        let (refresh, _) = self.issue_token(&format!("acr-refresh:{registry}"));
+        reply(StatusCode::OK, &json!({ "refresh_token": refresh }))
+    }
+
     fn operation_status(&self, id: &str, result: bool) -> Resp {
         let Some(phase) = self.ops.phase(id) else {
             return err(
@@ -1599,6 +1680,11 @@ impl AzureCloud {
             .map(|(_, r)| self.render(&st, r, expand))
             .collect();
         drop(st);
+        self.paged(req, qs, &items)
+    }
+
+    /// One page of `items` (`$skiptoken` = offset), with a `nextLink` when more follow.
+    fn paged(&self, req: &Request<Bytes>, qs: &[(String, String)], items: &[Value]) -> Resp {
         let size = self.o().page_size.max(1);
         let skip: usize = q(qs, "$skiptoken").and_then(|s| s.parse().ok()).unwrap_or(0);
         let page: Vec<Value> = items.iter().skip(skip).take(size).cloned().collect();
@@ -1618,6 +1704,64 @@ impl AzureCloud {
                 json!(format!("https://{host}{}?{}", req.uri().path(), ser.finish()));
         }
         reply(StatusCode::OK, &body)
+    }
+
+    /// A uniform scale set's NICs (ARM serves them under `Microsoft.Compute`, at network API
+    /// version 2018-10-01): all of the set's (paged), one VM's, or one NIC. The NICs are the
+    /// VMs' network profile made concrete: IDs
+    /// `<vm>/networkInterfaces/<nic configuration>`, private IPs as allocated, and each IP
+    /// configuration's backend pools as the VM's network profile configuration sets them.
+    fn vmss_nics(
+        &self,
+        req: &Request<Bytes>,
+        qs: &[(String, String)],
+        set: &str,
+        vm: Option<String>,
+        nic: Option<String>,
+    ) -> Resp {
+        let rg = set.split('/').nth(4).unwrap_or_default().to_string();
+        if !ids_eq(&rg, &self.resource_group()) && !self.rg_exists(&rg) {
+            return err(
+                StatusCode::NOT_FOUND,
+                "ResourceGroupNotFound",
+                format!("Resource group '{rg}' could not be found."),
+            );
+        }
+        let st = lock(&self.state);
+        let parent = match &vm {
+            Some(i) => format!("{set}/virtualMachines/{i}"),
+            None => set.to_string(),
+        };
+        if !st.res.contains_key(&parent.to_ascii_lowercase()) {
+            drop(st);
+            let kind = if vm.is_some() { Kind::VmssVm } else { Kind::Vmss };
+            return self.not_found(kind, &parent);
+        }
+        let prefix = format!("{}/", set.to_ascii_lowercase());
+        let vms: Vec<&Stored> = st
+            .res
+            .iter()
+            .filter(|(k, r)| r.kind == Kind::VmssVm && k.starts_with(&prefix))
+            .filter(|(k, _)| vm.is_none() || **k == parent.to_ascii_lowercase())
+            .map(|(_, r)| r)
+            .collect();
+        let nics: Vec<Value> = vms.iter().map(|r| vmss_vm_nic(r)).collect();
+        drop(st);
+        match nic {
+            Some(name) => {
+                match nics.iter().find(|n| n["name"].as_str().is_some_and(|x| ids_eq(x, &name))) {
+                    Some(n) => reply(StatusCode::OK, n),
+                    None => err(
+                        StatusCode::NOT_FOUND,
+                        "ResourceNotFound",
+                        format!(
+                            "The Resource 'Microsoft.Network/networkInterfaces/{name}' under resource group '{rg}' was not found."
+                        ),
+                    ),
+                }
+            }
+            None => self.paged(req, qs, &nics),
+        }
     }
 
     fn not_found(&self, kind: Kind, id: &str) -> Resp {
@@ -2247,6 +2391,114 @@ impl AzureCloud {
     }
 }
 
+/// A uniform scale-set VM's NIC as ARM shows it: its network profile's NIC reference, with
+/// the private IPs the VM was given (`__privateIPs`) and the backend pools its network
+/// profile configuration sets on each IP configuration.
+/// The registry a request is for: its `Host` (the emulator serves every host on one port).
+fn acr_host(req: &Request<Bytes>) -> String {
+    req.headers()
+        .get(header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string)
+        .or_else(|| req.uri().authority().map(|a| a.to_string()))
+        .unwrap_or_default()
+}
+
+/// A registry's error reply (Docker registry API shape).
+fn acr_error(status: StatusCode, code: &str, message: &str) -> Resp {
+    let mut r =
+        reply(status, &json!({ "errors": [{ "code": code, "message": message, "detail": null }] }));
+    r.headers_mut()
+        .insert("docker-distribution-api-version", HeaderValue::from_static("registry/2.0"));
+    r
+}
+
+/// ACR's `GET /v2/` without credentials: 401 with the AAD challenge naming this registry.
+fn acr_challenge(req: &Request<Bytes>) -> Resp {
+    let host = acr_host(req);
+    let mut r = acr_error(
+        StatusCode::UNAUTHORIZED,
+        "UNAUTHORIZED",
+        "authentication required, visit https://aka.ms/acr/authorization for more information.",
+    );
+    let chal = format!("Bearer realm=\"https://{host}/oauth2/token\",service=\"{host}\"");
+    if let Ok(v) = HeaderValue::from_str(&chal) {
+        r.headers_mut().insert(header::WWW_AUTHENTICATE, v);
+    }
+    r
+}
+
+/// The `aud` claim of a JWT-shaped token (no signature check).
+fn jwt_audience(token: &str) -> Option<String> {
+    let payload = token.split('.').nth(1)?;
+    let mut bits = 0u32;
+    let mut n = 0u32;
+    let mut out = Vec::new();
+    for c in payload.bytes() {
+        let v = match c {
+            b'A'..=b'Z' => c - b'A',
+            b'a'..=b'z' => c - b'a' + 26,
+            b'0'..=b'9' => c - b'0' + 52,
+            b'-' | b'+' => 62,
+            b'_' | b'/' => 63,
+            b'=' => break,
+            _ => return None,
+        };
+        bits = (bits << 6) | u32::from(v);
+        n += 6;
+        if n >= 8 {
+            n -= 8;
+            out.push(((bits >> n) & 0xff) as u8);
+        }
+    }
+    let claims: Value = serde_json::from_slice(&out).ok()?;
+    claims.get("aud")?.as_str().map(str::to_string)
+}
+
+fn vmss_vm_nic(r: &Stored) -> Value {
+    let vm_id = r.body["id"].as_str().unwrap_or_default();
+    let nic_id = r.body["properties"]["networkProfile"]["networkInterfaces"][0]["id"]
+        .as_str()
+        .map(str::to_string)
+        .unwrap_or_else(|| format!("{vm_id}/networkInterfaces/{}", name_of(vm_id)));
+    let nic_name = name_of(&nic_id).to_string();
+    let profile =
+        r.body["properties"]["networkProfileConfiguration"]["networkInterfaceConfigurations"]
+            .as_array()
+            .and_then(|a| a.iter().find(|c| c["name"].as_str() == Some(nic_name.as_str())))
+            .cloned()
+            .unwrap_or(Value::Null);
+    let configs: Vec<Value> = r.body["properties"]["__privateIPs"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|c| {
+            let name = c["name"].as_str().unwrap_or("ipconfig1");
+            let mut props = c["properties"].clone();
+            props["provisioningState"] = json!("Succeeded");
+            let pools = profile["properties"]["ipConfigurations"]
+                .as_array()
+                .and_then(|a| a.iter().find(|p| p["name"].as_str() == Some(name)))
+                .map(|p| p["properties"]["loadBalancerBackendAddressPools"].clone())
+                .filter(|p| p.is_array());
+            if let Some(p) = pools {
+                props["loadBalancerBackendAddressPools"] = p;
+            }
+            json!({ "id": format!("{nic_id}/ipConfigurations/{name}"), "name": name, "properties": props })
+        })
+        .collect();
+    let mac = fnv(vm_id);
+    json!({
+        "id": nic_id, "name": nic_name, "location": r.body["location"],
+        "properties": {
+            "provisioningState": "Succeeded", "primary": true,
+            "macAddress": format!("00-0D-3A-{:02X}-{:02X}-{:02X}", (mac >> 16) & 255, (mac >> 8) & 255, mac & 255),
+            "enableAcceleratedNetworking": false, "enableIPForwarding": false,
+            "ipConfigurations": configs, "virtualMachine": { "id": vm_id },
+        }
+    })
+}
+
 fn self_not_found(c: &AzureCloud, kind: Kind, id: &str) -> Resp {
     c.not_found(kind, id)
 }
@@ -2268,6 +2520,30 @@ fn pool_exists(st: &State, pool_id: &str) -> bool {
                 lower.ends_with(&format!("/backendaddresspools/{}", n.to_ascii_lowercase()))
             })
     })
+}
+
+/// The backend pools a scale-set VM's IP configurations reference, with each IP
+/// configuration's ARM ID as ARM lists it in a pool's `backendIPConfigurations`:
+/// `<vm>/networkInterfaces/<nic configuration>/ipConfigurations/<ip configuration>`.
+fn vmss_vm_pool_refs(vm: &Value) -> Vec<(String, String)> {
+    let id = vm["id"].as_str().unwrap_or_default();
+    let mut out = Vec::new();
+    let nics = vm["properties"]["networkProfileConfiguration"]["networkInterfaceConfigurations"]
+        .as_array()
+        .into_iter()
+        .flatten();
+    for nic in nics {
+        let nic_name = nic["name"].as_str().unwrap_or_default();
+        for c in nic["properties"]["ipConfigurations"].as_array().into_iter().flatten() {
+            let mut refs = Vec::new();
+            collect_refs(&c["properties"], "loadBalancerBackendAddressPools", &mut refs);
+            let cfg = c["name"].as_str().unwrap_or_default();
+            for p in refs {
+                out.push((format!("{id}/networkInterfaces/{nic_name}/ipConfigurations/{cfg}"), p));
+            }
+        }
+    }
+    out
 }
 
 /// Who (a NIC or a scale-set VM) references the backend pool `pool_id`.
@@ -2407,6 +2683,8 @@ mod tests {
                 "network.subnets.get",
             ),
             (Method::POST, "/t/oauth2/v2.0/token".into(), "aad.token"),
+            (Method::GET, "/v2/".into(), "acr.challenge"),
+            (Method::POST, "/oauth2/exchange".into(), "acr.exchange"),
             (Method::GET, "/metadata/instance/compute".into(), "imds.instance"),
             (
                 Method::GET,
@@ -2419,6 +2697,28 @@ mod tests {
         for (m, p, want) in cases {
             assert_eq!(operation_name(&m, &parse_target(&m, &p)), want, "{m} {p}");
         }
+    }
+
+    #[test]
+    fn a_scale_set_vms_pool_members_are_its_ip_configurations() {
+        let vm = json!({
+            "id": "/subscriptions/s/resourceGroups/rg/providers/Microsoft.Compute/virtualMachineScaleSets/ss/virtualMachines/3",
+            "properties": { "networkProfileConfiguration": { "networkInterfaceConfigurations": [{
+                "name": "ss-nic", "properties": { "ipConfigurations": [
+                    { "name": "v4", "properties": { "loadBalancerBackendAddressPools": [{ "id": "P4" }] } },
+                    { "name": "v6", "properties": { "loadBalancerBackendAddressPools": [{ "id": "P6" }] } },
+                    { "name": "none", "properties": {} },
+                ] } }] } }
+        });
+        let refs = vmss_vm_pool_refs(&vm);
+        let base = "/subscriptions/s/resourceGroups/rg/providers/Microsoft.Compute/virtualMachineScaleSets/ss/virtualMachines/3/networkInterfaces/ss-nic/ipConfigurations";
+        assert_eq!(
+            refs,
+            vec![
+                (format!("{base}/v4"), "P4".to_string()),
+                (format!("{base}/v6"), "P6".to_string())
+            ]
+        );
     }
 
     #[test]
@@ -2452,5 +2752,56 @@ mod tests {
             .get(&c.id("Microsoft.Compute/virtualMachines", "b").to_ascii_lowercase())
             .unwrap();
         assert_eq!(c.instance_view(b)["platformFaultDomain"], 2);
+    }
+
+    #[test]
+    fn scale_set_nics_are_served_under_compute_with_the_vms_ips_and_pools() {
+        let sub = "/subscriptions/s/resourceGroups/rg/providers/Microsoft.Compute";
+        for (p, want) in [
+            (
+                format!("{sub}/virtualMachineScaleSets/ss/networkInterfaces"),
+                "network.network_interfaces.list_virtual_machine_scale_set_network_interfaces",
+            ),
+            (
+                format!("{sub}/virtualMachineScaleSets/ss/virtualMachines/3/networkInterfaces"),
+                "network.network_interfaces.list_virtual_machine_scale_set_vm_network_interfaces",
+            ),
+            (
+                format!("{sub}/virtualMachineScaleSets/ss/virtualMachines/3/networkInterfaces/n"),
+                "network.network_interfaces.get_virtual_machine_scale_set_network_interface",
+            ),
+        ] {
+            assert_eq!(operation_name(&Method::GET, &parse_target(&Method::GET, &p)), want, "{p}");
+        }
+        let w = World::parse(
+            "instances:\n- {name: ss-0, zone: '1', private_ips: [10.240.1.4, 'fd00::4'], tags: {azure.vmss: pool}}\n",
+        )
+        .unwrap();
+        let c = AzureCloud::new(w, AzureOptions::default());
+        let id = c.instance_resource_id("ss-0").unwrap();
+        let mut vm = c.resource(&id).unwrap();
+        vm["properties"]["networkProfileConfiguration"]["networkInterfaceConfigurations"][0]["properties"]
+            ["ipConfigurations"][0]["properties"]["loadBalancerBackendAddressPools"] =
+            json!([{ "id": "P" }]);
+        let st = lock(&c.state);
+        let mut stored = st.res.get(&id.to_ascii_lowercase()).unwrap().clone();
+        drop(st);
+        stored.body["properties"]["networkProfileConfiguration"] =
+            vm["properties"]["networkProfileConfiguration"].clone();
+        let nic = vmss_vm_nic(&stored);
+        assert_eq!(nic["id"], format!("{id}/networkInterfaces/pool"));
+        assert_eq!(nic["properties"]["virtualMachine"]["id"], id);
+        let cfgs = nic["properties"]["ipConfigurations"].as_array().unwrap();
+        assert_eq!(cfgs[0]["properties"]["privateIPAddress"], "10.240.1.4");
+        assert_eq!(cfgs[0]["properties"]["primary"], true);
+        assert_eq!(
+            cfgs[0]["properties"]["loadBalancerBackendAddressPools"],
+            json!([{ "id": "P" }])
+        );
+        assert_eq!(
+            cfgs[0]["id"],
+            format!("{id}/networkInterfaces/pool/ipConfigurations/ipconfig1")
+        );
+        assert_eq!(cfgs[1]["properties"]["privateIPAddressVersion"], "IPv6");
     }
 }

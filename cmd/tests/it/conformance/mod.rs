@@ -31,6 +31,8 @@ use crate::support::{Binary, Ccm, Env, addresses, has_taint, label, provider_id}
 
 #[cfg(all(feature = "provider-aws", feature = "testing"))]
 mod aws;
+#[cfg(feature = "provider-azure")]
+mod azure;
 #[cfg(feature = "provider-gcp")]
 mod gcp;
 #[cfg(feature = "provider-ibm")]
@@ -96,6 +98,11 @@ pub trait Harness: Sized {
     fn cloud_config(&self) -> String;
     /// Extra manager flags (`routes`: the route controller on, with a cluster CIDR).
     fn args(&self, routes: bool) -> Vec<String>;
+    /// Environment variables the manager needs that depend on the run (e.g. the emulator's
+    /// CA for a cloud served over HTTPS).
+    fn env(&self) -> Vec<(String, String)> {
+        Vec::new()
+    }
     /// The proxy's admin API (faults, pause, counters).
     fn admin(&self) -> Admin;
     /// Stops (powers off) instance `i`, directly in the emulator.
@@ -202,7 +209,7 @@ impl<H: Harness> Cluster<H> {
     async fn start(count: usize, routes: bool) -> Cluster<H> {
         let h = H::start(count).await;
         let env = Env::start(H::BINARY).await;
-        let ccm = env.spawn_ccm(&h.cloud_config(), &h.args(routes));
+        let ccm = env.spawn_ccm_with_env(&h.cloud_config(), &h.args(routes), &h.env());
         Cluster { h, env, ccm }
     }
 
@@ -500,7 +507,7 @@ async fn converge<H: Harness>(count: usize, storm: bool) -> Cluster<H> {
         h.admin().inject(rule).await.unwrap();
     }
     let env = Env::start(H::BINARY).await;
-    let ccm = env.spawn_ccm(&h.cloud_config(), &h.args(false));
+    let ccm = env.spawn_ccm_with_env(&h.cloud_config(), &h.args(false), &h.env());
     let c = Cluster { h, env, ccm };
     let _logs = c.env.cp.log_guard();
     for i in 0..count {

@@ -1,0 +1,874 @@
+//! The ARM client: a small typed client over `azure_core`'s HTTP pipeline (bearer tokens from
+//! [`auth`]), with the project's deadlines and retries, ARM's long-running operations
+//! (`Azure-AsyncOperation` polled to `Succeeded`), `nextLink` paging, `If-Match` ETags and
+//! ARM error bodies (`{"error":{"code","message"}}`). Models are in [`models`].
+//!
+//! Why our own client: the `azure_mgmt_*` crates pin the legacy `azure_core` 0.21 line and
+//! their maintainer declared them unsupported (Azure/azure-sdk-for-rust#1718); this provider
+//! calls about twenty ARM operations, so a typed client for those is small.
+//!
+//! Every call has a deadline ([`ClientOptions::deadline`]); reads and deletes are retried on
+//! throttling (429, honouring `Retry-After`), 5xx and broken connections; a `PUT` is retried
+//! only when ARM did not apply it (429, 409 `AnotherOperationInProgress`). Errors name the
+//! operation, the resource and ARM's code and message — never a token or a secret.
+
+pub mod auth;
+pub mod models;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use azure_core::credentials::TokenCredential;
+use azure_core::http::headers::{HeaderName, Headers};
+use azure_core::http::policies::Policy;
+use azure_core::http::policies::auth::BearerTokenAuthorizationPolicy;
+use azure_core::http::{
+    ClientOptions as CoreOptions, Context, Method, Pipeline, PipelineSendOptions, RawResponse,
+    Request, RetryOptions, StatusCode, Transport, Url,
+};
+use ccm_core::cloud::ProviderError;
+use ccm_core::cloud_call::{Classified, Deadline, DeadlineExceeded, Retry};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::config::Config;
+
+/// ARM API versions the client speaks.
+pub mod api_version {
+    /// `Microsoft.Network` (load balancers, public IPs, NSGs, route tables, NICs, subnets).
+    pub const NETWORK: &str = "2024-05-01";
+    /// `Microsoft.Compute` (VMs, scale sets, scale-set VMs).
+    pub const COMPUTE: &str = "2024-07-01";
+}
+
+/// Where IMDS answers on every Azure VM.
+pub const DEFAULT_IMDS_ENDPOINT: &str = "http://169.254.169.254";
+
+/// Environment variable overriding the IMDS address (tests, node-local proxies).
+pub const IMDS_ENDPOINT_ENV: &str = "CCM_AZURE_IMDS_ENDPOINT";
+
+/// How calls are bounded and where they go.
+#[derive(Debug, Clone)]
+pub struct ClientOptions {
+    /// Each call (all its retries included) ends by then.
+    pub deadline: Deadline,
+    /// Retries of transient faults within a call.
+    pub retry: Retry,
+    /// How often a running operation is polled (first poll after this, doubling to 4×;
+    /// ARM's `Retry-After` on the operation wins when longer).
+    pub poll_interval: Duration,
+    /// How long a long-running operation may run before the call fails (an error; the next
+    /// sync looks again).
+    pub operation_timeout: Duration,
+    /// The AAD authority host (`https://login.microsoftonline.com` for the public cloud);
+    /// overrides the cloud's (also from `AZURE_AUTHORITY_HOST`).
+    pub authority_host: Option<String>,
+    /// The IMDS base URL (default [`DEFAULT_IMDS_ENDPOINT`]; also from
+    /// [`IMDS_ENDPOINT_ENV`]).
+    pub imds_endpoint: Option<String>,
+    /// Extra CA certificates (PEM) to trust besides the system's (a private cloud's CA; also
+    /// from `SSL_CERT_FILE`).
+    pub ca_pem: Option<Vec<u8>>,
+}
+
+impl Default for ClientOptions {
+    fn default() -> Self {
+        ClientOptions {
+            deadline: Deadline::default(),
+            retry: Retry::default(),
+            poll_interval: Duration::from_secs(2),
+            operation_timeout: Duration::from_secs(300),
+            authority_host: None,
+            imds_endpoint: None,
+            ca_pem: None,
+        }
+    }
+}
+
+impl ClientOptions {
+    /// The defaults with the environment's overrides: `AZURE_AUTHORITY_HOST`,
+    /// [`IMDS_ENDPOINT_ENV`], and `SSL_CERT_FILE` (a PEM bundle of extra CAs).
+    pub fn from_env() -> Result<ClientOptions, ClientError> {
+        let var = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
+        let ca_pem = match var("SSL_CERT_FILE") {
+            Some(path) => Some(std::fs::read(&path).map_err(|e| ClientError::Setup {
+                message: format!("reading SSL_CERT_FILE {path}: {e}"),
+            })?),
+            None => None,
+        };
+        Ok(ClientOptions {
+            authority_host: var("AZURE_AUTHORITY_HOST"),
+            imds_endpoint: var(IMDS_ENDPOINT_ENV),
+            ca_pem,
+            ..ClientOptions::default()
+        })
+    }
+}
+
+/// Why the client could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// The config lacks what the client needs, or names an unknown cloud.
+    #[error("azure cloud config: {key}: {message}")]
+    Config {
+        /// The key.
+        key: &'static str,
+        /// Why.
+        message: String,
+    },
+    /// TLS, HTTP client or credential setup failed.
+    #[error("azure client setup: {message}")]
+    Setup {
+        /// What failed.
+        message: String,
+    },
+}
+
+/// The endpoints of an Azure cloud.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CloudEndpoints {
+    /// ARM, e.g. `https://management.azure.com`.
+    pub resource_manager: String,
+    /// AAD, e.g. `https://login.microsoftonline.com`.
+    pub authority_host: String,
+    /// The token scope for ARM.
+    pub arm_scope: String,
+    /// ACR's registry suffixes' AAD scope.
+    pub acr_scope: String,
+}
+
+impl CloudEndpoints {
+    /// The endpoints for `config.cloud` (or `resourceManagerEndpoint`), with the options'
+    /// authority-host override.
+    pub fn resolve(
+        config: &Config,
+        options: &ClientOptions,
+    ) -> Result<CloudEndpoints, ClientError> {
+        let cloud = config.cloud.as_deref().unwrap_or("AzurePublicCloud");
+        let (rm, aad) = match cloud.to_ascii_lowercase().as_str() {
+            "azurepubliccloud" | "azurecloud" | "" => {
+                ("https://management.azure.com", "https://login.microsoftonline.com")
+            }
+            "azurechinacloud" => {
+                ("https://management.chinacloudapi.cn", "https://login.chinacloudapi.cn")
+            }
+            "azureusgovernmentcloud" | "azureusgovernment" => {
+                ("https://management.usgovcloudapi.net", "https://login.microsoftonline.us")
+            }
+            _ if config.resource_manager_endpoint.is_some() => ("", ""),
+            _ => {
+                return Err(ClientError::Config {
+                    key: "cloud",
+                    message: format!(
+                        "unknown cloud {cloud:?} (AzurePublicCloud, AzureChinaCloud, AzureUSGovernmentCloud, or set resourceManagerEndpoint)"
+                    ),
+                });
+            }
+        };
+        let resource_manager = config
+            .resource_manager_endpoint
+            .clone()
+            .unwrap_or_else(|| rm.to_string())
+            .trim_end_matches('/')
+            .to_string();
+        if Url::parse(&resource_manager).is_err() {
+            return Err(ClientError::Config {
+                key: "resourceManagerEndpoint",
+                message: "not a URL".into(),
+            });
+        }
+        let authority_host = options
+            .authority_host
+            .clone()
+            .or_else(|| (!aad.is_empty()).then(|| aad.to_string()))
+            .or_else(|| config.resource_manager_endpoint.clone())
+            .unwrap_or_default()
+            .trim_end_matches('/')
+            .to_string();
+        let arm_scope = if config.resource_manager_endpoint.is_some() {
+            format!("{resource_manager}/.default")
+        } else {
+            match cloud.to_ascii_lowercase().as_str() {
+                "azurechinacloud" => "https://management.chinacloudapi.cn/.default".into(),
+                "azureusgovernmentcloud" | "azureusgovernment" => {
+                    "https://management.usgovcloudapi.net/.default".into()
+                }
+                _ => "https://management.azure.com/.default".into(),
+            }
+        };
+        Ok(CloudEndpoints {
+            resource_manager,
+            authority_host,
+            arm_scope,
+            acr_scope: "https://containerregistry.azure.net/.default".into(),
+        })
+    }
+}
+
+/// An ARM call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ArmError {
+    /// ARM answered with an error status.
+    #[error("{operation} {resource}: HTTP {status} {code}: {message}")]
+    Status {
+        /// The operation, e.g. `network.load_balancers.get`.
+        operation: &'static str,
+        /// The resource's ARM ID (or collection path).
+        resource: String,
+        /// The HTTP status.
+        status: u16,
+        /// ARM's `error.code`.
+        code: String,
+        /// ARM's `error.message` (cut to 300 characters).
+        message: String,
+        /// ARM's `Retry-After`.
+        retry_after: Option<Duration>,
+    },
+    /// A long-running operation ended `Failed` or `Canceled`.
+    #[error("{operation} {resource}: operation {status}: {code}: {message}")]
+    Operation {
+        /// The operation.
+        operation: &'static str,
+        /// The resource.
+        resource: String,
+        /// `Failed` or `Canceled`.
+        status: String,
+        /// ARM's `error.code`.
+        code: String,
+        /// ARM's `error.message`.
+        message: String,
+    },
+    /// No answer (connection, TLS, credential).
+    #[error("{operation} {resource}: {message}")]
+    Transport {
+        /// The operation.
+        operation: &'static str,
+        /// The resource.
+        resource: String,
+        /// What failed (never a token).
+        message: String,
+        /// Whether the connection broke or could not be made (worth retrying).
+        broken: bool,
+    },
+    /// The reply did not parse as the resource.
+    #[error("{operation} {resource}: unexpected reply: {message}")]
+    Decode {
+        /// The operation.
+        operation: &'static str,
+        /// The resource.
+        resource: String,
+        /// The parse error.
+        message: String,
+    },
+    /// The call's deadline passed.
+    #[error(transparent)]
+    Deadline(#[from] DeadlineExceeded),
+}
+
+impl ArmError {
+    /// The HTTP status, when ARM answered.
+    pub fn status(&self) -> Option<u16> {
+        match self {
+            ArmError::Status { status, .. } => Some(*status),
+            _ => None,
+        }
+    }
+
+    /// ARM's error code (`ResourceNotFound`, `PreconditionFailed`, …), when it gave one.
+    pub fn code(&self) -> Option<&str> {
+        match self {
+            ArmError::Status { code, .. } | ArmError::Operation { code, .. } => Some(code),
+            _ => None,
+        }
+    }
+
+    /// ARM's 404 for the resource itself (code `ResourceNotFound` or `NotFound`): not one
+    /// for its resource group, subscription or parent, nor a proxy's bare 404.
+    pub fn is_not_found(&self) -> bool {
+        self.status() == Some(404) && matches!(self.code(), Some("ResourceNotFound" | "NotFound"))
+    }
+
+    /// A 412: the `If-Match` ETag is stale.
+    pub fn is_precondition_failed(&self) -> bool {
+        self.status() == Some(412)
+    }
+
+    /// A 409 (e.g. `AnotherOperationInProgress`).
+    pub fn is_conflict(&self) -> bool {
+        self.status() == Some(409)
+    }
+
+    /// A 429.
+    pub fn is_throttled(&self) -> bool {
+        self.status() == Some(429)
+    }
+
+    fn retry_after(&self) -> Option<Duration> {
+        match self {
+            ArmError::Status { retry_after, .. } => *retry_after,
+            _ => None,
+        }
+    }
+}
+
+impl From<ArmError> for ProviderError {
+    fn from(e: ArmError) -> Self {
+        if e.is_throttled() {
+            return ProviderError::Throttled(e.to_string());
+        }
+        ProviderError::with_source(e.to_string(), e)
+    }
+}
+
+/// Reads and deletes: throttling, 5xx, broken connections.
+fn classify_read(e: &ArmError) -> Classified {
+    match e {
+        ArmError::Status { status, .. } if *status == 429 || *status >= 500 => {
+            Classified::Transient { retry_after: e.retry_after() }
+        }
+        ArmError::Status { status: 409, code, .. } if code == "AnotherOperationInProgress" => {
+            Classified::Transient { retry_after: e.retry_after() }
+        }
+        ArmError::Transport { broken: true, .. } => Classified::Transient { retry_after: None },
+        _ => Classified::Permanent,
+    }
+}
+
+/// `PUT`: only what ARM did not apply.
+fn classify_write(e: &ArmError) -> Classified {
+    match e {
+        ArmError::Status { status: 429, .. } => {
+            Classified::Transient { retry_after: e.retry_after() }
+        }
+        ArmError::Status { status: 409, code, .. } if code == "AnotherOperationInProgress" => {
+            Classified::Transient { retry_after: e.retry_after() }
+        }
+        ArmError::Transport { broken: true, .. } => Classified::Transient { retry_after: None },
+        _ => Classified::Permanent,
+    }
+}
+
+const ASYNC_OPERATION: HeaderName = HeaderName::from_static("azure-asyncoperation");
+const LOCATION: HeaderName = HeaderName::from_static("location");
+const RETRY_AFTER: HeaderName = HeaderName::from_static("retry-after");
+const IF_MATCH: HeaderName = HeaderName::from_static("if-match");
+const CONTENT_TYPE: HeaderName = HeaderName::from_static("content-type");
+
+/// The ARM client.
+pub struct ArmClient {
+    pipeline: Pipeline,
+    http: reqwest::Client,
+    credential: Arc<dyn TokenCredential>,
+    endpoints: CloudEndpoints,
+    subscription: String,
+    options: ClientOptions,
+    imds: String,
+}
+
+impl std::fmt::Debug for ArmClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ArmClient")
+            .field("resource_manager", &self.endpoints.resource_manager)
+            .field("subscription", &self.subscription)
+            .finish_non_exhaustive()
+    }
+}
+
+/// An HTTP client trusting the system's roots and `ca_pem`'s certificates, with bounded
+/// connects. Shared by ARM, AAD, IMDS and ACR calls.
+pub fn http_client(ca_pem: Option<&[u8]>) -> Result<reqwest::Client, ClientError> {
+    let mut builder = reqwest::Client::builder()
+        .connect_timeout(Duration::from_secs(10))
+        .user_agent(concat!("ccm-rs-azure/", env!("CARGO_PKG_VERSION")));
+    if let Some(pem) = ca_pem {
+        let certs = reqwest::Certificate::from_pem_bundle(pem).map_err(|e| ClientError::Setup {
+            message: format!("the CA bundle is not PEM: {e}"),
+        })?;
+        if certs.is_empty() {
+            return Err(ClientError::Setup { message: "the CA bundle has no certificate".into() });
+        }
+        builder = builder.tls_certs_merge(certs);
+    }
+    builder
+        .build()
+        .map_err(|e| ClientError::Setup { message: format!("building the HTTP client: {e}") })
+}
+
+impl ArmClient {
+    /// A client for `config`'s subscription. Sends nothing: credentials are asked on the
+    /// first call.
+    pub fn new(config: &Config, options: ClientOptions) -> Result<ArmClient, ClientError> {
+        let subscription = config
+            .subscription_id
+            .clone()
+            .filter(|s| !s.trim().is_empty())
+            .ok_or(ClientError::Config { key: "subscriptionId", message: "required".into() })?;
+        let endpoints = CloudEndpoints::resolve(config, &options)?;
+        let http = http_client(options.ca_pem.as_deref())?;
+        let imds = options
+            .imds_endpoint
+            .clone()
+            .unwrap_or_else(|| DEFAULT_IMDS_ENDPOINT.to_string())
+            .trim_end_matches('/')
+            .to_string();
+        let credential = auth::token_credential(config, &endpoints, &http, &imds)?;
+        let policy: Arc<dyn Policy> = Arc::new(BearerTokenAuthorizationPolicy::new(
+            credential.clone(),
+            [endpoints.arm_scope.clone()],
+        ));
+        let core = CoreOptions {
+            retry: RetryOptions::none(),
+            transport: Some(Transport::new(Arc::new(http.clone()))),
+            ..CoreOptions::default()
+        };
+        let pipeline = Pipeline::new(
+            Some("ccm-provider-azure"),
+            Some(env!("CARGO_PKG_VERSION")),
+            core,
+            vec![policy],
+            Vec::new(),
+            None,
+        );
+        Ok(ArmClient { pipeline, http, credential, endpoints, subscription, options, imds })
+    }
+
+    /// The subscription.
+    pub fn subscription_id(&self) -> &str {
+        &self.subscription
+    }
+
+    /// The cloud's endpoints.
+    pub fn endpoints(&self) -> &CloudEndpoints {
+        &self.endpoints
+    }
+
+    /// The options.
+    pub fn options(&self) -> &ClientOptions {
+        &self.options
+    }
+
+    /// The IMDS base URL.
+    pub fn imds_endpoint(&self) -> &str {
+        &self.imds
+    }
+
+    /// The HTTP client (trusts the configured CA).
+    pub fn http(&self) -> &reqwest::Client {
+        &self.http
+    }
+
+    /// The credential (AAD tokens for any scope).
+    pub fn credential(&self) -> Arc<dyn TokenCredential> {
+        self.credential.clone()
+    }
+
+    /// `/subscriptions/<sub>/resourceGroups/<rg>/providers/<arm_type>/<name>`.
+    pub fn resource_id(&self, resource_group: &str, arm_type: &str, name: &str) -> String {
+        format!(
+            "/subscriptions/{}/resourceGroups/{resource_group}/providers/{arm_type}/{name}",
+            self.subscription
+        )
+    }
+
+    fn url(
+        &self,
+        path_or_url: &str,
+        api_version: &str,
+        query: &[(&str, &str)],
+    ) -> Result<Url, String> {
+        let mut url = if path_or_url.starts_with("https://") || path_or_url.starts_with("http://") {
+            Url::parse(path_or_url).map_err(|e| e.to_string())?
+        } else {
+            Url::parse(&format!("{}{path_or_url}", self.endpoints.resource_manager))
+                .map_err(|e| e.to_string())?
+        };
+        let has_version = url.query_pairs().any(|(k, _)| k == "api-version");
+        {
+            let mut q = url.query_pairs_mut();
+            if !has_version {
+                q.append_pair("api-version", api_version);
+            }
+            for (k, v) in query {
+                q.append_pair(k, v);
+            }
+        }
+        Ok(url)
+    }
+
+    /// One HTTP exchange: (status, headers, body). Error statuses become [`ArmError::Status`].
+    async fn send(
+        &self,
+        operation: &'static str,
+        resource: &str,
+        method: Method,
+        url: Url,
+        body: Option<&[u8]>,
+        if_match: Option<&str>,
+    ) -> Result<(u16, Headers, Vec<u8>), ArmError> {
+        let mut request = Request::new(url, method);
+        if let Some(tag) = if_match {
+            request.insert_header(IF_MATCH, tag.to_string());
+        }
+        if let Some(b) = body {
+            request.insert_header(CONTENT_TYPE, "application/json");
+            request.set_body(b.to_vec());
+        }
+        let options = PipelineSendOptions { skip_checks: true, ..Default::default() };
+        let response: RawResponse =
+            self.pipeline.send(&Context::new(), &mut request, Some(options)).await.map_err(
+                |e| ArmError::Transport {
+                    operation,
+                    resource: resource.to_string(),
+                    broken: is_broken(&e),
+                    message: transport_message(&e),
+                },
+            )?;
+        let status = u16::from(response.status());
+        let (_, headers, body) = response.deconstruct();
+        let body: Vec<u8> = body.to_vec();
+        if status >= 400 {
+            return Err(status_error(operation, resource, status, &headers, &body));
+        }
+        Ok((status, headers, body))
+    }
+
+    fn decode<T: DeserializeOwned>(
+        operation: &'static str,
+        resource: &str,
+        body: &[u8],
+    ) -> Result<T, ArmError> {
+        serde_json::from_slice(body).map_err(|e| ArmError::Decode {
+            operation,
+            resource: resource.to_string(),
+            message: e.to_string(),
+        })
+    }
+
+    /// GET a resource.
+    pub async fn get<T: DeserializeOwned>(
+        &self,
+        operation: &'static str,
+        id: &str,
+        api_version: &str,
+        query: &[(&str, &str)],
+    ) -> Result<T, ArmError> {
+        let url = self.url(id, api_version, query).map_err(|m| bad_url(operation, id, m))?;
+        self.options
+            .retry
+            .run(&self.options.deadline, operation, classify_read, || {
+                let url = url.clone();
+                async move {
+                    let (_, _, body) =
+                        self.send(operation, id, Method::Get, url, None, None).await?;
+                    Self::decode(operation, id, &body)
+                }
+            })
+            .await
+    }
+
+    /// GET a resource; `None` only when ARM says the resource itself does not exist.
+    pub async fn get_opt<T: DeserializeOwned>(
+        &self,
+        operation: &'static str,
+        id: &str,
+        api_version: &str,
+        query: &[(&str, &str)],
+    ) -> Result<Option<T>, ArmError> {
+        match self.get(operation, id, api_version, query).await {
+            Ok(v) => Ok(Some(v)),
+            Err(e) if e.is_not_found() => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Lists a collection, following every `nextLink` (each page under its own deadline).
+    pub async fn list<T: DeserializeOwned>(
+        &self,
+        operation: &'static str,
+        collection: &str,
+        api_version: &str,
+        query: &[(&str, &str)],
+    ) -> Result<Vec<T>, ArmError> {
+        #[derive(serde::Deserialize)]
+        #[serde(rename_all = "camelCase")]
+        struct Page<T> {
+            #[serde(default = "Vec::new")]
+            value: Vec<T>,
+            next_link: Option<String>,
+        }
+        let mut out = Vec::new();
+        let mut next = Some(
+            self.url(collection, api_version, query)
+                .map_err(|m| bad_url(operation, collection, m))?,
+        );
+        let mut pages = 0u32;
+        while let Some(url) = next.take() {
+            pages += 1;
+            if pages > 10_000 {
+                return Err(ArmError::Decode {
+                    operation,
+                    resource: collection.to_string(),
+                    message: "more than 10000 pages: nextLink loops".into(),
+                });
+            }
+            let page: Page<T> = self
+                .options
+                .retry
+                .run(&self.options.deadline, operation, classify_read, || {
+                    let url = url.clone();
+                    async move {
+                        let (_, _, body) =
+                            self.send(operation, collection, Method::Get, url, None, None).await?;
+                        Self::decode(operation, collection, &body)
+                    }
+                })
+                .await?;
+            out.extend(page.value);
+            if let Some(link) = page.next_link.filter(|l| !l.is_empty()) {
+                next = Some(
+                    Url::parse(&link).map_err(|e| bad_url(operation, collection, e.to_string()))?,
+                );
+            }
+        }
+        Ok(out)
+    }
+
+    /// Create-or-replace: PUT (retried only when not applied), wait for the operation, and
+    /// return the resource as ARM shows it afterwards.
+    pub async fn put<T: Serialize + DeserializeOwned>(
+        &self,
+        operation: &'static str,
+        id: &str,
+        api_version: &str,
+        body: &T,
+        if_match: Option<&str>,
+    ) -> Result<T, ArmError> {
+        let url = self.url(id, api_version, &[]).map_err(|m| bad_url(operation, id, m))?;
+        let bytes = serde_json::to_vec(body).map_err(|e| ArmError::Decode {
+            operation,
+            resource: id.to_string(),
+            message: format!("encoding the request: {e}"),
+        })?;
+        let (status, headers, reply) =
+            self.options
+                .retry
+                .run(&self.options.deadline, operation, classify_write, || {
+                    let url = url.clone();
+                    let bytes = &bytes;
+                    async move {
+                        self.send(operation, id, Method::Put, url, Some(bytes), if_match).await
+                    }
+                })
+                .await?;
+        if let Some(op_url) = headers.get_optional_str(&ASYNC_OPERATION) {
+            self.wait(operation, id, op_url, retry_after(&headers)).await?;
+            return self.get(operation, id, api_version, &[]).await;
+        }
+        let value: T = Self::decode(operation, id, &reply)?;
+        if status == 201 || provisioning_pending(&reply) {
+            // No operation to poll: read until the resource settles.
+            return self.get(operation, id, api_version, &[]).await;
+        }
+        Ok(value)
+    }
+
+    /// DELETE a resource and wait until it is gone; `Ok` when it was already gone.
+    pub async fn delete(
+        &self,
+        operation: &'static str,
+        id: &str,
+        api_version: &str,
+    ) -> Result<(), ArmError> {
+        let url = self.url(id, api_version, &[]).map_err(|m| bad_url(operation, id, m))?;
+        let sent = self
+            .options
+            .retry
+            .run(&self.options.deadline, operation, classify_read, || {
+                let url = url.clone();
+                async move { self.send(operation, id, Method::Delete, url, None, None).await }
+            })
+            .await;
+        let (status, headers, _) = match sent {
+            Ok(r) => r,
+            Err(e) if e.is_not_found() => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        if status != 202 {
+            return Ok(());
+        }
+        if let Some(op_url) = headers.get_optional_str(&ASYNC_OPERATION) {
+            return self.wait(operation, id, op_url, retry_after(&headers)).await;
+        }
+        if let Some(location) = headers.get_optional_str(&LOCATION) {
+            return self.wait_location(operation, id, location, retry_after(&headers)).await;
+        }
+        Ok(())
+    }
+
+    /// Polls an `Azure-AsyncOperation` URL until `Succeeded` (bounded by
+    /// [`ClientOptions::operation_timeout`]).
+    async fn wait(
+        &self,
+        operation: &'static str,
+        resource: &str,
+        op_url: &str,
+        first_wait: Option<Duration>,
+    ) -> Result<(), ArmError> {
+        #[derive(serde::Deserialize)]
+        struct OpStatus {
+            #[serde(default)]
+            status: String,
+            #[serde(default)]
+            error: Option<ErrorBody>,
+        }
+        let url = Url::parse(op_url).map_err(|e| bad_url(operation, resource, e.to_string()))?;
+        let base = self.options.poll_interval;
+        Deadline::new(self.options.operation_timeout)
+            .try_run(operation, async {
+                let mut interval = first_wait.unwrap_or(base).max(base);
+                loop {
+                    tokio::time::sleep(interval).await;
+                    let (_, headers, body) = self
+                        .options
+                        .retry
+                        .run(&self.options.deadline, operation, classify_read, || {
+                            let url = url.clone();
+                            async move {
+                                self.send(operation, resource, Method::Get, url, None, None).await
+                            }
+                        })
+                        .await?;
+                    let st: OpStatus = Self::decode(operation, resource, &body)?;
+                    match st.status.to_ascii_lowercase().as_str() {
+                        "succeeded" => return Ok(()),
+                        "failed" | "canceled" | "cancelled" => {
+                            let err = st.error.unwrap_or_default();
+                            return Err(ArmError::Operation {
+                                operation,
+                                resource: resource.to_string(),
+                                status: st.status,
+                                code: err.code,
+                                message: cut(&err.message),
+                            });
+                        }
+                        _ => {}
+                    }
+                    let doubled = (interval * 2).min(base * 4);
+                    interval = retry_after(&headers).map_or(doubled, |r| r.max(base));
+                }
+            })
+            .await
+    }
+
+    /// Polls a `Location` URL until it answers 200/204 (202: still running).
+    async fn wait_location(
+        &self,
+        operation: &'static str,
+        resource: &str,
+        location: &str,
+        first_wait: Option<Duration>,
+    ) -> Result<(), ArmError> {
+        let url = Url::parse(location).map_err(|e| bad_url(operation, resource, e.to_string()))?;
+        let base = self.options.poll_interval;
+        Deadline::new(self.options.operation_timeout)
+            .try_run(operation, async {
+                let mut interval = first_wait.unwrap_or(base).max(base);
+                loop {
+                    tokio::time::sleep(interval).await;
+                    let (status, headers, _) = self
+                        .options
+                        .retry
+                        .run(&self.options.deadline, operation, classify_read, || {
+                            let url = url.clone();
+                            async move {
+                                self.send(operation, resource, Method::Get, url, None, None).await
+                            }
+                        })
+                        .await?;
+                    if status != 202 {
+                        return Ok(());
+                    }
+                    let doubled = (interval * 2).min(base * 4);
+                    interval = retry_after(&headers).map_or(doubled, |r| r.max(base));
+                }
+            })
+            .await
+    }
+}
+
+#[derive(Debug, Default, serde::Deserialize)]
+struct ErrorBody {
+    #[serde(default)]
+    code: String,
+    #[serde(default)]
+    message: String,
+}
+
+fn cut(s: &str) -> String {
+    s.chars().take(300).collect()
+}
+
+fn bad_url(operation: &'static str, resource: &str, message: String) -> ArmError {
+    ArmError::Decode {
+        operation,
+        resource: resource.to_string(),
+        message: format!("bad URL: {message}"),
+    }
+}
+
+fn retry_after(headers: &Headers) -> Option<Duration> {
+    headers.get_optional_str(&RETRY_AFTER).and_then(ccm_core::cloud_call::parse_retry_after)
+}
+
+/// Whether a PUT's reply says the resource is still being provisioned.
+fn provisioning_pending(body: &[u8]) -> bool {
+    serde_json::from_slice::<serde_json::Value>(body)
+        .ok()
+        .and_then(|v| v["properties"]["provisioningState"].as_str().map(str::to_ascii_lowercase))
+        .is_some_and(|s| !matches!(s.as_str(), "succeeded" | "failed" | "canceled"))
+}
+
+fn status_error(
+    operation: &'static str,
+    resource: &str,
+    status: u16,
+    headers: &Headers,
+    body: &[u8],
+) -> ArmError {
+    #[derive(serde::Deserialize)]
+    struct Envelope {
+        error: ErrorBody,
+    }
+    let (code, message) = match serde_json::from_slice::<Envelope>(body) {
+        Ok(e) => (e.error.code, cut(&e.error.message)),
+        Err(_) => (
+            StatusCode::from(status).canonical_reason().to_string(),
+            cut(&String::from_utf8_lossy(body)),
+        ),
+    };
+    ArmError::Status {
+        operation,
+        resource: resource.to_string(),
+        status,
+        code,
+        message,
+        retry_after: retry_after(headers),
+    }
+}
+
+/// `azure_core` errors carry the request's URL at most; their `Display` names the kind and
+/// cause. Credential errors are the credential's own messages (they never include secrets).
+fn transport_message(e: &azure_core::Error) -> String {
+    cut(&e.to_string())
+}
+
+fn is_broken(e: &azure_core::Error) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(s) = source {
+        if ccm_core::cloud_call::is_broken_connection(s) {
+            return true;
+        }
+        source = s.source();
+    }
+    false
+}

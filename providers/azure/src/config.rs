@@ -1,0 +1,1333 @@
+//! The cloud config: upstream's `azure.json` (JSON or YAML, the keys of
+//! `cloud-provider-azure`'s `Config`), from the `--cloud-config` file, the Secret
+//! `kube-system/azure-cloud-provider` (key `cloud-config`), or both merged
+//! (`cloudConfigType: file | secret | merge`), with the `AZURE_*` environment overrides.
+//! Unknown or mistyped keys are errors naming the key; secrets are never quoted back.
+//!
+//! Parsing goes through a generic map first, so that:
+//! - keys match case-insensitively, as Go's `encoding/json` (behind upstream's
+//!   `sigs.k8s.io/yaml`) matches them (`subscriptionID` is `subscriptionId`);
+//! - a number or boolean given for a string key is taken as its text, as upstream's YAML
+//!   decoding does for string fields;
+//! - upstream keys this provider does not implement are accepted and listed in
+//!   [`Config::ignored_keys`] (so an upstream `azure.json` works unchanged), while anything
+//!   else is an error naming the key (with the nearest known key as a hint);
+//! - error messages are our own: neither serde's nor the YAML parser's text (which quotes
+//!   values and source lines) is passed on.
+//!
+//! [`Config::validate`] checks what the cloud-controller-manager needs (the
+//! credential plugin and the node manager need less, so [`Config::parse`] does not).
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::time::Duration;
+
+use serde::Deserialize;
+use serde_json::{Map, Value};
+
+/// The Secret upstream reads the config from: namespace, name and key.
+pub const SECRET_NAMESPACE: &str = "kube-system";
+/// The Secret's name.
+pub const SECRET_NAME: &str = "azure-cloud-provider";
+/// The Secret's key holding the config.
+pub const SECRET_KEY: &str = "cloud-config";
+
+/// How long reading the Secret may take.
+const SECRET_READ_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Upstream's default for `routeUpdateIntervalInSeconds`.
+pub const DEFAULT_ROUTE_UPDATE_INTERVAL: Duration = Duration::from_secs(30);
+
+/// `vmType`: how the cluster's nodes are deployed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+pub enum VmType {
+    /// Availability-set (or standalone) VMs.
+    #[default]
+    #[serde(rename = "standard")]
+    Standard,
+    /// Uniform virtual machine scale sets (upstream's default on AKS); standalone VMs are
+    /// still found.
+    #[serde(rename = "vmss")]
+    Vmss,
+    /// Flexible-orchestration scale sets: their VMs are standalone VMs.
+    #[serde(rename = "vmssflex")]
+    VmssFlex,
+}
+
+/// `loadBalancerBackendPoolConfigurationType`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+pub enum BackendPoolType {
+    /// Nodes' NIC (or scale-set) IP configurations reference the pool (upstream default).
+    #[default]
+    #[serde(rename = "nodeIPConfiguration")]
+    NodeIpConfiguration,
+    /// The pool lists node IPs.
+    #[serde(rename = "nodeIP")]
+    NodeIp,
+    /// The pool lists pod IPs.
+    #[serde(rename = "podIP")]
+    PodIp,
+}
+
+/// `cloudConfigType`: where the config comes from.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+pub enum CloudConfigType {
+    /// The `--cloud-config` file only.
+    #[serde(rename = "file")]
+    File,
+    /// The Secret only.
+    #[serde(rename = "secret")]
+    Secret,
+    /// The Secret's keys over the file's (upstream default).
+    #[default]
+    #[serde(rename = "merge")]
+    Merge,
+}
+
+/// `azure.json`. Field names are upstream's keys in snake case; absent keys are `None` (or
+/// the default upstream uses, noted on the field).
+#[derive(Clone, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Config {
+    /// `AzurePublicCloud` (default), `AzureChinaCloud`, `AzureUSGovernmentCloud`.
+    pub cloud: Option<String>,
+    /// The ARM endpoint for a cloud not in that list (upstream `resourceManagerEndpoint`).
+    pub resource_manager_endpoint: Option<String>,
+    /// The AAD tenant.
+    pub tenant_id: Option<String>,
+    /// The subscription of the cluster's resources.
+    pub subscription_id: Option<String>,
+    /// Service principal client id.
+    pub aad_client_id: Option<String>,
+    /// Service principal secret.
+    pub aad_client_secret: Option<String>,
+    /// Service principal certificate (PKCS#12).
+    pub aad_client_cert_path: Option<String>,
+    /// The certificate's password.
+    pub aad_client_cert_password: Option<String>,
+    /// Use the VM's managed identity.
+    #[serde(default)]
+    pub use_managed_identity_extension: bool,
+    /// The user-assigned identity's client id (managed identity).
+    #[serde(rename = "userAssignedIdentityID")]
+    pub user_assigned_identity_id: Option<String>,
+    /// Workload identity: the federated token file.
+    pub aad_federated_token_file: Option<String>,
+    /// Use workload identity.
+    #[serde(default)]
+    pub use_federated_workload_identity_extension: bool,
+    /// The cluster's resource group.
+    pub resource_group: Option<String>,
+    /// The location (region).
+    pub location: Option<String>,
+    /// The cluster's virtual network.
+    pub vnet_name: Option<String>,
+    /// The virtual network's resource group (default `resourceGroup`).
+    pub vnet_resource_group: Option<String>,
+    /// The nodes' subnet (internal load balancers' default).
+    pub subnet_name: Option<String>,
+    /// The cluster's network security group.
+    pub security_group_name: Option<String>,
+    /// Its resource group (default `resourceGroup`).
+    pub security_group_resource_group: Option<String>,
+    /// The route table for pod routes.
+    pub route_table_name: Option<String>,
+    /// Its resource group (default `resourceGroup`).
+    pub route_table_resource_group: Option<String>,
+    /// `standard`, `vmss`, `vmssflex` (case-insensitive). A parsed file without the key gets
+    /// `vmss`, as upstream (its VMSS mode also finds standalone VMs); `Config::default()` has
+    /// `standard`.
+    #[serde(default)]
+    pub vm_type: VmType,
+    /// The primary availability set (basic load balancers).
+    pub primary_availability_set_name: Option<String>,
+    /// The primary scale set (basic load balancers).
+    pub primary_scale_set_name: Option<String>,
+    /// `standard` (default) or `basic`.
+    pub load_balancer_sku: Option<String>,
+    /// The shared load balancer's name (default: the cluster name).
+    pub load_balancer_name: Option<String>,
+    /// The load balancers' resource group (default `resourceGroup`).
+    pub load_balancer_resource_group: Option<String>,
+    /// Keep control-plane nodes out of the standard load balancer (default true).
+    #[serde(rename = "excludeMasterFromStandardLB")]
+    pub exclude_master_from_standard_lb: Option<bool>,
+    /// Rules disable outbound SNAT.
+    #[serde(default, rename = "disableOutboundSNAT")]
+    pub disable_outbound_snat: bool,
+    /// The most rules one load balancer may have (default 250).
+    pub maximum_load_balancer_rule_count: Option<u32>,
+    /// How backend pools are filled.
+    #[serde(default)]
+    pub load_balancer_backend_pool_configuration_type: BackendPoolType,
+    /// Multiple standard load balancers (not supported; an error when non-empty).
+    pub multiple_standard_load_balancer_configurations: Option<serde_json::Value>,
+    /// Read the local node's metadata from IMDS.
+    #[serde(default)]
+    pub use_instance_metadata: bool,
+    /// Upstream's retry switches (our retries are always on; accepted for compatibility).
+    pub cloud_provider_backoff: Option<bool>,
+    /// Upstream's retry count.
+    pub cloud_provider_backoff_retries: Option<u32>,
+    /// Upstream's backoff exponent.
+    pub cloud_provider_backoff_exponent: Option<f64>,
+    /// Upstream's backoff duration (seconds).
+    pub cloud_provider_backoff_duration: Option<u32>,
+    /// Upstream's backoff jitter.
+    pub cloud_provider_backoff_jitter: Option<f64>,
+    /// Upstream's client-side rate limit switch.
+    pub cloud_provider_rate_limit: Option<bool>,
+    /// Read QPS.
+    #[serde(rename = "cloudProviderRateLimitQPS")]
+    pub cloud_provider_rate_limit_qps: Option<f64>,
+    /// Read bucket.
+    pub cloud_provider_rate_limit_bucket: Option<u32>,
+    /// Write QPS.
+    #[serde(rename = "cloudProviderRateLimitQPSWrite")]
+    pub cloud_provider_rate_limit_qps_write: Option<f64>,
+    /// Write bucket.
+    pub cloud_provider_rate_limit_bucket_write: Option<u32>,
+    /// Tags on every resource the CCM creates: `k1=v1,k2=v2`.
+    pub tags: Option<String>,
+    /// Tags as a map (wins over `tags`).
+    pub tags_map: Option<BTreeMap<String, String>>,
+    /// Tag keys the CCM owns on shared resources: `k1,k2`.
+    pub system_tags: Option<String>,
+    /// `servicenodeport` (default) or `shared` (one kube-proxy probe for Cluster services).
+    pub cluster_service_load_balancer_health_probe_mode: Option<String>,
+    /// The shared probe's port (default 10256).
+    pub cluster_service_shared_load_balancer_health_probe_port: Option<i32>,
+    /// The shared probe's path (default `/healthz`).
+    pub cluster_service_shared_load_balancer_health_probe_path: Option<String>,
+    /// Seconds between batched route-table writes (default 30).
+    pub route_update_interval_in_seconds: Option<u64>,
+    /// `file`, `secret`, `merge` (default).
+    #[serde(default)]
+    pub cloud_config_type: CloudConfigType,
+    /// Upstream keys this provider accepts but does not implement (logged when loaded).
+    #[serde(skip)]
+    pub ignored_keys: Vec<String>,
+}
+
+/// Why the config is unusable.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// Not JSON or YAML, or not a mapping (position only: the text is never quoted).
+    #[error("azure cloud config: {0}")]
+    Parse(String),
+    /// A key no version of upstream knows (typo?).
+    #[error("azure cloud config: unknown key {key:?}{}", hint.map(|h| format!(" (did you mean {h:?}?)")).unwrap_or_default())]
+    Unknown {
+        /// The key as written.
+        key: String,
+        /// The nearest known key.
+        hint: Option<&'static str>,
+    },
+    /// A key has a value that is not allowed (wrong type, unknown value, unsupported).
+    #[error("azure cloud config: {key}: {message}")]
+    Invalid {
+        /// The key.
+        key: &'static str,
+        /// Why.
+        message: String,
+    },
+    /// The Secret could not be read, or lacks the config.
+    #[error("azure cloud config: Secret {namespace}/{name}: {message}")]
+    Secret {
+        /// The Secret's namespace.
+        namespace: String,
+        /// The Secret's name.
+        name: String,
+        /// What went wrong.
+        message: String,
+    },
+}
+
+/// What a key's value must be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// Text (numbers and booleans are taken as their text).
+    Str,
+    /// Text that is never quoted back.
+    SecretStr,
+    Bool,
+    /// A non-negative integer up to `u32::MAX`.
+    U32,
+    /// A non-negative integer.
+    U64,
+    /// A TCP/UDP port (1-65535).
+    Port,
+    Float,
+    /// A map of text to text.
+    StrMap,
+    /// Anything (checked by [`Config::validate`]).
+    Any,
+    /// One of these values (case-insensitive; stored as spelled here).
+    OneOf(&'static [&'static str]),
+}
+
+/// Every key [`Config`] has, with its kind.
+const KEYS: &[(&str, Kind)] = &[
+    ("cloud", Kind::Str),
+    ("resourceManagerEndpoint", Kind::Str),
+    ("tenantId", Kind::Str),
+    ("subscriptionId", Kind::Str),
+    ("aadClientId", Kind::Str),
+    ("aadClientSecret", Kind::SecretStr),
+    ("aadClientCertPath", Kind::Str),
+    ("aadClientCertPassword", Kind::SecretStr),
+    ("useManagedIdentityExtension", Kind::Bool),
+    ("userAssignedIdentityID", Kind::Str),
+    ("aadFederatedTokenFile", Kind::Str),
+    ("useFederatedWorkloadIdentityExtension", Kind::Bool),
+    ("resourceGroup", Kind::Str),
+    ("location", Kind::Str),
+    ("vnetName", Kind::Str),
+    ("vnetResourceGroup", Kind::Str),
+    ("subnetName", Kind::Str),
+    ("securityGroupName", Kind::Str),
+    ("securityGroupResourceGroup", Kind::Str),
+    ("routeTableName", Kind::Str),
+    ("routeTableResourceGroup", Kind::Str),
+    ("vmType", Kind::OneOf(&["standard", "vmss", "vmssflex"])),
+    ("primaryAvailabilitySetName", Kind::Str),
+    ("primaryScaleSetName", Kind::Str),
+    ("loadBalancerSku", Kind::Str),
+    ("loadBalancerName", Kind::Str),
+    ("loadBalancerResourceGroup", Kind::Str),
+    ("excludeMasterFromStandardLB", Kind::Bool),
+    ("disableOutboundSNAT", Kind::Bool),
+    ("maximumLoadBalancerRuleCount", Kind::U32),
+    (
+        "loadBalancerBackendPoolConfigurationType",
+        Kind::OneOf(&["nodeIPConfiguration", "nodeIP", "podIP"]),
+    ),
+    ("multipleStandardLoadBalancerConfigurations", Kind::Any),
+    ("useInstanceMetadata", Kind::Bool),
+    ("cloudProviderBackoff", Kind::Bool),
+    ("cloudProviderBackoffRetries", Kind::U32),
+    ("cloudProviderBackoffExponent", Kind::Float),
+    ("cloudProviderBackoffDuration", Kind::U32),
+    ("cloudProviderBackoffJitter", Kind::Float),
+    ("cloudProviderRateLimit", Kind::Bool),
+    ("cloudProviderRateLimitQPS", Kind::Float),
+    ("cloudProviderRateLimitBucket", Kind::U32),
+    ("cloudProviderRateLimitQPSWrite", Kind::Float),
+    ("cloudProviderRateLimitBucketWrite", Kind::U32),
+    ("tags", Kind::Str),
+    ("tagsMap", Kind::StrMap),
+    ("systemTags", Kind::Str),
+    ("clusterServiceLoadBalancerHealthProbeMode", Kind::Str),
+    ("clusterServiceSharedLoadBalancerHealthProbePort", Kind::Port),
+    ("clusterServiceSharedLoadBalancerHealthProbePath", Kind::Str),
+    ("routeUpdateIntervalInSeconds", Kind::U64),
+    ("cloudConfigType", Kind::OneOf(&["file", "secret", "merge"])),
+];
+
+/// Upstream keys accepted and ignored: caches, client tuning, and features this provider
+/// does not implement (listed in the README). Per-client rate limits (`<client>RateLimit`
+/// objects) are accepted too.
+const IGNORED_KEYS: &[&str] = &[
+    "aadMSIDataPlaneIdentityPath",
+    "auxiliaryTokenProvider",
+    "availabilitySetNodesCacheTTLInSeconds",
+    "availabilitySetsCacheTTLInSeconds",
+    "cloudProviderBackoffMode",
+    "disableAPICallCache",
+    "disableAvailabilitySetNodes",
+    "disableAzureStackCloud",
+    "enableIPTagMutationForExistingPublicIP",
+    "enableMigrateToIPBasedBackendPoolAPI",
+    "enableMinimumRetryAfter",
+    "enableMultipleStandardLoadBalancers",
+    "enableVmssFlexNodes",
+    "extendedLocationName",
+    "extendedLocationType",
+    "identitySystem",
+    "listVmssVirtualMachinesWithoutInstanceView",
+    "loadBalancerBackendPoolUpdateIntervalInSeconds",
+    "loadBalancerCacheTTLInSeconds",
+    "networkResourceSubscriptionID",
+    "networkResourceTenantID",
+    "nodeInstanceNotFoundGracePeriodInSeconds",
+    "nodePoolsWithoutDedicatedSLB",
+    "nonVmssUniformNodesCacheTTLInSeconds",
+    "nsgCacheTTLInSeconds",
+    "plsCacheTTLInSeconds",
+    "preConfiguredBackendPoolLoadBalancerTypes",
+    "privateLinkServiceResourceGroup",
+    "providerKeyName",
+    "providerKeyVersion",
+    "providerVaultName",
+    "publicIPCacheTTLInSeconds",
+    "putVMSSVMBatchSize",
+    "routeTableCacheTTLInSeconds",
+    "routeUpdateWaitingInSeconds",
+    "serviceGatewayEnabled",
+    "userAgent",
+    "vmCacheTTLInSeconds",
+    "vmssCacheTTLInSeconds",
+    "vmssFlexCacheTTLInSeconds",
+    "vmssFlexVMCacheTTLInSeconds",
+    "vmssVirtualMachinesCacheTTLInSeconds",
+];
+
+fn kind_name(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "a mapping",
+    }
+}
+
+/// Edit distance (case-insensitive), for "did you mean".
+fn distance(a: &str, b: &str) -> usize {
+    let a: Vec<char> = a.to_lowercase().chars().collect();
+    let b: Vec<char> = b.to_lowercase().chars().collect();
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.iter().enumerate() {
+        let mut cur = vec![i + 1];
+        for (j, cb) in b.iter().enumerate() {
+            let sub = prev[j] + usize::from(ca != cb);
+            cur.push(sub.min(prev[j + 1] + 1).min(cur[j] + 1));
+        }
+        prev = cur;
+    }
+    prev[b.len()]
+}
+
+fn hint_for(key: &str) -> Option<&'static str> {
+    KEYS.iter()
+        .map(|(k, _)| *k)
+        .chain(IGNORED_KEYS.iter().copied())
+        .map(|k| (distance(key, k), k))
+        .filter(|(d, _)| *d <= 3)
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, k)| k)
+}
+
+/// Checks one value against its kind and normalises it (text for numbers given to string
+/// keys, canonical spelling for enumerations). `None`: drop the key (null is "unset").
+fn check(key: &'static str, kind: Kind, value: Value) -> Result<Option<Value>, ConfigError> {
+    let wrong = |expected: &str, v: &Value| ConfigError::Invalid {
+        key,
+        message: format!("expected {expected}, got {}", kind_name(v)),
+    };
+    if value.is_null() {
+        return Ok(None);
+    }
+    let out = match kind {
+        Kind::Str | Kind::SecretStr => match value {
+            Value::String(_) => value,
+            Value::Number(n) => Value::String(n.to_string()),
+            Value::Bool(b) => Value::String(b.to_string()),
+            other => return Err(wrong("a string", &other)),
+        },
+        Kind::Bool => match value {
+            Value::Bool(_) => value,
+            other => return Err(wrong("true or false", &other)),
+        },
+        Kind::U32 | Kind::U64 | Kind::Port => {
+            let (max, what) = match kind {
+                Kind::U32 => (u64::from(u32::MAX), "a whole number from 0 to 4294967295"),
+                Kind::Port => (65535, "a port from 1 to 65535"),
+                _ => (u64::MAX, "a whole number from 0"),
+            };
+            match value.as_u64() {
+                Some(n) if n <= max && !(kind == Kind::Port && n == 0) => value,
+                _ if value.is_number() => {
+                    return Err(ConfigError::Invalid {
+                        key,
+                        message: format!("expected {what}, got {value}"),
+                    });
+                }
+                _ => return Err(wrong(what, &value)),
+            }
+        }
+        Kind::Float => match value {
+            Value::Number(_) => value,
+            other => return Err(wrong("a number", &other)),
+        },
+        Kind::StrMap => match value {
+            Value::Object(map) => {
+                let mut out = Map::new();
+                for (k, v) in map {
+                    let v = match v {
+                        Value::String(_) => v,
+                        Value::Number(n) => Value::String(n.to_string()),
+                        Value::Bool(b) => Value::String(b.to_string()),
+                        Value::Null => Value::String(String::new()),
+                        other => {
+                            return Err(ConfigError::Invalid {
+                                key,
+                                message: format!(
+                                    "the value of {k:?} must be a string, got {}",
+                                    kind_name(&other)
+                                ),
+                            });
+                        }
+                    };
+                    out.insert(k, v);
+                }
+                Value::Object(out)
+            }
+            other => return Err(wrong("a mapping of strings", &other)),
+        },
+        Kind::Any => value,
+        Kind::OneOf(allowed) => match &value {
+            Value::String(s) => match allowed.iter().find(|a| a.eq_ignore_ascii_case(s.trim())) {
+                Some(a) => Value::String((*a).to_string()),
+                None => {
+                    return Err(ConfigError::Invalid {
+                        key,
+                        message: format!(
+                            "unsupported value {s:?}; expected one of {}",
+                            allowed.join(", ")
+                        ),
+                    });
+                }
+            },
+            other => return Err(wrong(&format!("one of {}", allowed.join(", ")), other)),
+        },
+    };
+    Ok(Some(out))
+}
+
+/// A parsed document: canonical keys with checked values, and the ignored upstream keys.
+#[derive(Debug, Default, Clone)]
+struct Document {
+    keys: Map<String, Value>,
+    ignored: Vec<String>,
+}
+
+impl Document {
+    fn parse(text: &str) -> Result<Document, ConfigError> {
+        let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+        let trimmed = text.trim_start();
+        if trimmed.is_empty() {
+            return Ok(Document::default());
+        }
+        let value: Value = if trimmed.starts_with('{') {
+            serde_json::from_str(text).map_err(|e| {
+                use serde_json::error::Category;
+                let what = match e.classify() {
+                    Category::Eof => "unexpected end of input",
+                    Category::Syntax | Category::Io | Category::Data => "invalid JSON",
+                };
+                ConfigError::Parse(format!("{what} at line {} column {}", e.line(), e.column()))
+            })?
+        } else {
+            serde_saphyr::from_str(text).map_err(|e| {
+                // The parser's own text may quote the source (snippets, scalars): position only.
+                let at = e
+                    .location()
+                    .map(|l| format!(" at line {} column {}", l.line(), l.column()))
+                    .unwrap_or_default();
+                ConfigError::Parse(format!("neither valid JSON nor valid YAML{at}"))
+            })?
+        };
+        let map = match value {
+            Value::Object(map) => map,
+            Value::Null => return Ok(Document::default()),
+            other => {
+                return Err(ConfigError::Parse(format!(
+                    "expected a mapping of keys to values, got {}",
+                    kind_name(&other)
+                )));
+            }
+        };
+        let mut doc = Document::default();
+        for (key, value) in map {
+            if let Some((canonical, kind)) = KEYS.iter().find(|(k, _)| k.eq_ignore_ascii_case(&key))
+            {
+                if doc.keys.contains_key(*canonical) {
+                    return Err(ConfigError::Invalid {
+                        key: canonical,
+                        message: "given more than once (keys match case-insensitively)".into(),
+                    });
+                }
+                if let Some(v) = check(canonical, *kind, value)? {
+                    doc.keys.insert((*canonical).to_string(), v);
+                }
+            } else if let Some(k) = IGNORED_KEYS.iter().find(|k| k.eq_ignore_ascii_case(&key)) {
+                doc.ignored.push((*k).to_string());
+            } else if key.ends_with("RateLimit") && value.is_object() {
+                doc.ignored.push(key);
+            } else {
+                return Err(ConfigError::Unknown { hint: hint_for(&key), key });
+            }
+        }
+        Ok(doc)
+    }
+
+    /// `other`'s keys over this document's.
+    fn overlay(mut self, other: Document) -> Document {
+        for (k, v) in other.keys {
+            self.keys.insert(k, v);
+        }
+        for k in other.ignored {
+            if !self.ignored.contains(&k) {
+                self.ignored.push(k);
+            }
+        }
+        self
+    }
+
+    fn into_config(self) -> Result<Config, ConfigError> {
+        let has_vm_type = self.keys.contains_key("vmType");
+        let mut config: Config = match serde_json::from_value(Value::Object(self.keys.clone())) {
+            Ok(c) => c,
+            Err(_) => {
+                // Every value was checked; find the key anyway rather than echo serde's text.
+                for (k, v) in &self.keys {
+                    let one: Map<String, Value> = [(k.clone(), v.clone())].into_iter().collect();
+                    if serde_json::from_value::<Config>(Value::Object(one)).is_err() {
+                        let key = KEYS.iter().find(|(c, _)| c == k).map_or("?", |(c, _)| *c);
+                        return Err(ConfigError::Invalid {
+                            key,
+                            message: "value of the wrong type".into(),
+                        });
+                    }
+                }
+                return Err(ConfigError::Parse("the keys do not fit together".into()));
+            }
+        };
+        if !has_vm_type {
+            // Upstream: an unset vmType is vmss (whose lookups also find standalone VMs).
+            config.vm_type = VmType::Vmss;
+        }
+        // Upstream lower-cases the resource group (ARM returns it in varying case).
+        if let Some(rg) = &mut config.resource_group {
+            *rg = rg.to_lowercase();
+        }
+        config.ignored_keys = self.ignored;
+        Ok(config)
+    }
+}
+
+impl fmt::Debug for Config {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let redacted = |s: &Option<String>| s.as_ref().map(|_| "<redacted>");
+        let mut d = f.debug_struct("Config");
+        d.field("cloud", &self.cloud)
+            .field("resource_manager_endpoint", &self.resource_manager_endpoint)
+            .field("tenant_id", &self.tenant_id)
+            .field("subscription_id", &self.subscription_id)
+            .field("aad_client_id", &self.aad_client_id)
+            .field("aad_client_secret", &redacted(&self.aad_client_secret))
+            .field("aad_client_cert_path", &self.aad_client_cert_path)
+            .field("aad_client_cert_password", &redacted(&self.aad_client_cert_password))
+            .field("use_managed_identity_extension", &self.use_managed_identity_extension)
+            .field("user_assigned_identity_id", &self.user_assigned_identity_id)
+            .field("aad_federated_token_file", &self.aad_federated_token_file)
+            .field(
+                "use_federated_workload_identity_extension",
+                &self.use_federated_workload_identity_extension,
+            )
+            .field("resource_group", &self.resource_group)
+            .field("location", &self.location)
+            .field("vnet_name", &self.vnet_name)
+            .field("vnet_resource_group", &self.vnet_resource_group)
+            .field("subnet_name", &self.subnet_name)
+            .field("security_group_name", &self.security_group_name)
+            .field("security_group_resource_group", &self.security_group_resource_group)
+            .field("route_table_name", &self.route_table_name)
+            .field("route_table_resource_group", &self.route_table_resource_group)
+            .field("vm_type", &self.vm_type)
+            .field("primary_availability_set_name", &self.primary_availability_set_name)
+            .field("primary_scale_set_name", &self.primary_scale_set_name)
+            .field("load_balancer_sku", &self.load_balancer_sku)
+            .field("load_balancer_name", &self.load_balancer_name)
+            .field("load_balancer_resource_group", &self.load_balancer_resource_group)
+            .field("exclude_master_from_standard_lb", &self.exclude_master_from_standard_lb)
+            .field("disable_outbound_snat", &self.disable_outbound_snat)
+            .field("maximum_load_balancer_rule_count", &self.maximum_load_balancer_rule_count)
+            .field(
+                "load_balancer_backend_pool_configuration_type",
+                &self.load_balancer_backend_pool_configuration_type,
+            )
+            .field(
+                "multiple_standard_load_balancer_configurations",
+                &self.multiple_standard_load_balancer_configurations,
+            )
+            .field("use_instance_metadata", &self.use_instance_metadata)
+            .field("cloud_provider_backoff", &self.cloud_provider_backoff)
+            .field("cloud_provider_backoff_retries", &self.cloud_provider_backoff_retries)
+            .field("cloud_provider_backoff_exponent", &self.cloud_provider_backoff_exponent)
+            .field("cloud_provider_backoff_duration", &self.cloud_provider_backoff_duration)
+            .field("cloud_provider_backoff_jitter", &self.cloud_provider_backoff_jitter)
+            .field("cloud_provider_rate_limit", &self.cloud_provider_rate_limit)
+            .field("cloud_provider_rate_limit_qps", &self.cloud_provider_rate_limit_qps)
+            .field("cloud_provider_rate_limit_bucket", &self.cloud_provider_rate_limit_bucket)
+            .field("cloud_provider_rate_limit_qps_write", &self.cloud_provider_rate_limit_qps_write)
+            .field(
+                "cloud_provider_rate_limit_bucket_write",
+                &self.cloud_provider_rate_limit_bucket_write,
+            )
+            .field("tags", &self.tags)
+            .field("tags_map", &self.tags_map)
+            .field("system_tags", &self.system_tags)
+            .field(
+                "cluster_service_load_balancer_health_probe_mode",
+                &self.cluster_service_load_balancer_health_probe_mode,
+            )
+            .field(
+                "cluster_service_shared_load_balancer_health_probe_port",
+                &self.cluster_service_shared_load_balancer_health_probe_port,
+            )
+            .field(
+                "cluster_service_shared_load_balancer_health_probe_path",
+                &self.cluster_service_shared_load_balancer_health_probe_path,
+            )
+            .field("route_update_interval_in_seconds", &self.route_update_interval_in_seconds)
+            .field("cloud_config_type", &self.cloud_config_type)
+            .field("ignored_keys", &self.ignored_keys)
+            .finish()
+    }
+}
+
+/// The environment variables upstream reads over the config (injected by the workload
+/// identity webhook): `AZURE_TENANT_ID`, `AZURE_CLIENT_ID`, `AZURE_CLIENT_SECRET`,
+/// `AZURE_FEDERATED_TOKEN_FILE` (which also turns workload identity on).
+pub const ENV_OVERRIDES: &[&str] =
+    &["AZURE_TENANT_ID", "AZURE_CLIENT_ID", "AZURE_CLIENT_SECRET", "AZURE_FEDERATED_TOKEN_FILE"];
+
+impl Config {
+    /// Parses `azure.json` (JSON, or YAML when it is not JSON). No environment overrides,
+    /// no CCM checks (see [`Config::apply_env`], [`Config::validate`]).
+    pub fn parse(text: &str) -> Result<Config, ConfigError> {
+        Document::parse(text)?.into_config()
+    }
+
+    /// [`Config::parse`] of a file's bytes, then the process environment's overrides.
+    pub fn from_bytes(bytes: &[u8]) -> Result<Config, ConfigError> {
+        let text = std::str::from_utf8(bytes).map_err(|e| {
+            ConfigError::Parse(format!("not UTF-8 text (byte {})", e.valid_up_to()))
+        })?;
+        let mut config = Config::parse(text)?;
+        config.apply_env(&|k| std::env::var(k).ok());
+        Ok(config)
+    }
+
+    /// Upstream's environment overrides ([`ENV_OVERRIDES`]); empty values are ignored.
+    pub fn apply_env(&mut self, env: &dyn Fn(&str) -> Option<String>) {
+        let var = |k: &str| env(k).filter(|v| !v.is_empty());
+        if let Some(v) = var("AZURE_TENANT_ID") {
+            self.tenant_id = Some(v);
+        }
+        if let Some(v) = var("AZURE_CLIENT_ID") {
+            self.aad_client_id = Some(v);
+        }
+        if let Some(v) = var("AZURE_CLIENT_SECRET") {
+            self.aad_client_secret = Some(v);
+        }
+        if let Some(v) = var("AZURE_FEDERATED_TOKEN_FILE") {
+            self.aad_federated_token_file = Some(v);
+            self.use_federated_workload_identity_extension = true;
+        }
+    }
+
+    /// What the cloud-controller-manager needs: `subscriptionId`, `resourceGroup`,
+    /// `location` (unless `useInstanceMetadata`), `tenantId` (unless managed identity),
+    /// and only what this provider implements (standard SKU, one standard load balancer,
+    /// no pod-IP backend pools, a known health-probe mode).
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let missing = |v: &Option<String>| v.as_deref().is_none_or(|s| s.trim().is_empty());
+        if missing(&self.subscription_id) {
+            return Err(ConfigError::Invalid { key: "subscriptionId", message: "required".into() });
+        }
+        if missing(&self.resource_group) {
+            return Err(ConfigError::Invalid { key: "resourceGroup", message: "required".into() });
+        }
+        if missing(&self.location) && !self.use_instance_metadata {
+            return Err(ConfigError::Invalid {
+                key: "location",
+                message: "required (or set useInstanceMetadata to read it from IMDS)".into(),
+            });
+        }
+        if missing(&self.tenant_id) && !self.use_managed_identity_extension {
+            return Err(ConfigError::Invalid {
+                key: "tenantId",
+                message: "required (except with useManagedIdentityExtension)".into(),
+            });
+        }
+        match self.load_balancer_sku.as_deref().map(str::trim) {
+            None | Some("") => {}
+            Some(s) if s.eq_ignore_ascii_case("standard") => {}
+            Some(s) if s.eq_ignore_ascii_case("basic") => {
+                return Err(ConfigError::Invalid {
+                    key: "loadBalancerSku",
+                    message: "the Basic SKU is not supported by this provider (Azure retired Basic load balancers and public IPs on 30 September 2025); use standard".into(),
+                });
+            }
+            Some(s) => {
+                return Err(ConfigError::Invalid {
+                    key: "loadBalancerSku",
+                    message: format!("unsupported value {s:?}; expected standard"),
+                });
+            }
+        }
+        match self.cluster_service_load_balancer_health_probe_mode.as_deref().map(str::trim) {
+            None | Some("") => {}
+            Some(m)
+                if m.eq_ignore_ascii_case("servicenodeport")
+                    || m.eq_ignore_ascii_case("shared") => {}
+            Some(m) => {
+                return Err(ConfigError::Invalid {
+                    key: "clusterServiceLoadBalancerHealthProbeMode",
+                    message: format!("unsupported value {m:?}; expected servicenodeport or shared"),
+                });
+            }
+        }
+        if let Some(v) = &self.multiple_standard_load_balancer_configurations {
+            let empty = match v {
+                Value::Null => true,
+                Value::Array(a) => a.is_empty(),
+                _ => false,
+            };
+            if !empty {
+                return Err(ConfigError::Invalid {
+                    key: "multipleStandardLoadBalancerConfigurations",
+                    message: "multiple standard load balancers are not supported by this provider; remove the key (one shared load balancer per cluster)".into(),
+                });
+            }
+        }
+        if self.load_balancer_backend_pool_configuration_type == BackendPoolType::PodIp {
+            return Err(ConfigError::Invalid {
+                key: "loadBalancerBackendPoolConfigurationType",
+                message: "podIP is not supported by this provider (upstream: service gateways only); use nodeIPConfiguration or nodeIP".into(),
+            });
+        }
+        Ok(())
+    }
+
+    /// The resource group of the cluster's resources (`""` when unset).
+    pub fn resource_group(&self) -> &str {
+        self.resource_group.as_deref().unwrap_or_default()
+    }
+
+    /// The virtual network's resource group.
+    pub fn vnet_resource_group(&self) -> &str {
+        self.vnet_resource_group.as_deref().unwrap_or(self.resource_group())
+    }
+
+    /// The security group's resource group.
+    pub fn security_group_resource_group(&self) -> &str {
+        self.security_group_resource_group.as_deref().unwrap_or(self.resource_group())
+    }
+
+    /// The route table's resource group.
+    pub fn route_table_resource_group(&self) -> &str {
+        self.route_table_resource_group.as_deref().unwrap_or(self.resource_group())
+    }
+
+    /// The load balancers' resource group.
+    pub fn load_balancer_resource_group(&self) -> &str {
+        self.load_balancer_resource_group.as_deref().unwrap_or(self.resource_group())
+    }
+
+    /// Seconds between batched route-table writes (`routeUpdateIntervalInSeconds`; unset or
+    /// 0: upstream's 30).
+    pub fn route_update_interval(&self) -> Duration {
+        match self.route_update_interval_in_seconds {
+            Some(s) if s > 0 => Duration::from_secs(s),
+            _ => DEFAULT_ROUTE_UPDATE_INTERVAL,
+        }
+    }
+
+    /// `clusterServiceLoadBalancerHealthProbeMode` is `shared`.
+    pub fn shared_health_probe(&self) -> bool {
+        self.cluster_service_load_balancer_health_probe_mode
+            .as_deref()
+            .is_some_and(|m| m.trim().eq_ignore_ascii_case("shared"))
+    }
+
+    /// The shared probe's port (default 10256, kube-proxy's health port).
+    pub fn shared_health_probe_port(&self) -> i32 {
+        self.cluster_service_shared_load_balancer_health_probe_port.unwrap_or(10256)
+    }
+
+    /// The shared probe's path (default `/healthz`).
+    pub fn shared_health_probe_path(&self) -> &str {
+        self.cluster_service_shared_load_balancer_health_probe_path
+            .as_deref()
+            .filter(|p| !p.trim().is_empty())
+            .unwrap_or("/healthz")
+    }
+
+    /// `excludeMasterFromStandardLB` (default true).
+    pub fn exclude_master_from_standard_lb(&self) -> bool {
+        self.exclude_master_from_standard_lb.unwrap_or(true)
+    }
+
+    /// `maximumLoadBalancerRuleCount` (unset or 0: 250).
+    pub fn maximum_load_balancer_rule_count(&self) -> u32 {
+        self.maximum_load_balancer_rule_count.filter(|n| *n > 0).unwrap_or(250)
+    }
+
+    /// The tags for resources the CCM creates, from `tags` (`k1=v1,k2=v2`) and `tagsMap`,
+    /// as upstream: keys and values trimmed (a value spelled `null` in any case keeps its
+    /// spaces: ARM reserves `null`), pairs without exactly one `=` or with an empty key
+    /// skipped with a warning, and a `tagsMap` key replacing a `tags` key equal to it
+    /// ignoring case.
+    pub fn resource_tags(&self) -> BTreeMap<String, String> {
+        let mut out = BTreeMap::new();
+        let trim_value = |v: &str| {
+            let t = v.trim();
+            if t.eq_ignore_ascii_case("null") { v.to_string() } else { t.to_string() }
+        };
+        if let Some(tags) = self.tags.as_deref().filter(|t| !t.is_empty()) {
+            for pair in tags.split(',') {
+                let parts: Vec<&str> = pair.split('=').collect();
+                let [k, v] = parts.as_slice() else {
+                    tracing::warn!(pair, "azure cloud config: tags: not key=value, ignored");
+                    continue;
+                };
+                let k = k.trim();
+                if k.is_empty() {
+                    tracing::warn!("azure cloud config: tags: empty key, ignored");
+                    continue;
+                }
+                out.insert(k.to_string(), trim_value(v));
+            }
+        }
+        for (k, v) in self.tags_map.iter().flatten() {
+            let key = k.trim();
+            if key.is_empty() {
+                tracing::warn!("azure cloud config: tagsMap: empty key, ignored");
+                continue;
+            }
+            let same: Vec<String> =
+                out.keys().filter(|o| o.eq_ignore_ascii_case(key) && *o != key).cloned().collect();
+            for o in same {
+                out.remove(&o);
+            }
+            out.insert(key.to_string(), trim_value(v));
+        }
+        out
+    }
+
+    /// `systemTags`: tag keys the CCM owns (comma-separated, trimmed, empty ones dropped).
+    pub fn system_tag_keys(&self) -> Vec<String> {
+        self.system_tags
+            .iter()
+            .flat_map(|s| s.split(','))
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(str::to_string)
+            .collect()
+    }
+}
+
+/// Where [`load_from`] finds the Secret.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SecretLocation {
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// The data key holding the config.
+    pub key: String,
+}
+
+impl Default for SecretLocation {
+    fn default() -> Self {
+        SecretLocation {
+            namespace: SECRET_NAMESPACE.into(),
+            name: SECRET_NAME.into(),
+            key: SECRET_KEY.into(),
+        }
+    }
+}
+
+/// The config the CCM runs on: the `--cloud-config` file and/or the Secret
+/// `kube-system/azure-cloud-provider` (key `cloud-config`) as the file's `cloudConfigType`
+/// says, then the environment's overrides.
+///
+/// - no file: the Secret alone;
+/// - `file`: the file alone (the Secret is not read);
+/// - `secret`: the Secret alone;
+/// - `merge` (default): the keys the Secret sets over the file's. A Secret that does not
+///   exist (or no API client) leaves the file alone, so upstream's usual setup (a file and
+///   no Secret) works; any other failure to read it is an error.
+///
+/// Reads at most that one Secret by name (`get`, never `list`).
+pub async fn load(file: Option<&[u8]>, kube: Option<kube::Client>) -> Result<Config, ConfigError> {
+    load_from(file, kube, &SecretLocation::default(), &|k| std::env::var(k).ok()).await
+}
+
+/// [`load`] with the Secret's location and the environment given (tests).
+pub async fn load_from(
+    file: Option<&[u8]>,
+    kube: Option<kube::Client>,
+    at: &SecretLocation,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Config, ConfigError> {
+    let file_doc = match file {
+        Some(bytes) => Some(Document::parse(std::str::from_utf8(bytes).map_err(|e| {
+            ConfigError::Parse(format!("not UTF-8 text (byte {})", e.valid_up_to()))
+        })?)?),
+        None => None,
+    };
+    let kind = match &file_doc {
+        None => CloudConfigType::Secret,
+        Some(doc) => match doc.keys.get("cloudConfigType").and_then(Value::as_str) {
+            Some("file") => CloudConfigType::File,
+            Some("secret") => CloudConfigType::Secret,
+            _ => CloudConfigType::Merge,
+        },
+    };
+    let doc = match (kind, file_doc) {
+        (CloudConfigType::File, Some(doc)) => doc,
+        (CloudConfigType::Merge, Some(doc)) => match kube {
+            Some(client) => match read_secret(client, at).await? {
+                Some(secret) => doc.overlay(secret),
+                None => {
+                    tracing::info!(
+                        secret = %format!("{}/{}", at.namespace, at.name),
+                        "azure cloud config: no Secret to merge; using the file alone"
+                    );
+                    doc
+                }
+            },
+            None => doc,
+        },
+        (_, _) => {
+            let client = kube.ok_or_else(|| ConfigError::Secret {
+                namespace: at.namespace.clone(),
+                name: at.name.clone(),
+                message: "cloudConfigType secret (or no --cloud-config file) needs the API server"
+                    .into(),
+            })?;
+            read_secret(client, at).await?.ok_or_else(|| ConfigError::Secret {
+                namespace: at.namespace.clone(),
+                name: at.name.clone(),
+                message: "not found".into(),
+            })?
+        }
+    };
+    let mut config = doc.into_config()?;
+    config.apply_env(env);
+    if !config.ignored_keys.is_empty() {
+        tracing::warn!(
+            keys = %config.ignored_keys.join(", "),
+            "azure cloud config: upstream keys accepted but not implemented by this provider"
+        );
+    }
+    Ok(config)
+}
+
+/// One `get` of the Secret; `None` when it does not exist.
+async fn read_secret(
+    client: kube::Client,
+    at: &SecretLocation,
+) -> Result<Option<Document>, ConfigError> {
+    use k8s_openapi::api::core::v1::Secret;
+    let fail = |message: String| ConfigError::Secret {
+        namespace: at.namespace.clone(),
+        name: at.name.clone(),
+        message,
+    };
+    let api: kube::Api<Secret> = kube::Api::namespaced(client, &at.namespace);
+    let secret = tokio::time::timeout(SECRET_READ_TIMEOUT, api.get_opt(&at.name))
+        .await
+        .map_err(|_| fail(format!("no answer within {}s", SECRET_READ_TIMEOUT.as_secs())))?
+        .map_err(|e| fail(format!("reading it: {e}")))?;
+    let Some(secret) = secret else { return Ok(None) };
+    let bytes = secret
+        .data
+        .as_ref()
+        .and_then(|d| d.get(&at.key))
+        .map(|b| b.0.clone())
+        .or_else(|| {
+            secret.string_data.as_ref().and_then(|d| d.get(&at.key)).map(|s| s.clone().into_bytes())
+        })
+        .ok_or_else(|| fail(format!("has no key {:?}", at.key)))?;
+    let text = std::str::from_utf8(&bytes)
+        .map_err(|_| fail(format!("key {:?} is not UTF-8 text", at.key)))?;
+    Document::parse(text).map(Some).map_err(|e| {
+        fail(format!(
+            "key {:?}: {}",
+            at.key,
+            e.to_string().trim_start_matches("azure cloud config: ")
+        ))
+    })
+}
+
+/// The fuzz target's entry: parses `bytes` (as `--cloud-config` contents), checks the
+/// result and renders it as the manager would log it.
+#[cfg(feature = "fuzzing")]
+pub fn fuzz_parse(bytes: &[u8]) {
+    if let Ok(text) = std::str::from_utf8(bytes) {
+        match Config::parse(text) {
+            Ok(c) => {
+                let _ = c.validate();
+                drop(format!("{c:?}"));
+                drop(c.resource_tags());
+                drop(c.system_tag_keys());
+            }
+            Err(e) => drop(format!("{e} {e:?}")),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+
+    fn err(text: &str) -> String {
+        match Config::parse(text) {
+            Ok(c) => panic!("expected an error for {text}, got {c:?}"),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    const AKS: &str = r#"{
+        "cloud": "AzurePublicCloud",
+        "tenantId": "t-1",
+        "subscriptionID": "s-1",
+        "aadClientId": "msi",
+        "aadClientSecret": "msi",
+        "resourceGroup": "MC_RG_Cluster",
+        "location": "eastus",
+        "vmType": "VMSS",
+        "subnetName": "aks-subnet",
+        "securityGroupName": "aks-agentpool-nsg",
+        "vnetName": "aks-vnet",
+        "routeTableName": "aks-agentpool-routetable",
+        "loadBalancerSku": "Standard",
+        "cloudProviderBackoff": true,
+        "cloudProviderBackoffMode": "v2",
+        "cloudProviderBackoffRetries": 6,
+        "cloudProviderRateLimitQPS": 10.5,
+        "useManagedIdentityExtension": false,
+        "useInstanceMetadata": true,
+        "excludeMasterFromStandardLB": true,
+        "providerVaultName": "",
+        "loadBalancerRateLimit": {"cloudProviderRateLimit": true},
+        "maximumLoadBalancerRuleCount": 250
+    }"#;
+
+    #[test]
+    fn an_upstream_json_parses_with_keys_matched_ignoring_case() {
+        let c = Config::parse(AKS).unwrap();
+        assert_eq!(c.subscription_id.as_deref(), Some("s-1"));
+        assert_eq!(c.resource_group(), "mc_rg_cluster", "lower-cased as upstream");
+        assert_eq!(c.vm_type, VmType::Vmss);
+        assert_eq!(c.cloud_provider_rate_limit_qps, Some(10.5));
+        assert_eq!(
+            c.ignored_keys,
+            ["cloudProviderBackoffMode", "loadBalancerRateLimit", "providerVaultName"]
+        );
+        c.validate().unwrap();
+    }
+
+    #[test]
+    fn yaml_parses_and_numbers_become_text_for_string_keys() {
+        let c = Config::parse("tenantId: 1234\nsubscriptionId: s\nresourceGroup: rg\nlocation: westeurope\nvmType: standard\ntagsMap:\n  a: 1\n").unwrap();
+        assert_eq!(c.tenant_id.as_deref(), Some("1234"));
+        assert_eq!(c.vm_type, VmType::Standard);
+        assert_eq!(c.resource_tags().get("a").map(String::as_str), Some("1"));
+        // No vmType: upstream's vmss.
+        assert_eq!(Config::parse("location: x").unwrap().vm_type, VmType::Vmss);
+        assert_eq!(Config::parse("").unwrap().vm_type, VmType::Vmss);
+        assert_eq!(Config::default().vm_type, VmType::Standard);
+    }
+
+    #[test]
+    fn unknown_and_mistyped_keys_are_named() {
+        let e = err(r#"{"aadClientSecert": "x"}"#);
+        assert!(
+            e.contains("unknown key \"aadClientSecert\"") && e.contains("aadClientSecret"),
+            "{e}"
+        );
+        let e = err("useInstanceMetadata: \"yes\"");
+        assert_eq!(
+            e,
+            "azure cloud config: useInstanceMetadata: expected true or false, got a string"
+        );
+        let e = err(r#"{"vmType": "vmas"}"#);
+        assert!(
+            e.contains(
+                "vmType: unsupported value \"vmas\"; expected one of standard, vmss, vmssflex"
+            ),
+            "{e}"
+        );
+        let e = err(r#"{"maximumLoadBalancerRuleCount": -1}"#);
+        assert!(
+            e.starts_with(
+                "azure cloud config: maximumLoadBalancerRuleCount: expected a whole number"
+            ),
+            "{e}"
+        );
+        let e = err(r#"{"clusterServiceSharedLoadBalancerHealthProbePort": 70000}"#);
+        assert!(e.contains("clusterServiceSharedLoadBalancerHealthProbePort"), "{e}");
+        let e = err(r#"{"cloudConfigType": "both"}"#);
+        assert!(e.contains("cloudConfigType"), "{e}");
+        let e = err(r#"{"tenantId": "a", "TENANTID": "b"}"#);
+        assert!(e.contains("tenantId: given more than once"), "{e}");
+        let e = err("- a\n- b\n");
+        assert!(e.contains("expected a mapping"), "{e}");
+    }
+
+    #[test]
+    fn secrets_are_never_quoted() {
+        for text in [
+            r#"{"aadClientSecret": ["s3cr3t-value"]}"#,
+            r#"{"aadClientCertPassword": {"p": "s3cr3t-value"}}"#,
+            "aadClientSecret: s3cr3t-value\n  bad: [indent",
+            "{\"aadClientSecret\": \"s3cr3t-value\", }",
+            "aadClientSecret: s3cr3t-value\nvmType: [s3cr3t-value]",
+        ] {
+            let e = err(text);
+            assert!(!e.contains("s3cr3t"), "{text}: {e}");
+        }
+        let c = Config::parse("aadClientSecret: s3cr3t-value\naadClientCertPassword: s3cr3t-value")
+            .unwrap();
+        assert!(!format!("{c:?}").contains("s3cr3t"), "Debug redacts");
+    }
+
+    #[test]
+    fn validate_names_what_the_ccm_lacks_or_does_not_support() {
+        let base = "tenantId: t\nsubscriptionId: s\nresourceGroup: rg\nlocation: eastus\n";
+        Config::parse(base).unwrap().validate().unwrap();
+        let invalid = |extra: &str| {
+            Config::parse(&format!("{base}{extra}")).unwrap().validate().unwrap_err().to_string()
+        };
+        assert!(invalid("loadBalancerSku: basic").contains("Basic SKU is not supported"));
+        assert!(invalid("loadBalancerSku: premium").contains("loadBalancerSku: unsupported value"));
+        assert!(
+            invalid("clusterServiceLoadBalancerHealthProbeMode: local")
+                .contains("expected servicenodeport or shared")
+        );
+        assert!(
+            invalid("multipleStandardLoadBalancerConfigurations: [{name: a}]")
+                .contains("not supported")
+        );
+        assert!(
+            invalid("loadBalancerBackendPoolConfigurationType: podip")
+                .contains("podIP is not supported")
+        );
+        Config::parse(&format!("{base}multipleStandardLoadBalancerConfigurations: []\nclusterServiceLoadBalancerHealthProbeMode: Shared")).unwrap().validate().unwrap();
+        let e = Config::parse("tenantId: t\nresourceGroup: rg\nlocation: l")
+            .unwrap()
+            .validate()
+            .unwrap_err();
+        assert_eq!(e.to_string(), "azure cloud config: subscriptionId: required");
+        let e = Config::parse("tenantId: t\nsubscriptionId: s\nresourceGroup: rg")
+            .unwrap()
+            .validate()
+            .unwrap_err();
+        assert!(e.to_string().contains("location: required"));
+        Config::parse(
+            "tenantId: t\nsubscriptionId: s\nresourceGroup: rg\nuseInstanceMetadata: true",
+        )
+        .unwrap()
+        .validate()
+        .unwrap();
+        Config::parse(
+            "subscriptionId: s\nresourceGroup: rg\nlocation: l\nuseManagedIdentityExtension: true",
+        )
+        .unwrap()
+        .validate()
+        .unwrap();
+    }
+
+    #[test]
+    fn env_overrides_as_upstream() {
+        let mut c = Config::parse("tenantId: file\naadClientId: file").unwrap();
+        let env = |k: &str| match k {
+            "AZURE_TENANT_ID" => Some("env-tenant".to_string()),
+            "AZURE_CLIENT_SECRET" => Some("env-secret".to_string()),
+            "AZURE_CLIENT_ID" => Some(String::new()),
+            "AZURE_FEDERATED_TOKEN_FILE" => Some("/var/run/token".to_string()),
+            _ => None,
+        };
+        c.apply_env(&env);
+        assert_eq!(c.tenant_id.as_deref(), Some("env-tenant"));
+        assert_eq!(c.aad_client_id.as_deref(), Some("file"), "empty values are ignored");
+        assert_eq!(c.aad_client_secret.as_deref(), Some("env-secret"));
+        assert_eq!(c.aad_federated_token_file.as_deref(), Some("/var/run/token"));
+        assert!(c.use_federated_workload_identity_extension);
+    }
+
+    #[test]
+    fn tags_as_upstream() {
+        let c = Config::parse("tags: \"a=1, B = 2 ,bad, =x, n= null ,c=d=e\"\ntagsMap: {b: three, z: \" 9 \"}\nsystemTags: \" a , ,k8s \"").unwrap();
+        let tags = c.resource_tags();
+        let want: BTreeMap<String, String> =
+            [("a", "1"), ("b", "three"), ("n", " null "), ("z", "9")]
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+        assert_eq!(tags, want);
+        assert_eq!(c.system_tag_keys(), ["a", "k8s"]);
+    }
+
+    #[test]
+    fn defaults() {
+        let c = Config::parse("{}").unwrap();
+        assert_eq!(c.route_update_interval(), Duration::from_secs(30));
+        assert_eq!(
+            Config::parse("routeUpdateIntervalInSeconds: 5").unwrap().route_update_interval(),
+            Duration::from_secs(5)
+        );
+        assert!(c.exclude_master_from_standard_lb());
+        assert_eq!(c.maximum_load_balancer_rule_count(), 250);
+        assert_eq!(
+            (c.shared_health_probe_port(), c.shared_health_probe_path()),
+            (10256, "/healthz")
+        );
+        assert!(!c.shared_health_probe());
+        assert_eq!(c.cloud_config_type, CloudConfigType::Merge);
+    }
+
+    #[test]
+    fn every_key_parses_alone() {
+        for (key, kind) in KEYS {
+            let value = match kind {
+                Kind::Str | Kind::SecretStr => "\"x\"".to_string(),
+                Kind::Bool => "true".into(),
+                Kind::U32 | Kind::U64 | Kind::Port => "1".into(),
+                Kind::Float => "1.5".into(),
+                Kind::StrMap => "{\"k\": \"v\"}".into(),
+                Kind::Any => "[]".into(),
+                Kind::OneOf(v) => format!("\"{}\"", v[0]),
+            };
+            Config::parse(&format!("{{\"{key}\": {value}}}"))
+                .unwrap_or_else(|e| panic!("{key}: {e}"));
+        }
+    }
+
+    #[test]
+    fn merge_overlays_the_secrets_keys() {
+        let file = Document::parse("tenantId: f\nlocation: l\nroutes: x").err();
+        assert!(file.is_some(), "unknown key in a file");
+        let file = Document::parse("tenantId: f\nlocation: l\n").unwrap();
+        let secret = Document::parse("{\"tenantId\": \"s\", \"vmType\": \"vmssflex\"}").unwrap();
+        let c = file.overlay(secret).into_config().unwrap();
+        assert_eq!((c.tenant_id.as_deref(), c.location.as_deref()), (Some("s"), Some("l")));
+        assert_eq!(c.vm_type, VmType::VmssFlex);
+    }
+
+    #[tokio::test]
+    async fn load_without_an_api_server() {
+        let at = SecretLocation::default();
+        let none = |_: &str| None;
+        let c =
+            load_from(Some(b"cloudConfigType: file\nlocation: l"), None, &at, &none).await.unwrap();
+        assert_eq!(c.location.as_deref(), Some("l"));
+        // merge without a client: the file alone.
+        let c = load_from(Some(b"location: m"), None, &at, &none).await.unwrap();
+        assert_eq!(c.location.as_deref(), Some("m"));
+        let e = load_from(Some(b"cloudConfigType: secret"), None, &at, &none).await.unwrap_err();
+        assert!(e.to_string().contains("Secret kube-system/azure-cloud-provider"), "{e}");
+        let e = load_from(None, None, &at, &none).await.unwrap_err();
+        assert!(e.to_string().contains("needs the API server"), "{e}");
+    }
+}

@@ -1,0 +1,308 @@
+//! The Service's frontend IP configurations on the shared load balancer (upstream
+//! `reconcileFrontendIPConfigs`, `isFrontendIPChanged`, `isFrontendIPConfigUnsafeToDelete`):
+//! one per IP family, named by [`naming::frontend_name`], pointing at the Service's public
+//! IP or at the internal subnet (static when an address is asked for, or to keep the address
+//! the Service already has). A frontend whose name or target no longer matches is rebuilt;
+//! other Services' and the operator's frontends are never touched.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+
+use ipnet::IpNet;
+use serde_json::Value;
+
+use crate::client::models::{FrontendIpConfiguration, FrontendIpProperties, LoadBalancer, Ref};
+
+use super::annotations::{Family, ServiceConfig};
+use super::naming;
+
+/// Where a frontend points.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    /// A public IP (public load balancer).
+    Public {
+        /// The public IP's ARM ID.
+        pip_id: String,
+    },
+    /// A subnet (internal load balancer).
+    Internal {
+        /// The subnet's ARM ID.
+        subnet_id: String,
+        /// The subnet's prefixes (to keep a status address that is in it).
+        prefixes: Vec<IpNet>,
+        /// The address asked for (annotation or `spec.loadBalancerIP`).
+        ip: Option<IpAddr>,
+    },
+}
+
+/// The family of a frontend the Service owns (upstream `isFIPIPv6`: by the `-IPv6` suffix
+/// for dual-stack Services, else the Service's only family).
+pub fn family_of(svc: &ServiceConfig, fe: &FrontendIpConfiguration) -> Family {
+    if svc.dual_stack() {
+        if fe.name().to_ascii_lowercase().ends_with(&naming::IPV6_SUFFIX.to_ascii_lowercase()) {
+            Family::V6
+        } else {
+            Family::V4
+        }
+    } else {
+        svc.families.first().copied().unwrap_or(Family::V4)
+    }
+}
+
+/// The Service's frontends on `lb`.
+pub fn owned<'a>(
+    svc: &'a ServiceConfig,
+    lb: &'a LoadBalancer,
+) -> impl Iterator<Item = &'a FrontendIpConfiguration> {
+    lb.properties.frontend_ip_configurations.iter().filter(|f| naming::owns(svc, f.name()))
+}
+
+fn matches(
+    svc: &ServiceConfig,
+    fe: &FrontendIpConfiguration,
+    family: Family,
+    target: &Target,
+) -> bool {
+    if !fe.name().eq_ignore_ascii_case(&naming::frontend_name(svc, family)) {
+        return false;
+    }
+    let p = &fe.properties;
+    match target {
+        Target::Public { pip_id } => p.public_ip_address.as_ref().is_some_and(|r| r.is(pip_id)),
+        Target::Internal { subnet_id, ip, .. } => {
+            if p.public_ip_address.is_some() || p.subnet.is_none() {
+                return false;
+            }
+            if svc.internal_subnet.is_some() && !p.subnet.as_ref().is_some_and(|r| r.is(subnet_id))
+            {
+                return false;
+            }
+            if let Some(v) = p.private_ip_address_version.as_deref()
+                && !v.eq_ignore_ascii_case(family.arm())
+            {
+                return false;
+            }
+            match ip {
+                Some(ip) => {
+                    p.private_ip_address.as_deref().and_then(|a| a.parse::<IpAddr>().ok())
+                        == Some(*ip)
+                }
+                None => true,
+            }
+        }
+    }
+}
+
+fn new_frontend(
+    svc: &ServiceConfig,
+    lb_id: &str,
+    family: Family,
+    target: &Target,
+) -> FrontendIpConfiguration {
+    let name = naming::frontend_name(svc, family);
+    let properties = match target {
+        Target::Public { pip_id } => {
+            FrontendIpProperties { public_ip_address: Some(Ref::to(pip_id)), ..Default::default() }
+        }
+        Target::Internal { subnet_id, prefixes, ip } => {
+            // The address asked for, else the one the Service has (when in the subnet), else
+            // whatever ARM allocates.
+            let keep = ip.or_else(|| {
+                svc.ingress_ips
+                    .iter()
+                    .find(|a| Family::of(a) == family && prefixes.iter().any(|n| n.contains(*a)))
+                    .copied()
+            });
+            FrontendIpProperties {
+                subnet: Some(Ref::to(subnet_id)),
+                private_ip_address: keep.map(|a| a.to_string()),
+                private_ip_allocation_method: Some(
+                    if keep.is_some() { "Static" } else { "Dynamic" }.to_string(),
+                ),
+                private_ip_address_version: (family == Family::V6)
+                    .then(|| family.arm().to_string()),
+                ..Default::default()
+            }
+        }
+    };
+    FrontendIpConfiguration {
+        id: Some(naming::child_id(lb_id, "frontendIPConfigurations", &name)),
+        name: Some(name),
+        properties,
+        ..Default::default()
+    }
+}
+
+/// Makes the Service's frontends on `lb` exactly one per family in `targets`. Returns
+/// whether `lb` changed and the frontend IDs per family.
+pub fn reconcile(
+    lb: &mut LoadBalancer,
+    lb_id: &str,
+    svc: &ServiceConfig,
+    targets: &BTreeMap<Family, Target>,
+) -> (bool, BTreeMap<Family, String>) {
+    let mut changed = false;
+    let fes = &mut lb.properties.frontend_ip_configurations;
+    let before = fes.len();
+    fes.retain(|fe| {
+        if !naming::owns(svc, fe.name()) {
+            return true;
+        }
+        let family = family_of(svc, fe);
+        targets.get(&family).is_some_and(|t| matches(svc, fe, family, t))
+    });
+    changed |= fes.len() != before;
+    let mut ids = BTreeMap::new();
+    for (family, target) in targets {
+        let name = naming::frontend_name(svc, *family);
+        let id = match fes.iter().find(|f| f.name().eq_ignore_ascii_case(&name)) {
+            Some(f) => f
+                .id
+                .clone()
+                .unwrap_or_else(|| naming::child_id(lb_id, "frontendIPConfigurations", f.name())),
+            None => {
+                let fe = new_frontend(svc, lb_id, *family, target);
+                let id = fe.id().to_string();
+                fes.push(fe);
+                changed = true;
+                id
+            }
+        };
+        ids.insert(*family, id);
+    }
+    (changed, ids)
+}
+
+fn mentions(v: &Value, id: &str) -> bool {
+    match v {
+        Value::String(s) => s.eq_ignore_ascii_case(id),
+        Value::Array(a) => a.iter().any(|x| mentions(x, id)),
+        Value::Object(o) => o.values().any(|x| mentions(x, id)),
+        _ => false,
+    }
+}
+
+/// Whether something not of the Service still uses the frontend: another Service's rule, an
+/// outbound rule, an inbound NAT rule or pool (upstream keeps such a frontend on delete).
+pub fn in_use_by_others(
+    svc: &ServiceConfig,
+    lb: &LoadBalancer,
+    fe: &FrontendIpConfiguration,
+) -> bool {
+    let id = fe.id();
+    if id.is_empty() {
+        return false;
+    }
+    let p = &lb.properties;
+    p.load_balancing_rules.iter().any(|r| {
+        !naming::owns(svc, r.name())
+            && r.properties.frontend_ip_configuration.as_ref().is_some_and(|f| f.is(id))
+    }) || ["outboundRules", "inboundNatRules", "inboundNatPools"]
+        .iter()
+        .any(|k| p.extra.get(*k).is_some_and(|v| mentions(v, id)))
+}
+
+/// Removes the Service's frontends that nothing else uses; returns the removed ones.
+pub fn remove(lb: &mut LoadBalancer, svc: &ServiceConfig) -> Vec<FrontendIpConfiguration> {
+    let (mine, rest): (Vec<_>, Vec<_>) =
+        std::mem::take(&mut lb.properties.frontend_ip_configurations)
+            .into_iter()
+            .partition(|f| naming::owns(svc, f.name()));
+    lb.properties.frontend_ip_configurations = rest;
+    let mut removed = Vec::new();
+    for fe in mine {
+        if in_use_by_others(svc, lb, &fe) {
+            tracing::warn!(frontend = fe.name(), service = %svc.key,
+                "frontend kept: another rule of the load balancer still uses it");
+            lb.properties.frontend_ip_configurations.push(fe);
+        } else {
+            removed.push(fe);
+        }
+    }
+    removed
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::annotations::{self, parse};
+    use super::*;
+    use serde_json::json;
+
+    const LB: &str =
+        "/subscriptions/s/resourceGroups/rg/providers/Microsoft.Network/loadBalancers/k";
+    const P: &str = "a6f7f1b2c123456789abcdef01234567";
+    const PIP: &str =
+        "/subscriptions/s/resourceGroups/rg/providers/Microsoft.Network/publicIPAddresses/k-a6f";
+
+    fn svc(a: &[(&str, &str)]) -> ServiceConfig {
+        parse(&annotations::tests::svc(a, &[(80, "TCP")])).unwrap()
+    }
+
+    #[test]
+    fn adds_keeps_and_rebuilds() {
+        let c = svc(&[]);
+        let mut lb = LoadBalancer::default();
+        let other = FrontendIpConfiguration { name: Some("outbound".into()), ..Default::default() };
+        lb.properties.frontend_ip_configurations.push(other.clone());
+        let t = BTreeMap::from([(Family::V4, Target::Public { pip_id: PIP.into() })]);
+        let (changed, ids) = reconcile(&mut lb, LB, &c, &t);
+        assert!(changed);
+        assert_eq!(ids[&Family::V4], format!("{LB}/frontendIPConfigurations/{P}"));
+        assert_eq!(lb.properties.frontend_ip_configurations.len(), 2);
+        assert!(!reconcile(&mut lb, LB, &c, &t).0);
+        let t2 = BTreeMap::from([(Family::V4, Target::Public { pip_id: format!("{PIP}x") })]);
+        assert!(reconcile(&mut lb, LB, &c, &t2).0);
+        let fe = &lb.properties.frontend_ip_configurations[1];
+        assert!(fe.properties.public_ip_address.as_ref().unwrap().is(&format!("{PIP}x")));
+        assert_eq!(lb.properties.frontend_ip_configurations[0], other);
+    }
+
+    #[test]
+    fn internal_static_and_kept_addresses() {
+        let sn = "/subscriptions/s/resourceGroups/rg/providers/Microsoft.Network/virtualNetworks/v/subnets/n";
+        let mut c = svc(&[(annotations::INTERNAL, "true")]);
+        c.ingress_ips = vec!["10.0.0.9".parse().unwrap()];
+        let prefixes = vec!["10.0.0.0/24".parse().unwrap()];
+        let t = BTreeMap::from([(
+            Family::V4,
+            Target::Internal { subnet_id: sn.into(), prefixes, ip: None },
+        )]);
+        let mut lb = LoadBalancer::default();
+        reconcile(&mut lb, LB, &c, &t);
+        let p = &lb.properties.frontend_ip_configurations[0].properties;
+        assert_eq!(p.private_ip_address.as_deref(), Some("10.0.0.9"));
+        assert_eq!(p.private_ip_allocation_method.as_deref(), Some("Static"));
+        // A new address asked for rebuilds the frontend.
+        let t = BTreeMap::from([(
+            Family::V4,
+            Target::Internal {
+                subnet_id: sn.into(),
+                prefixes: vec![],
+                ip: Some("10.0.0.7".parse().unwrap()),
+            },
+        )]);
+        assert!(reconcile(&mut lb, LB, &c, &t).0);
+        let p = &lb.properties.frontend_ip_configurations[0].properties;
+        assert_eq!(p.private_ip_address.as_deref(), Some("10.0.0.7"));
+    }
+
+    #[test]
+    fn remove_keeps_frontends_others_use() {
+        let c = svc(&[]);
+        let mut lb: LoadBalancer = serde_json::from_value(json!({
+            "properties": {
+                "frontendIPConfigurations": [
+                    {"name": P, "id": format!("{LB}/frontendIPConfigurations/{P}")},
+                    {"name": format!("{P}-IPv6"), "id": format!("{LB}/frontendIPConfigurations/{P}-IPv6")}
+                ],
+                "outboundRules": [{"name": "o", "properties": {"frontendIPConfigurations": [
+                    {"id": format!("{LB}/frontendIPConfigurations/{P}-IPv6")}]}}]
+            }
+        }))
+        .unwrap();
+        let removed = remove(&mut lb, &c);
+        assert_eq!(removed.len(), 1);
+        assert_eq!(removed[0].name(), P);
+        assert_eq!(lb.properties.frontend_ip_configurations.len(), 1);
+    }
+}

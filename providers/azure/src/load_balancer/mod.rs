@@ -1,0 +1,787 @@
+//! LoadBalancer: the Standard SKU load balancer shared by every Service of the cluster, as
+//! upstream's `azure_loadbalancer*.go` with one standard load balancer.
+//!
+//! | module | owns |
+//! |---|---|
+//! | [`annotations`] | the Service fields and annotations read, checked before any ARM call |
+//! | [`naming`] | every name and ID (upstream's) |
+//! | [`frontend`] | the Service's frontend IP configurations |
+//! | [`rules`] | its load-balancing rules and health probes |
+//! | [`public_ip`] | its public IPs (create, tag, DNS label, release) |
+//! | [`backend`] | backend pool membership of the nodes (NICs, scale-set VMs) |
+//! | [`security_group`] | its rules in the cluster's network security group |
+//!
+//! - **Which load balancer**: `loadBalancerName` (else the cluster name) for public
+//!   Services, `<that>-internal` for internal ones, in `loadBalancerResourceGroup`; created
+//!   when absent (Standard SKU, the config's `location`), with the backend pools `<cluster>`
+//!   (`<cluster>-IPv6`) every Service shares.
+//! - **Writes** are GET → change only this Service's frontends, rules and probes (by their
+//!   `a<uid>` prefix; the shared probe while used) → PUT with `If-Match`; a 412 (someone
+//!   else wrote meanwhile) reads again and redoes the change, so both changes survive.
+//!   Everything else on the load balancer — other Services, the operator's outbound rules,
+//!   NAT rules, tags, fields this provider does not know — goes back unchanged. Changes of
+//!   one process are serialised (upstream's `serviceReconcileLock`).
+//! - **Ensure**: public IPs (or the internal subnet) → load balancer → backend membership →
+//!   the Service is taken off the load balancer of the other kind (an internal ↔ public
+//!   switch) → public IPs the Service no longer uses are released → NSG rules.
+//! - **Delete**: NSG rules → frontends, rules, probes from both load balancers (a frontend
+//!   another rule still uses is kept, as upstream) → a load balancer left without frontends
+//!   is emptied of members and deleted (upstream) → the Service's public IPs released
+//!   (a user's untagged public IP is never deleted).
+//! - **Nodes**: control-plane nodes are left out unless `excludeMasterFromStandardLB:
+//!   false`, and `kubernetes.azure.com/managed: "false"` nodes always (upstream); the
+//!   `exclude-from-external-load-balancers` label is applied by the service controller.
+
+pub mod annotations;
+pub mod backend;
+pub mod frontend;
+pub mod naming;
+pub mod public_ip;
+pub mod rules;
+pub mod security_group;
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use ccm_core::cloud::{CloudLoadBalancer, CloudResource, LoadBalancer, ProviderError};
+use k8s_openapi::api::core::v1::{LoadBalancerIngress, LoadBalancerStatus, Node, Service};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use tracing::{debug, info};
+
+use crate::client::ArmClient;
+use crate::client::api_version::NETWORK;
+use crate::client::models::{
+    BackendAddressPool, LoadBalancer as ArmLoadBalancer, Resource, Sku, Subnet,
+};
+use crate::config::Config;
+
+use annotations::{Family, ServiceConfig};
+use backend::Backends;
+use frontend::Target;
+use naming::LB_TYPE;
+use public_ip::PublicIps;
+use security_group::SecurityGroup;
+
+/// How many times a write is redone after a 412.
+const ETAG_ATTEMPTS: usize = 6;
+
+/// What a read-modify-write step decided.
+pub(crate) enum Action<T> {
+    /// Leave it (this is what it is).
+    Keep(T),
+    /// PUT this (with the `If-Match` of the version read).
+    Put(T),
+    /// DELETE it.
+    Delete(T),
+}
+
+/// The ARM operation names of a resource type.
+#[derive(Clone, Copy)]
+pub(crate) struct Ops {
+    get: &'static str,
+    put: &'static str,
+    delete: &'static str,
+}
+
+const LB_OPS: Ops = Ops {
+    get: "network.load_balancers.get",
+    put: "network.load_balancers.create_or_update",
+    delete: "network.load_balancers.delete",
+};
+
+pub(crate) const PIP_OPS: Ops = Ops {
+    get: "network.public_ip_addresses.get",
+    put: "network.public_ip_addresses.create_or_update",
+    delete: "network.public_ip_addresses.delete",
+};
+
+/// GET `id` (`None` when absent), let `change` decide, and write it back with `If-Match`
+/// (no `If-Match` when creating); a 412 reads again and asks `change` again. Returns the
+/// resource as ARM shows it afterwards (`None` when deleted).
+pub(crate) async fn rmw<P>(
+    client: &ArmClient,
+    ops: Ops,
+    id: &str,
+    change: &mut impl FnMut(Option<Resource<P>>) -> Result<Action<Resource<P>>, ProviderError>,
+) -> Result<Option<Resource<P>>, ProviderError>
+where
+    P: Serialize + DeserializeOwned + Default,
+{
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let current: Option<Resource<P>> = client.get_opt(ops.get, id, NETWORK, &[]).await?;
+        let existed = current.is_some();
+        match change(current)? {
+            Action::Keep(r) => return Ok(Some(r)),
+            Action::Delete(_) => {
+                client.delete(ops.delete, id, NETWORK).await?;
+                return Ok(None);
+            }
+            Action::Put(r) => {
+                let etag = if existed { r.etag.clone() } else { None };
+                match client.put(ops.put, id, NETWORK, &r, etag.as_deref()).await {
+                    Ok(v) => return Ok(Some(v)),
+                    Err(e) if e.is_precondition_failed() && attempt < ETAG_ATTEMPTS => {
+                        debug!(
+                            resource = id,
+                            attempt, "changed by someone else meanwhile; reading again"
+                        );
+                    }
+                    Err(e) => return Err(e.into()),
+                }
+            }
+        }
+    }
+}
+
+/// Whether the node may be a backend (upstream: control-plane nodes only with
+/// `excludeMasterFromStandardLB: false`; never `kubernetes.azure.com/managed: "false"`).
+pub fn is_backend(config: &Config, node: &Node) -> bool {
+    let labels = node.metadata.labels.as_ref();
+    let label = |k: &str| labels.and_then(|l| l.get(k)).map(String::as_str);
+    if label("kubernetes.azure.com/managed").is_some_and(|v| v.eq_ignore_ascii_case("false")) {
+        return false;
+    }
+    let control_plane = label("node-role.kubernetes.io/control-plane").is_some()
+        || label("node-role.kubernetes.io/master").is_some()
+        || label("kubernetes.io/role") == Some("master");
+    !(control_plane && config.exclude_master_from_standard_lb.unwrap_or(true))
+}
+
+/// The `LoadBalancer` capability for Azure.
+pub struct AzureLoadBalancer {
+    client: Arc<ArmClient>,
+    config: Arc<Config>,
+    backends: Backends,
+    security: SecurityGroup,
+    pips: PublicIps,
+    lock: tokio::sync::Mutex<()>,
+}
+
+impl std::fmt::Debug for AzureLoadBalancer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AzureLoadBalancer").finish_non_exhaustive()
+    }
+}
+
+impl AzureLoadBalancer {
+    /// The load balancers of the cluster `config` describes, through `client`.
+    pub fn new(client: Arc<ArmClient>, config: Arc<Config>) -> Self {
+        AzureLoadBalancer {
+            backends: Backends::new(client.clone(), config.clone()),
+            security: SecurityGroup::new(client.clone(), config.clone()),
+            pips: PublicIps::new(client.clone(), config.clone()),
+            client,
+            config,
+            lock: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    fn check_config(&self) -> Result<(), ProviderError> {
+        if let Some(sku) = self.config.load_balancer_sku.as_deref()
+            && !sku.is_empty()
+            && !sku.eq_ignore_ascii_case("standard")
+        {
+            return Err(ProviderError::Invalid {
+                what: "loadBalancerSku".into(),
+                message: format!("{sku:?}: only the standard SKU is supported"),
+            });
+        }
+        Ok(())
+    }
+
+    fn lb_id(&self, name: &str) -> String {
+        self.client.resource_id(self.config.load_balancer_resource_group(), LB_TYPE, name)
+    }
+
+    fn pool_id(&self, lb_id: &str, cluster: &str, family: Family) -> String {
+        naming::child_id(lb_id, "backendAddressPools", &naming::backend_pool_name(cluster, family))
+    }
+
+    async fn get_lb(&self, id: &str) -> Result<Option<ArmLoadBalancer>, ProviderError> {
+        Ok(self.client.get_opt(LB_OPS.get, id, NETWORK, &[]).await?)
+    }
+
+    /// The internal frontend's subnet: the annotation's, else `subnetName`, in `vnetName`.
+    async fn subnet(
+        &self,
+        svc: &ServiceConfig,
+    ) -> Result<(String, Vec<ipnet::IpNet>), ProviderError> {
+        let name = svc
+            .internal_subnet
+            .clone()
+            .or_else(|| self.config.subnet_name.clone())
+            .filter(|s| !s.is_empty())
+            .ok_or_else(|| ProviderError::Invalid {
+                what: "subnetName".into(),
+                message: "internal load balancers need subnetName in the cloud config or the azure-load-balancer-internal-subnet annotation".into(),
+            })?;
+        let vnet = self.config.vnet_name.clone().filter(|s| !s.is_empty()).ok_or_else(|| {
+            ProviderError::Invalid {
+                what: "vnetName".into(),
+                message: "internal load balancers need vnetName in the cloud config".into(),
+            }
+        })?;
+        let id = format!(
+            "{}/subnets/{name}",
+            self.client.resource_id(
+                self.config.vnet_resource_group(),
+                "Microsoft.Network/virtualNetworks",
+                &vnet
+            )
+        );
+        let subnet: Subnet = self
+            .client
+            .get_opt("network.subnets.get", &id, NETWORK, &[])
+            .await?
+            .ok_or_else(|| {
+            ProviderError::other(format!("subnet {name} of virtual network {vnet} does not exist"))
+        })?;
+        let prefixes = subnet
+            .properties
+            .address_prefix
+            .iter()
+            .chain(subnet.properties.address_prefixes.iter().flatten())
+            .filter_map(|p| p.parse().ok())
+            .collect();
+        Ok((subnet.id.clone().unwrap_or(id), prefixes))
+    }
+
+    /// The Service's addresses on `lb` (private IPs, or its public IPs' addresses).
+    async fn frontend_ips(
+        &self,
+        svc: &ServiceConfig,
+        lb: &ArmLoadBalancer,
+    ) -> Result<Vec<IpAddr>, ProviderError> {
+        let mut out = Vec::new();
+        let mut owned: Vec<_> = frontend::owned(svc, lb).collect();
+        owned.sort_by_key(|f| frontend::family_of(svc, f));
+        for fe in owned {
+            if let Some(ip) =
+                fe.properties.private_ip_address.as_deref().and_then(|a| a.parse().ok())
+            {
+                out.push(ip);
+            } else if let Some(pip) = &fe.properties.public_ip_address
+                && let Some(pip) = self.pips.get(&pip.id).await?
+                && let Some(ip) = pip.properties.ip_address.as_deref().and_then(|a| a.parse().ok())
+            {
+                out.push(ip);
+            }
+        }
+        Ok(out)
+    }
+
+    fn status(&self, svc: &ServiceConfig, ips: &[IpAddr]) -> LoadBalancerStatus {
+        let ingress = ips
+            .iter()
+            .chain(svc.additional_public_ips.iter())
+            .map(|ip| LoadBalancerIngress { ip: Some(ip.to_string()), ..Default::default() })
+            .collect::<Vec<_>>();
+        LoadBalancerStatus { ingress: (!ingress.is_empty()).then_some(ingress) }
+    }
+
+    /// Takes the Service off load balancer `name`: its frontends (unless another rule still
+    /// uses one), rules and probes; a load balancer left without frontends is emptied of
+    /// members and deleted. Returns the Service's addresses that were there.
+    async fn remove_from(
+        &self,
+        svc: &ServiceConfig,
+        name: &str,
+    ) -> Result<Vec<IpAddr>, ProviderError> {
+        let id = self.lb_id(name);
+        let Some(current) = self.get_lb(&id).await? else { return Ok(Vec::new()) };
+        let ips = self.frontend_ips(svc, &current).await?;
+        let after = rmw::<crate::client::models::LoadBalancerProperties>(
+            &self.client,
+            LB_OPS,
+            &id,
+            &mut |cur| {
+                let Some(mut lb) = cur else { return Ok(Action::Keep(ArmLoadBalancer::default())) };
+                let removed = frontend::remove(&mut lb, svc);
+                let changed = rules::reconcile(&mut lb, svc, Vec::new(), Vec::new());
+                Ok(if removed.is_empty() && !changed { Action::Keep(lb) } else { Action::Put(lb) })
+            },
+        )
+        .await?;
+        if let Some(lb) = after
+            && lb.id.is_some()
+            && lb.properties.frontend_ip_configurations.is_empty()
+        {
+            self.delete_empty(&id, &lb).await?;
+        }
+        if !ips.is_empty() {
+            info!(service = %svc.key, load_balancer = name, "removed the Service from the load balancer");
+        }
+        Ok(ips)
+    }
+
+    /// Deletes a load balancer without frontends, after taking every node out of its pools.
+    async fn delete_empty(&self, id: &str, lb: &ArmLoadBalancer) -> Result<(), ProviderError> {
+        for pool in &lb.properties.backend_address_pools {
+            let pool_id = pool
+                .id
+                .clone()
+                .unwrap_or_else(|| naming::child_id(id, "backendAddressPools", pool.name()));
+            self.backends.remove_all_members(&pool_id).await?;
+        }
+        // Only when still empty: someone may have added a frontend meanwhile.
+        match self.get_lb(id).await? {
+            Some(now) if now.properties.frontend_ip_configurations.is_empty() => {
+                info!(load_balancer = lb.name(), "deleting the load balancer: no frontend left");
+                self.client.delete(LB_OPS.delete, id, NETWORK).await?;
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    async fn ensure(
+        &self,
+        cluster: &str,
+        service: &Service,
+        nodes: &[Node],
+    ) -> Result<LoadBalancerStatus, ProviderError> {
+        self.check_config()?;
+        let svc = annotations::parse(service)?;
+        let _guard = self.lock.lock().await;
+        let lb_name = naming::lb_name(&self.config, cluster, svc.internal);
+        let other_name = naming::lb_name(&self.config, cluster, !svc.internal);
+        let lb_id = self.lb_id(&lb_name);
+        let location = self.config.location.clone().filter(|l| !l.is_empty()).ok_or_else(|| {
+            ProviderError::Invalid {
+                what: "location".into(),
+                message: "the cloud config has no location for the load balancer".into(),
+            }
+        })?;
+
+        // Where each family's frontend points.
+        let mut targets = BTreeMap::new();
+        let mut public_ips = BTreeMap::new();
+        if svc.internal {
+            let (subnet_id, prefixes) = self.subnet(&svc).await?;
+            for f in &svc.families {
+                targets.insert(
+                    *f,
+                    Target::Internal {
+                        subnet_id: subnet_id.clone(),
+                        prefixes: prefixes.clone(),
+                        ip: svc.load_balancer_ip.get(f).copied(),
+                    },
+                );
+            }
+        } else {
+            for f in &svc.families {
+                let pip = self.pips.ensure(cluster, &svc, *f).await?;
+                targets.insert(*f, Target::Public { pip_id: pip.id().to_string() });
+                public_ips.insert(*f, pip);
+            }
+        }
+
+        let config_tags = public_ip::config_tags(&self.config)?;
+        let pools: BTreeMap<Family, String> =
+            svc.families.iter().map(|f| (*f, self.pool_id(&lb_id, cluster, *f))).collect();
+        let lb = rmw::<crate::client::models::LoadBalancerProperties>(
+            &self.client,
+            LB_OPS,
+            &lb_id,
+            &mut |cur| {
+                let created = cur.is_none();
+                let mut lb = cur.unwrap_or_else(|| ArmLoadBalancer {
+                    name: Some(lb_name.clone()),
+                    location: Some(location.clone()),
+                    sku: Some(Sku {
+                        name: Some("Standard".into()),
+                        tier: Some("Regional".into()),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                });
+                let mut changed = created;
+                for f in pools.keys() {
+                    let name = naming::backend_pool_name(cluster, *f);
+                    if !lb
+                        .properties
+                        .backend_address_pools
+                        .iter()
+                        .any(|p| p.name().eq_ignore_ascii_case(&name))
+                    {
+                        lb.properties
+                            .backend_address_pools
+                            .push(BackendAddressPool { name: Some(name), ..Default::default() });
+                        changed = true;
+                    }
+                }
+                if !config_tags.is_empty() {
+                    changed |= public_ip::merge_tags(
+                        lb.tags.get_or_insert_with(BTreeMap::new),
+                        &config_tags,
+                    );
+                }
+                let (fe_changed, fe_ids) = frontend::reconcile(&mut lb, &lb_id, &svc, &targets);
+                changed |= fe_changed;
+                let (mut probes, mut want_rules) = (Vec::new(), Vec::new());
+                for (f, fe_id) in &fe_ids {
+                    let pool = pools.get(f).cloned().unwrap_or_default();
+                    let (p, r) = rules::expected(&self.config, &svc, *f, &lb_id, fe_id, &pool);
+                    for p in p {
+                        if !probes
+                            .iter()
+                            .any(|q: &crate::client::models::Probe| q.name() == p.name())
+                        {
+                            probes.push(p);
+                        }
+                    }
+                    want_rules.extend(r);
+                }
+                check_conflicts(&lb, &svc, &want_rules)?;
+                changed |= rules::reconcile(&mut lb, &svc, probes, want_rules);
+                Ok(if changed { Action::Put(lb) } else { Action::Keep(lb) })
+            },
+        )
+        .await?
+        .ok_or_else(|| ProviderError::other(format!("load balancer {lb_name} vanished")))?;
+
+        let members: Vec<Node> =
+            nodes.iter().filter(|n| is_backend(&self.config, n)).cloned().collect();
+        for pool in pools.values() {
+            self.backends.ensure_members(pool, &members).await?;
+        }
+
+        // An internal ↔ public switch: off the other load balancer.
+        self.remove_from(&svc, &other_name).await?;
+
+        let keep: Vec<String> = public_ips.values().map(|p| p.id().to_string()).collect();
+        self.pips.release(cluster, &svc.key, svc.resource_group.as_deref(), &keep).await?;
+
+        let ips: Vec<IpAddr> = if svc.internal {
+            self.frontend_ips(&svc, &lb).await?
+        } else {
+            svc.families
+                .iter()
+                .filter_map(|f| public_ips.get(f))
+                .filter_map(|p| p.properties.ip_address.as_deref().and_then(|a| a.parse().ok()))
+                .collect()
+        };
+        if ips.len() < svc.families.len() {
+            return Err(ProviderError::RetryAfter {
+                message: format!(
+                    "load balancer {lb_name}: the frontend address of {} is not allocated yet",
+                    svc.key
+                ),
+                delay: std::time::Duration::from_secs(5),
+            });
+        }
+        let destinations =
+            if svc.floating_ip { ips.clone() } else { node_ips(&members, &svc.families) };
+        self.security.ensure_service_rules(service, &destinations).await?;
+        info!(service = %svc.key, load_balancer = %lb_name, ips = ?ips, "load balancer ensured");
+        Ok(self.status(&svc, &ips))
+    }
+
+    async fn delete(&self, cluster: &str, service: &Service) -> Result<(), ProviderError> {
+        let svc = annotations::minimal(service)?;
+        let _guard = self.lock.lock().await;
+        let names = [
+            naming::lb_name(&self.config, cluster, false),
+            naming::lb_name(&self.config, cluster, true),
+        ];
+        // The addresses first: the NSG rules are keyed on them.
+        let mut ips = Vec::new();
+        for name in &names {
+            if let Some(lb) = self.get_lb(&self.lb_id(name)).await? {
+                ips.extend(self.frontend_ips(&svc, &lb).await?);
+            }
+        }
+        self.security.remove_service_rules(service, &ips).await?;
+        for name in &names {
+            self.remove_from(&svc, name).await?;
+        }
+        let rg = annotations::resource_group_lenient(service);
+        self.pips.release(cluster, &svc.key, rg.as_deref(), &[]).await?;
+        info!(service = %svc.key, "load balancer resources deleted");
+        Ok(())
+    }
+}
+
+/// Upstream's `checkLoadBalancerResourcesConflicts`: another Service's rule on the same
+/// frontend, protocol and port.
+fn check_conflicts(
+    lb: &ArmLoadBalancer,
+    svc: &ServiceConfig,
+    want: &[crate::client::models::LoadBalancingRule],
+) -> Result<(), ProviderError> {
+    for w in want {
+        let wp = &w.properties;
+        for r in &lb.properties.load_balancing_rules {
+            if naming::owns(svc, r.name()) {
+                continue;
+            }
+            let p = &r.properties;
+            let same_fe = match (&p.frontend_ip_configuration, &wp.frontend_ip_configuration) {
+                (Some(a), Some(b)) => a.is(&b.id),
+                _ => false,
+            };
+            if same_fe
+                && p.frontend_port == wp.frontend_port
+                && p.protocol.as_deref().map(str::to_ascii_lowercase)
+                    == wp.protocol.as_deref().map(str::to_ascii_lowercase)
+            {
+                return Err(ProviderError::Invalid {
+                    what: "spec.ports".into(),
+                    message: format!(
+                        "port {} conflicts with rule {} of the load balancer",
+                        wp.frontend_port.unwrap_or(0),
+                        r.name()
+                    ),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+fn node_ips(nodes: &[Node], families: &[Family]) -> Vec<IpAddr> {
+    nodes
+        .iter()
+        .filter_map(|n| n.status.as_ref()?.addresses.as_ref())
+        .flatten()
+        .filter(|a| a.type_ == "InternalIP")
+        .filter_map(|a| a.address.parse::<IpAddr>().ok())
+        .filter(|ip| families.contains(&Family::of(ip)))
+        .collect()
+}
+
+#[async_trait]
+impl LoadBalancer for AzureLoadBalancer {
+    async fn get_load_balancer(
+        &self,
+        cluster: &str,
+        service: &Service,
+    ) -> Result<Option<LoadBalancerStatus>, ProviderError> {
+        let svc = annotations::minimal(service)?;
+        for internal in [false, true] {
+            let id = self.lb_id(&naming::lb_name(&self.config, cluster, internal));
+            if let Some(lb) = self.get_lb(&id).await?
+                && frontend::owned(&svc, &lb).next().is_some()
+            {
+                let ips = self.frontend_ips(&svc, &lb).await?;
+                return Ok(Some(self.status(&svc, &ips)));
+            }
+        }
+        // Only the public IP left (a half-finished delete): it still exists (upstream).
+        let rg = annotations::resource_group_lenient(service);
+        let rg = self.pips.resource_group(rg.as_deref());
+        for f in &svc.families {
+            let id = self.client.resource_id(
+                &rg,
+                naming::PIP_TYPE,
+                &naming::pip_name(cluster, &svc, *f),
+            );
+            if let Some(pip) = self.pips.get(&id).await?
+                && public_ip::owned_by(&pip, &svc.key, cluster)
+            {
+                return Ok(Some(LoadBalancerStatus::default()));
+            }
+        }
+        Ok(None)
+    }
+
+    async fn ensure_load_balancer(
+        &self,
+        cluster: &str,
+        service: &Service,
+        nodes: &[Node],
+    ) -> Result<LoadBalancerStatus, ProviderError> {
+        self.ensure(cluster, service, nodes).await
+    }
+
+    async fn update_load_balancer(
+        &self,
+        cluster: &str,
+        service: &Service,
+        nodes: &[Node],
+    ) -> Result<(), ProviderError> {
+        let svc = annotations::parse(service)?;
+        let _guard = self.lock.lock().await;
+        let lb_id = self.lb_id(&naming::lb_name(&self.config, cluster, svc.internal));
+        let Some(lb) = self.get_lb(&lb_id).await? else { return Ok(()) };
+        if frontend::owned(&svc, &lb).next().is_none() {
+            return Ok(());
+        }
+        let members: Vec<Node> =
+            nodes.iter().filter(|n| is_backend(&self.config, n)).cloned().collect();
+        for f in &svc.families {
+            self.backends.ensure_members(&self.pool_id(&lb_id, cluster, *f), &members).await?;
+        }
+        if !svc.floating_ip {
+            self.security.ensure_service_rules(service, &node_ips(&members, &svc.families)).await?;
+        }
+        Ok(())
+    }
+
+    async fn ensure_load_balancer_deleted(
+        &self,
+        cluster: &str,
+        service: &Service,
+    ) -> Result<(), ProviderError> {
+        self.delete(cluster, service).await
+    }
+
+    async fn list_cloud_load_balancers(
+        &self,
+        cluster: &str,
+    ) -> Result<Vec<CloudLoadBalancer>, ProviderError> {
+        let mut out = Vec::new();
+        let pips = self.pips.list(None).await?;
+        for internal in [false, true] {
+            let name = naming::lb_name(&self.config, cluster, internal);
+            let Some(lb) = self.get_lb(&self.lb_id(&name)).await? else { continue };
+            let mut by_prefix: BTreeMap<String, CloudLoadBalancer> = BTreeMap::new();
+            for fe in &lb.properties.frontend_ip_configurations {
+                let Some(prefix) = service_prefix(fe.name()) else { continue };
+                let entry = by_prefix.entry(prefix.clone()).or_insert_with(|| CloudLoadBalancer {
+                    name: prefix.clone(),
+                    kind: format!(
+                        "frontend on {}load balancer {name}",
+                        if internal { "internal " } else { "" }
+                    ),
+                    id: fe.id().to_string(),
+                    owned: true,
+                    ..Default::default()
+                });
+                entry.resources.push(CloudResource {
+                    kind: "frontend IP configuration".into(),
+                    id: fe.id().to_string(),
+                    name: fe.name().to_string(),
+                });
+                if let Some(ip) = &fe.properties.private_ip_address {
+                    entry.ingress.push(ip.clone());
+                }
+                if let Some(r) = &fe.properties.public_ip_address
+                    && let Some(pip) = pips.iter().find(|p| p.id().eq_ignore_ascii_case(&r.id))
+                {
+                    if let Some(ip) = &pip.properties.ip_address {
+                        entry.ingress.push(ip.clone());
+                    }
+                    if !public_ip::user_made(pip) {
+                        entry.service = public_ip::services_of(pip).first().cloned();
+                        entry.resources.push(CloudResource {
+                            kind: "public IP".into(),
+                            id: pip.id().to_string(),
+                            name: pip.name().to_string(),
+                        });
+                    }
+                }
+            }
+            for (prefix, entry) in by_prefix.iter_mut() {
+                let has = |n: &str| {
+                    n.len() >= prefix.len() && n[..prefix.len()].eq_ignore_ascii_case(prefix)
+                };
+                for r in lb.properties.load_balancing_rules.iter().filter(|r| has(r.name())) {
+                    entry.resources.push(CloudResource {
+                        kind: "load-balancing rule".into(),
+                        id: r.id().to_string(),
+                        name: r.name().to_string(),
+                    });
+                }
+                for p in lb.properties.probes.iter().filter(|p| has(p.name())) {
+                    entry.resources.push(CloudResource {
+                        kind: "health probe".into(),
+                        id: p.id().to_string(),
+                        name: p.name().to_string(),
+                    });
+                }
+            }
+            out.extend(by_prefix.into_values());
+        }
+        Ok(out)
+    }
+
+    async fn delete_cloud_load_balancer(
+        &self,
+        cluster: &str,
+        lb: &CloudLoadBalancer,
+    ) -> Result<(), ProviderError> {
+        let listed = self.list_cloud_load_balancers(cluster).await?;
+        let Some(now) =
+            listed.iter().find(|l| l.name == lb.name && l.id.eq_ignore_ascii_case(&lb.id))
+        else {
+            return Ok(());
+        };
+        if !now.owned {
+            return Err(ProviderError::Invalid {
+                what: "load balancer".into(),
+                message: format!("{} is not owned by cluster {cluster}", lb.name),
+            });
+        }
+        let svc = ServiceConfig {
+            prefix: now.name.clone(),
+            key: now.service.clone().unwrap_or_default(),
+            ..Default::default()
+        };
+        let _guard = self.lock.lock().await;
+        for internal in [false, true] {
+            self.remove_from(&svc, &naming::lb_name(&self.config, cluster, internal)).await?;
+        }
+        for r in now.resources.iter().filter(|r| r.kind == "public IP") {
+            if let Some(pip) = self.pips.get(&r.id).await?
+                && !public_ip::user_made(&pip)
+                && public_ip::services_of(&pip).len() <= 1
+                && pip.tag(naming::CLUSTER_TAG).is_none_or(|c| c.eq_ignore_ascii_case(cluster))
+            {
+                self.client.delete(PIP_OPS.delete, &r.id, NETWORK).await?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `a` + 31 hex digits at the start of a frontend name: the Service prefix.
+fn service_prefix(name: &str) -> Option<String> {
+    let p = name.get(..32)?;
+    (p.starts_with('a') && p[1..].bytes().all(|b| b.is_ascii_hexdigit())).then(|| p.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::api::ObjectMeta;
+
+    fn node(labels: &[(&str, &str)]) -> Node {
+        Node {
+            metadata: ObjectMeta {
+                name: Some("n".into()),
+                labels: Some(labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()),
+                ..Default::default()
+            },
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn control_plane_and_unmanaged_nodes_are_not_backends() {
+        let c = Config::default();
+        assert!(is_backend(&c, &node(&[])));
+        assert!(!is_backend(&c, &node(&[("node-role.kubernetes.io/control-plane", "")])));
+        assert!(!is_backend(&c, &node(&[("node-role.kubernetes.io/master", "")])));
+        assert!(!is_backend(&c, &node(&[("kubernetes.io/role", "master")])));
+        assert!(!is_backend(&c, &node(&[("kubernetes.azure.com/managed", "false")])));
+        let keep = Config { exclude_master_from_standard_lb: Some(false), ..Default::default() };
+        assert!(is_backend(&keep, &node(&[("node-role.kubernetes.io/control-plane", "")])));
+        assert!(!is_backend(&keep, &node(&[("kubernetes.azure.com/managed", "false")])));
+    }
+
+    #[test]
+    fn service_prefix_of_frontend_names() {
+        assert_eq!(
+            service_prefix("a6f7f1b2c123456789abcdef01234567-IPv6").as_deref(),
+            Some("a6f7f1b2c123456789abcdef01234567")
+        );
+        assert_eq!(service_prefix("outbound"), None);
+        assert_eq!(service_prefix("zzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzz"), None);
+    }
+}

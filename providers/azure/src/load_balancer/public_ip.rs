@@ -1,0 +1,415 @@
+//! The Services' public IPs (upstream `determinePublicIPName`, `ensurePublicIPExists`,
+//! `reconcilePublicIP`, `serviceOwnsPublicIP`): `<cluster>-a<uid>` created Standard/Static
+//! and tagged `k8s-azure-service: <ns>/<name>`, `k8s-azure-cluster-name: <cluster>` (+ the
+//! config's tags and `azure-pip-tags`), or the one the Service names (`azure-pip-name`) or
+//! addresses (`loadBalancerIP`), in `azure-load-balancer-resource-group` or the cluster's
+//! resource group.
+//!
+//! A public IP without a service tag was made by a user: it is used as is (only a DNS label
+//! the Service asks for is set) and never deleted. A tagged one is released when no Service
+//! in its tag remains — deleted only when its cluster tag is this cluster (or absent, as
+//! upstream's legacy public IPs).
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use ccm_core::cloud::ProviderError;
+use serde_json::json;
+
+use crate::client::ArmClient;
+use crate::client::api_version::NETWORK;
+use crate::client::models::{DnsSettings, PublicIpAddress, PublicIpProperties, Sku};
+use crate::config::Config;
+
+use super::annotations::{Family, ServiceConfig, parse_pairs};
+use super::naming::{
+    self, CLUSTER_TAG, DNS_SERVICE_TAG, LEGACY_CLUSTER_TAG, LEGACY_DNS_SERVICE_TAG,
+    LEGACY_SERVICE_TAG, PIP_TYPE, SERVICE_TAG,
+};
+use super::{Action, PIP_OPS, rmw};
+
+/// The config's `tags` / `tagsMap` (the map wins), as upstream's `parseTags`.
+pub fn config_tags(config: &Config) -> Result<BTreeMap<String, String>, ProviderError> {
+    let mut out: BTreeMap<String, String> = BTreeMap::new();
+    if let Some(t) = config.tags.as_deref().filter(|t| !t.trim().is_empty()) {
+        for (k, v) in parse_pairs("tags", t)? {
+            out.insert(k, v);
+        }
+    }
+    for (k, v) in config.tags_map.iter().flatten() {
+        let k = k.trim();
+        if k.is_empty() {
+            continue;
+        }
+        out.retain(|have, _| !have.eq_ignore_ascii_case(k));
+        out.insert(k.to_string(), v.trim().to_string());
+    }
+    Ok(out)
+}
+
+/// Adds or updates `want` in `tags` (keys case-insensitively); other tags stay. Returns
+/// whether anything changed.
+pub fn merge_tags(tags: &mut BTreeMap<String, String>, want: &BTreeMap<String, String>) -> bool {
+    let mut changed = false;
+    for (k, v) in want {
+        match tags.keys().find(|h| h.eq_ignore_ascii_case(k)).cloned() {
+            Some(have) => {
+                if !tags.get(&have).is_some_and(|x| x.eq_ignore_ascii_case(v)) {
+                    tags.insert(have, v.clone());
+                    changed = true;
+                }
+            }
+            None => {
+                tags.insert(k.clone(), v.clone());
+                changed = true;
+            }
+        }
+    }
+    changed
+}
+
+fn tag<'a>(pip: &'a PublicIpAddress, key: &str, legacy: &str) -> Option<&'a str> {
+    pip.tag(key).or_else(|| pip.tag(legacy)).filter(|v| !v.is_empty())
+}
+
+/// The Services in the public IP's service tag.
+pub fn services_of(pip: &PublicIpAddress) -> Vec<String> {
+    tag(pip, SERVICE_TAG, LEGACY_SERVICE_TAG).map(naming::tag_services).unwrap_or_default()
+}
+
+/// Made by a user: no service tag.
+pub fn user_made(pip: &PublicIpAddress) -> bool {
+    tag(pip, SERVICE_TAG, LEGACY_SERVICE_TAG).is_none()
+}
+
+/// Tagged for `service` by `cluster` (or by a cluster that did not tag itself).
+pub fn owned_by(pip: &PublicIpAddress, service: &str, cluster: &str) -> bool {
+    services_of(pip).iter().any(|s| s.eq_ignore_ascii_case(service))
+        && tag(pip, CLUSTER_TAG, LEGACY_CLUSTER_TAG).is_none_or(|c| c.eq_ignore_ascii_case(cluster))
+}
+
+/// The public IPs of the Services.
+pub struct PublicIps {
+    client: Arc<ArmClient>,
+    config: Arc<Config>,
+}
+
+impl PublicIps {
+    /// A manager for public IPs.
+    pub fn new(client: Arc<ArmClient>, config: Arc<Config>) -> Self {
+        PublicIps { client, config }
+    }
+
+    /// The resource group of the Service's public IPs.
+    pub fn resource_group(&self, svc_rg: Option<&str>) -> String {
+        svc_rg.map(str::to_string).unwrap_or_else(|| self.config.resource_group().to_string())
+    }
+
+    /// Every public IP of the resource groups public IPs of Services may be in.
+    pub async fn list(&self, svc_rg: Option<&str>) -> Result<Vec<PublicIpAddress>, ProviderError> {
+        let mut groups = vec![self.resource_group(svc_rg)];
+        let cluster_rg = self.config.resource_group().to_string();
+        if !groups.iter().any(|g| g.eq_ignore_ascii_case(&cluster_rg)) {
+            groups.push(cluster_rg);
+        }
+        let mut out = Vec::new();
+        for rg in groups {
+            let collection = format!(
+                "/subscriptions/{}/resourceGroups/{rg}/providers/{PIP_TYPE}",
+                self.client.subscription_id()
+            );
+            out.extend(
+                self.client
+                    .list::<PublicIpAddress>(
+                        "network.public_ip_addresses.list",
+                        &collection,
+                        NETWORK,
+                        &[],
+                    )
+                    .await?,
+            );
+        }
+        Ok(out)
+    }
+
+    /// The public IP the Service uses for `family`, created or updated as needed.
+    pub async fn ensure(
+        &self,
+        cluster: &str,
+        svc: &ServiceConfig,
+        family: Family,
+    ) -> Result<PublicIpAddress, ProviderError> {
+        let rg = self.resource_group(svc.resource_group.as_deref());
+        let (name, named, source) = if let Some(n) = svc.pip_name.get(&family) {
+            let key = if family == Family::V6 && svc.dual_stack() {
+                super::annotations::PIP_NAME_IPV6
+            } else {
+                super::annotations::PIP_NAME
+            };
+            (n.clone(), true, key.to_string())
+        } else if svc.pip_prefix_id.contains_key(&family) {
+            (naming::pip_name(cluster, svc, family), false, "public IP".to_string())
+        } else if let Some(ip) = svc.load_balancer_ip.get(&family) {
+            (self.find_by_address(&rg, ip).await?, true, "loadBalancerIP".to_string())
+        } else {
+            (naming::pip_name(cluster, svc, family), false, "public IP".to_string())
+        };
+        let id = self.client.resource_id(&rg, PIP_TYPE, &name);
+        let config_tags = config_tags(&self.config)?;
+        let location = self.config.location.clone().unwrap_or_default();
+        let out = rmw::<PublicIpProperties>(
+            &self.client,
+            PIP_OPS,
+            &id,
+            &mut |current| {
+                let Some(pip) = current else {
+                    if named {
+                        return Err(ProviderError::other(format!(
+                            "public IP {name} (from the Service's annotations) does not exist in resource group {rg}"
+                        )));
+                    }
+                    let mut pip = PublicIpAddress {
+                        name: Some(name.clone()),
+                        location: Some(location.clone()),
+                        sku: Some(Sku { name: Some("Standard".into()), tier: Some("Regional".into()), ..Default::default() }),
+                        tags: Some(BTreeMap::new()),
+                        properties: PublicIpProperties {
+                            public_ip_allocation_method: Some("Static".into()),
+                            public_ip_address_version: Some(family.arm().into()),
+                            ip_tags: svc.pip_ip_tags.as_ref().map(|t| {
+                                t.iter().map(|(k, v)| json!({"ipTagType": k, "tag": v})).collect()
+                            }),
+                            ..Default::default()
+                        },
+                        ..Default::default()
+                    };
+                    if let Some(prefix) = svc.pip_prefix_id.get(&family) {
+                        pip.properties.extra.insert("publicIPPrefix".into(), json!({"id": prefix}));
+                    }
+                    update(&mut pip, svc, cluster, &config_tags)?;
+                    return Ok(Action::Put(pip));
+                };
+                let mut pip = pip;
+                // Used by something else (another Service's frontend, a NIC): sharing one
+                // public IP between Services is not supported.
+                if let Some(user) = &pip.properties.ip_configuration {
+                    let frontend = naming::last_segment(&user.id);
+                    if !user.id.to_ascii_lowercase().contains("/frontendipconfigurations/")
+                        || !naming::owns(svc, frontend)
+                    {
+                        return Err(ProviderError::Invalid {
+                            what: source.clone(),
+                            message: format!(
+                                "public IP {name} is already used by {}; sharing a public IP between Services is not supported",
+                                user.id
+                            ),
+                        });
+                    }
+                }
+                if update(&mut pip, svc, cluster, &config_tags)? {
+                    Ok(Action::Put(pip))
+                } else {
+                    Ok(Action::Keep(pip))
+                }
+            },
+        )
+        .await?;
+        out.ok_or_else(|| {
+            ProviderError::other(format!("public IP {name} vanished while being set up"))
+        })
+    }
+
+    async fn find_by_address(&self, rg: &str, ip: &IpAddr) -> Result<String, ProviderError> {
+        let collection = format!(
+            "/subscriptions/{}/resourceGroups/{rg}/providers/{PIP_TYPE}",
+            self.client.subscription_id()
+        );
+        let all: Vec<PublicIpAddress> =
+            self.client.list("network.public_ip_addresses.list", &collection, NETWORK, &[]).await?;
+        all.into_iter()
+            .find(|p| p.properties.ip_address.as_deref().and_then(|a| a.parse::<IpAddr>().ok()) == Some(*ip))
+            .map(|p| p.name().to_string())
+            .ok_or_else(|| {
+                ProviderError::other(format!(
+                    "no public IP with address {ip} in resource group {rg} (loadBalancerIP of a public Service must be an existing public IP)"
+                ))
+            })
+    }
+
+    /// Unbinds the Service from the public IPs it owns that are not in `keep` (IDs): a public
+    /// IP left with no Service is deleted, otherwise its tag is updated.
+    pub async fn release(
+        &self,
+        cluster: &str,
+        service: &str,
+        svc_rg: Option<&str>,
+        keep: &[String],
+    ) -> Result<(), ProviderError> {
+        for pip in self.list(svc_rg).await? {
+            if keep.iter().any(|k| k.eq_ignore_ascii_case(pip.id())) {
+                continue;
+            }
+            if user_made(&pip) {
+                continue;
+            }
+            if !owned_by(&pip, service, cluster) {
+                continue;
+            }
+            let id = pip.id().to_string();
+            rmw::<PublicIpProperties>(&self.client, PIP_OPS, &id, &mut |current| {
+                let Some(mut pip) = current else {
+                    return Ok(Action::Keep(PublicIpAddress::default()));
+                };
+                if !owned_by(&pip, service, cluster) {
+                    return Ok(Action::Keep(pip));
+                }
+                let rest: Vec<String> = services_of(&pip)
+                    .into_iter()
+                    .filter(|s| !s.eq_ignore_ascii_case(service))
+                    .collect();
+                let tags = pip.tags.get_or_insert_with(BTreeMap::new);
+                for k in [DNS_SERVICE_TAG, LEGACY_DNS_SERVICE_TAG] {
+                    if tags.get(k).is_some_and(|v| v.eq_ignore_ascii_case(service)) {
+                        tags.remove(k);
+                    }
+                }
+                if rest.is_empty() {
+                    return Ok(Action::Delete(pip));
+                }
+                tags.remove(LEGACY_SERVICE_TAG);
+                tags.insert(SERVICE_TAG.into(), rest.join(","));
+                Ok(Action::Put(pip))
+            })
+            .await?;
+        }
+        Ok(())
+    }
+
+    /// Reads a public IP by ID (`None` when gone).
+    pub async fn get(&self, id: &str) -> Result<Option<PublicIpAddress>, ProviderError> {
+        Ok(self.client.get_opt("network.public_ip_addresses.get", id, NETWORK, &[]).await?)
+    }
+}
+
+/// Tags, DNS label: what the Service wants on a public IP. Returns whether it changed.
+fn update(
+    pip: &mut PublicIpAddress,
+    svc: &ServiceConfig,
+    cluster: &str,
+    config_tags: &BTreeMap<String, String>,
+) -> Result<bool, ProviderError> {
+    let user = user_made(pip) && pip.id.is_some();
+    let mut changed = false;
+    if !user {
+        let mut want = config_tags.clone();
+        merge_tags(&mut want, &svc.pip_tags);
+        let mut services = services_of(pip);
+        if !services.iter().any(|s| s.eq_ignore_ascii_case(&svc.key)) {
+            services.push(svc.key.clone());
+        }
+        want.insert(SERVICE_TAG.into(), services.join(","));
+        if tag(pip, CLUSTER_TAG, LEGACY_CLUSTER_TAG).is_none() {
+            want.insert(CLUSTER_TAG.into(), cluster.to_string());
+        }
+        let tags = pip.tags.get_or_insert_with(BTreeMap::new);
+        changed |= merge_tags(tags, &want);
+        if pip
+            .sku
+            .as_ref()
+            .and_then(|s| s.name.as_deref())
+            .is_none_or(|n| !n.eq_ignore_ascii_case("Standard"))
+        {
+            pip.sku = Some(Sku {
+                name: Some("Standard".into()),
+                tier: Some("Regional".into()),
+                ..Default::default()
+            });
+            changed = true;
+        }
+    }
+    if let Some(label) = &svc.dns_label {
+        let holder = pip
+            .tag(DNS_SERVICE_TAG)
+            .or_else(|| pip.tag(LEGACY_DNS_SERVICE_TAG))
+            .filter(|v| !v.is_empty())
+            .map(str::to_string);
+        if let Some(h) = &holder
+            && !h.eq_ignore_ascii_case(&svc.key)
+        {
+            return Err(ProviderError::Invalid {
+                what: super::annotations::DNS_LABEL_NAME.into(),
+                message: format!(
+                    "public IP {} already carries the DNS label of Service {h}",
+                    pip.name()
+                ),
+            });
+        }
+        let have = pip.properties.dns_settings.as_ref().and_then(|d| d.domain_name_label.clone());
+        if label.is_empty() {
+            if pip.properties.dns_settings.is_some() {
+                pip.properties.dns_settings = None;
+                changed = true;
+            }
+        } else {
+            if !have.as_deref().is_some_and(|h| h.eq_ignore_ascii_case(label)) {
+                let d = pip.properties.dns_settings.get_or_insert_with(DnsSettings::default);
+                d.domain_name_label = Some(label.clone());
+                d.fqdn = None;
+                changed = true;
+            }
+            if !user && holder.is_none() {
+                pip.tags
+                    .get_or_insert_with(BTreeMap::new)
+                    .insert(DNS_SERVICE_TAG.into(), svc.key.clone());
+                changed = true;
+            }
+        }
+    }
+    Ok(changed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pip(tags: &[(&str, &str)]) -> PublicIpAddress {
+        PublicIpAddress {
+            id: Some("/x".into()),
+            tags: Some(tags.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn ownership_from_tags() {
+        assert!(user_made(&pip(&[("team", "a")])));
+        let p = pip(&[(SERVICE_TAG, "default/web,other/x"), (CLUSTER_TAG, "k")]);
+        assert!(owned_by(&p, "default/web", "k"));
+        assert!(!owned_by(&p, "default/web", "other-cluster"));
+        assert!(owned_by(&pip(&[(LEGACY_SERVICE_TAG, "default/web")]), "default/web", "k"));
+    }
+
+    #[test]
+    fn config_tags_map_wins_case_insensitively() {
+        let c = Config {
+            tags: Some("Env=prod, team = a".into()),
+            tags_map: Some(BTreeMap::from([("env".to_string(), "dev".to_string())])),
+            ..Default::default()
+        };
+        let t = config_tags(&c).unwrap();
+        assert_eq!(t, BTreeMap::from([("env".into(), "dev".into()), ("team".into(), "a".into())]));
+    }
+
+    #[test]
+    fn merge_keeps_other_tags() {
+        let mut t = BTreeMap::from([
+            ("mine".to_string(), "1".to_string()),
+            ("Env".to_string(), "x".to_string()),
+        ]);
+        assert!(merge_tags(&mut t, &BTreeMap::from([("env".to_string(), "y".to_string())])));
+        assert_eq!(t.get("Env").map(String::as_str), Some("y"));
+        assert_eq!(t.get("mine").map(String::as_str), Some("1"));
+        assert!(!merge_tags(&mut t, &BTreeMap::from([("env".to_string(), "Y".to_string())])));
+    }
+}

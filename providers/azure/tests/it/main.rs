@@ -1,0 +1,15 @@
+//! Azure provider integration tests: every module against the ARM emulator over HTTPS.
+// Test helpers panic on failure by design.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod backend;
+mod client;
+mod config;
+mod credential;
+mod fixture;
+mod imds;
+mod instances;
+mod load_balancer;
+mod node_manager;
+mod routes;
+mod security_group;
