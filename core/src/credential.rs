@@ -289,6 +289,52 @@ where
     ExitCode::SUCCESS
 }
 
+/// [`run_with`] with an async `handler`, driven on a current-thread runtime (one request per
+/// process needs no more). A runtime that cannot start is one line on `stderr` naming
+/// `program`, and exit code 1.
+pub fn run_async_with<F, Fut>(
+    program: &str,
+    stdin: &mut dyn Read,
+    stdout: &mut dyn Write,
+    stderr: &mut dyn Write,
+    handler: F,
+) -> ExitCode
+where
+    F: FnOnce(CredentialProviderRequest) -> Fut,
+    Fut: std::future::Future<Output = Result<CredentialProviderResponse, BoxError>>,
+{
+    let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            let _ = writeln!(stderr, "{program}: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    run_with(stdin, stdout, stderr, |req| rt.block_on(handler(req.clone())))
+}
+
+/// A plugin's testable entry point: the arguments after the program name, a lookup of the
+/// environment, and the three standard streams.
+pub type PluginEntry = fn(
+    &[String],
+    &dyn Fn(&str) -> Option<String>,
+    &mut dyn Read,
+    &mut dyn Write,
+    &mut dyn Write,
+) -> ExitCode;
+
+/// A plugin binary's `main`: `entry` on the process's arguments, environment and streams.
+pub fn plugin_main(entry: PluginEntry) -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    entry(
+        &args,
+        &|name| std::env::var(name).ok(),
+        &mut std::io::stdin().lock(),
+        &mut std::io::stdout().lock(),
+        &mut std::io::stderr().lock(),
+    )
+}
+
 /// [`run_with`] on the process's stdin, stdout and stderr.
 pub fn run<F>(handler: F) -> ExitCode
 where

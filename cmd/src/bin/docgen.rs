@@ -24,12 +24,12 @@ fn config_page(cloud: &str, source: &str, table: &[KeyDoc], note: &str) -> Strin
     )
 }
 
-fn annotation_page(cloud: &str, source: &str, table: &[KeyDoc]) -> String {
+fn annotation_page(cloud: &str, source: &str, table: &[KeyDoc], note: &str) -> String {
     format!(
         "{HEADER}# {cloud}: Service annotation reference\n\nEvery annotation the load-balancer \
          code reads, from its own table (`{source}`), for Services of `type: LoadBalancer`. \
          Invalid values are reported as a `SyncLoadBalancerFailed` event naming the annotation; \
-         nothing is changed in the cloud.\n{}",
+         nothing is changed in the cloud.{note}\n{}",
         markdown(table)
     )
 }
@@ -72,6 +72,8 @@ fn flags_page() -> String {
 async fn pages() -> Result<Vec<(&'static str, String)>, String> {
     use ccm_provider_aws::config::CONFIG_KEYS as AWS_CONFIG;
     use ccm_provider_aws::load_balancer::annotations::ANNOTATIONS as AWS_ANN;
+    use ccm_provider_azure::config::CONFIG_KEYS as AZURE_CONFIG;
+    use ccm_provider_azure::load_balancer::ANNOTATIONS as AZURE_ANN;
     use ccm_provider_gcp::config::CONFIG_KEYS as GCP_CONFIG;
     use ccm_provider_gcp::load_balancer::ANNOTATIONS as GCP_ANN;
     use ccm_provider_ibm::config::CONFIG_KEYS as IBM_CONFIG;
@@ -93,7 +95,7 @@ async fn pages() -> Result<Vec<(&'static str, String)>, String> {
         ),
         (
             "aws-annotations.md",
-            annotation_page("AWS", "providers/aws/src/load_balancer/annotations.rs", AWS_ANN),
+            annotation_page("AWS", "providers/aws/src/load_balancer/annotations.rs", AWS_ANN, ""),
         ),
         (
             "vsphere-config.md",
@@ -119,12 +121,43 @@ async fn pages() -> Result<Vec<(&'static str, String)>, String> {
         ),
         (
             "gcp-annotations.md",
-            annotation_page("GCP", "providers/gcp/src/load_balancer/annotations.rs", GCP_ANN),
+            annotation_page("GCP", "providers/gcp/src/load_balancer/annotations.rs", GCP_ANN, ""),
+        ),
+        (
+            "azure-config.md",
+            config_page(
+                "Azure",
+                "providers/azure/src/config.rs",
+                AZURE_CONFIG,
+                " Upstream's `azure.json`: one JSON or YAML mapping, no sections. Keys match \
+                 ignoring case (`subscriptionID` is `subscriptionId`), and a number or boolean \
+                 given for a text key is taken as its text. The file, the Secret \
+                 `kube-system/azure-cloud-provider` (key `cloud-config`) or both are read as \
+                 `cloudConfigType` says; then `AZURE_TENANT_ID`, `AZURE_CLIENT_ID`, \
+                 `AZURE_CLIENT_SECRET` and `AZURE_FEDERATED_TOKEN_FILE`, when set and not empty, \
+                 override their keys. Upstream keys this provider does not implement are \
+                 accepted and logged as ignored; any other key is an error naming it.",
+            ),
+        ),
+        (
+            "azure-annotations.md",
+            annotation_page(
+                "Azure",
+                "providers/azure/src/load_balancer/annotations.rs",
+                AZURE_ANN,
+                " The security group annotations (`azure-disable-load-balancer-nsg-rule`, \
+                 `azure-allowed-service-tags`, `azure-allowed-ip-ranges`, \
+                 `azure-deny-all-except-load-balancer-source-ranges`, \
+                 `load-balancer-source-ranges`) are the exception: they are checked when the \
+                 security group is written, after the load balancer, so a bad value there leaves \
+                 the security group unchanged but not the load balancer. In the `port_<port>_` \
+                 annotations, `<port>` is a Service port number.",
+            ),
         ),
         ("ibm-config.md", config_page("IBM Cloud", "providers/ibm/src/config.rs", IBM_CONFIG, "")),
         (
             "ibm-annotations.md",
-            annotation_page("IBM Cloud", "providers/ibm/src/load_balancer.rs", IBM_ANN),
+            annotation_page("IBM Cloud", "providers/ibm/src/load_balancer.rs", IBM_ANN, ""),
         ),
         (
             "openstack-config.md",
@@ -143,6 +176,7 @@ async fn pages() -> Result<Vec<(&'static str, String)>, String> {
                 "OpenStack",
                 "providers/openstack/src/load_balancer/annotations.rs",
                 OPENSTACK_ANN,
+                "",
             ),
         ),
     ])

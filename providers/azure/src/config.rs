@@ -22,6 +22,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
 
+use ccm_core::reference::KeyDoc;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
@@ -370,6 +371,690 @@ const IGNORED_KEYS: &[&str] = &[
     "vmssFlexCacheTTLInSeconds",
     "vmssFlexVMCacheTTLInSeconds",
     "vmssVirtualMachinesCacheTTLInSeconds",
+];
+
+/// The `doc` of every cache-TTL key in [`IGNORED_KEYS`].
+const CACHE_TTL_IGNORED: &str = "accepted for compatibility, ignored: this provider keeps no ARM cache to tune. Load balancers, public IPs, the security group and the route table are read before every write; VM, scale-set, NIC and public-IP listings for Nodes are reused for 5 seconds only.";
+/// The `doc` of the keys tuning upstream's retries.
+const RETRY_IGNORED: &str = "accepted for compatibility, ignored: retries are the client's own (throttling, 5xx and broken connections, honouring ARM's `Retry-After`), within each call's deadline.";
+/// The `doc` of the keys of multiple standard load balancers.
+const MULTI_SLB_IGNORED: &str = "accepted for compatibility, ignored: one standard load balancer per cluster (`loadBalancerName`, and `<loadBalancerName>-internal` for internal Services); a non-empty `multipleStandardLoadBalancerConfigurations` is refused.";
+/// The `doc` of the Key Vault keys.
+const KEY_VAULT_IGNORED: &str =
+    "accepted for compatibility, ignored: this provider does not use Key Vault.";
+/// The `doc` of the keys naming network resources in another subscription or tenant.
+const NETWORK_ELSEWHERE_IGNORED: &str = "accepted for compatibility, ignored: network resources in another subscription or tenant are not implemented; load balancers, public IPs, the security group and the route table are in `subscriptionId`.";
+/// The `doc` of the extended-location keys.
+const EXTENDED_LOCATION_IGNORED: &str =
+    "accepted for compatibility, ignored: extended locations (edge zones) are not implemented.";
+/// The `value` of every key in [`IGNORED_KEYS`].
+const ANY_VALUE: &str = "any value (not checked)";
+
+/// Every `azure.json` key the parser accepts, with its documentation: the keys of [`KEYS`]
+/// (checked as their kind says), then the upstream keys of [`IGNORED_KEYS`] (any value, listed
+/// in [`Config::ignored_keys`] and logged), then upstream's per-client rate limits
+/// (`<client>RateLimit`). The tests check that it names exactly those keys and feed every
+/// example back in; `ccm-docgen` renders it as the configuration reference. `azure.json` has
+/// no sections: every `section` is empty.
+pub static CONFIG_KEYS: &[KeyDoc] = &[
+    KeyDoc {
+        section: "",
+        key: "cloud",
+        value: "`AzurePublicCloud` (default), `AzureChinaCloud` or `AzureUSGovernmentCloud`, any case",
+        example: "AzurePublicCloud",
+        doc: "The Azure cloud: its ARM and AAD endpoints. `AzureCloud` and `AzureUSGovernment` are taken as the public and US Government clouds; another name needs `resourceManagerEndpoint`, else start-up fails naming this key.",
+    },
+    KeyDoc {
+        section: "",
+        key: "resourceManagerEndpoint",
+        value: "URL",
+        example: "https://management.azure.com/",
+        doc: "The ARM endpoint instead of the cloud's (a cloud not in `cloud`'s list); tokens are then asked for `<endpoint>/.default`, and for an unknown cloud the endpoint is also the AAD authority host. Not a URL: start-up fails naming the key.",
+    },
+    KeyDoc {
+        section: "",
+        key: "tenantId",
+        value: "string",
+        example: "4a3b2c1d-0e9f-4a8b-8c7d-6e5f4a3b2c1d",
+        doc: "The AAD tenant of the credentials. Required unless `useManagedIdentityExtension`. `AZURE_TENANT_ID` overrides it.",
+    },
+    KeyDoc {
+        section: "",
+        key: "subscriptionId",
+        value: "string",
+        example: "2fbf2a4e-8e1c-4e3c-9c0e-2d2f1c7a9b10",
+        doc: "The subscription of the cluster's resources. Required.",
+    },
+    KeyDoc {
+        section: "",
+        key: "aadClientId",
+        value: "string",
+        example: "5d8f3c1a-6b7e-4f2d-9a0c-1e2b3c4d5e6f",
+        doc: "The client id of the service principal (with `aadClientSecret`) or of the workload identity. `AZURE_CLIENT_ID` overrides it.",
+    },
+    KeyDoc {
+        section: "",
+        key: "aadClientSecret",
+        value: "secret",
+        example: "s3cr3t",
+        doc: "The service principal's secret: with `aadClientId` and `tenantId`, the credential used when neither workload nor managed identity is configured. Never logged nor shown in errors. `AZURE_CLIENT_SECRET` overrides it.",
+    },
+    KeyDoc {
+        section: "",
+        key: "aadClientCertPath",
+        value: "path",
+        example: "/etc/kubernetes/sp.pfx",
+        doc: "Client certificates are not supported: when no other credential is configured, start-up fails naming this key (use `aadClientSecret`, managed identity or workload identity).",
+    },
+    KeyDoc {
+        section: "",
+        key: "aadClientCertPassword",
+        value: "secret",
+        example: "s3cr3t",
+        doc: "The certificate's password. Never logged nor shown in errors, and not used (client certificates are not supported).",
+    },
+    KeyDoc {
+        section: "",
+        key: "useManagedIdentityExtension",
+        value: "bool, default false",
+        example: "true",
+        doc: "Authenticate with the VM's managed identity (IMDS), unless workload identity is configured. `tenantId` is then optional.",
+    },
+    KeyDoc {
+        section: "",
+        key: "userAssignedIdentityID",
+        value: "string",
+        example: "9a8b7c6d-5e4f-4a3b-8c2d-1e0f9a8b7c6d",
+        doc: "Managed identity: the client id of the user-assigned identity to use. Default: the system-assigned identity.",
+    },
+    KeyDoc {
+        section: "",
+        key: "aadFederatedTokenFile",
+        value: "path",
+        example: "/var/run/secrets/azure/tokens/azure-identity-token",
+        doc: "Workload identity: the federated token file. Setting it (or `AZURE_FEDERATED_TOKEN_FILE`, which overrides it) turns workload identity on; it needs `aadClientId` and `tenantId`.",
+    },
+    KeyDoc {
+        section: "",
+        key: "useFederatedWorkloadIdentityExtension",
+        value: "bool, default false",
+        example: "true",
+        doc: "Authenticate with workload identity (needs `aadFederatedTokenFile`, `aadClientId`, `tenantId`). Workload identity wins over every other credential.",
+    },
+    KeyDoc {
+        section: "",
+        key: "resourceGroup",
+        value: "string",
+        example: "mc_rg_cluster_eastus",
+        doc: "The resource group of the cluster's resources, and the default of every other resource group key. Required. Lower-cased, as upstream.",
+    },
+    KeyDoc {
+        section: "",
+        key: "location",
+        value: "string",
+        example: "eastus",
+        doc: "The region, where load balancers, public IPs and a missing route table are created. Required unless `useInstanceMetadata`.",
+    },
+    KeyDoc {
+        section: "",
+        key: "vnetName",
+        value: "string",
+        example: "k8s-vnet",
+        doc: "The cluster's virtual network. Needed by internal load balancers and by `nodeIP` backend pools.",
+    },
+    KeyDoc {
+        section: "",
+        key: "vnetResourceGroup",
+        value: "string, default `resourceGroup`",
+        example: "network-rg",
+        doc: "The virtual network's resource group.",
+    },
+    KeyDoc {
+        section: "",
+        key: "subnetName",
+        value: "string",
+        example: "k8s-subnet",
+        doc: "The subnet (in `vnetName`) of internal load balancers' frontends, unless the Service names one (`azure-load-balancer-internal-subnet`); an internal Service without either fails naming this key.",
+    },
+    KeyDoc {
+        section: "",
+        key: "securityGroupName",
+        value: "string",
+        example: "k8s-nsg",
+        doc: "The cluster's network security group, where the Services' allow and deny rules go. Never created: a LoadBalancer Service's sync fails without it (or when it does not exist).",
+    },
+    KeyDoc {
+        section: "",
+        key: "securityGroupResourceGroup",
+        value: "string, default `resourceGroup`",
+        example: "network-rg",
+        doc: "The security group's resource group.",
+    },
+    KeyDoc {
+        section: "",
+        key: "routeTableName",
+        value: "string",
+        example: "k8s-routetable",
+        doc: "The route table of the pod CIDR routes (created in `location` when missing). Without it the provider offers no routes and the route controller does not run.",
+    },
+    KeyDoc {
+        section: "",
+        key: "routeTableResourceGroup",
+        value: "string, default `resourceGroup`",
+        example: "network-rg",
+        doc: "The route table's resource group. The config's tags are kept on the table only when it is in `resourceGroup`, as upstream.",
+    },
+    KeyDoc {
+        section: "",
+        key: "vmType",
+        value: "`standard`, `vmss` or `vmssflex`, any case; default `vmss`",
+        example: "vmss",
+        doc: "How the nodes are deployed. Nodes are found by `spec.providerID` whatever the type; a node without one is looked up by name among the resource group's VMs (availability-set, standalone and flexible scale-set VMs) and, with `vmss`, among the uniform scale sets' VMs too. Before a backend pool is deleted, `vmss` also takes it out of the models of `resourceGroup`'s scale sets that list it. Absent: `vmss`, as upstream.",
+    },
+    KeyDoc {
+        section: "",
+        key: "primaryAvailabilitySetName",
+        value: "string",
+        example: "k8s-avset",
+        doc: "Not used: it selects the nodes of Basic load balancers, which are not supported.",
+    },
+    KeyDoc {
+        section: "",
+        key: "primaryScaleSetName",
+        value: "string",
+        example: "k8s-vmss",
+        doc: "Not used: it selects the nodes of Basic load balancers, which are not supported.",
+    },
+    KeyDoc {
+        section: "",
+        key: "loadBalancerSku",
+        value: "`standard` (default), any case",
+        example: "standard",
+        doc: "Load balancers and public IPs are always Standard SKU. `basic` is refused at start-up (Azure retired Basic load balancers and public IPs), as is any other value.",
+    },
+    KeyDoc {
+        section: "",
+        key: "loadBalancerName",
+        value: "string, default the cluster name (`--cluster-name`)",
+        example: "kubernetes",
+        doc: "The shared load balancer of public Services; internal Services use `<loadBalancerName>-internal`.",
+    },
+    KeyDoc {
+        section: "",
+        key: "loadBalancerResourceGroup",
+        value: "string, default `resourceGroup`",
+        example: "lb-rg",
+        doc: "The load balancers' resource group.",
+    },
+    KeyDoc {
+        section: "",
+        key: "excludeMasterFromStandardLB",
+        value: "bool, default true",
+        example: "false",
+        doc: "Keep control-plane nodes (`node-role.kubernetes.io/control-plane`, `node-role.kubernetes.io/master`, `kubernetes.io/role: master`) out of the backend pools. Nodes labelled `kubernetes.azure.com/managed: \"false\"` are always left out.",
+    },
+    KeyDoc {
+        section: "",
+        key: "disableOutboundSNAT",
+        value: "bool, default false",
+        example: "true",
+        doc: "Load-balancing rules are written with outbound SNAT disabled (the nodes then need another way out).",
+    },
+    KeyDoc {
+        section: "",
+        key: "maximumLoadBalancerRuleCount",
+        value: "whole number 0 to 4294967295, default 250 (0: 250)",
+        example: "250",
+        doc: "Checked and not enforced by this provider: ARM's own limit on a load balancer's rules applies.",
+    },
+    KeyDoc {
+        section: "",
+        key: "loadBalancerBackendPoolConfigurationType",
+        value: "`nodeIPConfiguration` (default) or `nodeIP`, any case",
+        example: "nodeIP",
+        doc: "`nodeIPConfiguration`: the nodes' NIC (or scale-set) IP configurations reference the backend pool. `nodeIP`: the pool lists the nodes' private IPs in `vnetName`. `podIP` is refused at start-up (service gateways only, upstream).",
+    },
+    KeyDoc {
+        section: "",
+        key: "multipleStandardLoadBalancerConfigurations",
+        value: "empty list or null",
+        example: "[]",
+        doc: "Multiple standard load balancers are not supported: any other value is refused at start-up.",
+    },
+    KeyDoc {
+        section: "",
+        key: "useInstanceMetadata",
+        value: "bool, default false",
+        example: "true",
+        doc: "Lets `location` be left out at start-up. The cloud-controller-manager does not read IMDS itself, so load balancers and a missing route table still need `location`; `cloud-node-manager-azure` has its own `--use-instance-metadata` flag.",
+    },
+    KeyDoc {
+        section: "",
+        key: "cloudProviderBackoff",
+        value: "bool",
+        example: "true",
+        doc: "Upstream's retry switch. Checked and not used: retries are always on (throttling, 5xx and broken connections, honouring ARM's `Retry-After`), within each call's deadline.",
+    },
+    KeyDoc {
+        section: "",
+        key: "cloudProviderBackoffRetries",
+        value: "whole number 0 to 4294967295",
+        example: "6",
+        doc: "Upstream's retry count. Checked and not used (see `cloudProviderBackoff`).",
+    },
+    KeyDoc {
+        section: "",
+        key: "cloudProviderBackoffExponent",
+        value: "number",
+        example: "1.5",
+        doc: "Upstream's backoff exponent. Checked and not used (see `cloudProviderBackoff`).",
+    },
+    KeyDoc {
+        section: "",
+        key: "cloudProviderBackoffDuration",
+        value: "whole number of seconds 0 to 4294967295",
+        example: "5",
+        doc: "Upstream's backoff duration. Checked and not used (see `cloudProviderBackoff`).",
+    },
+    KeyDoc {
+        section: "",
+        key: "cloudProviderBackoffJitter",
+        value: "number",
+        example: "1.0",
+        doc: "Upstream's backoff jitter. Checked and not used (see `cloudProviderBackoff`).",
+    },
+    KeyDoc {
+        section: "",
+        key: "cloudProviderRateLimit",
+        value: "bool",
+        example: "true",
+        doc: "Upstream's client-side rate limit switch. Checked and not used: there is no client-side rate limit; ARM's throttling (429) is retried after its `Retry-After`.",
+    },
+    KeyDoc {
+        section: "",
+        key: "cloudProviderRateLimitQPS",
+        value: "number",
+        example: "10",
+        doc: "Upstream's read QPS. Checked and not used (see `cloudProviderRateLimit`).",
+    },
+    KeyDoc {
+        section: "",
+        key: "cloudProviderRateLimitBucket",
+        value: "whole number 0 to 4294967295",
+        example: "100",
+        doc: "Upstream's read bucket. Checked and not used (see `cloudProviderRateLimit`).",
+    },
+    KeyDoc {
+        section: "",
+        key: "cloudProviderRateLimitQPSWrite",
+        value: "number",
+        example: "10",
+        doc: "Upstream's write QPS. Checked and not used (see `cloudProviderRateLimit`).",
+    },
+    KeyDoc {
+        section: "",
+        key: "cloudProviderRateLimitBucketWrite",
+        value: "whole number 0 to 4294967295",
+        example: "100",
+        doc: "Upstream's write bucket. Checked and not used (see `cloudProviderRateLimit`).",
+    },
+    KeyDoc {
+        section: "",
+        key: "tags",
+        value: "`k1=v1,k2=v2`",
+        example: "team=web,env=prod",
+        doc: "Tags added to (never removed from) the load balancers and the Services' public IPs this provider writes, and kept on the route table when it is in `resourceGroup`. Keys and values are trimmed; `tagsMap` wins over a key equal ignoring case. A pair that is not `key=value` is an error at start naming `tags` (upstream skips it).",
+    },
+    KeyDoc {
+        section: "",
+        key: "tagsMap",
+        value: "mapping of strings",
+        example: "{\"team\": \"web\"}",
+        doc: "Tags as a mapping (numbers and booleans are taken as text); a key wins over a `tags` key equal to it ignoring case.",
+    },
+    KeyDoc {
+        section: "",
+        key: "systemTags",
+        value: "`k1,k2`",
+        example: "aks-managed,k8s-azure",
+        doc: "Route table only: when set with `tags` or `tagsMap`, the table's other tags are removed unless their key starts with one of these (ignoring case); without it, other tags stay.",
+    },
+    KeyDoc {
+        section: "",
+        key: "clusterServiceLoadBalancerHealthProbeMode",
+        value: "`servicenodeport` (default) or `shared`, any case",
+        example: "shared",
+        doc: "`servicenodeport`: each TCP port of a Service is probed on its node port. `shared`: the rules of `externalTrafficPolicy: Cluster` Services all use one HTTP probe (kube-proxy's health endpoint). `externalTrafficPolicy: Local` Services are always probed on their health check node port. Other values are refused at start-up.",
+    },
+    KeyDoc {
+        section: "",
+        key: "clusterServiceSharedLoadBalancerHealthProbePort",
+        value: "port 1 to 65535, default 10256",
+        example: "10256",
+        doc: "The shared probe's port (`shared` mode).",
+    },
+    KeyDoc {
+        section: "",
+        key: "clusterServiceSharedLoadBalancerHealthProbePath",
+        value: "string, default `/healthz`",
+        example: "/healthz",
+        doc: "The shared probe's path (`shared` mode).",
+    },
+    KeyDoc {
+        section: "",
+        key: "routeUpdateIntervalInSeconds",
+        value: "whole number of seconds, default 30 (0: 30)",
+        example: "30",
+        doc: "How long route changes are collected before one write of the route table.",
+    },
+    KeyDoc {
+        section: "",
+        key: "cloudConfigType",
+        value: "`file`, `secret` or `merge` (default), any case",
+        example: "file",
+        doc: "Where the config comes from (read from the `--cloud-config` file): `file` the file alone; `secret` the Secret `kube-system/azure-cloud-provider` (key `cloud-config`) alone; `merge` the Secret's keys over the file's (no Secret: the file alone). Without a file: the Secret.",
+    },
+    KeyDoc {
+        section: "",
+        key: "aadMSIDataPlaneIdentityPath",
+        value: ANY_VALUE,
+        example: "/var/run/msi/credentials.json",
+        doc: "accepted for compatibility, ignored: managed identity is IMDS's (`useManagedIdentityExtension`, `userAssignedIdentityID`); MSI data-plane identities are not implemented.",
+    },
+    KeyDoc {
+        section: "",
+        key: "auxiliaryTokenProvider",
+        value: ANY_VALUE,
+        example: "{}",
+        doc: "accepted for compatibility, ignored: auxiliary tokens for another tenant are not implemented.",
+    },
+    KeyDoc {
+        section: "",
+        key: "availabilitySetNodesCacheTTLInSeconds",
+        value: ANY_VALUE,
+        example: "900",
+        doc: CACHE_TTL_IGNORED,
+    },
+    KeyDoc {
+        section: "",
+        key: "availabilitySetsCacheTTLInSeconds",
+        value: ANY_VALUE,
+        example: "600",
+        doc: CACHE_TTL_IGNORED,
+    },
+    KeyDoc {
+        section: "",
+        key: "cloudProviderBackoffMode",
+        value: ANY_VALUE,
+        example: "v2",
+        doc: RETRY_IGNORED,
+    },
+    KeyDoc {
+        section: "",
+        key: "disableAPICallCache",
+        value: ANY_VALUE,
+        example: "true",
+        doc: CACHE_TTL_IGNORED,
+    },
+    KeyDoc {
+        section: "",
+        key: "disableAvailabilitySetNodes",
+        value: ANY_VALUE,
+        example: "true",
+        doc: "accepted for compatibility, ignored: availability-set and standalone VMs are always looked up (`vmType` only adds uniform scale sets).",
+    },
+    KeyDoc {
+        section: "",
+        key: "disableAzureStackCloud",
+        value: ANY_VALUE,
+        example: "true",
+        doc: "accepted for compatibility, ignored: Azure Stack Hub is not implemented.",
+    },
+    KeyDoc {
+        section: "",
+        key: "enableIPTagMutationForExistingPublicIP",
+        value: ANY_VALUE,
+        example: "true",
+        doc: "accepted for compatibility, ignored: `azure-pip-ip-tags` are set only on public IPs this provider creates.",
+    },
+    KeyDoc {
+        section: "",
+        key: "enableMigrateToIPBasedBackendPoolAPI",
+        value: ANY_VALUE,
+        example: "true",
+        doc: "accepted for compatibility, ignored: backend pools are not migrated between kinds; `loadBalancerBackendPoolConfigurationType` applies as written.",
+    },
+    KeyDoc {
+        section: "",
+        key: "enableMinimumRetryAfter",
+        value: ANY_VALUE,
+        example: "true",
+        doc: RETRY_IGNORED,
+    },
+    KeyDoc {
+        section: "",
+        key: "enableMultipleStandardLoadBalancers",
+        value: ANY_VALUE,
+        example: "true",
+        doc: MULTI_SLB_IGNORED,
+    },
+    KeyDoc {
+        section: "",
+        key: "enableVmssFlexNodes",
+        value: ANY_VALUE,
+        example: "true",
+        doc: "accepted for compatibility, ignored: flexible scale-set VMs are always found, as standalone VMs.",
+    },
+    KeyDoc {
+        section: "",
+        key: "extendedLocationName",
+        value: ANY_VALUE,
+        example: "losangeles",
+        doc: EXTENDED_LOCATION_IGNORED,
+    },
+    KeyDoc {
+        section: "",
+        key: "extendedLocationType",
+        value: ANY_VALUE,
+        example: "EdgeZone",
+        doc: EXTENDED_LOCATION_IGNORED,
+    },
+    KeyDoc {
+        section: "",
+        key: "identitySystem",
+        value: ANY_VALUE,
+        example: "azure_ad",
+        doc: "accepted for compatibility, ignored: only Azure AD (Entra ID) credentials are implemented.",
+    },
+    KeyDoc {
+        section: "",
+        key: "listVmssVirtualMachinesWithoutInstanceView",
+        value: ANY_VALUE,
+        example: "true",
+        doc: "accepted for compatibility, ignored: client tuning; scale-set VMs are listed as this provider needs.",
+    },
+    KeyDoc {
+        section: "",
+        key: "loadBalancerBackendPoolUpdateIntervalInSeconds",
+        value: ANY_VALUE,
+        example: "30",
+        doc: "accepted for compatibility, ignored: backend pools are updated by each load-balancer sync, not by a periodic updater.",
+    },
+    KeyDoc {
+        section: "",
+        key: "loadBalancerCacheTTLInSeconds",
+        value: ANY_VALUE,
+        example: "120",
+        doc: CACHE_TTL_IGNORED,
+    },
+    KeyDoc {
+        section: "",
+        key: "networkResourceSubscriptionID",
+        value: ANY_VALUE,
+        example: "3c2b1a09-8f7e-4d6c-b5a4-938271605f4e",
+        doc: NETWORK_ELSEWHERE_IGNORED,
+    },
+    KeyDoc {
+        section: "",
+        key: "networkResourceTenantID",
+        value: ANY_VALUE,
+        example: "0f1e2d3c-4b5a-4978-8695-a4b3c2d1e0f9",
+        doc: NETWORK_ELSEWHERE_IGNORED,
+    },
+    KeyDoc {
+        section: "",
+        key: "nodeInstanceNotFoundGracePeriodInSeconds",
+        value: ANY_VALUE,
+        example: "60",
+        doc: "accepted for compatibility, ignored: a node's VM is reported gone only when a complete listing of its resource group (or scale set) lacks it or a GET of it answers 404, with no grace period.",
+    },
+    KeyDoc {
+        section: "",
+        key: "nodePoolsWithoutDedicatedSLB",
+        value: ANY_VALUE,
+        example: "[\"pool1\"]",
+        doc: MULTI_SLB_IGNORED,
+    },
+    KeyDoc {
+        section: "",
+        key: "nonVmssUniformNodesCacheTTLInSeconds",
+        value: ANY_VALUE,
+        example: "900",
+        doc: CACHE_TTL_IGNORED,
+    },
+    KeyDoc {
+        section: "",
+        key: "nsgCacheTTLInSeconds",
+        value: ANY_VALUE,
+        example: "120",
+        doc: CACHE_TTL_IGNORED,
+    },
+    KeyDoc {
+        section: "",
+        key: "plsCacheTTLInSeconds",
+        value: ANY_VALUE,
+        example: "120",
+        doc: CACHE_TTL_IGNORED,
+    },
+    KeyDoc {
+        section: "",
+        key: "preConfiguredBackendPoolLoadBalancerTypes",
+        value: ANY_VALUE,
+        example: "all",
+        doc: "accepted for compatibility, ignored: this provider always manages the backend pool membership of the load balancers it writes.",
+    },
+    KeyDoc {
+        section: "",
+        key: "privateLinkServiceResourceGroup",
+        value: ANY_VALUE,
+        example: "pls-rg",
+        doc: "accepted for compatibility, ignored: Private Link Service is not supported (`azure-pls-create: \"true\"` is refused).",
+    },
+    KeyDoc {
+        section: "",
+        key: "providerKeyName",
+        value: ANY_VALUE,
+        example: "k8s",
+        doc: KEY_VAULT_IGNORED,
+    },
+    KeyDoc {
+        section: "",
+        key: "providerKeyVersion",
+        value: ANY_VALUE,
+        example: "1",
+        doc: KEY_VAULT_IGNORED,
+    },
+    KeyDoc {
+        section: "",
+        key: "providerVaultName",
+        value: ANY_VALUE,
+        example: "k8s-vault",
+        doc: KEY_VAULT_IGNORED,
+    },
+    KeyDoc {
+        section: "",
+        key: "publicIPCacheTTLInSeconds",
+        value: ANY_VALUE,
+        example: "120",
+        doc: CACHE_TTL_IGNORED,
+    },
+    KeyDoc {
+        section: "",
+        key: "putVMSSVMBatchSize",
+        value: ANY_VALUE,
+        example: "10",
+        doc: "accepted for compatibility, ignored: client tuning; scale-set VM updates are not batched by size.",
+    },
+    KeyDoc {
+        section: "",
+        key: "routeTableCacheTTLInSeconds",
+        value: ANY_VALUE,
+        example: "120",
+        doc: CACHE_TTL_IGNORED,
+    },
+    KeyDoc {
+        section: "",
+        key: "routeUpdateWaitingInSeconds",
+        value: ANY_VALUE,
+        example: "30",
+        doc: "accepted for compatibility, ignored: route writes are batched by `routeUpdateIntervalInSeconds` alone.",
+    },
+    KeyDoc {
+        section: "",
+        key: "serviceGatewayEnabled",
+        value: ANY_VALUE,
+        example: "true",
+        doc: "accepted for compatibility, ignored: service gateways are not implemented (`podIP` backend pools are refused).",
+    },
+    KeyDoc {
+        section: "",
+        key: "userAgent",
+        value: ANY_VALUE,
+        example: "my-ccm",
+        doc: "accepted for compatibility, ignored: the user agent is `ccm-rs-azure/<version>`.",
+    },
+    KeyDoc {
+        section: "",
+        key: "vmCacheTTLInSeconds",
+        value: ANY_VALUE,
+        example: "60",
+        doc: CACHE_TTL_IGNORED,
+    },
+    KeyDoc {
+        section: "",
+        key: "vmssCacheTTLInSeconds",
+        value: ANY_VALUE,
+        example: "600",
+        doc: CACHE_TTL_IGNORED,
+    },
+    KeyDoc {
+        section: "",
+        key: "vmssFlexCacheTTLInSeconds",
+        value: ANY_VALUE,
+        example: "600",
+        doc: CACHE_TTL_IGNORED,
+    },
+    KeyDoc {
+        section: "",
+        key: "vmssFlexVMCacheTTLInSeconds",
+        value: ANY_VALUE,
+        example: "60",
+        doc: CACHE_TTL_IGNORED,
+    },
+    KeyDoc {
+        section: "",
+        key: "vmssVirtualMachinesCacheTTLInSeconds",
+        value: ANY_VALUE,
+        example: "600",
+        doc: CACHE_TTL_IGNORED,
+    },
+    KeyDoc {
+        section: "",
+        key: "<client>RateLimit",
+        value: "mapping (any other value: an unknown key)",
+        example: "{\"cloudProviderRateLimit\": true, \"cloudProviderRateLimitQPS\": 10}",
+        doc: "accepted for compatibility, ignored: upstream's per-client rate limits (`loadBalancerRateLimit`, `virtualMachineScaleSetRateLimit`, ...: any key ending in `RateLimit` whose value is a mapping); there is no client-side rate limit.",
+    },
 ];
 
 fn kind_name(v: &Value) -> &'static str {
@@ -753,6 +1438,20 @@ impl Config {
                 key: "tenantId",
                 message: "required (except with useManagedIdentityExtension)".into(),
             });
+        }
+        if let Some(tags) = self.tags.as_deref().filter(|t| !t.trim().is_empty()) {
+            for pair in tags.split(',') {
+                let parts: Vec<&str> = pair.split('=').collect();
+                if parts.len() != 2 || parts[0].trim().is_empty() {
+                    return Err(ConfigError::Invalid {
+                        key: "tags",
+                        message: format!(
+                            "{:?} is not key=value (pairs are comma-separated)",
+                            pair.trim()
+                        ),
+                    });
+                }
+            }
         }
         match self.load_balancer_sku.as_deref().map(str::trim) {
             None | Some("") => {}
@@ -1301,6 +2000,63 @@ mod tests {
             };
             Config::parse(&format!("{{\"{key}\": {value}}}"))
                 .unwrap_or_else(|e| panic!("{key}: {e}"));
+        }
+    }
+
+    /// The documented spelling of upstream's per-client rate limits, and a real one.
+    const RATE_LIMIT_DOC: (&str, &str) = ("<client>RateLimit", "loadBalancerRateLimit");
+
+    #[test]
+    fn config_keys_name_exactly_the_keys_the_parser_accepts() {
+        let documented: Vec<&str> = CONFIG_KEYS.iter().map(|k| k.key).collect();
+        let unique: std::collections::BTreeSet<&str> = documented.iter().copied().collect();
+        assert_eq!(unique.len(), documented.len(), "a key is documented twice");
+        let accepted: std::collections::BTreeSet<&str> = KEYS
+            .iter()
+            .map(|(k, _)| *k)
+            .chain(IGNORED_KEYS.iter().copied())
+            .chain([RATE_LIMIT_DOC.0])
+            .collect();
+        assert_eq!(unique, accepted);
+        for k in CONFIG_KEYS {
+            assert!(k.section.is_empty(), "{}: azure.json has no sections", k.key);
+            let ignored = IGNORED_KEYS.contains(&k.key) || k.key == RATE_LIMIT_DOC.0;
+            assert_eq!(
+                k.doc.starts_with("accepted for compatibility, ignored: "),
+                ignored,
+                "{}: only the ignored keys say so",
+                k.key
+            );
+        }
+    }
+
+    #[test]
+    fn every_documented_example_is_accepted() {
+        let base: Map<String, Value> = serde_json::from_str(
+            r#"{"tenantId": "t", "subscriptionId": "s", "resourceGroup": "rg", "location": "l"}"#,
+        )
+        .unwrap();
+        for k in CONFIG_KEYS {
+            let key = if k.key == RATE_LIMIT_DOC.0 { RATE_LIMIT_DOC.1 } else { k.key };
+            let ignored = IGNORED_KEYS.contains(&key) || key == RATE_LIMIT_DOC.1;
+            // The example as a JSON value (text when it is not JSON).
+            let value: Value = serde_json::from_str(k.example)
+                .unwrap_or_else(|_| Value::String(k.example.to_string()));
+            let one: Map<String, Value> = [(key.to_string(), value.clone())].into_iter().collect();
+            let json = Value::Object(one).to_string();
+            let c = Config::parse(&json).unwrap_or_else(|e| panic!("{json}: {e}"));
+            let want: &[&str] = if ignored { &[key] } else { &[] };
+            assert_eq!(c.ignored_keys, want, "{json}");
+            // As YAML, the other format upstream reads.
+            let yaml = format!("{key}: {}\n", k.example);
+            Config::parse(&yaml).unwrap_or_else(|e| panic!("{yaml}: {e}"));
+            // And what the cloud-controller-manager accepts on top of its required keys.
+            let mut full = base.clone();
+            full.insert(key.to_string(), value);
+            let json = Value::Object(full).to_string();
+            Config::parse(&json)
+                .and_then(|c| c.validate())
+                .unwrap_or_else(|e| panic!("{json}: {e}"));
         }
     }
 

@@ -582,25 +582,14 @@ pub fn run(
         Ok(p) => Arc::new(p),
         Err(e) => return fail(stderr, &e),
     };
-    let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
-        Ok(rt) => rt,
-        Err(e) => return fail(stderr, &format!("cannot start the async runtime: {e}")),
-    };
-    credential::run_with(stdin, stdout, stderr, |req| {
-        rt.block_on(provider.provide(req)).map_err(|e| one_line(&e.to_string()).into())
+    credential::run_async_with("acr-credential-provider", stdin, stdout, stderr, |req| async move {
+        provider.provide(&req).await.map_err(|e| one_line(&e.to_string()).into())
     })
 }
 
 /// The binary's `main`.
 pub fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    run(
-        &args,
-        &|name| std::env::var(name).ok(),
-        &mut std::io::stdin().lock(),
-        &mut std::io::stdout().lock(),
-        &mut std::io::stderr().lock(),
-    )
+    credential::plugin_main(run)
 }
 
 /// The fuzz target's entry for what the plugin parses besides the request (the

@@ -706,7 +706,7 @@ impl ArmClient {
     }
 
     /// Polls an `Azure-AsyncOperation` URL until `Succeeded` (bounded by
-    /// [`ClientOptions::operation_timeout`]).
+    /// [`ClientOptions::operation_timeout`]); `Failed`/`Canceled` is [`ArmError::Operation`].
     async fn wait(
         &self,
         operation: &'static str,
@@ -721,43 +721,24 @@ impl ArmClient {
             #[serde(default)]
             error: Option<ErrorBody>,
         }
-        let url = Url::parse(op_url).map_err(|e| bad_url(operation, resource, e.to_string()))?;
-        let base = self.options.poll_interval;
-        Deadline::new(self.options.operation_timeout)
-            .try_run(operation, async {
-                let mut interval = first_wait.unwrap_or(base).max(base);
-                loop {
-                    tokio::time::sleep(interval).await;
-                    let (_, headers, body) = self
-                        .options
-                        .retry
-                        .run(&self.options.deadline, operation, classify_read, || {
-                            let url = url.clone();
-                            async move {
-                                self.send(operation, resource, Method::Get, url, None, None).await
-                            }
-                        })
-                        .await?;
-                    let st: OpStatus = Self::decode(operation, resource, &body)?;
-                    match st.status.to_ascii_lowercase().as_str() {
-                        "succeeded" => return Ok(()),
-                        "failed" | "canceled" | "cancelled" => {
-                            let err = st.error.unwrap_or_default();
-                            return Err(ArmError::Operation {
-                                operation,
-                                resource: resource.to_string(),
-                                status: st.status,
-                                code: err.code,
-                                message: cut(&err.message),
-                            });
-                        }
-                        _ => {}
-                    }
-                    let doubled = (interval * 2).min(base * 4);
-                    interval = retry_after(&headers).map_or(doubled, |r| r.max(base));
+        self.poll(operation, resource, op_url, first_wait, |_, body| {
+            let st: OpStatus = Self::decode(operation, resource, body)?;
+            match st.status.to_ascii_lowercase().as_str() {
+                "succeeded" => Ok(true),
+                "failed" | "canceled" | "cancelled" => {
+                    let err = st.error.unwrap_or_default();
+                    Err(ArmError::Operation {
+                        operation,
+                        resource: resource.to_string(),
+                        status: st.status,
+                        code: err.code,
+                        message: cut(&err.message),
+                    })
                 }
-            })
-            .await
+                _ => Ok(false),
+            }
+        })
+        .await
     }
 
     /// Polls a `Location` URL until it answers 200/204 (202: still running).
@@ -768,14 +749,29 @@ impl ArmClient {
         location: &str,
         first_wait: Option<Duration>,
     ) -> Result<(), ArmError> {
-        let url = Url::parse(location).map_err(|e| bad_url(operation, resource, e.to_string()))?;
+        self.poll(operation, resource, location, first_wait, |status, _| Ok(status != 202)).await
+    }
+
+    /// GETs `url` (each poll retried as a read) until `done` says the operation ended: the
+    /// first poll after `first_wait` (at least [`ClientOptions::poll_interval`]), then
+    /// doubling up to 4× the interval, or ARM's `Retry-After` when it gives one; the whole
+    /// wait bounded by [`ClientOptions::operation_timeout`].
+    async fn poll(
+        &self,
+        operation: &'static str,
+        resource: &str,
+        url: &str,
+        first_wait: Option<Duration>,
+        mut done: impl FnMut(u16, &[u8]) -> Result<bool, ArmError>,
+    ) -> Result<(), ArmError> {
+        let url = Url::parse(url).map_err(|e| bad_url(operation, resource, e.to_string()))?;
         let base = self.options.poll_interval;
         Deadline::new(self.options.operation_timeout)
             .try_run(operation, async {
                 let mut interval = first_wait.unwrap_or(base).max(base);
                 loop {
                     tokio::time::sleep(interval).await;
-                    let (status, headers, _) = self
+                    let (status, headers, body) = self
                         .options
                         .retry
                         .run(&self.options.deadline, operation, classify_read, || {
@@ -785,7 +781,7 @@ impl ArmClient {
                             }
                         })
                         .await?;
-                    if status != 202 {
+                    if done(status, &body)? {
                         return Ok(());
                     }
                     let doubled = (interval * 2).min(base * 4);

@@ -13,7 +13,13 @@ use std::collections::BTreeMap;
 use std::net::IpAddr;
 
 use ccm_core::cloud::ProviderError;
+use ccm_core::reference::{KeyDoc, annotation as kd};
 use k8s_openapi::api::core::v1::Service;
+
+use super::security_group::{
+    ALLOWED_IP_RANGES, ALLOWED_SERVICE_TAGS, DENY_ALL_EXCEPT_SOURCE_RANGES, DISABLE_NSG_RULE,
+    SOURCE_RANGES_ANNOTATION,
+};
 
 /// `service.beta.kubernetes.io/`.
 pub const PREFIX: &str = "service.beta.kubernetes.io/";
@@ -74,6 +80,230 @@ pub const LOAD_BALANCER_MODE: &str = "service.beta.kubernetes.io/azure-load-bala
 /// Multiple standard load balancers (ignored without that config, as upstream).
 pub const LOAD_BALANCER_CONFIGURATIONS: &str =
     "service.beta.kubernetes.io/azure-load-balancer-configurations";
+
+/// Every Service annotation the load balancer reads, with its documentation: this module's
+/// keys, the per-port keys (`<port>` is the Service port's number) and the security group's
+/// ([`super::security_group`]), including the ones refused or ignored (their `doc` says so;
+/// a refused one starts with `Refused`). The tests feed every example back into [`parse`] and
+/// [`super::security_group::access`]; `ccm-docgen` renders it as the annotation reference.
+pub static ANNOTATIONS: &[KeyDoc] = &[
+    kd(
+        INTERNAL,
+        "`true`/`false` (any case), default `false`",
+        "true",
+        "An internal load balancer: a frontend in the subnet (`azure-load-balancer-internal-subnet`, else the config's `subnetName`, in `vnetName`) on `<loadBalancerName>-internal`, instead of a public IP on `<loadBalancerName>`. Changing it moves the Service from one load balancer to the other. An internal Service gets no `Internet` security rule unless a source range allows every address. Other values are an error (upstream reads them as `false`).",
+    ),
+    kd(
+        INTERNAL_SUBNET,
+        "subnet name in `vnetName`, default the config's `subnetName`",
+        "ilb-subnet",
+        "Internal only (ignored otherwise): the subnet the frontend address comes from.",
+    ),
+    kd(
+        IPV4,
+        "IPv4 address",
+        "10.240.0.100",
+        "The IPv4 frontend address, instead of `spec.loadBalancerIP`. Internal: a static private address in the subnet. Public: the existing public IP with this address in the public IPs' resource group (else an error). An address of the other family is an error.",
+    ),
+    kd(
+        IPV6,
+        "IPv6 address",
+        "fd00::100",
+        "The IPv6 frontend address, as `azure-load-balancer-ipv4` for IPv4.",
+    ),
+    kd(
+        PIP_NAME,
+        "public IP name",
+        "my-service-pip",
+        "Public: the public IP to use for IPv4 (or the only family of a single-stack IPv6 Service without `azure-pip-name-ipv6`), in the public IPs' resource group. It must exist and not be used by another Service or a NIC. Wins over `azure-pip-prefix-id` and the frontend address.",
+    ),
+    kd(
+        PIP_NAME_IPV6,
+        "public IP name",
+        "my-service-pip-ipv6",
+        "Public: the IPv6 public IP of a dual-stack Service, or of a single-stack IPv6 one (preferred to `azure-pip-name`).",
+    ),
+    kd(
+        PIP_PREFIX_ID,
+        "public IP prefix resource ID",
+        "/subscriptions/2fbf2a4e-8e1c-4e3c-9c0e-2d2f1c7a9b10/resourceGroups/net-rg/providers/Microsoft.Network/publicIPPrefixes/k8s-prefix",
+        "Public, without `azure-pip-name`: the public IP `<cluster>-a<uid>` this provider creates takes its address from this prefix (IPv4, or the only family as for `azure-pip-name`). Anything but a `.../publicIPPrefixes/...` resource ID is an error.",
+    ),
+    kd(
+        PIP_PREFIX_ID_IPV6,
+        "public IP prefix resource ID",
+        "/subscriptions/2fbf2a4e-8e1c-4e3c-9c0e-2d2f1c7a9b10/resourceGroups/net-rg/providers/Microsoft.Network/publicIPPrefixes/k8s-prefix-ipv6",
+        "Public: the IPv6 prefix, as `azure-pip-name-ipv6` for names.",
+    ),
+    kd(
+        RESOURCE_GROUP,
+        "resource group, default the config's `resourceGroup`",
+        "pip-rg",
+        "The resource group of the Service's public IPs (found, created and deleted there).",
+    ),
+    kd(
+        DNS_LABEL_NAME,
+        "DNS label; empty removes it",
+        "myapp",
+        "Public: the DNS label of the Service's public IP. Absent: the label is left as it is. A public IP holding another Service's label is an error.",
+    ),
+    kd(
+        PROBE_PROTOCOL,
+        "`Tcp`, `Http` or `Https` (any case), default `Tcp`",
+        "Http",
+        "The protocol of every TCP port's health probe, after `port_<port>_health-probe_protocol` and the port's `appProtocol` (`http`, `https`; others mean TCP). UDP and SCTP ports get no probe of their own. Other values are an error.",
+    ),
+    kd(
+        PROBE_REQUEST_PATH,
+        "path, default `/`",
+        "/healthz",
+        "The path of HTTP and HTTPS port probes (`port_<port>_health-probe_request-path` wins).",
+    ),
+    kd(
+        PROBE_INTERVAL,
+        "whole seconds, at least 5, default 5",
+        "10",
+        "The probes' interval (`port_<port>_health-probe_interval` wins). Interval × number of probes must be below 120 seconds.",
+    ),
+    kd(
+        PROBE_NUM_OF_PROBE,
+        "whole number, at least 2, default 2",
+        "3",
+        "Failed probes before a backend is taken out (`port_<port>_health-probe_num-of-probe` wins). Interval × number of probes must be below 120 seconds.",
+    ),
+    kd(
+        TCP_IDLE_TIMEOUT,
+        "whole minutes, 4 to 100, default 4",
+        "30",
+        "The idle timeout of the Service's load-balancing rules.",
+    ),
+    kd(
+        DISABLE_TCP_RESET,
+        "`true`/`false` (any case), default `false`",
+        "true",
+        "TCP rules without TCP reset on idle timeout.",
+    ),
+    kd(
+        DISABLE_FLOATING_IP,
+        "`true`/`false` (any case), default `false`",
+        "true",
+        "Rules without floating IP: traffic goes to the nodes' node ports, and the security rules admit the node ports on the node IPs. Internal IPv6 frontends never use floating IP.",
+    ),
+    kd(
+        HA_PORTS,
+        "`true`/`false` (any case), default `false`",
+        "true",
+        "Internal only (ignored otherwise): one HA-ports rule (every protocol and port) instead of one rule per Service port.",
+    ),
+    kd(
+        PIP_TAGS,
+        "`k1=v1,k2=v2`",
+        "team=web,env=prod",
+        "Tags added to the public IPs this provider creates or tags (never to a user's untagged public IP), over the config's `tags`. Keys and values are trimmed; a pair that is not `key=value` is an error.",
+    ),
+    kd(
+        PIP_IP_TAGS,
+        "`type1=tag1,type2=tag2`",
+        "RoutingPreference=Internet",
+        "IP tags of a public IP this provider creates; existing public IPs are not changed.",
+    ),
+    kd(
+        ADDITIONAL_PUBLIC_IPS,
+        "comma-separated IP addresses",
+        "20.30.40.50,20.30.40.51",
+        "Addresses added to the Service's `status.loadBalancer.ingress` (nothing is configured in Azure for them).",
+    ),
+    kd(
+        PLS_CREATE,
+        "`true`/`false` (any case)",
+        "true",
+        "Refused when `true`: Private Link Service is not supported, and the Service's sync fails naming the annotation. `false` or empty is accepted.",
+    ),
+    kd(
+        LOAD_BALANCER_MODE,
+        "any value",
+        "__auto__",
+        "Ignored, with a warning: it selects among the availability sets' Basic load balancers; the single standard load balancer does not use it (as upstream).",
+    ),
+    kd(
+        LOAD_BALANCER_CONFIGURATIONS,
+        "any value",
+        "lb-1",
+        "Ignored, with a warning: it selects among multiple standard load balancers, which are not supported (as upstream without that config).",
+    ),
+    kd(
+        "service.beta.kubernetes.io/port_<port>_no_lb_rule",
+        "`true`/`false` (any case), default `false`",
+        "true",
+        "No load-balancing rule (and no probe) for the Service port `<port>`.",
+    ),
+    kd(
+        "service.beta.kubernetes.io/port_<port>_no_probe_rule",
+        "`true`/`false` (any case), default `false`",
+        "true",
+        "The rule of port `<port>` gets no health probe.",
+    ),
+    kd(
+        "service.beta.kubernetes.io/port_<port>_health-probe_protocol",
+        "`Tcp`, `Http` or `Https` (any case)",
+        "Https",
+        "The probe protocol of port `<port>` (TCP ports only), over `appProtocol` and `azure-load-balancer-health-probe-protocol`.",
+    ),
+    kd(
+        "service.beta.kubernetes.io/port_<port>_health-probe_request-path",
+        "path",
+        "/ready",
+        "The HTTP(S) probe path of port `<port>`, over `azure-load-balancer-health-probe-request-path`.",
+    ),
+    kd(
+        "service.beta.kubernetes.io/port_<port>_health-probe_port",
+        "a Service port's name or number, or a port number 0 to 65535",
+        "10256",
+        "Where port `<port>`'s probe goes: a Service port (by name or number) means its node port; another number is probed as it is.",
+    ),
+    kd(
+        "service.beta.kubernetes.io/port_<port>_health-probe_interval",
+        "whole seconds, at least 5",
+        "15",
+        "The probe interval of port `<port>` (for `externalTrafficPolicy: Local`, `<port>` may be the health check node port), over `azure-load-balancer-health-probe-interval`.",
+    ),
+    kd(
+        "service.beta.kubernetes.io/port_<port>_health-probe_num-of-probe",
+        "whole number, at least 2",
+        "4",
+        "The failed probes of port `<port>` (for `externalTrafficPolicy: Local`, `<port>` may be the health check node port), over `azure-load-balancer-health-probe-num-of-probe`.",
+    ),
+    kd(
+        DISABLE_NSG_RULE,
+        "`true`/`false` (any case), default `false`",
+        "true",
+        "No security group rules for the Service (its addresses are taken out of the rules made before).",
+    ),
+    kd(
+        ALLOWED_SERVICE_TAGS,
+        "comma-separated service tags",
+        "AzureFrontDoor.Backend,AzureCloud.EastUS",
+        "Service tags allowed in, one allow rule each; with any, `Internet` is no longer allowed. Letters, digits, `.`, `-`, `_` only (CIDRs go in `azure-allowed-ip-ranges`).",
+    ),
+    kd(
+        ALLOWED_IP_RANGES,
+        "comma-separated CIDRs (network prefixes)",
+        "203.0.113.0/24,2001:db8::/32",
+        "Source ranges allowed in, instead of `spec.loadBalancerSourceRanges` (setting both, or this and `load-balancer-source-ranges`, is an error). `10.0.0.1/8` is an error naming `10.0.0.0/8`.",
+    ),
+    kd(
+        DENY_ALL_EXCEPT_SOURCE_RANGES,
+        "`true`/`false` (any case), default `false`",
+        "true",
+        "With source ranges set: also deny-all rules `k8s-azure-lb_deny-all_<family>` for the Service's addresses, so only the ranges (and service tags) get in, not even the virtual network.",
+    ),
+    kd(
+        SOURCE_RANGES_ANNOTATION,
+        "comma-separated CIDRs (network prefixes)",
+        "10.0.0.0/8,192.168.0.0/16",
+        "Kubernetes' annotation, read when `spec.loadBalancerSourceRanges` is empty: the sources the security rules admit. Without any range or service tag a public Service admits `Internet`.",
+    ),
+];
 
 /// Default probe interval (seconds).
 pub const DEFAULT_PROBE_INTERVAL: i32 = 5;
@@ -824,5 +1054,83 @@ pub(crate) mod tests {
         assert_eq!(err_what(parse(&svc(&[], &[(80, "SCTP")]))), "spec.ports");
         assert!(parse(&svc(&[(INTERNAL, "true")], &[(80, "SCTP")])).is_ok());
         assert!(parse(&svc(&[(LOAD_BALANCER_MODE, "__auto__")], &[(80, "TCP")])).is_ok());
+    }
+
+    /// `svc` as IPv4, and as dual-stack (so the `-ipv6` keys are read too).
+    fn both_stacks(annotations: &[(&str, &str)]) -> [Service; 2] {
+        let v4 = svc(annotations, &[(80, "TCP")]);
+        let mut dual = v4.clone();
+        if let Some(spec) = dual.spec.as_mut() {
+            spec.ip_families = Some(vec!["IPv4".into(), "IPv6".into()]);
+        }
+        [v4, dual]
+    }
+
+    #[test]
+    fn every_documented_annotation_example_is_accepted_unless_refused() {
+        use super::super::security_group::access;
+        for k in ANNOTATIONS {
+            let key = k.key.replace("<port>", "80");
+            for s in both_stacks(&[(key.as_str(), k.example)]) {
+                if k.doc.starts_with("Refused") {
+                    assert_eq!(err_what(parse(&s)), key, "{key} = {:?}", k.example);
+                } else if let Err(e) = parse(&s) {
+                    panic!("{key} = {:?}: {e}", k.example);
+                }
+                if let Err(e) = access(&s) {
+                    panic!("{key} = {:?}: security group: {e}", k.example);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn annotations_lists_every_key_read() {
+        use super::super::security_group as sg;
+        for key in [
+            INTERNAL,
+            INTERNAL_SUBNET,
+            IPV4,
+            IPV6,
+            PIP_NAME,
+            PIP_NAME_IPV6,
+            PIP_PREFIX_ID,
+            PIP_PREFIX_ID_IPV6,
+            RESOURCE_GROUP,
+            DNS_LABEL_NAME,
+            PROBE_PROTOCOL,
+            PROBE_REQUEST_PATH,
+            PROBE_INTERVAL,
+            PROBE_NUM_OF_PROBE,
+            TCP_IDLE_TIMEOUT,
+            DISABLE_TCP_RESET,
+            DISABLE_FLOATING_IP,
+            HA_PORTS,
+            PIP_TAGS,
+            PIP_IP_TAGS,
+            ADDITIONAL_PUBLIC_IPS,
+            PLS_CREATE,
+            LOAD_BALANCER_MODE,
+            LOAD_BALANCER_CONFIGURATIONS,
+            sg::DISABLE_NSG_RULE,
+            sg::ALLOWED_SERVICE_TAGS,
+            sg::ALLOWED_IP_RANGES,
+            sg::DENY_ALL_EXCEPT_SOURCE_RANGES,
+            sg::SOURCE_RANGES_ANNOTATION,
+        ] {
+            assert!(ccm_core::reference::has_key(ANNOTATIONS, key), "{key} is not documented");
+        }
+        let keys: std::collections::BTreeSet<&str> = ANNOTATIONS.iter().map(|k| k.key).collect();
+        assert_eq!(keys.len(), ANNOTATIONS.len(), "an annotation is documented twice");
+        // The per-port keys are the ones the parser builds: a bad value is an error naming the
+        // key (every one but the free-form request path).
+        for k in ANNOTATIONS.iter().filter(|k| k.key.contains("<port>")) {
+            let key = k.key.replace("<port>", "80");
+            assert!(key.starts_with(&port_key(80, "")), "{key}");
+            if !key.ends_with("_request-path") {
+                let what = err_what(parse(&svc(&[(key.as_str(), "not valid")], &[(80, "TCP")])));
+                assert!(what.contains(&key), "{key}: {what}");
+            }
+        }
     }
 }

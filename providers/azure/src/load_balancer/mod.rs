@@ -40,6 +40,8 @@ pub mod public_ip;
 pub mod rules;
 pub mod security_group;
 
+pub use annotations::ANNOTATIONS;
+
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::sync::Arc;

@@ -22,7 +22,7 @@ use crate::client::api_version::NETWORK;
 use crate::client::models::{DnsSettings, PublicIpAddress, PublicIpProperties, Sku};
 use crate::config::Config;
 
-use super::annotations::{Family, ServiceConfig, parse_pairs};
+use super::annotations::{Family, ServiceConfig};
 use super::naming::{
     self, CLUSTER_TAG, DNS_SERVICE_TAG, LEGACY_CLUSTER_TAG, LEGACY_DNS_SERVICE_TAG,
     LEGACY_SERVICE_TAG, PIP_TYPE, SERVICE_TAG,
@@ -31,21 +31,9 @@ use super::{Action, PIP_OPS, rmw};
 
 /// The config's `tags` / `tagsMap` (the map wins), as upstream's `parseTags`.
 pub fn config_tags(config: &Config) -> Result<BTreeMap<String, String>, ProviderError> {
-    let mut out: BTreeMap<String, String> = BTreeMap::new();
-    if let Some(t) = config.tags.as_deref().filter(|t| !t.trim().is_empty()) {
-        for (k, v) in parse_pairs("tags", t)? {
-            out.insert(k, v);
-        }
-    }
-    for (k, v) in config.tags_map.iter().flatten() {
-        let k = k.trim();
-        if k.is_empty() {
-            continue;
-        }
-        out.retain(|have, _| !have.eq_ignore_ascii_case(k));
-        out.insert(k.to_string(), v.trim().to_string());
-    }
-    Ok(out)
+    // One reader of `tags`/`tagsMap` (the config's); malformed pairs were refused at start
+    // by `Config::validate`.
+    Ok(config.resource_tags())
 }
 
 /// Adds or updates `want` in `tags` (keys case-insensitively); other tags stay. Returns

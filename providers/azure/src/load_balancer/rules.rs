@@ -17,16 +17,9 @@ use crate::config::Config;
 use super::annotations::{Family, ProbePort, ProbeProtocol, Protocol, ServiceConfig};
 use super::naming;
 
-/// Upstream's defaults for the shared probe.
-const SHARED_PROBE_PORT: i32 = 10256;
-const SHARED_PROBE_PATH: &str = "/healthz";
-
 /// Whether the config asks for the shared kube-proxy probe.
 pub fn shared_probe_mode(config: &Config) -> bool {
-    config
-        .cluster_service_load_balancer_health_probe_mode
-        .as_deref()
-        .is_some_and(|m| m.eq_ignore_ascii_case("shared"))
+    config.shared_health_probe()
 }
 
 fn probe(
@@ -59,13 +52,8 @@ pub fn shared_probe(config: &Config) -> Probe {
     probe(
         naming::SHARED_PROBE.to_string(),
         ProbeProtocol::Http,
-        config.cluster_service_shared_load_balancer_health_probe_port.unwrap_or(SHARED_PROBE_PORT),
-        Some(
-            config
-                .cluster_service_shared_load_balancer_health_probe_path
-                .clone()
-                .unwrap_or_else(|| SHARED_PROBE_PATH.to_string()),
-        ),
+        config.shared_health_probe_port(),
+        Some(config.shared_health_probe_path().to_string()),
         super::annotations::DEFAULT_PROBE_INTERVAL,
         super::annotations::DEFAULT_NUM_OF_PROBE,
     )
