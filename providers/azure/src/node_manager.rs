@@ -247,7 +247,8 @@ pub async fn run(
         .applied_objects()
         .boxed();
     let manager = Manager { nodes, instances, opts };
-    let mut tick = tokio::time::interval(manager.opts.status_update_frequency);
+    let period = manager.opts.status_update_frequency.max(Duration::from_millis(1));
+    let mut tick = tokio::time::interval(period);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     tick.tick().await;
     let mut failures: u32 = 0;
@@ -567,6 +568,10 @@ impl Flags {
                     let v = value(&mut args)?;
                     f.status_update_frequency = ccm_core::manager::duration::parse(&v)
                         .map_err(|e| format!("invalid value {v:?} for {flag}: {e}"))?;
+                    // A zero period would panic `tokio::time::interval` (and spin).
+                    if f.status_update_frequency.is_zero() {
+                        return Err(format!("invalid value {v:?} for {flag}: must be positive"));
+                    }
                 }
                 "--v" | "-v" => {
                     let v = value(&mut args)?;
@@ -750,6 +755,10 @@ mod tests {
         assert!(args(&["--wait-routes=maybe"]).unwrap_err().contains("--wait-routes"));
         assert!(args(&["--use-instance-metadata=false"]).unwrap_err().contains("--cloud-config"));
         assert!(args(&["--node-name"]).unwrap_err().contains("needs an argument"));
+        for zero in ["0", "0s", "0.1ns"] {
+            let e = args(&[&format!("--node-status-update-frequency={zero}")]).unwrap_err();
+            assert!(e.contains("must be positive"), "{zero}: {e}");
+        }
     }
 
     #[test]

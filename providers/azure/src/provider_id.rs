@@ -47,7 +47,20 @@ impl VmRef {
         let id = provider_id.strip_prefix("azure://").unwrap_or(provider_id);
         let parts: Vec<&str> = id.trim_start_matches('/').split('/').collect();
         let eq = |i: usize, want: &str| parts.get(i).is_some_and(|p| p.eq_ignore_ascii_case(want));
-        let nonempty = |i: usize| parts.get(i).filter(|p| !p.is_empty()).map(|p| p.to_string());
+        // A segment is one ARM name: not empty, not a dot segment, nothing a URL reads as a
+        // query, fragment, escape or separator (the IDs go into request paths: `rg/..` or
+        // `rg?x` would list another scope, whose answer says nothing about this VM).
+        let nonempty = |i: usize| {
+            parts
+                .get(i)
+                .filter(|p| {
+                    !p.is_empty()
+                        && **p != "."
+                        && **p != ".."
+                        && !p.chars().any(|c| matches!(c, '?' | '#' | '%' | '\\') || c.is_control())
+                })
+                .map(|p| p.to_string())
+        };
         if !(eq(0, "subscriptions")
             && eq(2, "resourceGroups")
             && eq(4, "providers")
@@ -141,6 +154,14 @@ mod tests {
             "azure:///subscriptions/s/resourceGroups/rg/providers/Microsoft.Compute/virtualMachines/",
             "azure:///subscriptions/s/resourceGroups/rg/providers/Microsoft.Network/networkInterfaces/n",
             "azure:///subscriptions/s/resourceGroups/rg/providers/Microsoft.Compute/virtualMachineScaleSets/ss",
+            // Segments a URL would not keep as one name.
+            "azure:///subscriptions/s/resourceGroups/../providers/Microsoft.Compute/virtualMachines/vm",
+            "azure:///subscriptions/s/resourceGroups/./providers/Microsoft.Compute/virtualMachines/vm",
+            "azure:///subscriptions/s/resourceGroups/rg?x=/providers/Microsoft.Compute/virtualMachines/vm",
+            "azure:///subscriptions/s/resourceGroups/rg#x/providers/Microsoft.Compute/virtualMachines/vm",
+            "azure:///subscriptions/s/resourceGroups/rg%2Fx/providers/Microsoft.Compute/virtualMachines/vm",
+            "azure:///subscriptions/../resourceGroups/rg/providers/Microsoft.Compute/virtualMachines/vm",
+            "azure:///subscriptions/s/resourceGroups/rg/providers/Microsoft.Compute/virtualMachineScaleSets/ss/virtualMachines/..",
         ] {
             assert!(VmRef::parse(id).is_err(), "{id}");
         }

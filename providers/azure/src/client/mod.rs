@@ -470,6 +470,33 @@ impl ArmClient {
         )
     }
 
+    /// A URL ARM handed back (`nextLink`, `Azure-AsyncOperation`, `Location`) is followed
+    /// with the bearer token only on ARM's own scheme, host and port.
+    fn same_origin(
+        &self,
+        operation: &'static str,
+        resource: &str,
+        url: &Url,
+    ) -> Result<(), ArmError> {
+        let arm = Url::parse(&self.endpoints.resource_manager)
+            .map_err(|e| bad_url(operation, resource, e.to_string()))?;
+        if url.scheme() == arm.scheme()
+            && url.host_str() == arm.host_str()
+            && url.port_or_known_default() == arm.port_or_known_default()
+        {
+            return Ok(());
+        }
+        Err(ArmError::Decode {
+            operation,
+            resource: resource.to_string(),
+            message: format!(
+                "ARM pointed at {}://{}, not at its own endpoint: not followed",
+                url.scheme(),
+                url.host_str().unwrap_or_default()
+            ),
+        })
+    }
+
     fn url(
         &self,
         path_or_url: &str,
@@ -592,7 +619,8 @@ impl ArmClient {
         #[derive(serde::Deserialize)]
         #[serde(rename_all = "camelCase")]
         struct Page<T> {
-            #[serde(default = "Vec::new")]
+            // Required: a 2xx reply without `value` (a proxy's, or a resource instead of a
+            // collection) is not an empty listing, and an empty listing says "gone".
             value: Vec<T>,
             next_link: Option<String>,
         }
@@ -625,9 +653,10 @@ impl ArmClient {
                 .await?;
             out.extend(page.value);
             if let Some(link) = page.next_link.filter(|l| !l.is_empty()) {
-                next = Some(
-                    Url::parse(&link).map_err(|e| bad_url(operation, collection, e.to_string()))?,
-                );
+                let url =
+                    Url::parse(&link).map_err(|e| bad_url(operation, collection, e.to_string()))?;
+                self.same_origin(operation, collection, &url)?;
+                next = Some(url);
             }
         }
         Ok(out)
@@ -765,6 +794,7 @@ impl ArmClient {
         mut done: impl FnMut(u16, &[u8]) -> Result<bool, ArmError>,
     ) -> Result<(), ArmError> {
         let url = Url::parse(url).map_err(|e| bad_url(operation, resource, e.to_string()))?;
+        self.same_origin(operation, resource, &url)?;
         let base = self.options.poll_interval;
         Deadline::new(self.options.operation_timeout)
             .try_run(operation, async {
@@ -837,9 +867,11 @@ fn status_error(
     }
     let (code, message) = match serde_json::from_slice::<Envelope>(body) {
         Ok(e) => (e.error.code, cut(&e.error.message)),
+        // Not ARM's error body (a proxy's page, which may echo request headers): its size
+        // only, never its text.
         Err(_) => (
             StatusCode::from(status).canonical_reason().to_string(),
-            cut(&String::from_utf8_lossy(body)),
+            format!("not an ARM error body ({} bytes)", body.len()),
         ),
     };
     ArmError::Status {

@@ -680,9 +680,7 @@ impl LoadBalancer for AzureLoadBalancer {
                 }
             }
             for (prefix, entry) in by_prefix.iter_mut() {
-                let has = |n: &str| {
-                    n.len() >= prefix.len() && n[..prefix.len()].eq_ignore_ascii_case(prefix)
-                };
+                let has = |n: &str| starts_with_ignore_case(n, prefix);
                 for r in lb.properties.load_balancing_rules.iter().filter(|r| has(r.name())) {
                     entry.resources.push(CloudResource {
                         kind: "load-balancing rule".into(),
@@ -742,6 +740,12 @@ impl LoadBalancer for AzureLoadBalancer {
     }
 }
 
+/// Whether `name` starts with `prefix`, ASCII case-insensitively (bytes: a name from ARM
+/// need not have a character boundary where the prefix ends).
+fn starts_with_ignore_case(name: &str, prefix: &str) -> bool {
+    name.as_bytes().get(..prefix.len()).is_some_and(|b| b.eq_ignore_ascii_case(prefix.as_bytes()))
+}
+
 /// `a` + 31 hex digits at the start of a frontend name: the Service prefix.
 fn service_prefix(name: &str) -> Option<String> {
     let p = name.get(..32)?;
@@ -775,6 +779,15 @@ mod tests {
         let keep = Config { exclude_master_from_standard_lb: Some(false), ..Default::default() };
         assert!(is_backend(&keep, &node(&[("node-role.kubernetes.io/control-plane", "")])));
         assert!(!is_backend(&keep, &node(&[("kubernetes.azure.com/managed", "false")])));
+    }
+
+    #[test]
+    fn rule_names_from_arm_never_panic_the_prefix_match() {
+        let p = "a6f7f1b2c123456789abcdef01234567";
+        assert!(starts_with_ignore_case("A6F7F1B2C123456789ABCDEF01234567-TCP-80", p));
+        assert!(!starts_with_ignore_case("a6f7f1b2c123456789abcdef0123456", p));
+        // A multi-byte character across the prefix's end: no match, no panic.
+        assert!(!starts_with_ignore_case("a6f7f1b2c123456789abcdef0123456é-TCP-80", p));
     }
 
     #[test]

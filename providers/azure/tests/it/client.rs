@@ -206,3 +206,46 @@ async fn a_hung_arm_is_a_deadline_error_and_tokens_are_renewed_when_they_expire(
     assert!(matches!(err, ArmError::Deadline(_)), "{err}");
     assert!(started.elapsed() < Duration::from_secs(10));
 }
+
+#[tokio::test]
+async fn urls_arm_hands_back_are_followed_only_on_arms_own_host_and_foreign_bodies_are_not_quoted()
+{
+    let f = fixture::start().await;
+    // A nextLink to another host: the bearer token is not sent there.
+    let page = r#"{"value": [], "nextLink": "https://collector.example.net/steal?x=1"}"#;
+    f.server
+        .inject(
+            FaultRule::new(
+                "compute.virtual_machines.list",
+                Fault::Status { status: 200, body: Some(page.into()) },
+            )
+            .times(1),
+        )
+        .unwrap();
+    let err = f
+        .client
+        .list::<VirtualMachine>("compute.virtual_machines.list", &vms(&f), COMPUTE, &[])
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("not followed"), "{err}");
+
+    // A proxy's error page (which could echo request headers) is not quoted.
+    let page = "<html>Authorization: Bearer eyJ0eXAiOiJKV1QiLCJhbGciOi</html>";
+    f.server
+        .inject(
+            FaultRule::new(
+                "compute.virtual_machines.list",
+                Fault::Status { status: 403, body: Some(page.into()) },
+            )
+            .times(1),
+        )
+        .unwrap();
+    let err = f
+        .client
+        .list::<VirtualMachine>("compute.virtual_machines.list", &vms(&f), COMPUTE, &[])
+        .await
+        .unwrap_err();
+    let text = err.to_string();
+    assert_eq!(err.status(), Some(403));
+    assert!(!text.contains("Bearer") && text.contains("not an ARM error body"), "{text}");
+}

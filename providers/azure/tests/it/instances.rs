@@ -346,6 +346,20 @@ async fn only_a_positive_answer_about_the_providerids_vm_says_gone() {
     f.server.admin().clear_faults().await.unwrap();
     f.cloud.set_page_size(50);
 
+    // A 200 whose body is not a listing (a proxy's or a misrouted reply, no `value`): an
+    // error, not an empty resource group.
+    for body in ["{}", r#"{"id": "/subscriptions/s/resourceGroups/rg", "name": "rg"}"#] {
+        f.server
+            .inject(
+                FaultRule::new(VM_LIST, Fault::Status { status: 200, body: Some(body.into()) })
+                    .times(1000),
+            )
+            .unwrap();
+        let got = inst.instance_status_batch(&nodes[..1]).await;
+        assert!(got[0].is_err(), "{body}: {got:?}");
+        f.server.admin().clear_faults().await.unwrap();
+    }
+
     // Throttling is "throttled".
     f.server
         .inject(FaultRule::new(VM_LIST, Fault::Throttle { retry_after_secs: 0 }).times(1000))
