@@ -891,12 +891,6 @@ fn transport_message(e: &azure_core::Error) -> String {
 }
 
 fn is_broken(e: &azure_core::Error) -> bool {
-    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
-    while let Some(s) = source {
-        if ccm_core::cloud_call::is_broken_connection(s) {
-            return true;
-        }
-        source = s.source();
-    }
-    false
+    // Core walks the source chain itself.
+    ccm_core::cloud_call::is_broken_connection(e)
 }

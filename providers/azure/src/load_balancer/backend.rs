@@ -224,6 +224,21 @@ enum Added {
     OtherLb(String),
 }
 
+impl Added {
+    /// Whether the resource changed; the other load balancer that holds the IP configuration,
+    /// if that is why nothing changed, goes to `skipped`.
+    fn changed(self, skipped: &mut Option<String>) -> bool {
+        match self {
+            Added::Changed => true,
+            Added::Already => false,
+            Added::OtherLb(lb) => {
+                *skipped = Some(lb);
+                false
+            }
+        }
+    }
+}
+
 /// Adds `pool_id` to a NIC's IP configuration of the pool's family.
 fn nic_add(nic: &mut NetworkInterface, pool_id: &str) -> Result<Added, ArmError> {
     let ipv6 = is_ipv6_pool(pool_id);
@@ -698,16 +713,7 @@ impl Backends {
                     ),
                     &nic,
                     NETWORK,
-                    |n: &mut NetworkInterface| {
-                        Ok(match nic_add(n, pool_id)? {
-                            Added::Changed => true,
-                            Added::Already => false,
-                            Added::OtherLb(lb) => {
-                                skipped = Some(lb);
-                                false
-                            }
-                        })
-                    },
+                    |n: &mut NetworkInterface| Ok(nic_add(n, pool_id)?.changed(&mut skipped)),
                 )
                 .await
                 .map_err(|e| {
@@ -727,20 +733,12 @@ impl Backends {
                     COMPUTE,
                     |v: &mut VirtualMachineScaleSetVm| {
                         let id = v.id.clone().unwrap_or_default();
-                        Ok(
-                            match profile_add(
-                                &mut v.properties.network_profile_configuration,
-                                pool_id,
-                                &id,
-                            )? {
-                                Added::Changed => true,
-                                Added::Already => false,
-                                Added::OtherLb(lb) => {
-                                    skipped = Some(lb);
-                                    false
-                                }
-                            },
-                        )
+                        Ok(profile_add(
+                            &mut v.properties.network_profile_configuration,
+                            pool_id,
+                            &id,
+                        )?
+                        .changed(&mut skipped))
                     },
                 )
                 .await
@@ -815,14 +813,7 @@ impl Backends {
                 let Some(profile) = s.properties.virtual_machine_profile.as_mut() else {
                     return Ok(false);
                 };
-                Ok(match profile_add(&mut profile.network_profile, pool_id, ss)? {
-                    Added::Changed => true,
-                    Added::Already => false,
-                    Added::OtherLb(lb) => {
-                        skipped = Some(lb);
-                        false
-                    }
-                })
+                Ok(profile_add(&mut profile.network_profile, pool_id, ss)?.changed(&mut skipped))
             },
         )
         .await
