@@ -149,7 +149,14 @@ async fn nodes_join_tokens_renew_shutoff_taints_deleted_goes_and_an_outage_delet
     let d = initialised_node(&nodes, "node-d", &ccm).await;
     assert_eq!(label(&d, names::LABEL_INSTANCE_TYPE), Some("m1.small"));
     assert!(cloud.tokens_issued() > issued, "no new token after expiry");
-    assert!(!ccm.logs().contains("401"), "a 401 surfaced in the manager log:\n{}", ccm.logs());
+    // Warnings and errors only: a bare "401" also matches a random port in a logged URL.
+    let logs = ccm.logs();
+    let surfaced: Vec<&str> = logs
+        .lines()
+        .filter(|l| l.contains(" WARN ") || l.contains(" ERROR "))
+        .filter(|l| l.contains("401") || l.to_ascii_lowercase().contains("unauthorized"))
+        .collect();
+    assert!(surfaced.is_empty(), "a 401 surfaced in the manager log:\n{logs}");
 
     // A SHUTOFF server: its NotReady node gets the shutdown taint.
     register(&nodes, "node-c", "10.0.0.13", "False").await;
