@@ -202,6 +202,7 @@ pub async fn registered_metrics(
         config: Arc::new(config),
         metrics: registry.clone(),
         shutdown: shutdown.clone(),
+        nodes: None,
     };
     for c in crate::controllers::all() {
         match (c.start)(&ctx) {

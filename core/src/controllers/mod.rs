@@ -26,6 +26,7 @@ use crate::names::controllers as names;
 
 pub mod backoff;
 pub mod events;
+pub mod informer;
 pub mod node;
 pub mod node_ipam;
 pub mod node_lifecycle;
@@ -137,6 +138,9 @@ pub struct ControllerContext {
     pub metrics: Arc<std::sync::Mutex<prometheus_client::registry::Registry>>,
     /// Cancelled when the controller must stop (shutdown or lost leadership).
     pub shutdown: CancellationToken,
+    /// The manager's one Node informer, shared by every controller (`None`: each
+    /// controller watches Nodes itself, as in tests).
+    pub nodes: Option<informer::SharedNodes>,
 }
 
 impl ControllerContext {

@@ -7,27 +7,32 @@
 //!                        ▼
 //!          Coalescer ──▶ InstancesV2::instance_metadata_batch (one cloud call, many nodes)
 //!                        ▼
+//!   write queue (one entry per Node, its metadata) ──▶ --concurrent-node-syncs writers:
 //!   PATCH nodes/status addresses
 //!                        ▼
-//!   PUT Node: providerID (if empty), instance-type/zone/region labels (GA + beta),
-//!             additional labels, taint removed      (≤ --concurrent-node-syncs at once)
+//!   PUT Node (from the informer's latest copy): providerID (if empty),
+//!             instance-type/zone/region labels (GA + beta), additional labels, taint removed
 //!                        ▼
 //!                   event Synced
 //!
 //!  every --node-status-update-frequency: addresses of initialised nodes, in batches
 //! ```
 //!
-//! Scale: cloud lookups of all pending nodes are coalesced into batch calls; only the Node
-//! writes are bounded by `--concurrent-node-syncs` (upstream's worker count), so 1000 joining
-//! nodes cost a handful of cloud calls instead of 1000. A node whose instance is not found
-//! yet stays tainted and is retried with per-node exponential backoff; this controller never
-//! deletes Nodes.
+//! Scale: cloud lookups of all pending nodes are coalesced into batch calls; a looked-up Node
+//! goes into the write queue ([`WriteQueue`]), which `--concurrent-node-syncs` writers
+//! (upstream's worker count) drain, so 1000 joining nodes cost a handful of cloud calls
+//! instead of 1000, and a Node waiting for its write is neither looked up again nor held as
+//! a running reconcile (kube-runtime polls every running reconcile on each wake-up: with
+//! thousands waiting for a write slot that was quadratic CPU, issue #15). A node whose
+//! instance is not found yet, or whose write fails, stays tainted and is retried with
+//! per-node exponential backoff; this controller never deletes Nodes.
 //!
 //! Every cloud call has a deadline (`ControllerConfig::instance_call_timeout`, default 60 s):
 //! a lookup that times out fails the nodes it was for, which are retried with their backoff
 //! (initialisation) or at the next refresh (addresses). The backoff entry of a Node is
 //! dropped when the Node is initialised or deleted, so deleted Nodes leave nothing behind.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -39,12 +44,10 @@ use kube::api::{Patch, PatchParams, PostParams};
 use kube::runtime::controller::{Action, Config as ControllerRuntimeConfig, Controller};
 use kube::runtime::events::{EventType, Reporter};
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::runtime::watcher;
 use kube::{Api, Resource, ResourceExt};
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
-use tokio::sync::Semaphore;
 
-use super::backoff::{FailureBackoff, WatchBackoff};
+use super::backoff::FailureBackoff;
 use super::node_util::{self, has_taint};
 use super::probe::Probe;
 use super::workqueue_metrics::{QueueMetrics, WorkqueueMetrics};
@@ -58,11 +61,13 @@ use crate::names::{self, controllers as cnames, reasons};
 const LOOKUP_WINDOW: Duration = Duration::from_millis(100);
 /// The most nodes in one batch call (providers chunk further to their API limits).
 const LOOKUP_MAX_BATCH: usize = 500;
-/// How many nodes may wait on a cloud lookup at once: 0, no limit. Lookups are cheap to
-/// wait on, and this is what lets one batch call answer many nodes; with a limit (it was
-/// 1024) the Nodes beyond it were looked up one by one as slots freed, a cloud call each
-/// (985 DescribeInstances for 2000 joining Nodes, issue #15).
-const RECONCILE_CONCURRENCY: u16 = 0;
+/// How many reconciles run at once: two lookup batches. A reconcile only looks the Node up
+/// (coalesced into batch calls) and queues its write, so slots free a batch at a time and the
+/// next Nodes are gathered into the next batch. Without a limit every waiting Node is a
+/// running reconcile, and kube-runtime polls all running reconciles on each wake-up
+/// (quadratic CPU at thousands of Nodes, issue #15); with a limit while writes held the slots
+/// (it was 1024), Nodes beyond it were looked up one by one as writes finished.
+const RECONCILE_CONCURRENCY: u16 = 2 * LOOKUP_MAX_BATCH as u16;
 /// Per-node retry delays when initialisation fails (upstream: 5 ms doubling to 1000 s).
 const RETRY_BASE: Duration = Duration::from_millis(5);
 const RETRY_MAX: Duration = Duration::from_secs(1000);
@@ -137,10 +142,74 @@ impl Metrics {
     }
 }
 
+/// Nodes looked up and waiting for their writes, in arrival order; one entry per Node (a
+/// newer lookup replaces the metadata of a queued one). A Node stays "pending" from its push
+/// until its writer is done with it.
+#[derive(Default)]
+struct WriteQueue {
+    state: std::sync::Mutex<WriteState>,
+    ready: tokio::sync::Notify,
+}
+
+#[derive(Default)]
+struct WriteState {
+    order: std::collections::VecDeque<String>,
+    queued: HashMap<String, InstanceMetadata>,
+    writing: std::collections::HashSet<String>,
+}
+
+impl WriteQueue {
+    fn lock(&self) -> std::sync::MutexGuard<'_, WriteState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Queued or being written.
+    fn pending(&self, name: &str) -> bool {
+        let s = self.lock();
+        s.queued.contains_key(name) || s.writing.contains(name)
+    }
+
+    fn push(&self, name: String, meta: InstanceMetadata) {
+        let mut s = self.lock();
+        if s.queued.insert(name.clone(), meta).is_none() {
+            s.order.push_back(name);
+            drop(s);
+            self.ready.notify_one();
+        }
+    }
+
+    /// The next Node to write (waits for one), now "being written".
+    async fn pop(&self) -> (String, InstanceMetadata) {
+        loop {
+            let notified = self.ready.notified();
+            {
+                let mut s = self.lock();
+                while let Some(name) = s.order.pop_front() {
+                    if let Some(meta) = s.queued.remove(&name) {
+                        s.writing.insert(name.clone());
+                        if !s.order.is_empty() {
+                            // Wake another writer for the rest.
+                            self.ready.notify_one();
+                        }
+                        return (name, meta);
+                    }
+                }
+            }
+            notified.await;
+        }
+    }
+
+    fn done(&self, name: &str) {
+        self.lock().writing.remove(name);
+    }
+}
+
 struct Ctx {
     nodes: Api<Node>,
     lookup: Coalescer<Node, Result<InstanceMetadata, ProviderError>>,
-    writes: Semaphore,
+    writes: WriteQueue,
+    /// Reconciles to run again (a failed or conflicting write), after their delay.
+    retry: tokio::sync::mpsc::UnboundedSender<ObjectRef<Node>>,
     backoff: FailureBackoff<String>,
     recorder: EventRecorder,
     metrics: Metrics,
@@ -230,10 +299,12 @@ async fn run(
     let deadline = Deadline::new(ctx.config.instance_call_timeout);
     let reporter =
         Reporter { controller: cnames::COMPONENT_CLOUD_NODE.into(), instance: Some(hostname()) };
+    let (retry, retries) = tokio::sync::mpsc::unbounded_channel();
     let state = Arc::new(Ctx {
         nodes: nodes.clone(),
         lookup: lookup_coalescer(Arc::clone(&instances), deadline),
-        writes: Semaphore::new(ctx.config.concurrent_node_syncs.max(1)),
+        writes: WriteQueue::default(),
+        retry,
         backoff: FailureBackoff::new(RETRY_BASE, RETRY_MAX),
         recorder: EventRecorder::new(ctx.events_client(), reporter),
         metrics,
@@ -244,10 +315,22 @@ async fn run(
         let state = Arc::clone(&state);
         probe.register_keys(PROBE_BACKOFF_NODES, move || state.backoff.keys());
     }
-    let controller = Controller::new(nodes, watcher::Config::default().any_semantic())
-        .trigger_backoff(WatchBackoff::default())
+    // The shared Node informer: its cache is the controller's store, its changes the
+    // triggers (one watch for every controller).
+    let informer = super::informer::nodes_for(&ctx, None);
+    let store = informer.reader();
+    let retries =
+        futures::stream::unfold(
+            retries,
+            |mut rx| async move { rx.recv().await.map(|obj| (obj, rx)) },
+        );
+    let controller = Controller::for_shared_stream(informer.subscribe().applied(), store.clone())
+        .reconcile_on(retries)
         .with_config(ControllerRuntimeConfig::default().concurrency(RECONCILE_CONCURRENCY));
-    let store = controller.store();
+    let writers = futures::future::join_all(
+        (0..ctx.config.concurrent_node_syncs.max(1))
+            .map(|_| write_loop(store.clone(), Arc::clone(&state))),
+    );
     let shutdown = ctx.shutdown.clone();
     let refresh = refresh_addresses_loop(
         store,
@@ -274,6 +357,7 @@ async fn run(
     tokio::select! {
         _ = main => {}
         _ = refresh => {}
+        _ = writers => {}
         _ = shutdown.cancelled() => {}
     }
     tracing::info!("cloud-node controller stopped");
@@ -304,6 +388,10 @@ async fn reconcile(node: Arc<Node>, ctx: Arc<Ctx>) -> Result<Action, Error> {
         ctx.backoff.succeeded(&name);
         return Ok(Action::await_change());
     }
+    if ctx.writes.pending(&name) {
+        // Looked up already and waiting for its write (which reads the latest copy).
+        return Ok(Action::await_change());
+    }
     tracing::info!(node = %name, "initializing node with cloud provider");
     let meta = ctx
         .lookup
@@ -323,19 +411,63 @@ async fn reconcile(node: Arc<Node>, ctx: Arc<Ctx>) -> Result<Action, Error> {
         publish(&ctx, &node, EventType::Warning, reasons::PROVIDED_NODE_IP_INVALID, note).await;
         return Err(err);
     }
+    // The writers take it from here; a failed write comes back as a retry of this reconcile.
+    ctx.writes.push(name, meta);
+    Ok(Action::await_change())
+}
 
-    // Both writes of a Node happen under one write slot, the cloud's answer already in
-    // hand: Nodes are initialised one after the other from the first answer on (with the
-    // slot only around the second write, every Node's address patch went first and the
-    // first taint came off after N address patches, issue #15), and a Node waiting for
-    // its slot is never looked up again.
-    let slot = ctx.writes.acquire().await;
-    // Addresses first, so that a node is complete the moment its taint is lifted (upstream
-    // writes them right after; anything waiting for initialised nodes could see the
-    // kubelet's addresses in between).
-    let mut updated = (*node).clone();
-    if let Some(addrs) = node_util::updated_addresses(&node, &meta.node_addresses)
-        && let Some(patched) = patch_addresses(&ctx, &name, addrs).await
+/// How one Node write ended.
+enum Written {
+    /// Initialised, or nothing to do (gone, or initialised meanwhile).
+    Done,
+    /// A write conflict: try again from a fresher copy soon.
+    Conflict,
+}
+
+/// One of the `--concurrent-node-syncs` writers: takes looked-up Nodes from the write queue
+/// and initialises them. A failed write schedules a retry of the Node's reconcile with its
+/// backoff (a new lookup: the instance may have changed meanwhile).
+async fn write_loop(store: Store<Node>, ctx: Arc<Ctx>) {
+    loop {
+        let (name, meta) = ctx.writes.pop().await;
+        let outcome = match store.get(&ObjectRef::new(&name)) {
+            Some(node) => initialise(&ctx, &node, &meta).await,
+            None => Ok(Written::Done),
+        };
+        ctx.writes.done(&name);
+        let delay = match outcome {
+            Ok(Written::Done) => continue,
+            Ok(Written::Conflict) => {
+                tracing::debug!(node = %name, "conflict writing node; retrying from a fresher copy");
+                CONFLICT_RETRY
+            }
+            Err(e) => {
+                let delay = ctx.backoff.failed(&name);
+                tracing::warn!(node = %name, error = %e, retry_in = ?delay, "error syncing node, requeuing");
+                delay
+            }
+        };
+        ctx.queue.retried();
+        let retry = ctx.retry.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(delay).await;
+            let _ = retry.send(ObjectRef::new(&name));
+        });
+    }
+}
+
+/// Both writes of a Node, with the cloud's answer in hand and the informer's latest copy:
+/// addresses first, so that a node is complete the moment its taint is lifted (upstream
+/// writes them right after; anything waiting for initialised nodes could see the kubelet's
+/// addresses in between), then one Node update with providerID, labels and the taint gone.
+async fn initialise(ctx: &Ctx, node: &Node, meta: &InstanceMetadata) -> Result<Written, Error> {
+    let name = node.name_any();
+    if node.meta().deletion_timestamp.is_some() || !has_taint(node, names::TAINT_UNINITIALIZED) {
+        return Ok(Written::Done);
+    }
+    let mut updated = node.clone();
+    if let Some(addrs) = node_util::updated_addresses(node, &meta.node_addresses)
+        && let Some(patched) = patch_addresses(ctx, &name, addrs).await
     {
         // The Node update below must carry the resourceVersion the patch produced.
         updated = patched;
@@ -347,30 +479,23 @@ async fn reconcile(node: Arc<Node>, ctx: Arc<Ctx>) -> Result<Action, Error> {
     if let Some(taints) = spec.taints.as_mut() {
         taints.retain(|t| t.key != names::TAINT_UNINITIALIZED);
     }
-    let labels = node_util::labels_with_metadata(updated.labels(), &meta);
+    let labels = node_util::labels_with_metadata(updated.labels(), meta);
     updated.metadata.labels = Some(labels);
     updated.status = None;
 
-    let replaced = ctx.nodes.replace(&name, &PostParams::default(), &updated).await;
-    drop(slot);
-    let replaced = match replaced {
+    let replaced = match ctx.nodes.replace(&name, &PostParams::default(), &updated).await {
         Ok(n) => n,
-        Err(kube::Error::Api(s)) if s.code == 409 => {
-            tracing::debug!(node = %name, "conflict writing node; retrying from a fresher copy");
-            ctx.queue.retried();
-            return Ok(Action::requeue(CONFLICT_RETRY));
-        }
-        Err(kube::Error::Api(s)) if s.code == 404 => return Ok(Action::await_change()),
+        Err(kube::Error::Api(s)) if s.code == 409 => return Ok(Written::Conflict),
+        Err(kube::Error::Api(s)) if s.code == 404 => return Ok(Written::Done),
         Err(source) => return Err(Error::Kube { node: name, source }),
     };
     let since_creation = age(&replaced);
     ctx.metrics.taint_removal_delay.observe(since_creation);
-    publish(&ctx, &node, EventType::Normal, reasons::SYNCED, "Node synced successfully".into())
-        .await;
+    publish(ctx, node, EventType::Normal, reasons::SYNCED, "Node synced successfully".into()).await;
     ctx.metrics.initial_sync_delay.observe(age(&replaced));
     ctx.backoff.succeeded(&name);
     tracing::info!(node = %name, "node initialized");
-    Ok(Action::await_change())
+    Ok(Written::Done)
 }
 
 /// Seconds since the node was created (0 when unknown).
@@ -469,5 +594,37 @@ async fn refresh_addresses_loop(
                 }
             })
             .await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn meta(id: &str) -> InstanceMetadata {
+        InstanceMetadata { provider_id: id.into(), ..Default::default() }
+    }
+
+    #[tokio::test]
+    async fn the_write_queue_keeps_one_entry_per_node_with_its_newest_lookup_in_order() {
+        let q = WriteQueue::default();
+        q.push("a".into(), meta("old"));
+        q.push("b".into(), meta("b"));
+        q.push("a".into(), meta("new"));
+        assert!(q.pending("a") && q.pending("b") && !q.pending("c"));
+        let (name, m) = q.pop().await;
+        assert_eq!((name.as_str(), m.provider_id.as_str()), ("a", "new"));
+        assert!(q.pending("a"), "a Node being written is still pending");
+        q.done("a");
+        assert!(!q.pending("a"));
+        let (name, _) = q.pop().await;
+        assert_eq!(name, "b");
+        q.done("b");
+        // An empty queue waits for the next push.
+        let waiting = tokio::time::timeout(Duration::from_millis(50), q.pop()).await;
+        assert!(waiting.is_err());
+        q.push("c".into(), meta("c"));
+        let (name, _) = tokio::time::timeout(Duration::from_secs(5), q.pop()).await.unwrap();
+        assert_eq!(name, "c");
     }
 }

@@ -18,14 +18,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::controllers::backoff::WatchBackoff;
 use crate::controllers::events::EventRecorder;
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Taint};
 use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
 use kube::runtime::events::{EventType, Reporter};
-use kube::runtime::reflector::{self, Store};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::reflector::Store;
 use kube::{Api, ResourceExt};
 
 use super::node_util;
@@ -48,15 +45,8 @@ pub fn start(ctx: &ControllerContext) -> Result<Started, StartError> {
 
 async fn run(ctx: ControllerContext, instances: Arc<dyn InstancesV2>) {
     let nodes: Api<Node> = Api::all(ctx.client.clone());
-    let (store, writer) = reflector::store::<Node>();
-    let watch = watcher(nodes.clone(), watcher::Config::default().any_semantic())
-        .backoff(WatchBackoff::default())
-        .reflect(writer)
-        .for_each(|ev| async move {
-            if let Err(e) = ev {
-                tracing::warn!(error = %e, "cloud-node-lifecycle: node watch error");
-            }
-        });
+    // The shared Node cache (read on each pass; no change stream).
+    let store = super::informer::nodes_for(&ctx, None).reader();
     let recorder = EventRecorder::new(
         ctx.events_client(),
         Reporter { controller: cnames::COMPONENT_CLOUD_NODE_LIFECYCLE.into(), instance: None },
@@ -67,7 +57,6 @@ async fn run(ctx: ControllerContext, instances: Arc<dyn InstancesV2>) {
     let monitor =
         monitor_loop(store, nodes, instances, recorder, ctx.config.node_monitor_period, deadline);
     tokio::select! {
-        _ = watch => {}
         _ = monitor => {}
         _ = ctx.shutdown.cancelled() => {}
     }

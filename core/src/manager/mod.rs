@@ -338,6 +338,15 @@ impl ControllerClients {
         client_from(config, "event-broadcaster", self.qps, self.burst)
     }
 
+    /// The client of the shared informers (the one Node watch every controller reads;
+    /// upstream's `shared-informers` client): the manager's own credentials, a bucket of its
+    /// own.
+    pub fn informer_client(&self) -> Result<kube::Client, ManagerError> {
+        let mut config = self.base.clone();
+        set_user_agent(&mut config, Some("shared-informers"));
+        client_from(config, "shared-informers", self.qps, self.burst)
+    }
+
     /// A new client for the controller `controller` acting as `client_name` (e.g.
     /// `node-controller`), with a rate-limit bucket of its own.
     pub async fn controller_client(
@@ -466,6 +475,15 @@ impl Runner {
             let init = crate::cloud::ProviderInit::new(client, stop.child_token());
             self.cloud.initialize(init).map_err(ManagerError::CloudInit)?;
         }
+        if list.is_empty() {
+            return Ok(());
+        }
+        // One Node watch for every controller of this start (issue #15: was one per
+        // controller, each with a full cache of every Node).
+        let nodes = crate::controllers::informer::SharedNodes::start(
+            self.clients.informer_client()?,
+            stop.child_token(),
+        );
         for c in list {
             if stop.is_cancelled() {
                 break;
@@ -478,6 +496,7 @@ impl Runner {
                 config: self.config.clone(),
                 metrics: self.registry.clone(),
                 shutdown: stop.child_token(),
+                nodes: Some(nodes.clone()),
             };
             match (c.start)(&ctx)? {
                 Started::Skipped(reason) => {

@@ -205,6 +205,7 @@ async fn cloud_allocator_copies_the_clouds_cidrs_and_marks_the_network_ready() {
         config: std::sync::Arc::new(config.clone()),
         metrics: Default::default(),
         shutdown: Default::default(),
+        nodes: None,
     };
     let err = node_ipam::start_with(&ctx, opts())
         .err()

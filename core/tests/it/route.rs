@@ -175,6 +175,7 @@ async fn start_validates_flags_and_capabilities() {
         config: Arc::new(config),
         metrics: Default::default(),
         shutdown: CancellationToken::new(),
+        nodes: None,
     };
     let with_routes =
         || TestCloud { routes: Some(Arc::new(TestRoutes::new())), ..Default::default() };

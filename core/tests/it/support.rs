@@ -34,6 +34,7 @@ pub fn run(
         config: Arc::new(config),
         metrics: Default::default(),
         shutdown: token.clone(),
+        nodes: None,
     };
     match start(&ctx).expect("controller starts") {
         Started::Running(fut) => {

@@ -22,7 +22,8 @@ use kube::runtime::events::{EventType, Reporter};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use super::super::service::{Change, Changes, Informer, WorkQueue};
+use super::super::informer::{Change, Changes, Informer};
+use super::super::service::WorkQueue;
 use super::super::workqueue_metrics::QueueMetrics;
 use crate::cloud::{NodeCidrs, ProviderError};
 use crate::cloud_call::Deadline;

@@ -36,7 +36,7 @@ use ipnet::IpNet;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::events::{EventType, Reporter};
-use kube::runtime::watcher;
+
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -45,7 +45,7 @@ use serde_json::json;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
-use super::service::{Change, Informer};
+use super::informer::{self, Change, Changes, Informer};
 use super::{ControllerContext, StartError, Started};
 use crate::names::{controllers as cnames, reasons};
 use cidr_set::{CidrSet, CidrSetError};
@@ -139,11 +139,8 @@ pub fn start_with(ctx: &ControllerContext, opts: IpamOptions) -> Result<Started,
             });
             let ctx = ctx.clone();
             return Ok(Started::Running(Box::pin(async move {
-                let (nodes, changes) = super::service::informer::spawn(
-                    Api::<Node>::all(ctx.client.clone()),
-                    node_watch_config(&opts),
-                    ctx.shutdown.clone(),
-                );
+                let nodes = informer::nodes_for(&ctx, opts.node_selector.as_deref());
+                let changes = nodes.subscribe();
                 a.run(nodes, changes).await;
             })));
         }
@@ -167,25 +164,10 @@ pub fn start_with(ctx: &ControllerContext, opts: IpamOptions) -> Result<Started,
     });
     let ctx = ctx.clone();
     Ok(Started::Running(Box::pin(async move {
-        let mut cfg = watcher::Config::default().any_semantic();
-        if let Some(sel) = &opts.node_selector {
-            cfg = cfg.labels(sel);
-        }
-        let (nodes, changes) = super::service::informer::spawn(
-            Api::<Node>::all(ctx.client.clone()),
-            cfg,
-            ctx.shutdown.clone(),
-        );
+        let nodes = informer::nodes_for(&ctx, opts.node_selector.as_deref());
+        let changes = nodes.subscribe();
         a.run(nodes, changes).await;
     })))
-}
-
-fn node_watch_config(opts: &IpamOptions) -> watcher::Config {
-    let cfg = watcher::Config::default().any_semantic();
-    match &opts.node_selector {
-        Some(sel) => cfg.labels(sel),
-        None => cfg,
-    }
 }
 
 type Labels = Vec<(String, String)>;
@@ -278,11 +260,7 @@ impl RangeAllocator {
         }
     }
 
-    async fn run(
-        self: Arc<Self>,
-        nodes: Arc<Informer<Node>>,
-        mut changes: super::service::Changes<Node>,
-    ) {
+    async fn run(self: Arc<Self>, nodes: Arc<Informer<Node>>, mut changes: Changes<Node>) {
         // Changes before the first complete list are covered by the rebuild below.
         let mut synced = false;
         loop {

@@ -36,12 +36,12 @@ use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::events::{EventType, Reporter};
-use kube::runtime::watcher;
+
 use prometheus_client::metrics::counter::Counter;
 use serde_json::json;
 
+use super::informer::{self, Informer};
 use super::probe::Probe;
-use super::service::{Informer, informer};
 use super::{ControllerContext, StartError, Started};
 use crate::cloud::{self, ProviderError, Routes};
 use crate::cloud_call::Deadline;
@@ -120,13 +120,9 @@ pub fn start_with(ctx: &ControllerContext, opts: RouteOptions) -> Result<Started
     };
     let (ctx, period) = (ctx.clone(), ctx.config.route_reconciliation_period);
     Ok(Started::Running(Box::pin(async move {
-        let mut cfg = watcher::Config::default().any_semantic();
-        if let Some(sel) = &opts.node_selector {
-            cfg = cfg.labels(sel);
-        }
-        // Cache only: the controller is periodic and reads the cache on each pass.
-        let nodes =
-            informer::spawn_cache::<Node>(Api::all(ctx.client.clone()), cfg, ctx.shutdown.clone());
+        // Cache only (no change stream): the controller is periodic and reads the cache on
+        // each pass.
+        let nodes = informer::nodes_for(&ctx, opts.node_selector.as_deref());
         if let Some(probe) = &opts.probe {
             let n = nodes.clone();
             probe.register_count(PROBE_RETAINED_NODE_VERSIONS, move || n.retained_versions());

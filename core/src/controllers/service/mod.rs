@@ -43,17 +43,16 @@
 //!   to be queued. Here a delete of a cached Service queues its key, and the cached copy is
 //!   used to delete the load balancer.
 //!
-//! The [`informer`] (list+watch cache with old/new change events) and the keyed work queue
-//! live here and are shared with the route and node-IPAM controllers.
+//! Nodes come from the manager's shared Node informer ([`crate::controllers::informer`]); the
+//! keyed work queue lives here and is shared with the node-IPAM controller.
 //!
 //! Both queues record client-go's `workqueue_*` metrics under upstream's names: `service`
 //! (Service keys) and `node` (the node-sync trigger, a single key).
 
-pub(crate) mod informer;
 mod predicates;
 mod queue;
 
-pub(crate) use informer::{Change, Changes, Informer};
+use crate::controllers::informer::{self, Change, Informer};
 pub(crate) use queue::WorkQueue;
 
 use std::collections::HashMap;
@@ -249,14 +248,15 @@ async fn run(
         Some(ns) => Api::namespaced(ctx.client.clone(), ns),
         None => Api::all(ctx.client.clone()),
     };
-    let mut node_cfg = watcher::Config::default().any_semantic();
-    if let Some(sel) = &opts.node_selector {
-        node_cfg = node_cfg.labels(sel);
-    }
-    let (services, mut svc_changes) =
-        informer::spawn(svc_api, watcher::Config::default().any_semantic(), shutdown.clone());
-    let (nodes, mut node_changes) =
-        informer::spawn(Api::<Node>::all(ctx.client.clone()), node_cfg, shutdown.clone());
+    let services = informer::spawn(
+        svc_api,
+        watcher::Config::default().any_semantic(),
+        informer::prune_meta,
+        shutdown.clone(),
+    );
+    let mut svc_changes = services.subscribe();
+    let nodes = informer::nodes_for(&ctx, opts.node_selector.as_deref());
+    let mut node_changes = nodes.subscribe();
     let workers = ctx.config.concurrent_service_syncs.max(1);
     let node_sync_workers = match opts.node_sync_workers {
         0 => workers.max(DEFAULT_NODE_SYNC_WORKERS),
