@@ -598,9 +598,12 @@ impl AwsClients {
         let mut elbv2 = aws_sdk_elasticloadbalancingv2::config::Builder::from(&sdk)
             .interceptor(counter("elbv2"))
             .http_client(http_client("elbv2"));
-        // Classic ELB and ELBv2 share the `elasticloadbalancing` endpoint ID, as upstream.
+        // Classic ELB and ELBv2: each its own override (upstream v1.30+'s `Elastic Load
+        // Balancing` and `Elastic Load Balancing v2`), else the shared `elasticloadbalancing`.
         if let Some(o) = cfg.override_for("elasticloadbalancing", &region) {
             elb = elb.endpoint_url(o.url.clone()).region(Region::new(o.signing_region.clone()));
+        }
+        if let Some(o) = cfg.override_for("elasticloadbalancingv2", &region) {
             elbv2 = elbv2.endpoint_url(o.url.clone()).region(Region::new(o.signing_region.clone()));
         }
         Ok(AwsClients {

@@ -145,9 +145,9 @@ pub const CONFIG_KEYS: &[KeyDoc] = &[
     KeyDoc {
         section: "ServiceOverride \"<name>\"",
         key: "Service",
-        value: "endpoint ID, required",
+        value: "endpoint ID or SDK service ID, required",
         example: "ec2",
-        doc: "The service whose endpoint is overridden (`ec2`, `elasticloadbalancing`, `sts`, ...).",
+        doc: "The service whose endpoint is overridden: an endpoint ID (`ec2`, `elasticloadbalancing` for both load-balancer APIs, `sts`) or, as upstream v1.30+ writes it, the SDK's service ID (`EC2`, `Elastic Load Balancing`, `Elastic Load Balancing v2`, `STS`); case and spaces are ignored.",
     },
     KeyDoc {
         section: "ServiceOverride \"<name>\"",
@@ -477,10 +477,22 @@ impl CloudConfig {
     }
 
     /// The endpoint override for `service` (an endpoint ID such as `ec2`) in `region`.
+    /// The override for `service` (an endpoint ID: `ec2`, `elasticloadbalancing`,
+    /// `elasticloadbalancingv2`, `sts`, ...) in `region`. `Service` may be written as the
+    /// endpoint ID (upstream before its SDK v2 move) or as the SDK's service ID (upstream
+    /// v1.30 and later: `EC2`, `Elastic Load Balancing`, `Elastic Load Balancing v2`, `STS`):
+    /// case and spaces are ignored. ELBv2 falls back to the `elasticloadbalancing` override,
+    /// which older manifests use for both load-balancer APIs.
     pub fn override_for(&self, service: &str, region: &str) -> Option<&ServiceOverride> {
-        self.service_overrides
-            .iter()
-            .find(|o| o.service.eq_ignore_ascii_case(service) && o.region == region)
+        let find = |id: &str| {
+            self.service_overrides
+                .iter()
+                .find(|o| endpoint_id(&o.service) == endpoint_id(id) && o.region == region)
+        };
+        find(service).or_else(|| match endpoint_id(service).as_str() {
+            "elasticloadbalancingv2" => find("elasticloadbalancing"),
+            _ => None,
+        })
     }
 }
 
@@ -828,6 +840,12 @@ fn set_override(
     Ok(())
 }
 
+/// A `Service` value as an endpoint ID: lower case, spaces dropped (`Elastic Load Balancing
+/// v2` → `elasticloadbalancingv2`).
+fn endpoint_id(service: &str) -> String {
+    service.chars().filter(|c| !c.is_whitespace()).collect::<String>().to_ascii_lowercase()
+}
+
 fn validate_override(o: &ServiceOverride, line: usize) -> Result<(), ConfigError> {
     let section = format!("ServiceOverride \"{}\"", o.name);
     for (key, v) in [
@@ -843,7 +861,8 @@ fn validate_override(o: &ServiceOverride, line: usize) -> Result<(), ConfigError
             });
         }
     }
-    let own = if o.service == "elasticloadbalancing" { "elasticloadbalancing" } else { &o.service };
+    let id = endpoint_id(&o.service);
+    let own = if id.starts_with("elasticloadbalancing") { "elasticloadbalancing" } else { &id };
     if !o.signing_name.is_empty() && o.signing_name != own {
         return Err(ConfigError::Invalid {
             key: format!("[{section}] SigningName"),
@@ -922,6 +941,36 @@ signingmethod = v4
         assert_eq!(ec2.url, "http://127.0.0.1:5000");
         assert!(cfg.override_for("ec2", "eu-west-1").is_none());
         assert_eq!(cfg.override_for("elasticloadbalancing", "us-east-1").unwrap().name, "elb");
+        assert_eq!(cfg.override_for("elasticloadbalancingv2", "us-east-1").unwrap().name, "elb");
+    }
+
+    #[test]
+    fn overrides_named_by_sdk_v2_service_ids_as_upstream_writes_them_are_found() {
+        let section = |n: &str, service: &str, url: &str| {
+            format!(
+                "[ServiceOverride \"{n}\"]\nService = {service}\nRegion = us-east-1\nURL = {url}\nSigningRegion = us-east-1\n"
+            )
+        };
+        let text = format!(
+            "[Global]\nKubernetesClusterID = c\n{}{}{}",
+            section("1", "EC2", "http://ec2.local"),
+            section("2", "Elastic Load Balancing", "http://elb.local"),
+            section("3", "Elastic Load Balancing v2", "http://elbv2.local")
+        );
+        let cfg = CloudConfig::parse(&text).unwrap();
+        let url = |id: &str| cfg.override_for(id, "us-east-1").map(|o| o.url.as_str());
+        assert_eq!(url("ec2"), Some("http://ec2.local"));
+        assert_eq!(url("elasticloadbalancing"), Some("http://elb.local"));
+        assert_eq!(url("elasticloadbalancingv2"), Some("http://elbv2.local"));
+        assert_eq!(url("sts"), None);
+        // Its signing name is the endpoint's own.
+        let signed = format!(
+            "{}SigningName = elasticloadbalancing\n",
+            section("4", "Elastic Load Balancing", "http://x")
+        );
+        assert!(
+            CloudConfig::parse(&format!("[Global]\nKubernetesClusterID = c\n{signed}")).is_ok()
+        );
     }
 
     #[test]

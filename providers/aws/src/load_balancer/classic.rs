@@ -456,6 +456,59 @@ impl AwsLoadBalancer {
         Ok(status_for(lb.dns_name()))
     }
 
+    /// A node-set update of a classic ELB (upstream's `UpdateLoadBalancer`): only the
+    /// backends, without re-checking listeners, health check, attributes and groups, which the
+    /// Service's own sync keeps. One DescribeLoadBalancers and the register call when a Node
+    /// joins; nothing else when the node groups already admit the load balancer. `Ok(false)`:
+    /// done nothing, a full ensure is needed — the load balancer is missing, instances leave
+    /// it (their groups may lose the rule), or a joining instance brings a node security
+    /// group the others do not have (the rule must be added to it first).
+    pub(crate) async fn update_classic(
+        &self,
+        name: &str,
+        opts: &LbOptions,
+        nodes: &[Node],
+    ) -> Result<bool, ProviderError> {
+        let Some(lb) = self.describe_classic(name).await? else {
+            return Ok(false);
+        };
+        let instances = self.backend_instances(nodes, opts).await?;
+        let want = instance_ids(&instances);
+        let have: BTreeSet<String> =
+            lb.instances().iter().filter_map(|i| i.instance_id()).map(str::to_string).collect();
+        if have.difference(&want).next().is_some() {
+            return Ok(false);
+        }
+        let add: Vec<ElbInstance> = want
+            .difference(&have)
+            .map(|id| ElbInstance::builder().instance_id(id).build())
+            .collect();
+        if add.is_empty() {
+            return Ok(true);
+        }
+        if !self.cfg.global.disable_security_group_ingress {
+            let staying: Vec<_> = instances
+                .iter()
+                .filter(|i| i.instance_id().is_some_and(|id| have.contains(id)))
+                .cloned()
+                .collect();
+            if self.node_security_groups(&instances).await?
+                != self.node_security_groups(&staying).await?
+            {
+                return Ok(false);
+            }
+        }
+        let c = self.clients.get().await?;
+        c.elb
+            .register_instances_with_load_balancer()
+            .load_balancer_name(name)
+            .set_instances(Some(add))
+            .send()
+            .await
+            .map_err(|e| api_error(format!("RegisterInstancesWithLoadBalancer {name}"), e))?;
+        Ok(true)
+    }
+
     /// Makes the attributes exactly what the annotations say, with upstream's defaults for
     /// every annotation that is absent (so removing one resets it): cross-zone off, idle
     /// timeout 60 s, connection draining off, access logs off.

@@ -50,6 +50,20 @@ pub struct AwsLoadBalancer {
     instances: Arc<AwsInstances>,
     tags: ClusterTags,
     cfg: CloudConfig,
+    /// Per classic ELB name: the [`fingerprint`] of the Service its last full ensure in this
+    /// process succeeded for. A node-set update of a Service with the same fingerprint only
+    /// touches backends ([`Self::update_classic`]); any other update is a full ensure.
+    ensured: std::sync::Mutex<std::collections::HashMap<String, u64>>,
+}
+
+/// What a full ensure of a Service's load balancer depends on: its annotations and spec.
+fn fingerprint(service: &Service) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    service.metadata.annotations.hash(&mut h);
+    // `ServiceSpec` has no `Hash`; its Debug form is deterministic (maps are ordered).
+    format!("{:?}", service.spec).hash(&mut h);
+    h.finish()
 }
 
 impl std::fmt::Debug for AwsLoadBalancer {
@@ -85,7 +99,11 @@ impl AwsLoadBalancer {
         tags: ClusterTags,
         cfg: CloudConfig,
     ) -> Self {
-        AwsLoadBalancer { clients, instances, tags, cfg }
+        AwsLoadBalancer { clients, instances, tags, cfg, ensured: Default::default() }
+    }
+
+    fn lock_ensured(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, u64>> {
+        self.ensured.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Tags put on everything created for `service`: cluster ownership, the Service name, and
@@ -390,7 +408,10 @@ impl LoadBalancer for AwsLoadBalancer {
                 if self.describe_nlb(&name).await?.is_some() {
                     return Err(refuse("an NLB"));
                 }
-                self.ensure_classic(service, &name, &opts, nodes).await
+                self.lock_ensured().remove(&name);
+                let status = self.ensure_classic(service, &name, &opts, nodes).await?;
+                self.lock_ensured().insert(name, fingerprint(service));
+                Ok(status)
             }
             LbKind::Nlb => {
                 if self.describe_classic(&name).await?.is_some() {
@@ -401,13 +422,26 @@ impl LoadBalancer for AwsLoadBalancer {
         }
     }
 
+    /// A node-set change: for a classic ELB whose Service is unchanged since its last full
+    /// ensure, only its backends ([`Self::update_classic`], as upstream; issue #15: a full
+    /// ensure per load balancer made one joining Node cost a dozen calls per Service); an
+    /// NLB, a changed Service or one not ensured by this process gets the full ensure.
     async fn update_load_balancer(
         &self,
         cluster_name: &str,
         service: &Service,
         nodes: &[Node],
     ) -> Result<(), ProviderError> {
-        self.ensure_load_balancer(cluster_name, service, nodes).await.map(|_| ())
+        let opts = annotations::parse(service)?;
+        let name = default_load_balancer_name(service);
+        let unchanged = self.lock_ensured().get(&name) == Some(&fingerprint(service));
+        if opts.kind == LbKind::Classic
+            && unchanged
+            && self.update_classic(&name, &opts, nodes).await?
+        {
+            return Ok(());
+        }
+        self.ensure_load_balancer(cluster_name, service, nodes).await.map(drop)
     }
 
     async fn ensure_load_balancer_deleted(
@@ -416,6 +450,7 @@ impl LoadBalancer for AwsLoadBalancer {
         service: &Service,
     ) -> Result<(), ProviderError> {
         let name = default_load_balancer_name(service);
+        self.lock_ensured().remove(&name);
         self.delete_classic(service, &name).await?;
         self.delete_nlb(service, &name).await
     }

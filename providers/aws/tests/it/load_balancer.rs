@@ -159,6 +159,47 @@ async fn classic_elb_lifecycle_creates_and_removes_only_its_own_resources() {
     lbs.ensure_load_balancer("lb", &svc, &nodes[..2]).await.unwrap();
     assert_eq!(metrics.requests("elb", "CreateLoadBalancer"), creates);
 
+    // A Node joins an unchanged Service (the node sync's update, issue #15): one
+    // DescribeLoadBalancers and one RegisterInstances, no other ELB or security-group call
+    // (the joining instance's group already admits the ELB).
+    let calls = |m: &ccm_provider_aws::ApiMetrics| -> Vec<(&str, &str, u64)> {
+        [
+            ("elb", "DescribeLoadBalancers"),
+            ("elb", "RegisterInstancesWithLoadBalancer"),
+            ("elb", "AddTags"),
+            ("elb", "ModifyLoadBalancerAttributes"),
+            ("ec2", "DescribeSecurityGroups"),
+            ("ec2", "DescribeSubnets"),
+        ]
+        .into_iter()
+        .map(|(s, op)| (s, op, m.requests(s, op)))
+        .collect()
+    };
+    let before = calls(&metrics);
+    lbs.update_load_balancer("lb", &svc, &nodes).await.unwrap();
+    let d = elb.describe_load_balancers().load_balancer_names(&name).send().await.unwrap();
+    assert_eq!(d.load_balancer_descriptions()[0].instances().len(), 3);
+    let spent: Vec<(&str, &str, u64)> = calls(&metrics)
+        .into_iter()
+        .zip(&before)
+        .map(|((s, op, n), (_, _, b))| (s, op, n - b))
+        .filter(|(_, _, n)| *n > 0)
+        .collect();
+    assert_eq!(
+        spent,
+        vec![("elb", "DescribeLoadBalancers", 1), ("elb", "RegisterInstancesWithLoadBalancer", 1)]
+    );
+    // A changed Service is ensured in full by the update (its annotations are applied).
+    let idle = service(
+        "web",
+        "1a1b2c3d-0000-4000-8000-000000000001",
+        &[("service.beta.kubernetes.io/aws-load-balancer-connection-idle-timeout", "120")],
+    );
+    let before = metrics.requests("elb", "ModifyLoadBalancerAttributes");
+    lbs.update_load_balancer("lb", &idle, &nodes).await.unwrap();
+    assert_eq!(metrics.requests("elb", "ModifyLoadBalancerAttributes"), before + 1);
+    lbs.ensure_load_balancer("lb", &svc, &nodes[..2]).await.unwrap();
+
     // A bad annotation: an error naming it, and no cloud change at all.
     let key = "service.beta.kubernetes.io/aws-load-balancer-healthcheck-interval";
     let bad = service("bad", "2a1b2c3d-0000-4000-8000-000000000002", &[(key, "1")]);

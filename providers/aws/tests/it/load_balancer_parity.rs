@@ -526,7 +526,7 @@ async fn subnet_discovery_takes_public_subnets_for_internet_facing_and_refuses_w
         .send()
         .await
         .unwrap();
-    lbs.update_load_balancer(cluster, &public, &nodes).await.unwrap();
+    lbs.ensure_load_balancer(cluster, &public, &nodes).await.unwrap();
     let d = elb
         .describe_load_balancers()
         .load_balancer_names(default_load_balancer_name(&public))
