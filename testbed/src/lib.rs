@@ -208,6 +208,9 @@ pub struct StartOptions {
     pub etcd_port: Option<u16>,
     /// kube-apiserver's secure port on the first attempt.
     pub api_port: Option<u16>,
+    /// `--service-cluster-ip-range` (default `10.0.0.0/24`; ci/bench's thousand
+    /// LoadBalancer Services need a larger one).
+    pub service_cidr: Option<String>,
 }
 
 /// The admin identity: in `system:masters`, so it bypasses RBAC (as envtest's default user).
@@ -394,7 +397,11 @@ impl ControlPlane {
     ) -> Result<ControlPlane, Error> {
         let mut attempt = 1;
         loop {
-            let pinned = if attempt == 1 { options.clone() } else { StartOptions::default() };
+            let pinned = if attempt == 1 {
+                options.clone()
+            } else {
+                StartOptions { service_cidr: options.service_cidr.clone(), ..Default::default() }
+            };
             let mut cp = Self::spawn(tools.clone(), &pinned)?;
             cp.attempts = attempt;
             match cp.wait_ready().await {
@@ -478,7 +485,10 @@ impl ControlPlane {
             format!("--service-account-key-file={}", p("sa-signer.pub")),
             format!("--service-account-signing-key-file={}", p("sa-signer.key")),
             format!("--service-account-issuer={server}"),
-            "--service-cluster-ip-range=10.0.0.0/24".to_string(),
+            format!(
+                "--service-cluster-ip-range={}",
+                pinned.service_cidr.as_deref().unwrap_or("10.0.0.0/24")
+            ),
             // RBAC on, as in production.
             "--authorization-mode=RBAC".to_string(),
             "--allow-privileged=true".to_string(),

@@ -39,7 +39,7 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Cmd {
     /// Measure managers on identical worlds; one JSON line per manager into --results.
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Render docs/benchmarks.md from the JSON lines.
     Report {
         /// The JSON lines written by `run`.
@@ -95,6 +95,26 @@ struct RunArgs {
     /// A tag stored with each result (e.g. `before`, `after`).
     #[arg(long, default_value = "")]
     tag: String,
+    /// Profile each manager's initialisation with `perf record` (written next to its log,
+    /// with the top entries of `perf report` in `<label>.perf.txt`).
+    #[arg(long)]
+    perf: bool,
+    /// Load-balancer phase: this many LoadBalancer Services created at once, timed until
+    /// every one has an address (0: no load-balancer phase).
+    #[arg(long, default_value_t = 100)]
+    lb_services: usize,
+    /// Load-balancer phase: Services brought to this total (cloud latency off while they
+    /// are set up), then one Node added and timed until every load balancer has it, then a
+    /// Ready flap of a Node whose load-balancer calls are counted (0: skip this part).
+    #[arg(long, default_value_t = 1000)]
+    lb_present: usize,
+    /// Managers (labels) that skip the load-balancer phase.
+    #[arg(long)]
+    lb_skip: Vec<String>,
+    /// Give up on each load-balancer wait after this many seconds (what was reached by then
+    /// is recorded).
+    #[arg(long, default_value_t = 900)]
+    lb_timeout_secs: u64,
 }
 
 /// One manager's figures.
@@ -117,6 +137,39 @@ struct RunResult {
     cpu_s_init: f64,
     cpu_s_total: f64,
     peak_rss_mb: f64,
+    /// The load-balancer phase (absent when not run).
+    #[serde(default)]
+    lb: Option<LbResult>,
+}
+
+/// Figures of the load-balancer phase.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+struct LbResult {
+    /// Services created at once, and seconds until all had an address (`None`: timed out).
+    created: usize,
+    created_all_s: Option<f64>,
+    created_calls: BTreeMap<String, u64>,
+    /// Services present when the Node was added.
+    present: usize,
+    /// Seconds to set up the Services present (cloud latency off; not a figure of merit).
+    setup_s: Option<f64>,
+    /// Seconds from the new Node's registration until every load balancer had its instance.
+    node_added_all_s: Option<f64>,
+    /// Load balancers that had the new Node when the wait ended.
+    #[serde(default)]
+    node_added_reached: usize,
+    /// Services with an address when the creation wait ended.
+    #[serde(default)]
+    created_reached: usize,
+    node_added_calls: BTreeMap<String, u64>,
+    /// Cloud calls within 30 s of a Node's Ready flapping False and back to True.
+    ready_flap_calls: BTreeMap<String, u64>,
+    /// Peak RSS (MB) and CPU seconds of the manager at the end of the phase.
+    peak_rss_mb: f64,
+    cpu_s: f64,
+    /// The limit of each wait (`--lb-timeout-secs`).
+    #[serde(default)]
+    timeout_secs: u64,
 }
 
 #[tokio::main]
@@ -129,7 +182,7 @@ async fn main() -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .init();
     match Cli::parse().cmd {
-        Cmd::Run(args) => run(args).await,
+        Cmd::Run(args) => run(*args).await,
         Cmd::Report { results, out, machine } => report(&results, &out, &machine),
     }
 }
@@ -321,11 +374,12 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     }
     progress(format!("{} instances in {:.0} s", nodes.len(), started.elapsed().as_secs_f64()));
     let config = args.dir.join("aws.conf");
-    std::fs::write(&config, testing::cloud_config(&proxy.url, CLUSTER, ""))?;
+    std::fs::write(&config, bench_cloud_config(&proxy.url, &net.vpc, &net.subnets[0].0))?;
 
     for spec in &args.ccms {
         let (label, path) = spec.split_once('=').context("--ccm wants label=path")?;
-        let result = run_one(&args, label, Path::new(path), &config, &proxy.url, &nodes).await?;
+        let world = World { proxy: &proxy.url, moto: &moto.url, ec2: &ec2, sg: &sg, nodes: &nodes };
+        let result = run_one(&args, label, Path::new(path), &config, &world).await?;
         let line = serde_json::to_string(&result)?;
         let mut f = std::fs::OpenOptions::new()
             .create(true)
@@ -337,6 +391,24 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     }
     drop(moto);
     Ok(())
+}
+
+/// The cloud config both managers read, written as for upstream v1.36: VPC and SubnetID (else
+/// upstream asks the instance metadata service which instance it runs on, and there is none
+/// here) and endpoint overrides named by the SDK's service IDs (`EC2`, `Elastic Load
+/// Balancing`), which upstream matches since its move to the Go SDK v2.
+fn bench_cloud_config(url: &str, vpc: &str, subnet: &str) -> String {
+    let region = ccm_provider_aws::testing::REGION;
+    let mut text = format!(
+        "[Global]\nKubernetesClusterID = {CLUSTER}\nRegion = {region}\nVPC = {vpc}\nSubnetID = {subnet}\n"
+    );
+    for (i, service) in ["EC2", "Elastic Load Balancing"].iter().enumerate() {
+        text.push_str(&format!(
+            "\n[ServiceOverride \"{}\"]\nService = {service}\nRegion = {region}\nURL = {url}\nSigningRegion = {region}\n",
+            i + 1
+        ));
+    }
+    text
 }
 
 fn print_result(r: &RunResult) {
@@ -361,8 +433,26 @@ fn print_result(r: &RunResult) {
     println!("  flags: {}", r.flags.join(" "));
 }
 
+/// `--kube-api-qps` of a run (20 when absent).
+fn qps_of(r: &RunResult) -> f64 {
+    r.flags
+        .iter()
+        .find_map(|f| f.strip_prefix("--kube-api-qps="))
+        .and_then(|v| v.parse::<f64>().ok())
+        .unwrap_or(20.0)
+}
+
 fn fmt_opt(v: Option<f64>) -> String {
     v.map(|v| format!("{v:.1}")).unwrap_or_else(|| "—".into())
+}
+
+/// What every manager of a run shares: the proxy, moto and its instances.
+struct World<'a> {
+    proxy: &'a str,
+    moto: &'a str,
+    ec2: &'a aws_sdk_ec2::Client,
+    sg: &'a str,
+    nodes: &'a [(String, String)],
 }
 
 async fn run_one(
@@ -370,13 +460,21 @@ async fn run_one(
     label: &str,
     ccm: &Path,
     config: &Path,
-    proxy: &str,
-    nodes: &[(String, String)],
+    world: &World<'_>,
 ) -> anyhow::Result<RunResult> {
+    let (proxy, nodes) = (world.proxy, world.nodes);
     let dir = args.dir.join(label);
     std::fs::create_dir_all(&dir)?;
     progress(format!("[{label}] starting a fresh control plane"));
-    let cp = ControlPlane::start().await.context("starting the control plane")?;
+    // A /16 of Service IPs: the load-balancer phase creates a thousand Services.
+    let options = ccm_testbed::StartOptions {
+        service_cidr: Some("10.96.0.0/16".into()),
+        ..Default::default()
+    };
+    let tools = ccm_testbed::tools::Tools::locate().context("locating the tools")?;
+    let cp = ControlPlane::start_with_options(tools, options)
+        .await
+        .context("starting the control plane")?;
     let client = cp.admin_client().await?;
     let api: kube::Api<Node> = kube::Api::all(client.clone());
     let t = Instant::now();
@@ -434,9 +532,7 @@ async fn run_one(
     tokio::time::sleep(Duration::from_secs(2)).await;
 
     admin(proxy, "POST", "reset", "").await?;
-    let rule =
-        serde_json::json!({"match": "*", "fault": {"kind": "latency", "ms": args.latency_ms}});
-    admin(proxy, "POST", "faults", &rule.to_string()).await?;
+    set_latency(proxy, args.latency_ms).await?;
     let api_before = api_requests(&client).await?;
 
     let node_syncs = args
@@ -481,6 +577,21 @@ async fn run_one(
     *start_cell.lock().unwrap_or_else(|p| p.into_inner()) = Some(started);
     progress(format!("[{label}] started {} (pid {pid}), log {}", ccm.display(), log.display()));
 
+    let perf = if args.perf {
+        let data = dir.join(format!("{label}.perf.data"));
+        tokio::process::Command::new("perf")
+            .args(["record", "-F", "499", "-g", "-o"])
+            .arg(&data)
+            .args(["-p", &pid.to_string()])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .map_err(|e| progress(format!("[{label}] perf not started: {e}")))
+            .ok()
+            .map(|c| (c, data))
+    } else {
+        None
+    };
     let total = nodes.len();
     let mut last_print = Instant::now();
     let all_initialised_s = loop {
@@ -504,6 +615,36 @@ async fn run_one(
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
+    if let Some((mut perf, data)) = perf {
+        if let Some(id) = perf.id() {
+            let _ = std::process::Command::new("kill").args(["-INT", &id.to_string()]).status();
+        }
+        let _ = perf.wait().await;
+        let report = std::process::Command::new("perf")
+            .args([
+                "report",
+                "--stdio",
+                "--no-children",
+                "--sort",
+                "dso,symbol",
+                "--percent-limit",
+                "0.7",
+                "-g",
+                "none",
+                "-i",
+            ])
+            .arg(&data)
+            .output();
+        if let Ok(out) = report {
+            let txt = dir.join(format!("{label}.perf.txt"));
+            let text: String = String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .map(|l| format!("{}\n", l.trim_end()))
+                .collect();
+            let _ = std::fs::write(&txt, text);
+            progress(format!("[{label}] profile of the initialisation: {}", txt.display()));
+        }
+    }
     let cloud_calls_init = cloud_counters(proxy).await?;
     let api_requests_init = diff(&api_requests(&client).await?, &api_before);
     let (cpu_s_init, _) = proc_stats(pid).unwrap_or_default();
@@ -525,6 +666,17 @@ async fn run_one(
     }
     let idle_cloud_calls = diff(&cloud_counters(proxy).await?, &idle_start);
     let (cpu_s_total, peak_rss_mb) = proc_stats(pid).unwrap_or_default();
+    let lb = if args.lb_services > 0 && !args.lb_skip.iter().any(|l| l == label) {
+        match lb_phase(args, label, &client, world, pid, &mut child).await {
+            Ok(r) => Some(r),
+            Err(e) => {
+                progress(format!("[{label}] load-balancer phase failed: {e:#}"));
+                None
+            }
+        }
+    } else {
+        None
+    };
     let _ = child.kill().await;
     watch.abort();
     drop(cp);
@@ -547,7 +699,255 @@ async fn run_one(
         cpu_s_init,
         cpu_s_total,
         peak_rss_mb,
+        lb,
     })
+}
+
+/// Seconds until `done()` (polled every `every`) is true, or `None` after `timeout`; prints
+/// progress from `what()` every 10 s.
+async fn wait_until<F, Fut>(
+    label: &str,
+    timeout: Duration,
+    every: Duration,
+    mut done: F,
+) -> anyhow::Result<Option<f64>>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<(bool, String)>>,
+{
+    let t = Instant::now();
+    let mut last = Instant::now();
+    loop {
+        let (ok, what) = done().await?;
+        if ok {
+            return Ok(Some(t.elapsed().as_secs_f64()));
+        }
+        if t.elapsed() > timeout {
+            progress(format!("[{label}] gave up after {} s: {what}", timeout.as_secs()));
+            return Ok(None);
+        }
+        if last.elapsed() >= Duration::from_secs(10) {
+            progress(format!("[{label}] {what} after {:.0} s", t.elapsed().as_secs_f64()));
+            last = Instant::now();
+        }
+        tokio::time::sleep(every).await;
+    }
+}
+
+/// Creates LoadBalancer Services `from..to` in `default`.
+async fn create_services(client: &kube::Client, from: usize, to: usize) -> anyhow::Result<()> {
+    let api: kube::Api<k8s_openapi::api::core::v1::Service> =
+        kube::Api::namespaced(client.clone(), "default");
+    futures::stream::iter(from..to)
+        .map(|i| {
+            let api = api.clone();
+            async move {
+                let svc =
+                    ccm_testbed::fixtures::load_balancer_service("default", &format!("lb-{i}"), 80);
+                api.create(&PostParams::default(), &svc)
+                    .await
+                    .with_context(|| format!("creating Service lb-{i}"))
+            }
+        })
+        .buffer_unordered(32)
+        .collect::<Vec<_>>()
+        .await
+        .into_iter()
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(())
+}
+
+/// The load balancer names of the Services with an address, and how many Services there are.
+async fn services_with_address(client: &kube::Client) -> anyhow::Result<(Vec<String>, usize)> {
+    let api: kube::Api<k8s_openapi::api::core::v1::Service> =
+        kube::Api::namespaced(client.clone(), "default");
+    let list = api.list(&Default::default()).await.context("listing Services")?;
+    let lbs: Vec<_> = list
+        .items
+        .iter()
+        .filter(|s| s.spec.as_ref().and_then(|s| s.type_.as_deref()) == Some("LoadBalancer"))
+        .collect();
+    let with_address = lbs
+        .iter()
+        .filter(|s| {
+            s.status
+                .as_ref()
+                .and_then(|s| s.load_balancer.as_ref())
+                .and_then(|l| l.ingress.as_ref())
+                .is_some_and(|i| !i.is_empty())
+        })
+        .map(|s| ccm_core::cloud::default_load_balancer_name(s))
+        .collect();
+    Ok((with_address, lbs.len()))
+}
+
+/// The proxy's rules: moto has no DescribeInstanceTopology (upstream asks it for every Node of
+/// a supported instance type, and retries moto's 500 three times with backoff, which no real
+/// region makes it do), so the proxy answers it with an empty topology, without latency; every
+/// other call gets `ms` of latency.
+async fn set_latency(proxy: &str, ms: u64) -> anyhow::Result<()> {
+    admin(proxy, "DELETE", "faults", "").await?;
+    let topology = serde_json::json!({"match": "*DescribeInstanceTopology", "fault": {
+        "kind": "status", "status": 200,
+        "body": "<DescribeInstanceTopologyResponse xmlns=\"http://ec2.amazonaws.com/doc/2016-11-15/\"><requestId>bench</requestId><instanceSet/></DescribeInstanceTopologyResponse>"
+    }});
+    admin(proxy, "POST", "faults", &topology.to_string()).await?;
+    if ms > 0 {
+        let rule = serde_json::json!({"match": "*", "fault": {"kind": "latency", "ms": ms}});
+        admin(proxy, "POST", "faults", &rule.to_string()).await?;
+    }
+    Ok(())
+}
+
+/// The load-balancer phase: `--lb-services` created at once; Services brought to
+/// `--lb-present`; one Node added; a Ready flap.
+async fn lb_phase(
+    args: &RunArgs,
+    label: &str,
+    client: &kube::Client,
+    world: &World<'_>,
+    pid: u32,
+    child: &mut tokio::process::Child,
+) -> anyhow::Result<LbResult> {
+    let proxy = world.proxy;
+    let mut r = LbResult {
+        created: args.lb_services,
+        timeout_secs: args.lb_timeout_secs,
+        ..Default::default()
+    };
+    let limit = Duration::from_secs(args.lb_timeout_secs);
+
+    progress(format!("[{label}] load balancers: creating {} Services at once", args.lb_services));
+    let before = cloud_counters(proxy).await?;
+    create_services(client, 0, args.lb_services).await?;
+    let want = args.lb_services;
+    r.created_all_s = wait_until(label, limit, Duration::from_millis(500), || async move {
+        let (done, _) = services_with_address(client).await?;
+        Ok((done.len() >= want, format!("{}/{want} Services have an address", done.len())))
+    })
+    .await?;
+    r.created_calls = diff(&cloud_counters(proxy).await?, &before);
+    r.created_reached = services_with_address(client).await?.0.len();
+    progress(format!("[{label}] {want} load balancers in {} s", fmt_opt(r.created_all_s)));
+    if let Ok(Some(status)) = child.try_wait() {
+        anyhow::bail!("the manager exited with {status}");
+    }
+
+    if args.lb_present > args.lb_services {
+        let present = args.lb_present;
+        r.present = present;
+        progress(format!(
+            "[{label}] load balancers: setting up {present} in all (cloud latency off meanwhile)"
+        ));
+        set_latency(proxy, 0).await?;
+        let t = Instant::now();
+        create_services(client, args.lb_services, present).await?;
+        let setup = wait_until(label, limit * 2, Duration::from_secs(2), || async move {
+            let (done, _) = services_with_address(client).await?;
+            Ok((
+                done.len() >= present,
+                format!("{}/{present} Services have an address", done.len()),
+            ))
+        })
+        .await?;
+        r.setup_s = setup.map(|_| t.elapsed().as_secs_f64());
+        set_latency(proxy, args.latency_ms).await?;
+        if r.setup_s.is_some() {
+            let (names, _) = services_with_address(client).await?;
+            let names: std::collections::HashSet<String> = names.into_iter().collect();
+            // A new instance and its Node.
+            let subnet = world
+                .ec2
+                .describe_subnets()
+                .send()
+                .await
+                .context("DescribeSubnets")?
+                .subnets()
+                .iter()
+                .find(|s| s.cidr_block() == Some("10.0.100.0/24"))
+                .and_then(|s| s.subnet_id().map(str::to_string))
+                .context("the first node subnet is missing")?;
+            let inst = ccm_provider_aws::testing::run_instances(
+                world.ec2,
+                &subnet,
+                CLUSTER,
+                1,
+                Some(world.sg),
+            )
+            .await
+            .map_err(|e| anyhow::anyhow!("running the new instance: {e}"))?;
+            let inst = inst.first().context("RunInstances returned nothing")?;
+            let id = inst.instance_id().context("no instance ID")?.to_string();
+            let dns = inst.private_dns_name().context("no private DNS name")?.to_string();
+            let ip = inst.private_ip_address().context("no private IP")?.to_string();
+            let elb = ccm_provider_aws::testing::elb(world.moto).await;
+            let before = cloud_counters(proxy).await?;
+            let api: kube::Api<Node> = kube::Api::all(client.clone());
+            api.create(
+                &PostParams::default(),
+                &ccm_testbed::fixtures::kubelet_node(&dns, &ip, "True"),
+            )
+            .await
+            .context("registering the new Node")?;
+            progress(format!("[{label}] Node {dns} ({id}) added with {present} load balancers"));
+            let (elb, names, id) = (&elb, &names, &id);
+            let reached = std::sync::atomic::AtomicUsize::new(0);
+            let seen = &reached;
+            r.node_added_all_s = wait_until(label, limit, Duration::from_secs(2), || async move {
+                let mut have = 0;
+                let mut pages = elb.describe_load_balancers().into_paginator().send();
+                while let Some(page) = pages.next().await {
+                    let page = page.context("DescribeLoadBalancers (moto, not counted)")?;
+                    for lb in page.load_balancer_descriptions() {
+                        if lb.load_balancer_name().is_some_and(|n| names.contains(n))
+                            && lb.instances().iter().any(|i| i.instance_id() == Some(id.as_str()))
+                        {
+                            have += 1;
+                        }
+                    }
+                }
+                seen.store(have, std::sync::atomic::Ordering::SeqCst);
+                Ok((
+                    have >= names.len(),
+                    format!("{have}/{} load balancers have the new Node", names.len()),
+                ))
+            })
+            .await?;
+            r.node_added_reached = reached.load(std::sync::atomic::Ordering::SeqCst);
+            r.node_added_calls = diff(&cloud_counters(proxy).await?, &before);
+            progress(format!(
+                "[{label}] every load balancer has the new Node after {} s",
+                fmt_opt(r.node_added_all_s)
+            ));
+
+            // A Ready flap of an initialised Node: False, then True again.
+            let before = cloud_counters(proxy).await?;
+            for status in ["False", "True"] {
+                let patch = serde_json::json!({"status": {"conditions": [{
+                    "type": "Ready", "status": status,
+                    "reason": if status == "True" { "KubeletReady" } else { "KubeletNotReady" },
+                    "lastHeartbeatTime": jiff::Timestamp::now().to_string(),
+                    "lastTransitionTime": jiff::Timestamp::now().to_string(),
+                }]}});
+                api.patch_status(
+                    &dns,
+                    &kube::api::PatchParams::default(),
+                    &kube::api::Patch::Strategic(patch),
+                )
+                .await
+                .context("flapping the Node's Ready condition")?;
+                tokio::time::sleep(Duration::from_secs(15)).await;
+            }
+            r.ready_flap_calls = diff(&cloud_counters(proxy).await?, &before)
+                .into_iter()
+                .filter(|(op, _)| op != "DescribeInstances")
+                .collect();
+            progress(format!("[{label}] cloud calls after a Ready flap: {:?}", r.ready_flap_calls));
+        }
+    }
+    let (cpu, rss) = proc_stats(pid).unwrap_or_default();
+    (r.cpu_s, r.peak_rss_mb) = (cpu, rss);
+    Ok(r)
 }
 
 fn report(results: &Path, out: &Path, machine: &str) -> anyhow::Result<()> {
@@ -616,6 +1016,100 @@ fn report(results: &Path, out: &Path, machine: &str) -> anyhow::Result<()> {
             writes
         );
     }
+    // Ours against upstream on the same world (same N, flags but --concurrent-node-syncs,
+    // latency, tag): upstream / ours, so > 1 means ours is better.
+    let _ = writeln!(md, "\n## Ratios: upstream ÷ ours (> 1: ours is better)\n");
+    let _ = writeln!(
+        md,
+        "| run | N | QPS | all initialised | p50 | p99 | cloud calls during init | CPU s (init) | peak RSS |"
+    );
+    let _ = writeln!(md, "|---|---|---|---|---|---|---|---|---|");
+    let ratio = |u: Option<f64>, o: Option<f64>| match (u, o) {
+        (Some(u), Some(o)) if o > 0.0 => format!("{:.2}", u / o),
+        _ => "—".into(),
+    };
+    for o in runs.iter().filter(|r| r.label == "ours") {
+        let Some(u) = runs.iter().rev().find(|u| {
+            u.label == "upstream"
+                && u.nodes == o.nodes
+                && u.tag == o.tag
+                && u.latency_ms == o.latency_ms
+                && qps_of(u) == qps_of(o)
+        }) else {
+            continue;
+        };
+        let calls = |r: &RunResult| Some(r.cloud_calls_init.values().sum::<u64>() as f64);
+        let _ = writeln!(
+            md,
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            o.tag,
+            o.nodes,
+            qps_of(o),
+            ratio(u.all_initialised_s, o.all_initialised_s),
+            ratio(u.p50_s, o.p50_s),
+            ratio(u.p99_s, o.p99_s),
+            ratio(calls(u), calls(o)),
+            ratio(Some(u.cpu_s_init), Some(o.cpu_s_init)),
+            ratio(Some(u.peak_rss_mb), Some(o.peak_rss_mb)),
+        );
+    }
+    let _ = writeln!(md, "\n## Per Node (linear growth: the same at every N)\n");
+    let _ = writeln!(
+        md,
+        "| run | N | manager | QPS | CPU ms per Node (init) | RSS KB per Node | cloud calls per 1000 Nodes (init) | idle cloud calls/min per 500 Nodes |"
+    );
+    let _ = writeln!(md, "|---|---|---|---|---|---|---|---|");
+    for r in &runs {
+        let n = r.nodes.max(1) as f64;
+        let calls: u64 = r.cloud_calls_init.values().sum();
+        let idle: u64 = r.idle_cloud_calls.values().sum();
+        let _ = writeln!(
+            md,
+            "| {} | {} | {} | {} | {:.1} | {:.1} | {:.1} | {:.2} |",
+            r.tag,
+            r.nodes,
+            r.label,
+            qps_of(r),
+            r.cpu_s_init * 1000.0 / n,
+            r.peak_rss_mb * 1024.0 / n,
+            calls as f64 * 1000.0 / n,
+            idle as f64 * 60.0 / r.idle_secs.max(1) as f64 * 500.0 / n,
+        );
+    }
+    if runs.iter().any(|r| r.lb.is_some()) {
+        let _ = writeln!(md, "\n## Load balancers\n");
+        let _ = writeln!(
+            md,
+            "| run | N | manager | QPS | Services created at once | all addresses (s) | cloud calls | Services present | one Node added: every LB has it (s) | cloud calls | LB calls after a Ready flap | peak RSS (MB) |"
+        );
+        let _ = writeln!(md, "|---|---|---|---|---|---|---|---|---|---|---|---|");
+        for r in &runs {
+            let Some(lb) = &r.lb else { continue };
+            let sum = |m: &BTreeMap<String, u64>| m.values().sum::<u64>();
+            let _ = writeln!(
+                md,
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.0} |",
+                r.tag,
+                r.nodes,
+                r.label,
+                qps_of(r),
+                lb.created,
+                lb.created_all_s.map(|t| format!("{t:.1}")).unwrap_or_else(|| format!(
+                    "> {} ({} done)",
+                    lb.timeout_secs, lb.created_reached
+                )),
+                sum(&lb.created_calls),
+                lb.present,
+                lb.node_added_all_s.map(|t| format!("{t:.1}")).unwrap_or_else(|| format!(
+                    "> {} ({} of {} had it)",
+                    lb.timeout_secs, lb.node_added_reached, lb.present
+                )),
+                sum(&lb.node_added_calls),
+                sum(&lb.ready_flap_calls),
+                lb.peak_rss_mb,
+            );
+        }
+    }
     let _ = writeln!(md, "\n## Details per run\n");
     for r in &runs {
         let _ = writeln!(md, "### {} {} N={} ({})\n", r.tag, r.label, r.nodes, r.date);
@@ -631,9 +1125,30 @@ fn report(results: &Path, out: &Path, machine: &str) -> anyhow::Result<()> {
         let _ = writeln!(md, "- apiserver requests during init: {:?}", r.api_requests_init);
         let _ = writeln!(
             md,
-            "- CPU seconds: {:.1} at init, {:.1} after idle\n",
+            "- CPU seconds: {:.1} at init, {:.1} after idle",
             r.cpu_s_init, r.cpu_s_total
         );
+        if let Some(lb) = &r.lb {
+            let _ = writeln!(
+                md,
+                "- {} Services at once: cloud calls {:?}",
+                lb.created, lb.created_calls
+            );
+            let _ = writeln!(
+                md,
+                "- one Node added with {} Services (set up in {} s): cloud calls {:?}",
+                lb.present,
+                fmt_opt(lb.setup_s),
+                lb.node_added_calls
+            );
+            let _ = writeln!(md, "- after a Ready flap: cloud calls {:?}", lb.ready_flap_calls);
+            let _ = writeln!(
+                md,
+                "- after the load-balancer phase: CPU {:.1} s, peak RSS {:.0} MB",
+                lb.cpu_s, lb.peak_rss_mb
+            );
+        }
+        md.push('\n');
     }
     let _ = writeln!(md, "## Chart: time to initialise against N\n");
     md.push_str(&svg(&runs));
