@@ -61,13 +61,12 @@ use crate::names::{self, controllers as cnames, reasons};
 const LOOKUP_WINDOW: Duration = Duration::from_millis(100);
 /// The most nodes in one batch call (providers chunk further to their API limits).
 const LOOKUP_MAX_BATCH: usize = 500;
-/// How many reconciles run at once: two lookup batches. A reconcile only looks the Node up
-/// (coalesced into batch calls) and queues its write, so slots free a batch at a time and the
-/// next Nodes are gathered into the next batch. Without a limit every waiting Node is a
-/// running reconcile, and kube-runtime polls all running reconciles on each wake-up
-/// (quadratic CPU at thousands of Nodes, issue #15); with a limit while writes held the slots
-/// (it was 1024), Nodes beyond it were looked up one by one as writes finished.
-const RECONCILE_CONCURRENCY: u16 = 2 * LOOKUP_MAX_BATCH as u16;
+/// How many reconciles run at once: no limit. A reconcile only claims the Node and starts its
+/// lookup as a task of its own (coalesced into batch calls), so it ends at once; every Node
+/// that needs a lookup asks within the same window. (With reconciles waiting for lookups or
+/// writes, a limit made Nodes beyond it trickle in one by one, a cloud call each, and no
+/// limit made kube-runtime poll thousands of waiting reconciles on every wake-up, issue #15.)
+const RECONCILE_CONCURRENCY: u16 = 0;
 /// Per-node retry delays when initialisation fails (upstream: 5 ms doubling to 1000 s).
 const RETRY_BASE: Duration = Duration::from_millis(5);
 const RETRY_MAX: Duration = Duration::from_secs(1000);
@@ -153,6 +152,7 @@ struct WriteQueue {
 
 #[derive(Default)]
 struct WriteState {
+    looking_up: std::collections::HashSet<String>,
     order: std::collections::VecDeque<String>,
     queued: HashMap<String, InstanceMetadata>,
     writing: std::collections::HashSet<String>,
@@ -163,14 +163,31 @@ impl WriteQueue {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Queued or being written.
+    /// Being looked up, queued or being written.
+    #[cfg(test)]
     fn pending(&self, name: &str) -> bool {
         let s = self.lock();
-        s.queued.contains_key(name) || s.writing.contains(name)
+        s.looking_up.contains(name) || s.queued.contains_key(name) || s.writing.contains(name)
     }
 
+    /// Marks the Node as being looked up; `false` if it is pending already.
+    fn claim(&self, name: &str) -> bool {
+        let mut s = self.lock();
+        if s.queued.contains_key(name) || s.writing.contains(name) {
+            return false;
+        }
+        s.looking_up.insert(name.to_string())
+    }
+
+    /// Its lookup failed: no longer pending.
+    fn release(&self, name: &str) {
+        self.lock().looking_up.remove(name);
+    }
+
+    /// Its lookup answered: queued for its write.
     fn push(&self, name: String, meta: InstanceMetadata) {
         let mut s = self.lock();
+        s.looking_up.remove(&name);
         if s.queued.insert(name.clone(), meta).is_none() {
             s.order.push_back(name);
             drop(s);
@@ -388,32 +405,73 @@ async fn reconcile(node: Arc<Node>, ctx: Arc<Ctx>) -> Result<Action, Error> {
         ctx.backoff.succeeded(&name);
         return Ok(Action::await_change());
     }
-    if ctx.writes.pending(&name) {
-        // Looked up already and waiting for its write (which reads the latest copy).
+    if !ctx.writes.claim(&name) {
+        // Being looked up, or looked up and waiting for its write (which reads the latest
+        // copy): never looked up again meanwhile.
         return Ok(Action::await_change());
     }
     tracing::info!(node = %name, "initializing node with cloud provider");
+    // The lookup runs as a task of its own, so this reconcile ends at once: kube-runtime
+    // polls every running reconcile on each wake-up, and thousands waiting for a batch
+    // answer made that quadratic (issue #15). The task queues the Node's write, or schedules
+    // a retry with the Node's backoff.
+    let task_ctx = Arc::clone(&ctx);
+    tokio::spawn(async move {
+        match look_up(&node, &task_ctx).await {
+            Ok(meta) => task_ctx.writes.push(name, meta),
+            Err(e) => {
+                task_ctx.writes.release(&name);
+                let delay = task_ctx.failed(&name, &e);
+                task_ctx.retry_after(name, delay);
+            }
+        }
+    });
+    Ok(Action::await_change())
+}
+
+/// The cloud's answer for a tainted Node, checked: a providerID to write (or one already
+/// set), and the provided-node-ip annotation naming one of the instance's addresses.
+async fn look_up(node: &Node, ctx: &Ctx) -> Result<InstanceMetadata, Error> {
+    let name = node.name_any();
     let meta = ctx
         .lookup
-        .call((*node).clone())
+        .call(node.clone())
         .await
         .map_err(|source| Error::Lookup { node: name.clone(), source })?
         .map_err(|source| Error::Metadata { node: name.clone(), source })?;
-    if meta.provider_id.is_empty() && node_util::provider_id(&node).is_empty() {
+    if meta.provider_id.is_empty() && node_util::provider_id(node).is_empty() {
         return Err(Error::NoProviderId(name));
     }
     let provided_ip = node.annotations().get(names::ANNOTATION_PROVIDED_NODE_IP);
     if let Some(Err(message)) =
         provided_ip.map(|ann| node_util::addresses_for_provided_ip(ann, &meta.node_addresses))
     {
-        let err = Error::ProvidedNodeIp { node: name.clone(), message };
+        let err = Error::ProvidedNodeIp { node: name, message };
         let note = err.to_string();
-        publish(&ctx, &node, EventType::Warning, reasons::PROVIDED_NODE_IP_INVALID, note).await;
+        publish(ctx, node, EventType::Warning, reasons::PROVIDED_NODE_IP_INVALID, note).await;
         return Err(err);
     }
-    // The writers take it from here; a failed write comes back as a retry of this reconcile.
-    ctx.writes.push(name, meta);
-    Ok(Action::await_change())
+    Ok(meta)
+}
+
+impl Ctx {
+    /// Records a failure of the Node (logged as upstream's "error syncing node, requeuing")
+    /// and returns its backoff delay.
+    fn failed(&self, name: &str, err: &Error) -> Duration {
+        let delay = self.backoff.failed(&name.to_string());
+        tracing::warn!(node = %name, error = %err, retry_in = ?delay, "error syncing node, requeuing");
+        delay
+    }
+
+    /// Runs the Node's reconcile again after `delay`.
+    fn retry_after(&self, name: String, delay: Duration) {
+        self.queue.retried();
+        let retry = self.retry.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(delay).await;
+            let _ = retry.send(ObjectRef::new(&name));
+        });
+    }
 }
 
 /// How one Node write ended.
@@ -435,24 +493,17 @@ async fn write_loop(store: Store<Node>, ctx: Arc<Ctx>) {
             None => Ok(Written::Done),
         };
         ctx.writes.done(&name);
-        let delay = match outcome {
-            Ok(Written::Done) => continue,
+        match outcome {
+            Ok(Written::Done) => {}
             Ok(Written::Conflict) => {
                 tracing::debug!(node = %name, "conflict writing node; retrying from a fresher copy");
-                CONFLICT_RETRY
+                ctx.retry_after(name, CONFLICT_RETRY);
             }
             Err(e) => {
-                let delay = ctx.backoff.failed(&name);
-                tracing::warn!(node = %name, error = %e, retry_in = ?delay, "error syncing node, requeuing");
-                delay
+                let delay = ctx.failed(&name, &e);
+                ctx.retry_after(name, delay);
             }
-        };
-        ctx.queue.retried();
-        let retry = ctx.retry.clone();
-        tokio::spawn(async move {
-            tokio::time::sleep(delay).await;
-            let _ = retry.send(ObjectRef::new(&name));
-        });
+        }
     }
 }
 
@@ -608,10 +659,16 @@ mod tests {
     #[tokio::test]
     async fn the_write_queue_keeps_one_entry_per_node_with_its_newest_lookup_in_order() {
         let q = WriteQueue::default();
+        assert!(q.claim("a"));
+        assert!(!q.claim("a"), "a Node being looked up is not looked up again");
         q.push("a".into(), meta("old"));
+        assert!(!q.claim("a"), "nor one waiting for its write");
         q.push("b".into(), meta("b"));
         q.push("a".into(), meta("new"));
         assert!(q.pending("a") && q.pending("b") && !q.pending("c"));
+        assert!(q.claim("c"));
+        q.release("c");
+        assert!(!q.pending("c"), "a failed lookup releases the Node");
         let (name, m) = q.pop().await;
         assert_eq!((name.as_str(), m.provider_id.as_str()), ("a", "new"));
         assert!(q.pending("a"), "a Node being written is still pending");
