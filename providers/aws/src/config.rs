@@ -423,11 +423,9 @@ impl CloudConfig {
         for name in order {
             if let Some((line, o)) = overrides.remove(&name) {
                 validate_override(&o, line)?;
-                if let Some(dup) = cfg
-                    .service_overrides
-                    .iter()
-                    .find(|d| d.service.eq_ignore_ascii_case(&o.service) && d.region == o.region)
-                {
+                if let Some(dup) = cfg.service_overrides.iter().find(|d| {
+                    endpoint_id(&d.service) == endpoint_id(&o.service) && d.region == o.region
+                }) {
                     return Err(ConfigError::Invalid {
                         key: format!("ServiceOverride \"{}\"", o.name),
                         message: format!(
@@ -436,7 +434,8 @@ impl CloudConfig {
                         ),
                     });
                 }
-                if !CALLED_SERVICES.contains(&o.service.as_str()) {
+                let id = endpoint_id(&o.service);
+                if !CALLED_SERVICES.contains(&id.as_str()) && id != "elasticloadbalancingv2" {
                     tracing::warn!(
                         section = %format!("ServiceOverride \"{}\"", o.name),
                         service = %o.service,
