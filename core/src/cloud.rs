@@ -207,6 +207,13 @@ pub trait InstancesV2: Send + Sync + 'static {
         });
         futures::future::join_all(calls).await
     }
+
+    /// The most Nodes the controllers put in one batch call (default 500). A provider that
+    /// splits a batch into list calls of `k` items answers best with a multiple of `k`: no
+    /// call for a short remainder.
+    fn max_batch(&self) -> usize {
+        500
+    }
 }
 
 /// For providers whose batch methods do the work: [`InstancesV2::instance_exists`] answered

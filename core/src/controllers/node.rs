@@ -59,8 +59,7 @@ use crate::names::{self, controllers as cnames, reasons};
 
 /// How long concurrent lookups are gathered before one batch call.
 const LOOKUP_WINDOW: Duration = Duration::from_millis(100);
-/// The most nodes in one batch call (providers chunk further to their API limits).
-const LOOKUP_MAX_BATCH: usize = 500;
+
 /// How many batch lookups run at once. Thousands of Nodes asking at once must not become
 /// dozens of concurrent list calls (a provider splits a batch further to its API limits):
 /// the cloud answers them all more slowly, and past the SDK's attempt timeout every one of
@@ -306,7 +305,7 @@ fn lookup_coalescer(
     deadline: Deadline,
 ) -> Coalescer<Node, Result<InstanceMetadata, ProviderError>> {
     let parallel = Arc::new(tokio::sync::Semaphore::new(LOOKUP_PARALLEL_BATCHES));
-    Coalescer::new(LOOKUP_WINDOW, LOOKUP_MAX_BATCH, move |nodes: Vec<Node>| {
+    Coalescer::new(LOOKUP_WINDOW, instances.max_batch().max(1), move |nodes: Vec<Node>| {
         let instances = Arc::clone(&instances);
         let parallel = Arc::clone(&parallel);
         async move {
@@ -635,7 +634,8 @@ async fn refresh_addresses_loop(
             })
             .map(|n| (*n).clone())
             .collect();
-        let chunks: Vec<Vec<Node>> = nodes.chunks(LOOKUP_MAX_BATCH).map(<[Node]>::to_vec).collect();
+        let chunks: Vec<Vec<Node>> =
+            nodes.chunks(instances.max_batch().max(1)).map(<[Node]>::to_vec).collect();
         futures::stream::iter(chunks)
             .for_each_concurrent(parallel_batches, |chunk| {
                 let instances = Arc::clone(&instances);

@@ -31,9 +31,6 @@ use crate::cloud::{InstanceStatus, InstancesV2};
 use crate::cloud_call::Deadline;
 use crate::names::{self, controllers as cnames, reasons};
 
-/// The most nodes asked about in one batch call.
-const STATUS_MAX_BATCH: usize = 500;
-
 /// Starts the lifecycle controller; skipped when the cloud has no InstancesV2.
 pub fn start(ctx: &ControllerContext) -> Result<Started, StartError> {
     let Some(instances) = ctx.cloud.instances_v2() else {
@@ -116,7 +113,7 @@ pub(crate) async fn monitor_nodes(
             not_ready.push((**node).clone());
         }
     }
-    for chunk in not_ready.chunks(STATUS_MAX_BATCH) {
+    for chunk in not_ready.chunks(instances.max_batch().max(1)) {
         let statuses =
             match deadline.run("InstanceStatus", instances.instance_status_batch(chunk)).await {
                 Ok(s) => s,
