@@ -154,6 +154,27 @@ pub(crate) fn health_check(
         .map_err(|e| build_err("health check", e))
 }
 
+/// A classic ELB's backends against the instances it should have.
+struct Backends {
+    /// Registered now.
+    have: BTreeSet<String>,
+    /// To register.
+    add: Vec<String>,
+    /// To deregister.
+    remove: Vec<String>,
+}
+
+impl Backends {
+    fn of(lb: &LoadBalancerDescription, instances: &[aws_sdk_ec2::types::Instance]) -> Self {
+        let want = instance_ids(instances);
+        let have: BTreeSet<String> =
+            lb.instances().iter().filter_map(|i| i.instance_id()).map(str::to_string).collect();
+        let add = want.difference(&have).cloned().collect();
+        let remove = have.difference(&want).cloned().collect();
+        Backends { have, add, remove }
+    }
+}
+
 impl AwsLoadBalancer {
     pub(crate) async fn describe_classic(
         &self,
@@ -410,31 +431,15 @@ impl AwsLoadBalancer {
         }
 
         // Backends.
-        let want = instance_ids(&instances);
-        let have: BTreeSet<String> =
-            lb.instances().iter().filter_map(|i| i.instance_id()).map(str::to_string).collect();
-        let add: Vec<ElbInstance> = want
-            .difference(&have)
-            .map(|id| ElbInstance::builder().instance_id(id).build())
-            .collect();
-        let remove: Vec<ElbInstance> = have
-            .difference(&want)
-            .map(|id| ElbInstance::builder().instance_id(id).build())
-            .collect();
-        if !add.is_empty() {
-            c.elb
-                .register_instances_with_load_balancer()
-                .load_balancer_name(name)
-                .set_instances(Some(add))
-                .send()
-                .await
-                .map_err(|e| api_error(format!("RegisterInstancesWithLoadBalancer {name}"), e))?;
-        }
-        if !remove.is_empty() {
+        let backends = Backends::of(&lb, &instances);
+        self.register(name, &backends.add).await?;
+        if !backends.remove.is_empty() {
+            let remove =
+                backends.remove.iter().map(|id| ElbInstance::builder().instance_id(id).build());
             c.elb
                 .deregister_instances_from_load_balancer()
                 .load_balancer_name(name)
-                .set_instances(Some(remove))
+                .set_instances(Some(remove.collect()))
                 .send()
                 .await
                 .map_err(|e| api_error(format!("DeregisterInstancesFromLoadBalancer {name}"), e))?;
@@ -473,16 +478,10 @@ impl AwsLoadBalancer {
             return Ok(false);
         };
         let instances = self.backend_instances(nodes, opts).await?;
-        let want = instance_ids(&instances);
-        let have: BTreeSet<String> =
-            lb.instances().iter().filter_map(|i| i.instance_id()).map(str::to_string).collect();
-        if have.difference(&want).next().is_some() {
+        let Backends { have, add, remove } = Backends::of(&lb, &instances);
+        if !remove.is_empty() {
             return Ok(false);
         }
-        let add: Vec<ElbInstance> = want
-            .difference(&have)
-            .map(|id| ElbInstance::builder().instance_id(id).build())
-            .collect();
         if add.is_empty() {
             return Ok(true);
         }
@@ -498,15 +497,27 @@ impl AwsLoadBalancer {
                 return Ok(false);
             }
         }
-        let c = self.clients.get().await?;
-        c.elb
+        self.register(name, &add).await?;
+        Ok(true)
+    }
+
+    /// Registers instances with a classic ELB (nothing to do for none).
+    async fn register(&self, name: &str, ids: &[String]) -> Result<(), ProviderError> {
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let add = ids.iter().map(|id| ElbInstance::builder().instance_id(id).build());
+        self.clients
+            .get()
+            .await?
+            .elb
             .register_instances_with_load_balancer()
             .load_balancer_name(name)
-            .set_instances(Some(add))
+            .set_instances(Some(add.collect()))
             .send()
             .await
             .map_err(|e| api_error(format!("RegisterInstancesWithLoadBalancer {name}"), e))?;
-        Ok(true)
+        Ok(())
     }
 
     /// Makes the attributes exactly what the annotations say, with upstream's defaults for
