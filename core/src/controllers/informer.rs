@@ -170,9 +170,17 @@ where
         (informer, writer)
     }
 
-    /// The cache as a kube-runtime store (for a kube-runtime `Controller`).
-    pub(crate) fn reader(&self) -> Store<K> {
-        self.reader.clone()
+    /// The cache as a kube-runtime store (for a kube-runtime `Controller`), once the first
+    /// list is complete; `None` if `shutdown` fires first. Never hand out the store before:
+    /// kube-runtime's `Store::wait_until_ready` wakes only the last of several tasks waiting
+    /// on one store (a oneshot receiver keeps one waker), and a shared store has several
+    /// (under load the lifecycle controller waited forever); once ready, every wait returns
+    /// at once.
+    pub(crate) async fn synced_reader(&self, shutdown: &CancellationToken) -> Option<Store<K>> {
+        tokio::select! {
+            _ = self.wait_synced() => Some(self.reader.clone()),
+            _ = shutdown.cancelled() => None,
+        }
     }
 
     /// How many object versions this informer keeps alive: the cache plus the versions in

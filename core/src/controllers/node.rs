@@ -345,15 +345,7 @@ async fn run(
     // The shared Node informer: its cache is the controller's store, its changes the
     // triggers (one watch for every controller).
     let informer = super::informer::nodes_for(&ctx, None);
-    // Synced first: kube-runtime's `Store::wait_until_ready` wakes only the last of several
-    // tasks waiting on one store (a oneshot receiver keeps one waker), and the shared store
-    // has several waiters (this controller's runner and refresh loop, the lifecycle
-    // controller); once the store is ready every wait returns at once.
-    tokio::select! {
-        _ = informer.wait_synced() => {}
-        _ = ctx.shutdown.cancelled() => return,
-    }
-    let store = informer.reader();
+    let Some(store) = informer.synced_reader(&ctx.shutdown).await else { return };
     let retries =
         futures::stream::unfold(
             retries,

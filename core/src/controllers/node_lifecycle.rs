@@ -44,13 +44,7 @@ async fn run(ctx: ControllerContext, instances: Arc<dyn InstancesV2>) {
     let nodes: Api<Node> = Api::all(ctx.client.clone());
     // The shared Node cache (read on each pass; no change stream).
     let informer = super::informer::nodes_for(&ctx, None);
-    // Synced before the store is read: see the cloud-node controller (several tasks waiting
-    // on one kube-runtime store lose wake-ups).
-    tokio::select! {
-        _ = informer.wait_synced() => {}
-        _ = ctx.shutdown.cancelled() => return,
-    }
-    let store = informer.reader();
+    let Some(store) = informer.synced_reader(&ctx.shutdown).await else { return };
     let recorder = EventRecorder::new(
         ctx.events_client(),
         Reporter { controller: cnames::COMPONENT_CLOUD_NODE_LIFECYCLE.into(), instance: None },
