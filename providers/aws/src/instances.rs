@@ -195,6 +195,16 @@ struct Cache {
     by_dns: HashMap<String, String>,
 }
 
+impl Cache {
+    /// Drops instances found more than `ttl` ago, and the names that led to them (names of
+    /// Nodes long gone would otherwise pile up for the life of the process).
+    fn expire(&mut self, ttl: Duration) {
+        let Cache { by_id, by_dns } = self;
+        by_id.retain(|_, (at, _)| at.elapsed() < ttl);
+        by_dns.retain(|_, id| by_id.contains_key(id));
+    }
+}
+
 /// The InstancesV2 implementation.
 pub struct AwsInstances {
     clients: Clients,
@@ -250,7 +260,7 @@ impl AwsInstances {
         {
             let mut cache = self.cache.lock().await;
             let ttl = self.cache_ttl;
-            cache.by_id.retain(|_, (at, _)| at.elapsed() < ttl);
+            cache.expire(ttl);
             for r in refs {
                 let hit = if fresh {
                     None
@@ -591,6 +601,20 @@ mod tests {
         InstanceIpv6Address, InstanceNetworkInterface, InstanceNetworkInterfaceAttachment,
         InstancePrivateIpAddress, NetworkInterfaceStatus,
     };
+
+    #[test]
+    fn expired_instances_take_their_names_with_them() {
+        let mut cache = Cache::default();
+        let old = Instant::now() - Duration::from_secs(30);
+        for (id, at) in [("i-old", old), ("i-new", Instant::now())] {
+            let i = Instance::builder().instance_id(id).build();
+            cache.by_id.insert(id.to_string(), (at, i));
+            cache.by_dns.insert(format!("{id}.ec2.internal"), id.to_string());
+        }
+        cache.expire(Duration::from_secs(10));
+        assert_eq!(cache.by_id.keys().collect::<Vec<_>>(), ["i-new"]);
+        assert_eq!(cache.by_dns.keys().collect::<Vec<_>>(), ["i-new.ec2.internal"]);
+    }
 
     #[test]
     fn provider_id_forms() {
