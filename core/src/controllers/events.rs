@@ -1,25 +1,91 @@
 //! Recording events on the objects the controllers act on, the same way for every controller:
 //! a failure to record is logged, never fatal.
 //!
-//! [`EventRecorder`] folds repeats the way client-go's event correlator does: the *same*
+//! [`EventRecorder`] publishes events.k8s.io/v1 Events (as kube-rs' `Recorder` does: `create`
+//! and `patch`) and folds repeats the way client-go's event correlator does: the *same*
 //! message about the same object, reason and action becomes one event whose series count
-//! grows; a *different* message is a new event. (kube-rs' `Recorder` alone folds by reason
-//! and action only, so a second, different `SyncLoadBalancerFailed` would be hidden behind
-//! the first one's text in `kubectl describe`.)
+//! grows; a *different* message is a new event. (kube-rs' `Recorder` folds by reason and
+//! action only, so a second, different `SyncLoadBalancerFailed` would be hidden behind the
+//! first one's text in `kubectl describe`.)
+//!
+//! What it remembers per series is small (names, the note, a count) and bounded: a series is
+//! forgotten 6 minutes after its last use and at most [`MAX_SERIES`] are kept, like
+//! client-go's correlator cache. (kube-rs' `Recorder` keeps every published Event whole, and
+//! one recorder per series had its own map: about 6 kB per Node while a cluster of thousands
+//! registers at once, issue #15.)
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::api::events::v1::{Event as K8sEvent, EventSeries};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::Resource;
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::runtime::events::{Event, EventType, Reporter};
 
-/// How long a message's series is remembered after its last use (kube-rs keeps a series
-/// for 6 minutes).
+/// How long a message's series is remembered after its last use (client-go and kube-rs: 6
+/// minutes).
 const SERIES_TTL: Duration = Duration::from_secs(6 * 60);
 
-/// (object, reason, action) → (the last message, the recorder holding its series, last use).
-type Series = HashMap<(String, String, String), (String, Recorder, Instant)>;
+/// The most series remembered at once (client-go's correlator cache holds 4096): beyond it,
+/// the least recently used is forgotten (its next repeat starts a new event).
+pub const MAX_SERIES: usize = 4096;
+
+/// How often expired series are swept out (not on every event: thousands are published
+/// while a large cluster registers).
+const SWEEP_EVERY: Duration = Duration::from_secs(30);
+
+/// One published event, as much as its series needs.
+#[derive(Debug, Clone)]
+struct Published {
+    note: String,
+    namespace: String,
+    name: String,
+    count: i32,
+    used: Instant,
+}
+
+/// (object, reason, action) → the last event published for it.
+#[derive(Default)]
+struct Series {
+    by_key: HashMap<(String, String, String), Published>,
+    swept: Option<Instant>,
+}
+
+impl Series {
+    /// The event a repeat of `note` would grow, forgetting expired series first (at most
+    /// every [`SWEEP_EVERY`], or when full).
+    fn repeat_of(
+        &mut self,
+        key: &(String, String, String),
+        note: &str,
+        now: Instant,
+    ) -> Option<Published> {
+        let due = self.swept.is_none_or(|at| now.duration_since(at) >= SWEEP_EVERY);
+        if due || self.by_key.len() >= MAX_SERIES {
+            self.by_key.retain(|_, p| now.duration_since(p.used) < SERIES_TTL);
+            self.swept = Some(now);
+        }
+        self.by_key
+            .get(key)
+            .filter(|p| p.note == note && now.duration_since(p.used) < SERIES_TTL)
+            .cloned()
+    }
+
+    /// Remembers `published` as the key's latest event, forgetting the least recently used
+    /// series if [`MAX_SERIES`] are kept already.
+    fn remember(&mut self, key: (String, String, String), published: Published) {
+        if !self.by_key.contains_key(&key) && self.by_key.len() >= MAX_SERIES {
+            let oldest = self.by_key.iter().min_by_key(|(_, p)| p.used).map(|(k, _)| k.clone());
+            if let Some(oldest) = oldest {
+                self.by_key.remove(&oldest);
+            }
+        }
+        self.by_key.insert(key, published);
+    }
+}
 
 /// Publishes the events of one controller (one reporting component).
 #[derive(Clone)]
@@ -35,23 +101,83 @@ impl EventRecorder {
         EventRecorder { client, reporter, series: Arc::default() }
     }
 
-    /// The kube-rs recorder that folds `note` about this object, reason and action.
-    fn recorder_for(&self, object: String, reason: &str, action: &str, note: &str) -> Recorder {
-        let now = Instant::now();
-        let mut series = self.series.lock().unwrap_or_else(PoisonError::into_inner);
-        series.retain(|_, (_, _, used)| now.duration_since(*used) < SERIES_TTL);
-        let key = (object, reason.to_string(), action.to_string());
-        match series.get_mut(&key) {
-            Some((last, recorder, used)) if last == note => {
-                *used = now;
-                recorder.clone()
-            }
-            _ => {
-                let recorder = Recorder::new(self.client.clone(), self.reporter.clone());
-                series.insert(key, (note.to_string(), recorder.clone(), now));
-                recorder
+    fn series(&self) -> std::sync::MutexGuard<'_, Series> {
+        self.series.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A new event about `regarding` (name and fields as kube-rs' `Recorder` gives them).
+    fn new_event(&self, ev: &Event, regarding: &ObjectReference, namespace: &str) -> K8sEvent {
+        let now = k8s_openapi::jiff::Timestamp::now();
+        let name = format!(
+            "{}.{:x}",
+            regarding.name.as_deref().unwrap_or(&self.reporter.controller),
+            now.as_nanosecond()
+        );
+        K8sEvent {
+            action: Some(ev.action.clone()),
+            reason: Some(ev.reason.clone()),
+            event_time: Some(MicroTime(now)),
+            regarding: Some(regarding.clone()),
+            note: ev.note.clone(),
+            metadata: ObjectMeta {
+                namespace: Some(namespace.to_string()),
+                name: Some(name),
+                ..Default::default()
+            },
+            reporting_controller: Some(self.reporter.controller.clone()),
+            reporting_instance: Some(
+                self.reporter.instance.clone().unwrap_or_else(|| self.reporter.controller.clone()),
+            ),
+            type_: Some(
+                match ev.type_ {
+                    EventType::Normal => "Normal",
+                    EventType::Warning => "Warning",
+                }
+                .to_string(),
+            ),
+            ..Default::default()
+        }
+    }
+
+    /// Publishes `ev` about `regarding`: a new event, or the series of the same message about
+    /// the same object, reason and action grown by one.
+    async fn record(
+        &self,
+        object: String,
+        ev: &Event,
+        regarding: &ObjectReference,
+    ) -> Result<(), kube::Error> {
+        let note = ev.note.clone().unwrap_or_default();
+        let key = (object, ev.reason.clone(), ev.action.clone());
+        let repeat = self.series().repeat_of(&key, &note, Instant::now());
+        if let Some(mut last) = repeat {
+            let events: Api<K8sEvent> = Api::namespaced(self.client.clone(), &last.namespace);
+            last.count += 1;
+            let series = EventSeries {
+                count: last.count,
+                last_observed_time: MicroTime(k8s_openapi::jiff::Timestamp::now()),
+            };
+            let patch = serde_json::json!({ "series": series });
+            match events.patch(&last.name, &PatchParams::default(), &Patch::Merge(&patch)).await {
+                Ok(_) => {
+                    last.used = Instant::now();
+                    self.series().remember(key, last);
+                    return Ok(());
+                }
+                // Gone meanwhile (events expire on the server): a new event instead.
+                Err(kube::Error::Api(s)) if s.code == 404 => {}
+                Err(e) => return Err(e),
             }
         }
+        // Cluster-scoped objects' events go to "default", as kube-rs and client-go put them.
+        let namespace = regarding.namespace.clone().unwrap_or_else(|| "default".to_string());
+        let event = self.new_event(ev, regarding, &namespace);
+        let events: Api<K8sEvent> = Api::namespaced(self.client.clone(), &namespace);
+        let created = events.create(&PostParams::default(), &event).await?;
+        let name = created.metadata.name.or(event.metadata.name).unwrap_or_default();
+        let published = Published { note, namespace, name, count: 1, used: Instant::now() };
+        self.series().remember(key, published);
+        Ok(())
     }
 }
 
@@ -91,7 +217,6 @@ pub async fn publish<K: Resource<DynamicType = ()>>(
         reference.uid.as_deref().unwrap_or_default()
     );
     let note = truncate_note(note);
-    let kube_recorder = recorder.recorder_for(object, reason, action, &note);
     let ev = Event {
         type_,
         reason: reason.into(),
@@ -99,7 +224,7 @@ pub async fn publish<K: Resource<DynamicType = ()>>(
         action: action.into(),
         secondary: None,
     };
-    if let Err(e) = kube_recorder.publish(&ev, &reference).await {
+    if let Err(e) = recorder.record(object, &ev, &reference).await {
         let name = obj.meta().name.as_deref().unwrap_or_default();
         tracing::warn!(object = name, reason, error = %e, "failed to record event");
     }
@@ -108,6 +233,42 @@ pub async fn publish<K: Resource<DynamicType = ()>>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn key(object: &str) -> (String, String, String) {
+        (object.to_string(), "SyncLoadBalancerFailed".to_string(), "EnsureLoadBalancer".to_string())
+    }
+
+    fn published(note: &str, used: Instant) -> Published {
+        let (namespace, name) = ("ns".to_string(), format!("ev-{note}"));
+        Published { note: note.to_string(), namespace, name, count: 1, used }
+    }
+
+    #[test]
+    fn the_same_message_within_six_minutes_is_a_repeat_a_different_or_later_one_is_not() {
+        let mut series = Series::default();
+        let now = Instant::now();
+        series.remember(key("svc/a"), published("quota exceeded", now));
+        let again = series.repeat_of(&key("svc/a"), "quota exceeded", now);
+        assert_eq!(again.map(|p| p.name).as_deref(), Some("ev-quota exceeded"));
+        assert!(series.repeat_of(&key("svc/a"), "subnet full", now).is_none());
+        assert!(series.repeat_of(&key("svc/b"), "quota exceeded", now).is_none());
+        let later = now + SERIES_TTL + Duration::from_secs(1);
+        assert!(series.repeat_of(&key("svc/a"), "quota exceeded", later).is_none());
+        assert!(series.by_key.is_empty(), "an expired series is forgotten");
+    }
+
+    #[test]
+    fn at_most_max_series_are_kept_and_the_least_recently_used_goes_first() {
+        let mut series = Series::default();
+        let start = Instant::now();
+        for i in 0..MAX_SERIES + 10 {
+            let at = start + Duration::from_millis(i as u64);
+            series.remember(key(&format!("node/{i}")), published("x", at));
+        }
+        assert_eq!(series.by_key.len(), MAX_SERIES);
+        assert!(!series.by_key.contains_key(&key("node/0")), "the oldest went");
+        assert!(series.by_key.contains_key(&key(&format!("node/{}", MAX_SERIES + 9))));
+    }
 
     #[test]
     fn a_note_longer_than_the_api_allows_is_cut_on_a_character_boundary() {

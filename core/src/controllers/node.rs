@@ -227,7 +227,9 @@ impl WriteQueue {
 
 struct Ctx {
     nodes: Api<Node>,
-    lookup: Coalescer<Node, Result<InstanceMetadata, ProviderError>>,
+    /// Nodes waiting for a batch are the informer's shared copies; a batch copies its own
+    /// Nodes only when its turn comes (thousands wait at once when a cluster scales up).
+    lookup: Coalescer<Arc<Node>, Result<InstanceMetadata, ProviderError>>,
     writes: WriteQueue,
     /// Reconciles to run again (a failed or conflicting write), after their delay.
     retry: tokio::sync::mpsc::UnboundedSender<ObjectRef<Node>>,
@@ -303,14 +305,15 @@ async fn metadata_batch(
 fn lookup_coalescer(
     instances: Arc<dyn InstancesV2>,
     deadline: Deadline,
-) -> Coalescer<Node, Result<InstanceMetadata, ProviderError>> {
+) -> Coalescer<Arc<Node>, Result<InstanceMetadata, ProviderError>> {
     let parallel = Arc::new(tokio::sync::Semaphore::new(LOOKUP_PARALLEL_BATCHES));
-    Coalescer::new(LOOKUP_WINDOW, instances.max_batch().max(1), move |nodes: Vec<Node>| {
+    Coalescer::new(LOOKUP_WINDOW, instances.max_batch().max(1), move |nodes: Vec<Arc<Node>>| {
         let instances = Arc::clone(&instances);
         let parallel = Arc::clone(&parallel);
         async move {
             // The deadline starts when the batch's turn comes.
             let _turn = parallel.acquire().await;
+            let nodes: Vec<Node> = nodes.iter().map(|n| Node::clone(n)).collect();
             metadata_batch(instances.as_ref(), deadline, &nodes).await
         }
     })
@@ -427,7 +430,7 @@ async fn reconcile(node: Arc<Node>, ctx: Arc<Ctx>) -> Result<Action, Error> {
     // a retry with the Node's backoff.
     let task_ctx = Arc::clone(&ctx);
     tokio::spawn(async move {
-        match look_up(&node, &task_ctx).await {
+        match look_up(node, &task_ctx).await {
             Ok(meta) => task_ctx.writes.push(name, meta),
             Err(e) => {
                 task_ctx.writes.release(&name);
@@ -441,15 +444,15 @@ async fn reconcile(node: Arc<Node>, ctx: Arc<Ctx>) -> Result<Action, Error> {
 
 /// The cloud's answer for a tainted Node, checked: a providerID to write (or one already
 /// set), and the provided-node-ip annotation naming one of the instance's addresses.
-async fn look_up(node: &Node, ctx: &Ctx) -> Result<InstanceMetadata, Error> {
+async fn look_up(node: Arc<Node>, ctx: &Ctx) -> Result<InstanceMetadata, Error> {
     let name = node.name_any();
     let meta = ctx
         .lookup
-        .call(node.clone())
+        .call(Arc::clone(&node))
         .await
         .map_err(|source| Error::Lookup { node: name.clone(), source })?
         .map_err(|source| Error::Metadata { node: name.clone(), source })?;
-    if meta.provider_id.is_empty() && node_util::provider_id(node).is_empty() {
+    if meta.provider_id.is_empty() && node_util::provider_id(&node).is_empty() {
         return Err(Error::NoProviderId(name));
     }
     let provided_ip = node.annotations().get(names::ANNOTATION_PROVIDED_NODE_IP);
@@ -458,7 +461,10 @@ async fn look_up(node: &Node, ctx: &Ctx) -> Result<InstanceMetadata, Error> {
     {
         let err = Error::ProvidedNodeIp { node: name, message };
         let note = err.to_string();
-        publish(ctx, node, EventType::Warning, reasons::PROVIDED_NODE_IP_INVALID, note).await;
+        // Boxed: a rare path, and its request future would otherwise make every waiting
+        // lookup task kilobytes larger.
+        Box::pin(publish(ctx, &node, EventType::Warning, reasons::PROVIDED_NODE_IP_INVALID, note))
+            .await;
         return Err(err);
     }
     Ok(meta)

@@ -176,7 +176,9 @@ fn is_terminated(instance: &Instance) -> bool {
 }
 
 /// A per-node answer shared by the batch methods.
-type Found = Result<Option<Instance>, ProviderError>;
+/// One lookup's answer. Instances are shared (`Arc`): the cache, the indexes of a batch and
+/// its answers hold one copy each instance, not one each (hundreds per batch, kilobytes each).
+type Found = Result<Option<Arc<Instance>>, ProviderError>;
 
 /// A copy of an error for every node of a failed chunk (sources are kept as text).
 fn copy_error(e: &ProviderError) -> ProviderError {
@@ -191,7 +193,7 @@ fn copy_error(e: &ProviderError) -> ProviderError {
 
 #[derive(Default)]
 struct Cache {
-    by_id: HashMap<String, (Instant, Instance)>,
+    by_id: HashMap<String, (Instant, Arc<Instance>)>,
     by_dns: HashMap<String, String>,
 }
 
@@ -256,7 +258,7 @@ impl AwsInstances {
     async fn lookup(&self, refs: &[InstanceRef], fresh: bool) -> Vec<Found> {
         let mut ids: Vec<String> = Vec::new();
         let mut dns: Vec<String> = Vec::new();
-        let mut known: HashMap<InstanceRef, Instance> = HashMap::new();
+        let mut known: HashMap<InstanceRef, Arc<Instance>> = HashMap::new();
         {
             let mut cache = self.cache.lock().await;
             let ttl = self.cache_ttl;
@@ -266,12 +268,12 @@ impl AwsInstances {
                     None
                 } else {
                     match r {
-                        InstanceRef::Id(id) => cache.by_id.get(id).map(|(_, i)| i.clone()),
+                        InstanceRef::Id(id) => cache.by_id.get(id).map(|(_, i)| Arc::clone(i)),
                         InstanceRef::PrivateDns(n) => cache
                             .by_dns
                             .get(n)
                             .and_then(|id| cache.by_id.get(id))
-                            .map(|(_, i)| i.clone()),
+                            .map(|(_, i)| Arc::clone(i)),
                     }
                 };
                 match (hit, r) {
@@ -286,7 +288,7 @@ impl AwsInstances {
         }
 
         let mut failed: HashMap<InstanceRef, Arc<ProviderError>> = HashMap::new();
-        let mut fetched: Vec<Instance> = Vec::new();
+        let mut fetched: Vec<Arc<Instance>> = Vec::new();
         let calls = ids
             .chunks(MAX_FILTER_VALUES)
             .map(|c| ("instance-id", c.to_vec()))
@@ -297,7 +299,7 @@ impl AwsInstances {
             });
         for (filter, values, res) in futures::future::join_all(calls).await {
             match res {
-                Ok(mut found) => fetched.append(&mut found),
+                Ok(found) => fetched.extend(found.into_iter().map(Arc::new)),
                 Err(e) => {
                     let e = Arc::new(e);
                     for v in values {
@@ -313,15 +315,15 @@ impl AwsInstances {
         }
 
         // Index what came back; DNS matches must belong to this cluster and not be terminated.
-        let mut by_id: HashMap<String, Instance> = HashMap::new();
-        let mut by_dns: HashMap<String, Vec<Instance>> = HashMap::new();
+        let mut by_id: HashMap<String, Arc<Instance>> = HashMap::new();
+        let mut by_dns: HashMap<String, Vec<Arc<Instance>>> = HashMap::new();
         for i in fetched {
             let Some(id) = i.instance_id().map(str::to_string) else { continue };
             if let Some(name) = i.private_dns_name().filter(|n| !n.is_empty())
                 && !is_terminated(&i)
                 && self.tags.owns(i.tags())
             {
-                by_dns.entry(name.to_ascii_lowercase()).or_default().push(i.clone());
+                by_dns.entry(name.to_ascii_lowercase()).or_default().push(Arc::clone(&i));
             }
             by_id.insert(id, i);
         }
@@ -337,7 +339,7 @@ impl AwsInstances {
                     {
                         cache.by_dns.insert(name.to_ascii_lowercase(), id.clone());
                     }
-                    cache.by_id.insert(id.clone(), (now, i.clone()));
+                    cache.by_id.insert(id.clone(), (now, Arc::clone(i)));
                 }
             }
         }
@@ -345,7 +347,7 @@ impl AwsInstances {
         refs.iter()
             .map(|r| {
                 if let Some(i) = known.get(r) {
-                    return Ok(Some(i.clone()));
+                    return Ok(Some(Arc::clone(i)));
                 }
                 if let Some(e) = failed.get(r) {
                     return Err(copy_error(e));
@@ -354,7 +356,7 @@ impl AwsInstances {
                     InstanceRef::Id(id) => Ok(by_id.get(id).cloned()),
                     InstanceRef::PrivateDns(n) => match by_dns.get(n).map(Vec::as_slice) {
                         None | Some([]) => Ok(None),
-                        Some([one]) => Ok(Some(one.clone())),
+                        Some([one]) => Ok(Some(Arc::clone(one))),
                         Some(many) => Err(ProviderError::other(format!(
                             "{} instances of this cluster have private DNS name {n}: {}",
                             many.len(),
@@ -390,12 +392,13 @@ impl AwsInstances {
                 .map_err(|e| {
                     api_error(format!("DescribeInstances by {filter} ({} values)", values.len()), e)
                 })?;
-            for r in resp.reservations() {
-                out.extend(r.instances().iter().cloned());
+            let next = resp.next_token().filter(|t| !t.is_empty()).map(str::to_string);
+            for r in resp.reservations.unwrap_or_default() {
+                out.extend(r.instances.unwrap_or_default());
             }
-            match resp.next_token() {
-                Some(t) if !t.is_empty() => token = Some(t.to_string()),
-                _ => break,
+            match next {
+                Some(t) => token = Some(t),
+                None => break,
             }
         }
         Ok(out)
@@ -577,8 +580,7 @@ impl AwsInstances {
                 .iter()
                 .flat_map(|r| r.instances())
                 .find(|i| i.instance_id() == Some(id))
-                .cloned()
-                .map(Some)
+                .map(|i| Some(Arc::new(i.clone())))
                 .ok_or_else(|| {
                     ProviderError::other(format!(
                         "DescribeInstances by instance ID {id}: the answer neither lists the \
@@ -608,7 +610,7 @@ mod tests {
         let old = Instant::now() - Duration::from_secs(30);
         for (id, at) in [("i-old", old), ("i-new", Instant::now())] {
             let i = Instance::builder().instance_id(id).build();
-            cache.by_id.insert(id.to_string(), (at, i));
+            cache.by_id.insert(id.to_string(), (at, Arc::new(i)));
             cache.by_dns.insert(format!("{id}.ec2.internal"), id.to_string());
         }
         cache.expire(Duration::from_secs(10));

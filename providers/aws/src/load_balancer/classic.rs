@@ -1,6 +1,7 @@
 //! Classic ELB: create/update/delete one load balancer per Service.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use aws_sdk_elasticloadbalancing::types::{
     AccessLog, ConnectionDraining, ConnectionSettings, CrossZoneLoadBalancing, HealthCheck,
@@ -165,7 +166,7 @@ struct Backends {
 }
 
 impl Backends {
-    fn of(lb: &LoadBalancerDescription, instances: &[aws_sdk_ec2::types::Instance]) -> Self {
+    fn of(lb: &LoadBalancerDescription, instances: &[Arc<aws_sdk_ec2::types::Instance>]) -> Self {
         let want = instance_ids(instances);
         let have: BTreeSet<String> =
             lb.instances().iter().filter_map(|i| i.instance_id()).map(str::to_string).collect();

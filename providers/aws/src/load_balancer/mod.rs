@@ -128,7 +128,7 @@ impl AwsLoadBalancer {
         &self,
         nodes: &[Node],
         opts: &LbOptions,
-    ) -> Result<Vec<Instance>, ProviderError> {
+    ) -> Result<Vec<Arc<Instance>>, ProviderError> {
         let selected: Vec<&Node> = nodes
             .iter()
             .filter(|n| {
@@ -146,7 +146,8 @@ impl AwsLoadBalancer {
                 }
             }
         }
-        let mut out: Vec<Instance> = Vec::new();
+        let mut out: Vec<Arc<Instance>> = Vec::new();
+        let mut seen: BTreeSet<String> = BTreeSet::new();
         for (r, found) in refs.iter().zip(self.instances.find(&refs).await) {
             match found? {
                 Some(i)
@@ -154,7 +155,7 @@ impl AwsLoadBalancer {
                         .and_then(|s| s.name())
                         .is_some_and(|s| s.as_str() != "terminated") =>
                 {
-                    if !out.iter().any(|o| o.instance_id() == i.instance_id()) {
+                    if seen.insert(i.instance_id().unwrap_or_default().to_string()) {
                         out.push(i);
                     }
                 }
@@ -178,7 +179,7 @@ impl AwsLoadBalancer {
     }
 
     /// The VPC: from the config, else from the backend instances.
-    fn vpc_id(&self, instances: &[Instance]) -> Result<String, ProviderError> {
+    fn vpc_id(&self, instances: &[Arc<Instance>]) -> Result<String, ProviderError> {
         if !self.cfg.global.vpc.is_empty() {
             return Ok(self.cfg.global.vpc.clone());
         }
@@ -474,7 +475,7 @@ impl LoadBalancer for AwsLoadBalancer {
 }
 
 /// Instance IDs as a set.
-pub(crate) fn instance_ids(instances: &[Instance]) -> BTreeSet<String> {
+pub(crate) fn instance_ids(instances: &[Arc<Instance>]) -> BTreeSet<String> {
     instances.iter().filter_map(|i| i.instance_id()).map(str::to_string).collect()
 }
 

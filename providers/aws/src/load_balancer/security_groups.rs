@@ -3,6 +3,7 @@
 //! adding or revoking ours never touches a rule someone else added.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use aws_sdk_ec2::types::{
     Filter, Instance, IpPermission, IpRange, Ipv6Range, ResourceType, SecurityGroup, Tag,
@@ -254,7 +255,7 @@ impl AwsLoadBalancer {
     /// one tagged for the cluster. Instances where that is ambiguous are skipped with a warning.
     pub(crate) async fn node_security_groups(
         &self,
-        instances: &[Instance],
+        instances: &[Arc<Instance>],
     ) -> Result<BTreeSet<String>, ProviderError> {
         let all: BTreeSet<String> = instances
             .iter()
