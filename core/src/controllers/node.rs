@@ -622,9 +622,6 @@ async fn refresh_addresses_loop(
     period: Duration,
     parallel_batches: usize,
 ) {
-    if store.wait_until_ready().await.is_err() {
-        return;
-    }
     let mut tick = tokio::time::interval(period);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -632,21 +629,20 @@ async fn refresh_addresses_loop(
         // Backoff entries of Nodes that no longer exist (normally dropped as soon as their
         // retry comes due; this bounds the map even if a retry was lost).
         ctx.backoff.retain(|name| store.get(&ObjectRef::new(name)).is_some());
-        let nodes: Vec<Node> = store
+        // The cache's shared copies; a batch copies its own Nodes only when its turn comes.
+        let nodes: Vec<Arc<Node>> = store
             .state()
             .into_iter()
             .filter(|n| {
                 !has_taint(n, names::TAINT_UNINITIALIZED) && n.meta().deletion_timestamp.is_none()
             })
-            .map(|n| (*n).clone())
             .collect();
-        let chunks: Vec<Vec<Node>> =
-            nodes.chunks(instances.max_batch().max(1)).map(<[Node]>::to_vec).collect();
-        futures::stream::iter(chunks)
-            .for_each_concurrent(parallel_batches, |chunk| {
+        futures::stream::iter(nodes.chunks(instances.max_batch().max(1)))
+            .for_each_concurrent(parallel_batches, |shared| {
                 let instances = Arc::clone(&instances);
                 let ctx = Arc::clone(&ctx);
                 async move {
+                    let chunk: Vec<Node> = shared.iter().map(|n| Node::clone(n)).collect();
                     let results = metadata_batch(instances.as_ref(), ctx.deadline, &chunk).await;
                     for (node, res) in chunk.iter().zip(results) {
                         let name = node.name_any();

@@ -147,7 +147,6 @@ impl AwsLoadBalancer {
             }
         }
         let mut out: Vec<Arc<Instance>> = Vec::new();
-        let mut seen: BTreeSet<String> = BTreeSet::new();
         for (r, found) in refs.iter().zip(self.instances.find(&refs).await) {
             match found? {
                 Some(i)
@@ -155,14 +154,14 @@ impl AwsLoadBalancer {
                         .and_then(|s| s.name())
                         .is_some_and(|s| s.as_str() != "terminated") =>
                 {
-                    if seen.insert(i.instance_id().unwrap_or_default().to_string()) {
-                        out.push(i);
-                    }
+                    out.push(i);
                 }
                 _ => tracing::warn!(instance = ?r, "backend node has no running instance; skipped"),
             }
         }
+        // Sorted by ID, each instance once (two Nodes may name the same instance).
         out.sort_by(|a, b| a.instance_id().cmp(&b.instance_id()));
+        out.dedup_by(|a, b| a.instance_id() == b.instance_id());
         Ok(out)
     }
 
