@@ -21,7 +21,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use aws_sdk_ec2::types::{Filter, Instance, InstanceStateName};
+use aws_sdk_ec2::types::{Filter, Instance, InstanceStateName, Tag};
 use ccm_core::cloud::{InstanceMetadata, InstanceStatus, InstancesV2, ProviderError};
 use k8s_openapi::api::core::v1::{Node, NodeAddress};
 use tokio::sync::Mutex;
@@ -114,20 +114,160 @@ pub fn instance_ref_for_name(name: &str) -> InstanceRef {
     }
 }
 
+/// What the provider reads of an EC2 instance, taken out of the SDK's `Instance` as each page
+/// of a `DescribeInstances` answer is read. The SDK's type carries some 70 fields (block
+/// devices, CPU, metadata and maintenance options, ...) and takes several kilobytes per
+/// instance; found instances are cached and shared by every batch, so at 5000 Nodes keeping
+/// the whole answer cost tens of megabytes (issue #15). A field read elsewhere in this crate
+/// must be added here: the type has no other way in.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Ec2Instance {
+    id: String,
+    state: Option<InstanceStateName>,
+    instance_type: Option<String>,
+    /// `placement.availabilityZone`.
+    zone: Option<String>,
+    vpc_id: Option<String>,
+    private_ip: Option<String>,
+    public_ip: Option<String>,
+    private_dns: Option<String>,
+    public_dns: Option<String>,
+    /// The network interfaces in use (or without a status), by device index.
+    enis: Vec<Eni>,
+    tags: Vec<Tag>,
+    /// Security group IDs, in EC2's order.
+    security_groups: Vec<String>,
+    source_dest_check: Option<bool>,
+}
+
+/// The addresses of one network interface.
+#[derive(Debug, Clone, Default, PartialEq)]
+struct Eni {
+    /// Its private IPv4 addresses (`privateIpAddressesSet`, else `privateIpAddress`).
+    ipv4: Vec<String>,
+    /// Its first IPv6 address.
+    ipv6: Option<String>,
+}
+
+impl Ec2Instance {
+    /// The fields the provider reads; `None` for an instance without an ID (never acted on).
+    pub fn from_sdk(instance: Instance) -> Option<Self> {
+        let Instance {
+            instance_id,
+            state,
+            instance_type,
+            placement,
+            vpc_id,
+            private_ip_address,
+            public_ip_address,
+            private_dns_name,
+            public_dns_name,
+            network_interfaces,
+            tags,
+            security_groups,
+            source_dest_check,
+            ..
+        } = instance;
+        let mut enis: Vec<(i32, Eni)> = network_interfaces
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|eni| eni.status.as_ref().is_none_or(|s| s.as_str() == "in-use"))
+            .map(|eni| {
+                let device =
+                    eni.attachment.as_ref().and_then(|a| a.device_index).unwrap_or(i32::MAX);
+                let ipv4 = match eni.private_ip_addresses {
+                    Some(list) if !list.is_empty() => {
+                        list.into_iter().filter_map(|ip| ip.private_ip_address).collect()
+                    }
+                    _ => eni.private_ip_address.into_iter().collect(),
+                };
+                let ipv6 = eni
+                    .ipv6_addresses
+                    .and_then(|list| list.into_iter().next())
+                    .and_then(|a| a.ipv6_address);
+                (device, Eni { ipv4, ipv6 })
+            })
+            .collect();
+        enis.sort_by_key(|(device, _)| *device);
+        Some(Ec2Instance {
+            id: instance_id?,
+            state: state.and_then(|s| s.name),
+            instance_type: instance_type.map(|t| t.as_str().to_string()),
+            zone: placement.and_then(|p| p.availability_zone),
+            vpc_id,
+            private_ip: private_ip_address,
+            public_ip: public_ip_address,
+            private_dns: private_dns_name,
+            public_dns: public_dns_name,
+            enis: enis.into_iter().map(|(_, eni)| eni).collect(),
+            tags: tags.unwrap_or_default(),
+            security_groups: security_groups
+                .unwrap_or_default()
+                .into_iter()
+                .filter_map(|g| g.group_id)
+                .collect(),
+            source_dest_check,
+        })
+    }
+
+    /// The instance ID (`i-...`).
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// The instance state, if EC2 gave one.
+    pub fn state(&self) -> Option<&InstanceStateName> {
+        self.state.as_ref()
+    }
+
+    /// Whether EC2 reported the instance terminated.
+    pub fn is_terminated(&self) -> bool {
+        matches!(self.state, Some(InstanceStateName::Terminated))
+    }
+
+    /// The instance type (`m5.large`).
+    pub fn instance_type(&self) -> Option<&str> {
+        self.instance_type.as_deref()
+    }
+
+    /// The availability zone (`us-east-1a`).
+    pub fn zone(&self) -> Option<&str> {
+        self.zone.as_deref()
+    }
+
+    /// The VPC ID.
+    pub fn vpc_id(&self) -> Option<&str> {
+        self.vpc_id.as_deref()
+    }
+
+    /// The private DNS name (`ip-10-0-0-1.ec2.internal`).
+    pub fn private_dns_name(&self) -> Option<&str> {
+        self.private_dns.as_deref()
+    }
+
+    /// The instance's tags.
+    pub fn tags(&self) -> &[Tag] {
+        &self.tags
+    }
+
+    /// The IDs of the instance's security groups.
+    pub fn security_group_ids(&self) -> &[String] {
+        &self.security_groups
+    }
+
+    /// The source/destination check flag.
+    pub fn source_dest_check(&self) -> Option<bool> {
+        self.source_dest_check
+    }
+}
+
 /// Node addresses of an instance, in upstream's order, for the given families.
 ///
 /// IPv4: every private IPv4 of every attached ENI (by device index) as `InternalIP` (the
 /// instance's private IP if it has no ENI), the public IP as `ExternalIP`, the private DNS name
 /// as `InternalDNS` and `Hostname`, the public DNS name as `ExternalDNS`. IPv6: the first IPv6
 /// of each ENI as `InternalIP`.
-pub fn node_addresses(instance: &Instance, families: &[IpFamily]) -> Vec<NodeAddress> {
-    let mut enis: Vec<_> = instance
-        .network_interfaces()
-        .iter()
-        .filter(|eni| eni.status().is_none_or(|s| s.as_str() == "in-use"))
-        .collect();
-    enis.sort_by_key(|eni| eni.attachment().and_then(|a| a.device_index()).unwrap_or(i32::MAX));
-
+pub fn node_addresses(instance: &Ec2Instance, families: &[IpFamily]) -> Vec<NodeAddress> {
     let mut out: Vec<NodeAddress> = Vec::new();
     let mut push = |kind: &str, addr: Option<&str>| {
         let Some(addr) = addr.filter(|a| !a.is_empty()) else { return };
@@ -139,27 +279,23 @@ pub fn node_addresses(instance: &Instance, families: &[IpFamily]) -> Vec<NodeAdd
         match family {
             IpFamily::Ipv4 => {
                 let mut any = false;
-                for eni in &enis {
-                    for ip in eni.private_ip_addresses() {
-                        any |= ip.private_ip_address().is_some();
-                        push("InternalIP", ip.private_ip_address());
-                    }
-                    if eni.private_ip_addresses().is_empty() {
-                        any |= eni.private_ip_address().is_some();
-                        push("InternalIP", eni.private_ip_address());
+                for eni in &instance.enis {
+                    for ip in &eni.ipv4 {
+                        any = true;
+                        push("InternalIP", Some(ip));
                     }
                 }
                 if !any {
-                    push("InternalIP", instance.private_ip_address());
+                    push("InternalIP", instance.private_ip.as_deref());
                 }
-                push("ExternalIP", instance.public_ip_address());
-                push("InternalDNS", instance.private_dns_name());
-                push("Hostname", instance.private_dns_name());
-                push("ExternalDNS", instance.public_dns_name());
+                push("ExternalIP", instance.public_ip.as_deref());
+                push("InternalDNS", instance.private_dns.as_deref());
+                push("Hostname", instance.private_dns.as_deref());
+                push("ExternalDNS", instance.public_dns.as_deref());
             }
             IpFamily::Ipv6 => {
-                for eni in &enis {
-                    push("InternalIP", eni.ipv6_addresses().first().and_then(|a| a.ipv6_address()));
+                for eni in &instance.enis {
+                    push("InternalIP", eni.ipv6.as_deref());
                 }
             }
         }
@@ -167,18 +303,10 @@ pub fn node_addresses(instance: &Instance, families: &[IpFamily]) -> Vec<NodeAdd
     out
 }
 
-fn state(instance: &Instance) -> Option<&InstanceStateName> {
-    instance.state().and_then(|s| s.name())
-}
-
-fn is_terminated(instance: &Instance) -> bool {
-    matches!(state(instance), Some(InstanceStateName::Terminated))
-}
-
 /// A per-node answer shared by the batch methods.
 /// One lookup's answer. Instances are shared (`Arc`): the cache, the indexes of a batch and
 /// its answers hold one copy each instance, not one each (hundreds per batch, kilobytes each).
-type Found = Result<Option<Arc<Instance>>, ProviderError>;
+type Found = Result<Option<Arc<Ec2Instance>>, ProviderError>;
 
 /// A copy of an error for every node of a failed chunk (sources are kept as text).
 fn copy_error(e: &ProviderError) -> ProviderError {
@@ -193,7 +321,7 @@ fn copy_error(e: &ProviderError) -> ProviderError {
 
 #[derive(Default)]
 struct Cache {
-    by_id: HashMap<String, (Instant, Arc<Instance>)>,
+    by_id: HashMap<String, (Instant, Arc<Ec2Instance>)>,
     by_dns: HashMap<String, String>,
 }
 
@@ -258,7 +386,7 @@ impl AwsInstances {
     async fn lookup(&self, refs: &[InstanceRef], fresh: bool) -> Vec<Found> {
         let mut ids: Vec<String> = Vec::new();
         let mut dns: Vec<String> = Vec::new();
-        let mut known: HashMap<InstanceRef, Arc<Instance>> = HashMap::new();
+        let mut known: HashMap<InstanceRef, Arc<Ec2Instance>> = HashMap::new();
         {
             let mut cache = self.cache.lock().await;
             let ttl = self.cache_ttl;
@@ -288,7 +416,7 @@ impl AwsInstances {
         }
 
         let mut failed: HashMap<InstanceRef, Arc<ProviderError>> = HashMap::new();
-        let mut fetched: Vec<Arc<Instance>> = Vec::new();
+        let mut fetched: Vec<Arc<Ec2Instance>> = Vec::new();
         let calls = ids
             .chunks(MAX_FILTER_VALUES)
             .map(|c| ("instance-id", c.to_vec()))
@@ -315,12 +443,12 @@ impl AwsInstances {
         }
 
         // Index what came back; DNS matches must belong to this cluster and not be terminated.
-        let mut by_id: HashMap<String, Arc<Instance>> = HashMap::new();
-        let mut by_dns: HashMap<String, Vec<Arc<Instance>>> = HashMap::new();
+        let mut by_id: HashMap<String, Arc<Ec2Instance>> = HashMap::new();
+        let mut by_dns: HashMap<String, Vec<Arc<Ec2Instance>>> = HashMap::new();
         for i in fetched {
-            let Some(id) = i.instance_id().map(str::to_string) else { continue };
+            let id = i.id().to_string();
             if let Some(name) = i.private_dns_name().filter(|n| !n.is_empty())
-                && !is_terminated(&i)
+                && !i.is_terminated()
                 && self.tags.owns(i.tags())
             {
                 by_dns.entry(name.to_ascii_lowercase()).or_default().push(Arc::clone(&i));
@@ -335,7 +463,7 @@ impl AwsInstances {
                     // Only instances a DNS lookup may return (this cluster's, not terminated).
                     if let Some(name) = i
                         .private_dns_name()
-                        .filter(|n| !n.is_empty() && !is_terminated(i) && self.tags.owns(i.tags()))
+                        .filter(|n| !n.is_empty() && !i.is_terminated() && self.tags.owns(i.tags()))
                     {
                         cache.by_dns.insert(name.to_ascii_lowercase(), id.clone());
                     }
@@ -360,10 +488,7 @@ impl AwsInstances {
                         Some(many) => Err(ProviderError::other(format!(
                             "{} instances of this cluster have private DNS name {n}: {}",
                             many.len(),
-                            many.iter()
-                                .filter_map(|i| i.instance_id())
-                                .collect::<Vec<_>>()
-                                .join(", ")
+                            many.iter().map(|i| i.id()).collect::<Vec<_>>().join(", ")
                         ))),
                     },
                 }
@@ -375,7 +500,7 @@ impl AwsInstances {
         &self,
         filter: &str,
         values: &[String],
-    ) -> Result<Vec<Instance>, ProviderError> {
+    ) -> Result<Vec<Ec2Instance>, ProviderError> {
         let mut out = Vec::new();
         let mut token: Option<String> = None;
         loop {
@@ -393,8 +518,12 @@ impl AwsInstances {
                     api_error(format!("DescribeInstances by {filter} ({} values)", values.len()), e)
                 })?;
             let next = resp.next_token().filter(|t| !t.is_empty()).map(str::to_string);
+            // Each page's instances are cut down as it is read: the SDK's are several times
+            // larger (see Ec2Instance).
             for r in resp.reservations.unwrap_or_default() {
-                out.extend(r.instances.unwrap_or_default());
+                out.extend(
+                    r.instances.unwrap_or_default().into_iter().filter_map(Ec2Instance::from_sdk),
+                );
             }
             match next {
                 Some(t) => token = Some(t),
@@ -443,13 +572,9 @@ impl AwsInstances {
         Ok(guard.as_ref().and_then(|m| m.get(zone).cloned()))
     }
 
-    async fn metadata(&self, instance: &Instance) -> Result<InstanceMetadata, ProviderError> {
-        let id = instance.instance_id().unwrap_or_default();
-        let zone = instance
-            .placement()
-            .and_then(|p| p.availability_zone())
-            .unwrap_or_default()
-            .to_string();
+    async fn metadata(&self, instance: &Ec2Instance) -> Result<InstanceMetadata, ProviderError> {
+        let id = instance.id();
+        let zone = instance.zone().unwrap_or_default().to_string();
         let mut additional_labels = BTreeMap::new();
         if !zone.is_empty()
             && let Some(zone_id) = self.zone_id(&zone).await?
@@ -458,10 +583,7 @@ impl AwsInstances {
         }
         Ok(InstanceMetadata {
             provider_id: provider_id(&zone, id),
-            instance_type: instance
-                .instance_type()
-                .map(|t| t.as_str().to_string())
-                .unwrap_or_default(),
+            instance_type: instance.instance_type().unwrap_or_default().to_string(),
             node_addresses: node_addresses(instance, &self.families),
             zone,
             region: self.clients.get().await?.region.clone(),
@@ -495,8 +617,8 @@ fn status_of(
                  is gone, so the node is kept"
             )));
         }
-        Some(i) if is_terminated(&i) => InstanceStatus::NotFound,
-        Some(i) if matches!(state(&i), Some(InstanceStateName::Stopped)) => {
+        Some(i) if i.is_terminated() => InstanceStatus::NotFound,
+        Some(i) if matches!(i.state(), Some(InstanceStateName::Stopped)) => {
             InstanceStatus::Shutdown
         }
         Some(_) => InstanceStatus::Running,
@@ -536,7 +658,7 @@ impl InstancesV2 for AwsInstances {
         let mut out = Vec::with_capacity(found.len());
         for f in found {
             out.push(match f {
-                Ok(Some(i)) if !is_terminated(&i) => self.metadata(&i).await,
+                Ok(Some(i)) if !i.is_terminated() => self.metadata(&i).await,
                 Ok(_) => Err(ProviderError::InstanceNotFound),
                 Err(e) => Err(e),
             });
@@ -576,11 +698,13 @@ impl AwsInstances {
         let resp = self.clients.get().await?.ec2.describe_instances().instance_ids(id).send().await;
         match resp {
             Ok(resp) => resp
-                .reservations()
-                .iter()
-                .flat_map(|r| r.instances())
-                .find(|i| i.instance_id() == Some(id))
-                .map(|i| Some(Arc::new(i.clone())))
+                .reservations
+                .unwrap_or_default()
+                .into_iter()
+                .flat_map(|r| r.instances.unwrap_or_default())
+                .filter_map(Ec2Instance::from_sdk)
+                .find(|i| i.id() == id)
+                .map(|i| Some(Arc::new(i)))
                 .ok_or_else(|| {
                     ProviderError::other(format!(
                         "DescribeInstances by instance ID {id}: the answer neither lists the \
@@ -609,7 +733,7 @@ mod tests {
         let mut cache = Cache::default();
         let old = Instant::now() - Duration::from_secs(30);
         for (id, at) in [("i-old", old), ("i-new", Instant::now())] {
-            let i = Instance::builder().instance_id(id).build();
+            let i = Ec2Instance::from_sdk(Instance::builder().instance_id(id).build()).unwrap();
             cache.by_id.insert(id.to_string(), (at, Arc::new(i)));
             cache.by_dns.insert(format!("{id}.ec2.internal"), id.to_string());
         }
@@ -675,6 +799,7 @@ mod tests {
     #[test]
     fn addresses_follow_eni_device_order_and_families() {
         let inst = Instance::builder()
+            .instance_id("i-1")
             .network_interfaces(eni(1, &["10.0.1.5"], &["2600::2"]))
             .network_interfaces(eni(0, &["10.0.0.5", "10.0.0.6"], &["2600::1", "2600::9"]))
             .private_ip_address("10.0.0.5")
@@ -682,6 +807,7 @@ mod tests {
             .private_dns_name("ip-10-0-0-5.ec2.internal")
             .public_dns_name("ec2-54-1-2-3.compute-1.amazonaws.com")
             .build();
+        let inst = Ec2Instance::from_sdk(inst).unwrap();
         let got = |fams: &[IpFamily]| -> Vec<(String, String)> {
             node_addresses(&inst, fams).into_iter().map(|a| (a.type_, a.address)).collect()
         };
@@ -704,8 +830,75 @@ mod tests {
     }
 
     #[test]
+    fn from_sdk_keeps_what_the_provider_reads() {
+        use aws_sdk_ec2::types::{
+            GroupIdentifier, InstanceBlockDeviceMapping, InstanceState, InstanceType, Placement,
+        };
+        let detached = InstanceNetworkInterface::builder()
+            .status(NetworkInterfaceStatus::Detaching)
+            .private_ip_address("10.9.9.9")
+            .build();
+        // An ENI whose address list is empty names its address in privateIpAddress.
+        let bare = InstanceNetworkInterface::builder()
+            .attachment(InstanceNetworkInterfaceAttachment::builder().device_index(2).build())
+            .private_ip_address("10.0.2.5")
+            .build();
+        let sdk = Instance::builder()
+            .instance_id("i-0abc")
+            .state(InstanceState::builder().name(InstanceStateName::Stopped).build())
+            .instance_type(InstanceType::M5Large)
+            .placement(Placement::builder().availability_zone("us-east-1b").build())
+            .vpc_id("vpc-1")
+            .private_dns_name("ip-10-0-0-5.ec2.internal")
+            .tags(Tag::builder().key("Name").value("n1").build())
+            .security_groups(GroupIdentifier::builder().group_id("sg-1").group_name("a").build())
+            .security_groups(GroupIdentifier::builder().group_name("no id").build())
+            .security_groups(GroupIdentifier::builder().group_id("sg-2").build())
+            .source_dest_check(false)
+            .block_device_mappings(
+                InstanceBlockDeviceMapping::builder().device_name("/dev/xvda").build(),
+            )
+            .network_interfaces(bare)
+            .network_interfaces(detached)
+            .network_interfaces(eni(0, &["10.0.0.5"], &[]))
+            .build();
+        let i = Ec2Instance::from_sdk(sdk).unwrap();
+        assert_eq!(i.id(), "i-0abc");
+        assert_eq!(i.state(), Some(&InstanceStateName::Stopped));
+        assert!(!i.is_terminated());
+        assert_eq!(i.instance_type(), Some("m5.large"));
+        assert_eq!(i.zone(), Some("us-east-1b"));
+        assert_eq!(i.vpc_id(), Some("vpc-1"));
+        assert_eq!(i.private_dns_name(), Some("ip-10-0-0-5.ec2.internal"));
+        assert_eq!(i.tags().len(), 1);
+        assert_eq!(i.security_group_ids(), ["sg-1", "sg-2"]);
+        assert_eq!(i.source_dest_check(), Some(false));
+        // In device order; the detaching ENI is not an address of the Node.
+        let ips: Vec<(String, String)> = node_addresses(&i, &[IpFamily::Ipv4])
+            .into_iter()
+            .filter(|a| a.type_ == "InternalIP")
+            .map(|a| (a.type_, a.address))
+            .collect();
+        assert_eq!(
+            ips,
+            [
+                ("InternalIP".to_string(), "10.0.0.5".to_string()),
+                ("InternalIP".into(), "10.0.2.5".into())
+            ]
+        );
+
+        assert_eq!(Ec2Instance::from_sdk(Instance::builder().vpc_id("vpc-1").build()), None);
+        let gone = Instance::builder()
+            .instance_id("i-1")
+            .state(InstanceState::builder().name(InstanceStateName::Terminated).build())
+            .build();
+        assert!(Ec2Instance::from_sdk(gone).unwrap().is_terminated());
+    }
+
+    #[test]
     fn an_instance_without_enis_uses_its_private_ip() {
-        let inst = Instance::builder().private_ip_address("10.1.1.1").build();
+        let inst = Instance::builder().instance_id("i-1").private_ip_address("10.1.1.1").build();
+        let inst = Ec2Instance::from_sdk(inst).unwrap();
         let addrs = node_addresses(&inst, &[IpFamily::Ipv4]);
         assert_eq!(addrs.len(), 1);
         assert_eq!(addrs[0].address, "10.1.1.1");

@@ -225,7 +225,7 @@ impl Routes for AwsRoutes {
             .next()
             .unwrap_or(Ok(None))?
             .ok_or(ProviderError::InstanceNotFound)?;
-        let instance_id = instance.instance_id().unwrap_or_default().to_string();
+        let instance_id = instance.id().to_string();
 
         if instance.source_dest_check() != Some(false) {
             self.clients

@@ -16,6 +16,7 @@ use super::security_groups::{Rule, Source};
 use super::{AwsLoadBalancer, instance_ids, service_name, status_for};
 use crate::client::{api_error, error_code};
 use crate::config::HealthProbeMode;
+use crate::instances::Ec2Instance;
 
 const PROXY_PROTOCOL_POLICY: &str = "k8s-proxyprotocol-enabled";
 
@@ -166,7 +167,7 @@ struct Backends {
 }
 
 impl Backends {
-    fn of(lb: &LoadBalancerDescription, instances: &[Arc<aws_sdk_ec2::types::Instance>]) -> Self {
+    fn of(lb: &LoadBalancerDescription, instances: &[Arc<Ec2Instance>]) -> Self {
         let want = instance_ids(instances);
         let have: BTreeSet<String> =
             lb.instances().iter().filter_map(|i| i.instance_id()).map(str::to_string).collect();
@@ -487,11 +488,8 @@ impl AwsLoadBalancer {
             return Ok(true);
         }
         if !self.cfg.global.disable_security_group_ingress {
-            let staying: Vec<_> = instances
-                .iter()
-                .filter(|i| i.instance_id().is_some_and(|id| have.contains(id)))
-                .cloned()
-                .collect();
+            let staying: Vec<_> =
+                instances.iter().filter(|i| have.contains(i.id())).cloned().collect();
             if self.node_security_groups(&instances).await?
                 != self.node_security_groups(&staying).await?
             {

@@ -25,13 +25,13 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use aws_sdk_ec2::types::{Filter, Instance};
+use aws_sdk_ec2::types::{Filter, InstanceStateName};
 use ccm_core::cloud::{CloudLoadBalancer, LoadBalancer, ProviderError, default_load_balancer_name};
 use k8s_openapi::api::core::v1::{LoadBalancerIngress, LoadBalancerStatus, Node, Service};
 
 use crate::client::{Clients, api_error};
 use crate::config::CloudConfig;
-use crate::instances::{AwsInstances, InstanceRef, instance_ref};
+use crate::instances::{AwsInstances, Ec2Instance, InstanceRef, instance_ref};
 use crate::tags::{ClusterTags, SERVICE_NAME_TAG, ec2_kv};
 use annotations::{LbKind, LbOptions};
 
@@ -128,7 +128,7 @@ impl AwsLoadBalancer {
         &self,
         nodes: &[Node],
         opts: &LbOptions,
-    ) -> Result<Vec<Arc<Instance>>, ProviderError> {
+    ) -> Result<Vec<Arc<Ec2Instance>>, ProviderError> {
         let selected: Vec<&Node> = nodes
             .iter()
             .filter(|n| {
@@ -146,22 +146,18 @@ impl AwsLoadBalancer {
                 }
             }
         }
-        let mut out: Vec<Arc<Instance>> = Vec::new();
+        let mut out: Vec<Arc<Ec2Instance>> = Vec::new();
         for (r, found) in refs.iter().zip(self.instances.find(&refs).await) {
             match found? {
-                Some(i)
-                    if i.state()
-                        .and_then(|s| s.name())
-                        .is_some_and(|s| s.as_str() != "terminated") =>
-                {
+                Some(i) if i.state().is_some_and(|s| *s != InstanceStateName::Terminated) => {
                     out.push(i);
                 }
                 _ => tracing::warn!(instance = ?r, "backend node has no running instance; skipped"),
             }
         }
         // Sorted by ID, each instance once (two Nodes may name the same instance).
-        out.sort_by(|a, b| a.instance_id().cmp(&b.instance_id()));
-        out.dedup_by(|a, b| a.instance_id() == b.instance_id());
+        out.sort_by(|a, b| a.id().cmp(b.id()));
+        out.dedup_by(|a, b| a.id() == b.id());
         Ok(out)
     }
 
@@ -178,7 +174,7 @@ impl AwsLoadBalancer {
     }
 
     /// The VPC: from the config, else from the backend instances.
-    fn vpc_id(&self, instances: &[Arc<Instance>]) -> Result<String, ProviderError> {
+    fn vpc_id(&self, instances: &[Arc<Ec2Instance>]) -> Result<String, ProviderError> {
         if !self.cfg.global.vpc.is_empty() {
             return Ok(self.cfg.global.vpc.clone());
         }
@@ -474,8 +470,8 @@ impl LoadBalancer for AwsLoadBalancer {
 }
 
 /// Instance IDs as a set.
-pub(crate) fn instance_ids(instances: &[Arc<Instance>]) -> BTreeSet<String> {
-    instances.iter().filter_map(|i| i.instance_id()).map(str::to_string).collect()
+pub(crate) fn instance_ids(instances: &[Arc<Ec2Instance>]) -> BTreeSet<String> {
+    instances.iter().map(|i| i.id().to_string()).collect()
 }
 
 #[cfg(test)]

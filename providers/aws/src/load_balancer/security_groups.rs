@@ -6,13 +6,14 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use aws_sdk_ec2::types::{
-    Filter, Instance, IpPermission, IpRange, Ipv6Range, ResourceType, SecurityGroup, Tag,
-    TagSpecification, UserIdGroupPair,
+    Filter, IpPermission, IpRange, Ipv6Range, ResourceType, SecurityGroup, Tag, TagSpecification,
+    UserIdGroupPair,
 };
 use ccm_core::cloud::ProviderError;
 
 use super::AwsLoadBalancer;
 use crate::client::{api_error, error_code};
+use crate::instances::Ec2Instance;
 use crate::tags::ec2_kv;
 
 /// Where a rule lets traffic in from.
@@ -255,15 +256,11 @@ impl AwsLoadBalancer {
     /// one tagged for the cluster. Instances where that is ambiguous are skipped with a warning.
     pub(crate) async fn node_security_groups(
         &self,
-        instances: &[Arc<Instance>],
+        instances: &[Arc<Ec2Instance>],
     ) -> Result<BTreeSet<String>, ProviderError> {
-        let all: BTreeSet<String> = instances
-            .iter()
-            .flat_map(|i| {
-                i.security_groups().iter().filter_map(|g| g.group_id()).map(str::to_string)
-            })
-            .collect();
-        let multi = instances.iter().any(|i| i.security_groups().len() > 1);
+        let all: BTreeSet<String> =
+            instances.iter().flat_map(|i| i.security_group_ids().iter().cloned()).collect();
+        let multi = instances.iter().any(|i| i.security_group_ids().len() > 1);
         let tagged: BTreeSet<String> = if multi && !all.is_empty() {
             let groups = self
                 .describe_sgs(vec![
@@ -284,7 +281,7 @@ impl AwsLoadBalancer {
         };
         let mut out = BTreeSet::new();
         for i in instances {
-            let ids: Vec<&str> = i.security_groups().iter().filter_map(|g| g.group_id()).collect();
+            let ids: Vec<&str> = i.security_group_ids().iter().map(String::as_str).collect();
             let chosen = match ids.as_slice() {
                 [] => None,
                 [one] => Some(one.to_string()),
@@ -294,7 +291,7 @@ impl AwsLoadBalancer {
                         [one] => Some(one.to_string()),
                         _ => {
                             tracing::warn!(
-                                instance = ?i.instance_id(),
+                                instance = i.id(),
                                 "instance has several security groups and not exactly one tagged for the cluster; no load-balancer rule added"
                             );
                             None
