@@ -21,7 +21,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use aws_sdk_ec2::types::{Filter, Instance, InstanceStateName, Tag};
+use aws_sdk_ec2::types::{Filter, Instance, InstanceStateName, Reservation, Tag};
 use ccm_core::cloud::{InstanceMetadata, InstanceStatus, InstancesV2, ProviderError};
 use k8s_openapi::api::core::v1::{Node, NodeAddress};
 use tokio::sync::Mutex;
@@ -120,7 +120,7 @@ pub fn instance_ref_for_name(name: &str) -> InstanceRef {
 /// instance; found instances are cached and shared by every batch, so at 5000 Nodes keeping
 /// the whole answer cost tens of megabytes (issue #15). A field read elsewhere in this crate
 /// must be added here: the type has no other way in.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Ec2Instance {
     id: String,
     state: Option<InstanceStateName>,
@@ -141,7 +141,7 @@ pub struct Ec2Instance {
 }
 
 /// The addresses of one network interface.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 struct Eni {
     /// Its private IPv4 addresses (`privateIpAddressesSet`, else `privateIpAddress`).
     ipv4: Vec<String>,
@@ -208,6 +208,16 @@ impl Ec2Instance {
                 .collect(),
             source_dest_check,
         })
+    }
+
+    /// The instances of a `DescribeInstances` page, each cut down as it is read (the SDK's
+    /// are several times larger).
+    fn all_in(reservations: Option<Vec<Reservation>>) -> impl Iterator<Item = Ec2Instance> {
+        reservations
+            .unwrap_or_default()
+            .into_iter()
+            .flat_map(|r| r.instances.unwrap_or_default())
+            .filter_map(Ec2Instance::from_sdk)
     }
 
     /// The instance ID (`i-...`).
@@ -518,13 +528,7 @@ impl AwsInstances {
                     api_error(format!("DescribeInstances by {filter} ({} values)", values.len()), e)
                 })?;
             let next = resp.next_token().filter(|t| !t.is_empty()).map(str::to_string);
-            // Each page's instances are cut down as it is read: the SDK's are several times
-            // larger (see Ec2Instance).
-            for r in resp.reservations.unwrap_or_default() {
-                out.extend(
-                    r.instances.unwrap_or_default().into_iter().filter_map(Ec2Instance::from_sdk),
-                );
-            }
+            out.extend(Ec2Instance::all_in(resp.reservations));
             match next {
                 Some(t) => token = Some(t),
                 None => break,
@@ -697,12 +701,7 @@ impl AwsInstances {
     async fn confirm_absent(&self, id: &str) -> Found {
         let resp = self.clients.get().await?.ec2.describe_instances().instance_ids(id).send().await;
         match resp {
-            Ok(resp) => resp
-                .reservations
-                .unwrap_or_default()
-                .into_iter()
-                .flat_map(|r| r.instances.unwrap_or_default())
-                .filter_map(Ec2Instance::from_sdk)
+            Ok(resp) => Ec2Instance::all_in(resp.reservations)
                 .find(|i| i.id() == id)
                 .map(|i| Some(Arc::new(i)))
                 .ok_or_else(|| {
