@@ -60,6 +60,15 @@ cloud-controller-manager-<provider> (one image per cloud, built by ci/image or c
 {{- end -}}
 
 {{/*
+Whether the probes use the plain-HTTP health endpoint on the node's loopback
+(--healthz-bind-address=127.0.0.1:<probes.healthzPort>): with hostNetwork (the pod's loopback is
+the node's, which only the node reaches) and a non-zero probes.healthzPort.
+*/}}
+{{- define "ccm.healthzOnLoopback" -}}
+{{- if and .Values.hostNetwork (gt (int .Values.probes.healthzPort) 0) -}}true{{- end -}}
+{{- end -}}
+
+{{/*
 The manager's flags (upstream names), each one list item, quoted. The chart's own flags come
 first; values.args are appended (a later flag overrides an earlier one).
 */}}
@@ -77,7 +86,13 @@ first; values.args are appended (a later flag overrides an earlier one).
 - {{ printf "--cluster-cidr=%s" .Values.clusterCIDR | quote }}
 {{- end }}
 - {{ printf "--use-service-account-credentials=%t" .Values.useServiceAccountCredentials | quote }}
+{{- if .Values.useServiceAccountCredentials }}
+- {{ printf "--controller-service-account-prefix=%s" (include "ccm.controllerAccountPrefix" .) | quote }}
+{{- end }}
 - {{ printf "--secure-port=%d" (int .Values.securePort) | quote }}
+{{- if eq (include "ccm.healthzOnLoopback" .) "true" }}
+- {{ printf "--healthz-bind-address=127.0.0.1:%d" (int .Values.probes.healthzPort) | quote }}
+{{- end }}
 {{- if eq (include "ccm.hasCloudConfig" .) "true" }}
 - {{ printf "--cloud-config=%s/%s" (include "ccm.cloudConfigDir" .) .Values.cloudConfig.key | quote }}
 {{- end }}
@@ -87,25 +102,90 @@ first; values.args are appended (a later flag overrides an earlier one).
 {{- end -}}
 
 {{/*
-Who the chart's roles are bound to: the chart's ServiceAccount (in-cluster config) and the
-user kubeadm-style static manifests run the CCM as (a client certificate for
-system:cloud-controller-manager).
+Who the manager's own roles are bound to: the chart's ServiceAccount (in-cluster config) and,
+only when rbac.bindCloudControllerManagerUser asks for it, the user kubeadm-style static
+manifests run the CCM as (a client certificate for system:cloud-controller-manager). Any
+client certificate with that common name then holds these roles: off by default.
 */}}
 {{- define "ccm.subjects" -}}
 - kind: ServiceAccount
   name: {{ include "ccm.fullname" . }}
   namespace: {{ .Release.Namespace }}
+{{- if .Values.rbac.bindCloudControllerManagerUser }}
 - apiGroup: rbac.authorization.k8s.io
   kind: User
   name: system:cloud-controller-manager
+{{- end }}
 {{- end -}}
 
 {{/*
-The per-controller ServiceAccounts of --use-service-account-credentials: every distinct
-`client_name` of ccm_core::controllers::all() (core/src/controllers/mod.rs), always in
-kube-system (core/src/manager/credentials.rs). core/tests/it/rbac.rs checks this list against
-the code.
+The client names of ccm_core::controllers::all() (core/src/controllers/mod.rs, `client_name`):
+each controller's calls are made with the client of its client name. core/tests/it/rbac.rs
+checks this list against the code.
 */}}
-{{- define "ccm.controllerAccounts" -}}
+{{- define "ccm.clientNames" -}}
 ["node-controller", "route-controller", "service-controller"]
+{{- end -}}
+
+{{/*
+kube-controller-manager's own controller ServiceAccounts in kube-system: the apiserver's
+bootstrap policy binds each to its system:controller:<name> ClusterRole (node-controller may
+delete any Pod and update any Pod's status, and so on), plus the names upstream's
+cloud-controller-manager addon manifests bind (cloud-node-controller, pvl-controller, ...). The
+chart never creates, binds or mints a token for one of these; core/tests/it/rbac.rs checks on a
+real apiserver that no binding but the chart's names the chart's per-controller accounts.
+*/}}
+{{- define "ccm.kubeControllerManagerAccounts" -}}
+["attachdetach-controller", "certificate-controller", "clusterrole-aggregation-controller", "cronjob-controller", "daemon-set-controller", "deployment-controller", "disruption-controller", "endpoint-controller", "endpointslice-controller", "endpointslicemirroring-controller", "ephemeral-volume-controller", "expand-controller", "generic-garbage-collector", "horizontal-pod-autoscaler", "job-controller", "legacy-service-account-token-cleaner", "namespace-controller", "node-controller", "persistent-volume-binder", "pod-garbage-collector", "pv-protection-controller", "pvc-protection-controller", "replicaset-controller", "replication-controller", "resourcequota-controller", "root-ca-cert-publisher", "route-controller", "selinux-warning-controller", "service-account-controller", "service-cidrs-controller", "service-controller", "statefulset-controller", "ttl-after-finished-controller", "ttl-controller", "validatingadmissionpolicy-status-controller", "volumeattributesclass-protection-controller", "cloud-node-controller", "cloud-node-lifecycle-controller", "node-ipam-controller", "pvl-controller"]
+{{- end -}}
+
+{{/*
+The prefix of the CCM's own per-controller ServiceAccounts (useServiceAccountCredentials):
+controllerServiceAccounts.prefix, default "<fullname>-". Never empty: an empty prefix would
+name kube-controller-manager's accounts.
+*/}}
+{{- define "ccm.controllerAccountPrefix" -}}
+{{- .Values.controllerServiceAccounts.prefix | default (printf "%s-" (include "ccm.fullname" .)) -}}
+{{- end -}}
+
+{{/*
+The per-controller ServiceAccount of a client name (the argument list: root context, client
+name): <prefix><client name>, in kube-system. Fails when that is one of kube-controller-manager's
+accounts or longer than a ServiceAccount name may be.
+*/}}
+{{- define "ccm.controllerAccount" -}}
+{{- $root := index . 0 -}}
+{{- $name := printf "%s%s" (include "ccm.controllerAccountPrefix" $root) (index . 1) -}}
+{{- if has $name (include "ccm.kubeControllerManagerAccounts" $root | fromJsonArray) -}}
+{{- fail (printf "controllerServiceAccounts.prefix makes the per-controller account %q, one of kube-controller-manager's accounts (bootstrap roles system:controller:*): choose another prefix" $name) -}}
+{{- end -}}
+{{- if gt (len $name) 253 -}}
+{{- fail (printf "per-controller ServiceAccount name %q is longer than 253 characters" $name) -}}
+{{- end -}}
+{{- $name -}}
+{{- end -}}
+
+{{/* Every per-controller ServiceAccount name, as a JSON list (resourceNames). */}}
+{{- define "ccm.controllerAccounts" -}}
+{{- $names := list -}}
+{{- range (include "ccm.clientNames" . | fromJsonArray) -}}
+{{- $names = append $names (include "ccm.controllerAccount" (list $ .)) -}}
+{{- end -}}
+{{- $names | toJson -}}
+{{- end -}}
+
+{{/*
+Who a controller's roles are bound to (the argument list: root context, client name): its own
+ServiceAccount with useServiceAccountCredentials, else the manager's own identity (every
+controller then calls with the manager's credentials).
+*/}}
+{{- define "ccm.controllerSubjects" -}}
+{{- $root := index . 0 -}}
+{{- if $root.Values.useServiceAccountCredentials -}}
+- kind: ServiceAccount
+  name: {{ include "ccm.controllerAccount" (list $root (index . 1)) }}
+  namespace: kube-system
+{{- else -}}
+{{- include "ccm.subjects" $root -}}
+{{- end -}}
 {{- end -}}
