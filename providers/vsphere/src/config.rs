@@ -27,6 +27,7 @@ use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use ccm_core::gcfg::{self, Section, Statement, Values};
 use ccm_core::reference::KeyDoc;
 use ipnet::IpNet;
 use serde::Deserialize;
@@ -536,124 +537,169 @@ pub const CONFIG_KEYS: &[KeyDoc] = &[
     },
 ];
 
-/// The [`CONFIG_KEYS`] entry for `key` in an INI section kind (`global`, `virtualcenter`,
-/// `labels`, `nodes`; any case).
-fn known_key(kind: &str, key: &str) -> Option<&'static KeyDoc> {
-    let section = if kind.eq_ignore_ascii_case("virtualcenter") { "Global" } else { kind };
-    ccm_core::reference::lookup(CONFIG_KEYS, section, key)
+/// A section of the INI config this provider reads.
+enum IniSection {
+    Global,
+    VirtualCenter(String),
+    Labels,
+    Nodes,
 }
 
-fn parse_ini(text: &str) -> Result<RawConfig, ConfigError> {
-    let opt = ini::ParseOption { enabled_quote: true, enabled_escape: false, ..Default::default() };
-    // The parser's messages are fixed texts (no source); only the position is added.
-    let doc = ini::Ini::load_from_str_opt(text, opt)
-        .map_err(|p| ConfigError::Ini(format!("line {}, column {}: {}", p.line, p.col, p.msg)))?;
-    let mut raw = RawConfig::default();
-    for (section, props) in doc.iter() {
-        let Some(section) = section else {
-            if let Some((key, _)) = props.iter().next() {
-                return Err(ConfigError::Ini(format!("key {key:?} is outside any section")));
-            }
-            continue;
-        };
-        let (kind, sub) = match section.split_once(char::is_whitespace) {
-            Some((kind, sub)) => (kind, Some(sub.trim().trim_matches('"').to_string())),
-            None => (section, None),
-        };
-        let kind = kind.to_ascii_lowercase();
-        let scalar = |v: &str| Some(Scalar(v.to_string()));
-        let list = |v: &str| Some(List(split_list(v)));
-        if matches!(kind.as_str(), "global" | "virtualcenter" | "labels" | "nodes")
-            && let Some((key, _)) = props.iter().find(|(k, _)| known_key(&kind, k).is_none())
-        {
-            return Err(ConfigError::Ini(format!("unknown key {key:?} in section [{section}]")));
-        }
-        match (kind.as_str(), sub) {
-            ("global", None) | ("virtualcenter", Some(_)) => {
-                let sub = section
-                    .split_once(char::is_whitespace)
-                    .map(|(_, s)| s.trim().trim_matches('"').to_string());
-                let mut vc = RawVc::default();
-                for (key, value) in props.iter() {
-                    match key.to_ascii_lowercase().as_str() {
-                        "user" => vc.user = scalar(value),
-                        "password" => vc.password = scalar(value),
-                        "server" => vc.server = scalar(value),
-                        "port" => vc.port = scalar(value),
-                        "insecure-flag" => vc.insecure_flag = scalar(value),
-                        "datacenters" | "datacenter" => vc.datacenters = list(value),
-                        "soap-roundtrip-count" => vc.soap_roundtrip_count = scalar(value),
-                        "ca-file" => vc.ca_file = scalar(value),
-                        "thumbprint" => vc.thumbprint = scalar(value),
-                        "secret-name" => vc.secret_name = scalar(value),
-                        "secret-namespace" => vc.secret_namespace = scalar(value),
-                        "secrets-directory" => vc.secrets_directory = scalar(value),
-                        "api-disable" => vc.api_disable = scalar(value),
-                        "api-binding" => vc.api_binding = scalar(value),
-                        "ip-family" => vc.ip_family = list(value),
-                        "working-dir" | "vm-uuid" | "vm-name" | "service-account" => {}
-                        _ => {
-                            return Err(ConfigError::Ini(format!(
-                                "unknown key {key:?} in section [{section}]"
-                            )));
-                        }
-                    }
-                }
-                match sub {
-                    Some(name) => {
-                        raw.vcenter.insert(name, vc);
-                    }
-                    None => raw.global = vc,
-                }
-            }
-            ("labels", None) => {
-                for (key, value) in props.iter() {
-                    match key.to_ascii_lowercase().as_str() {
-                        "zone" => raw.labels.zone = scalar(value),
-                        "region" => raw.labels.region = scalar(value),
-                        _ => {
-                            return Err(ConfigError::Ini(format!(
-                                "unknown key {key:?} in section [{section}]"
-                            )));
-                        }
-                    }
-                }
-            }
-            ("nodes", None) => {
-                let n = &mut raw.nodes;
-                for (key, value) in props.iter() {
-                    match key.to_ascii_lowercase().as_str() {
-                        "internal-network-subnet-cidr" => {
-                            n.internal_network_subnet_cidr = list(value)
-                        }
-                        "external-network-subnet-cidr" => {
-                            n.external_network_subnet_cidr = list(value)
-                        }
-                        "internal-vm-network-name" => n.internal_vm_network_name = scalar(value),
-                        "external-vm-network-name" => n.external_vm_network_name = scalar(value),
-                        "exclude-internal-network-subnet-cidr" => {
-                            n.exclude_internal_network_subnet_cidr = list(value)
-                        }
-                        "exclude-external-network-subnet-cidr" => {
-                            n.exclude_external_network_subnet_cidr = list(value)
-                        }
-                        _ => {
-                            return Err(ConfigError::Ini(format!(
-                                "unknown key {key:?} in section [{section}]"
-                            )));
-                        }
-                    }
-                }
-            }
-            (
-                "loadbalancer" | "loadbalancerclass" | "nsxt" | "route" | "workspace" | "disk"
-                | "network",
-                _,
-            ) => {}
-            _ => return Err(ConfigError::Ini(format!("unknown section [{section}]"))),
+impl IniSection {
+    /// Its section in [`CONFIG_KEYS`] (`[VirtualCenter]` takes `[Global]`'s keys).
+    fn doc_section(&self) -> &'static str {
+        match self {
+            IniSection::Global | IniSection::VirtualCenter(_) => "Global",
+            IniSection::Labels => "Labels",
+            IniSection::Nodes => "Nodes",
         }
     }
+
+    /// How errors name it: `[Global]`, `[VirtualCenter "vc1"]`.
+    fn label(&self) -> String {
+        match self {
+            IniSection::VirtualCenter(name) => format!("[VirtualCenter \"{name}\"]"),
+            other => format!("[{}]", other.doc_section()),
+        }
+    }
+}
+
+impl From<gcfg::ValueError> for ConfigError {
+    fn from(e: gcfg::ValueError) -> Self {
+        ConfigError::Invalid { key: e.key, message: e.message }
+    }
+}
+
+/// The INI config, read with the providers' shared gcfg reader ([`ccm_core::gcfg`], the
+/// dialect upstream reads it with): errors give the line and the key, never a value, and a
+/// bare word that is no known key (a password pasted on a line of its own) is named by its
+/// line only. Sections that repeat merge, as in gcfg; a repeated key's last value wins.
+/// Unknown sections and keys are errors; the NSX-T, in-tree volume and workspace sections
+/// are accepted and ignored.
+fn parse_ini(text: &str) -> Result<RawConfig, ConfigError> {
+    let mut global = Values::new();
+    let mut vcenters: BTreeMap<String, Values> = BTreeMap::new();
+    let mut labels = Values::new();
+    let mut nodes = Values::new();
+    // `None` before the first header; `Some(None)` inside a section that is ignored.
+    let mut current: Option<Option<IniSection>> = None;
+    let statements = gcfg::statements(text).map_err(|e| ConfigError::Ini(e.to_string()))?;
+    for statement in statements {
+        match statement {
+            Statement::Section { name, sub, line } => {
+                let section = match (name.to_ascii_lowercase().as_str(), sub) {
+                    ("global", None) => Some(IniSection::Global),
+                    ("virtualcenter", Some(server)) => {
+                        vcenters.entry(server.clone()).or_default();
+                        Some(IniSection::VirtualCenter(server))
+                    }
+                    ("labels", None) => Some(IniSection::Labels),
+                    ("nodes", None) => Some(IniSection::Nodes),
+                    (
+                        "loadbalancer" | "loadbalancerclass" | "nsxt" | "route" | "workspace"
+                        | "disk" | "network",
+                        _,
+                    ) => None,
+                    ("virtualcenter", None) => {
+                        return Err(ConfigError::Ini(format!(
+                            "line {line}: a vCenter needs its server: [VirtualCenter \"<server>\"]"
+                        )));
+                    }
+                    (_, sub) => {
+                        let sub = sub.map(|s| format!(" {s:?}")).unwrap_or_default();
+                        return Err(ConfigError::Ini(format!(
+                            "line {line}: unknown section [{name}{sub}]"
+                        )));
+                    }
+                };
+                current = Some(section);
+            }
+            Statement::Var { key, value, line } => {
+                let Some(section) = &current else {
+                    return Err(ConfigError::Ini(format!(
+                        "line {line}: a key before any section header"
+                    )));
+                };
+                let Some(section) = section else { continue };
+                let Some(doc) =
+                    ccm_core::reference::lookup(CONFIG_KEYS, section.doc_section(), &key)
+                else {
+                    return Err(ConfigError::Ini(format!(
+                        "unknown key {}",
+                        gcfg::unknown_key(&section.label(), &key, value.is_none(), line)
+                    )));
+                };
+                let values = match section {
+                    IniSection::Global => &mut global,
+                    IniSection::VirtualCenter(server) => {
+                        vcenters.entry(server.clone()).or_default()
+                    }
+                    IniSection::Labels => &mut labels,
+                    IniSection::Nodes => &mut nodes,
+                };
+                // `datacenter` is an alias: one key, so the last of either wins.
+                let key = if doc.key == "datacenter" { "datacenters" } else { doc.key };
+                values.entry(key).or_default().push(value);
+            }
+        }
+    }
+    let mut raw = RawConfig {
+        global: ini_vcenter(&Section::new("[Global]", CONFIG_KEYS, "Global", &global))?,
+        ..RawConfig::default()
+    };
+    for (server, values) in &vcenters {
+        let label = IniSection::VirtualCenter(server.clone()).label();
+        let vc = ini_vcenter(&Section::new(label, CONFIG_KEYS, "Global", values))?;
+        raw.vcenter.insert(server.clone(), vc);
+    }
+    let s = Section::new("[Labels]", CONFIG_KEYS, "Labels", &labels);
+    raw.labels = RawLabels { zone: ini_scalar(&s, "zone")?, region: ini_scalar(&s, "region")? };
+    let s = Section::new("[Nodes]", CONFIG_KEYS, "Nodes", &nodes);
+    raw.nodes = RawNodes {
+        internal_network_subnet_cidr: ini_list(&s, "internal-network-subnet-cidr")?,
+        external_network_subnet_cidr: ini_list(&s, "external-network-subnet-cidr")?,
+        internal_vm_network_name: ini_scalar(&s, "internal-vm-network-name")?,
+        external_vm_network_name: ini_scalar(&s, "external-vm-network-name")?,
+        exclude_internal_network_subnet_cidr: ini_list(&s, "exclude-internal-network-subnet-cidr")?,
+        exclude_external_network_subnet_cidr: ini_list(&s, "exclude-external-network-subnet-cidr")?,
+    };
     Ok(raw)
+}
+
+/// A string value (a bare key is an error naming it).
+fn ini_scalar(s: &Section<'_>, key: &'static str) -> Result<Option<Scalar>, ConfigError> {
+    Ok(s.opt_string(key)?.map(Scalar))
+}
+
+/// A comma-separated list.
+fn ini_list(s: &Section<'_>, key: &'static str) -> Result<Option<List>, ConfigError> {
+    Ok(s.opt_string(key)?.map(|v| List(split_list(&v))))
+}
+
+/// A boolean: gcfg's bare key is `true`; the value is checked with the others.
+fn ini_bool(s: &Section<'_>, key: &'static str) -> Option<Scalar> {
+    s.last(key).map(|v| Scalar(v.unwrap_or("true").to_string()))
+}
+
+/// `[Global]` or `[VirtualCenter "<server>"]`.
+fn ini_vcenter(s: &Section<'_>) -> Result<RawVc, ConfigError> {
+    Ok(RawVc {
+        user: ini_scalar(s, "user")?,
+        password: ini_scalar(s, "password")?,
+        server: ini_scalar(s, "server")?,
+        port: ini_scalar(s, "port")?,
+        insecure_flag: ini_bool(s, "insecure-flag"),
+        datacenters: ini_list(s, "datacenters")?,
+        soap_roundtrip_count: ini_scalar(s, "soap-roundtrip-count")?,
+        ca_file: ini_scalar(s, "ca-file")?,
+        thumbprint: ini_scalar(s, "thumbprint")?,
+        secret_name: ini_scalar(s, "secret-name")?,
+        secret_namespace: ini_scalar(s, "secret-namespace")?,
+        secrets_directory: ini_scalar(s, "secrets-directory")?,
+        api_disable: ini_bool(s, "api-disable"),
+        api_binding: ini_scalar(s, "api-binding")?,
+        ip_family: ini_list(s, "ip-family")?,
+    })
 }
 
 // ---- YAML errors ---------------------------------------------------------------------------
@@ -763,9 +809,10 @@ fn parse_bool(key: &str, v: &str) -> Result<bool, ConfigError> {
     match v.trim().to_ascii_lowercase().as_str() {
         "true" | "yes" | "on" | "1" => Ok(true),
         "false" | "no" | "off" | "0" | "" => Ok(false),
+        // Not quoted back: a value in the wrong place may be a secret.
         _ => Err(ConfigError::Invalid {
             key: key.into(),
-            message: format!("{v:?} is not a boolean"),
+            message: "not a boolean (true/false, yes/no, on/off, 1/0)".into(),
         }),
     }
 }
@@ -965,11 +1012,14 @@ impl Config {
                     None => 443,
                 },
             };
-            let insecure = match pick(|v| &v.insecure_flag) {
-                Some((v, src)) => parse_bool(&key_of(&src, "insecureFlag", "insecure-flag"), &v)?,
+            let (insecure, insecure_key) = match pick(|v| &v.insecure_flag) {
+                Some((v, src)) => {
+                    let key = key_of(&src, "insecureFlag", "insecure-flag");
+                    (parse_bool(&key, &v)?, key)
+                }
                 None => match env_get("VSPHERE_INSECURE") {
-                    Some(v) => parse_bool("VSPHERE_INSECURE", &v)?,
-                    None => false,
+                    Some(v) => (parse_bool("VSPHERE_INSECURE", &v)?, "VSPHERE_INSECURE".into()),
+                    None => (false, String::new()),
                 },
             };
             let datacenters = vc
@@ -1036,7 +1086,18 @@ impl Config {
             if thumbprint.is_some() && insecure {
                 tracing::warn!(
                     vcenter = %name,
+                    server = %server,
+                    setting = %insecure_key,
                     "vSphere: both a thumbprint and insecureFlag are set; the thumbprint is enforced"
+                );
+            } else if insecure {
+                tracing::warn!(
+                    vcenter = %name,
+                    server = %server,
+                    setting = %insecure_key,
+                    "vSphere: {insecure_key} is set for vCenter {name}: TLS verification of its \
+                     certificate is OFF, so anyone on the path can read the credentials sent to \
+                     it; use caFile/ca-file or thumbprint instead"
                 );
             }
             vcenters.push(VCenter {
@@ -1337,6 +1398,132 @@ exclude-internal-network-subnet-cidr = "10.1.0.0/16,10.2.0.0/16"
         assert!(e.contains("global.secretNamespace"), "{e}");
         let e = err("vcenter: {vc: {ipFamily: ipv5}}\n");
         assert!(e.contains("vcenter.vc.ipFamily"), "{e}");
+    }
+
+    /// Captures what `tracing` logs on this thread while `f` runs.
+    fn logged<T>(f: impl FnOnce() -> T) -> (T, String) {
+        #[derive(Clone, Default)]
+        struct Buf(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+        impl std::io::Write for Buf {
+            fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().unwrap_or_else(|e| e.into_inner()).extend_from_slice(b);
+                Ok(b.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let buf = Buf::default();
+        let writer = buf.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_ansi(false)
+            .with_max_level(tracing::Level::TRACE)
+            .with_writer(move || writer.clone())
+            .finish();
+        let out = {
+            let _guard = tracing::subscriber::set_default(subscriber);
+            ccm_core::testing::anchor_tracing();
+            f()
+        };
+        let text = String::from_utf8_lossy(&buf.0.lock().unwrap()).into_owned();
+        (out, text)
+    }
+
+    /// Issue #29 (MED 7): a password pasted on a line of its own in an INI config is never
+    /// echoed, neither in the error nor in the log; the error names the section and the line.
+    #[test]
+    fn a_bare_line_in_an_ini_config_is_named_by_its_line_never_echoed() {
+        let mut failures = Vec::new();
+        for (what, pw, text, line) in [
+            (
+                "[Global], a word, a key after it",
+                "hunter2secret",
+                "[Global]\nuser = u\npassword =\nhunter2secret\nport = 443\n",
+                4,
+            ),
+            (
+                "[Global], a word at the end",
+                "hunter2secret",
+                "[Global]\nuser = u\nhunter2secret\n",
+                3,
+            ),
+            (
+                "[VirtualCenter], a word with dashes",
+                "hunter2-secret-9",
+                "[Global]\nuser = u\n[VirtualCenter \"vc1\"]\nhunter2-secret-9\nport = 443\n",
+                4,
+            ),
+            ("[Labels]", "hunter2secret", "[Labels]\nzone = z\nhunter2secret\nregion = r\n", 3),
+            ("[Nodes]", "hunter2secret", "[Nodes]\nhunter2secret  ; a comment\n", 2),
+            (
+                "punctuation",
+                "hunter2$ecret!",
+                "[Global]\nserver = vc\nhunter2$ecret!\nport = 443\n",
+                3,
+            ),
+            ("blanks", "hunter2 secret", "[Global]\nserver = vc\n  hunter2 secret\nport = 1\n", 3),
+            ("an unknown section", "hunter2secret", "[Global]\n[Bogus]\nhunter2secret\n", 2),
+        ] {
+            let (result, logs) = logged(|| parse(text));
+            let Err(err) = result else {
+                failures.push(format!("{what}: accepted"));
+                continue;
+            };
+            let shown = format!("{err} {err:?}");
+            eprintln!("{what}: {err}");
+            let fragment = &pw[..7];
+            if shown.contains(fragment) {
+                failures.push(format!("{what}: the error quotes the bare line: {err}"));
+            }
+            if logs.contains(fragment) {
+                failures.push(format!("{what}: the log quotes the bare line: {logs}"));
+            }
+            if !(shown.contains("INI") && shown.contains(&format!("line {line}"))) {
+                failures.push(format!("{what}: no `line {line}` in: {err}"));
+            }
+        }
+        assert!(failures.is_empty(), "{}", failures.join("\n"));
+    }
+
+    /// Issue #29 (LOW): `insecureFlag` turns TLS verification off; it is said once at start,
+    /// naming the setting as written and the vCenter it applies to.
+    #[test]
+    fn an_insecure_flag_is_warned_about_naming_the_setting_and_the_vcenter() {
+        for (text, setting, vcenter) in [
+            (
+                "[Global]\nuser = u\n[VirtualCenter \"10.0.0.1\"]\ninsecure-flag = true\n",
+                "[VirtualCenter \"10.0.0.1\"] insecure-flag",
+                "10.0.0.1",
+            ),
+            (
+                "global: {insecureFlag: true}\nvcenter: {vc1: {server: 10.0.0.1}}\n",
+                "global.insecureFlag",
+                "vc1",
+            ),
+        ] {
+            let (cfg, logs) = logged(|| parse(text));
+            assert!(cfg.unwrap().vcenters[0].insecure, "{text}");
+            let warnings: Vec<&str> = logs.lines().filter(|l| l.contains("WARN")).collect();
+            assert_eq!(warnings.len(), 1, "{logs}");
+            let w = warnings[0];
+            assert!(
+                w.contains(setting)
+                    && w.contains(&format!("vCenter {vcenter}"))
+                    && w.contains("TLS verification"),
+                "{w}"
+            );
+        }
+        for quiet in [
+            "[VirtualCenter \"10.0.0.1\"]\ninsecure-flag = false\n",
+            "vcenter: {vc1: {server: 10.0.0.1}}\n",
+        ] {
+            let (cfg, logs) = logged(|| parse(quiet));
+            assert!(!cfg.unwrap().vcenters[0].insecure);
+            assert!(!logs.contains("TLS verification"), "{quiet}: {logs}");
+        }
+        // gcfg: a bare boolean key is true.
+        let cfg = parse("[VirtualCenter \"10.0.0.1\"]\ninsecure-flag\n").unwrap();
+        assert!(cfg.vcenters[0].insecure);
     }
 
     /// Issue #11: a parse error next to the password names the key and the line, and never
