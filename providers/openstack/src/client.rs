@@ -23,8 +23,17 @@
 //! - **Errors**: OpenStack's error bodies (Nova `{"itemNotFound": {"code","message"}}`,
 //!   Neutron `{"NeutronError": {"type","message","detail"}}`, Octavia
 //!   `{"faultcode","faultstring"}`, Keystone `{"error": {"code","title","message"}}`) become
-//!   [`ClientError::Api`] naming the call, the status, OpenStack's code and message. A 404
-//!   is just an error here ([`ClientError::is_not_found`]): callers decide what it means.
+//!   [`ClientError::Api`] naming the call, the status, OpenStack's code and message.
+//!   **Not found** ([`ClientError::is_not_found`]) only when the service called answered 404
+//!   with its own typed JSON error: Nova `{"itemNotFound": {"code": 404, "message"}}`,
+//!   Neutron `{"NeutronError": {"type": "<Kind>NotFound", …}}`, Octavia
+//!   `{"faultcode": "Client", "faultstring": …}`. An HTML or plain-text 404 page (a proxy, a
+//!   gateway), a JSON body of another shape, another service's shape, or a 404 osauth
+//!   reports from its own calls is an error like any other, never "gone".
+//! - **Plain HTTP**: `auth-url` and every catalog endpoint must be `https://`, unless the host
+//!   is loopback (a warning) or `[Global] allow-insecure-http = true` (a warning).
+//! - **Reply size**: a reply body larger than [`MAX_BODY`] is an error naming the call
+//!   (nothing larger is read).
 //! - **Deadlines and retries**: every call (authentication, every page, every retry
 //!   included) runs under one [`Deadline`] of [`ClientOptions::timeout`]. Idempotent calls
 //!   (GET, PUT, DELETE and the typed calls of [`OpenStackClient::run`]) are retried on 429,
@@ -67,6 +76,9 @@ pub const RETRY: Retry =
 pub const COMPUTE_MICROVERSION: &str = "2.47";
 /// Longest error message kept from a reply body.
 const MAX_MESSAGE: usize = 500;
+/// The largest reply body read (8 MiB: a page of 1000 servers with embedded flavors is about
+/// 3 MiB); larger is [`ClientError::TooLarge`].
+pub const MAX_BODY: usize = 8 << 20;
 
 /// A catalog service.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -156,6 +168,29 @@ pub enum ClientError {
         message: String,
         /// The server's `Retry-After`, if any.
         retry_after: Option<Duration>,
+        /// The service called answered 404 with its own typed not-found JSON body (see
+        /// [`ClientError::is_not_found`]).
+        not_found: bool,
+    },
+    /// The reply body is larger than [`MAX_BODY`].
+    #[error("OpenStack {op}: the reply is larger than {limit} bytes: refused")]
+    TooLarge {
+        /// The call.
+        op: String,
+        /// The limit.
+        limit: usize,
+    },
+    /// A URL is plain `http://` without `[Global] allow-insecure-http`.
+    #[error(
+        "OpenStack {op}: the {what} endpoint {url} is plain http:// on a host other than loopback: refused (use https://, or set [Global] allow-insecure-http = true)"
+    )]
+    InsecureEndpoint {
+        /// The call.
+        op: String,
+        /// Which service's endpoint.
+        what: String,
+        /// The endpoint (scheme, host, port and path; never a credential).
+        url: String,
     },
     /// The catalog has no endpoint for the service (in the region and interface).
     #[error("OpenStack {op}: {message}")]
@@ -195,9 +230,12 @@ impl ClientError {
         }
     }
 
-    /// Whether OpenStack answered 404 (the resource does not exist).
+    /// Whether the service called said the resource does not exist: a 404 with its own typed
+    /// JSON error body (Nova `itemNotFound` with `code` 404, Neutron `…NotFound`, Octavia
+    /// `faultcode` `Client`). Any other 404 (an HTML or text page, JSON of another shape or
+    /// of another service, osauth's own 404s) is not: uncertain is an error, never "gone".
     pub fn is_not_found(&self) -> bool {
-        self.status() == Some(404)
+        matches!(self, ClientError::Api { not_found: true, .. })
     }
 
     /// Whether OpenStack answered 409 (e.g. an Octavia load balancer is immutable while
@@ -239,16 +277,47 @@ impl From<ClientError> for ProviderError {
     }
 }
 
+/// Whether `v` (a 404's body from `svc`) is that service's own typed not-found error.
+fn typed_not_found(svc: Service, v: &Value) -> bool {
+    let Some(obj) = v.as_object() else { return false };
+    match svc {
+        // {"itemNotFound": {"code": 404, "message": "Instance <id> could not be found."}}
+        Service::Compute => {
+            obj.len() == 1
+                && obj.get("itemNotFound").is_some_and(|e| {
+                    e.get("code").and_then(Value::as_u64) == Some(404)
+                        && e.get("message").is_some_and(Value::is_string)
+                })
+        }
+        // {"NeutronError": {"type": "PortNotFound", "message": "...", "detail": ""}}
+        Service::Network => obj.get("NeutronError").is_some_and(|e| {
+            e.get("type")
+                .and_then(Value::as_str)
+                .is_some_and(|t| t.len() > "NotFound".len() && t.ends_with("NotFound"))
+                && e.get("message").is_some_and(Value::is_string)
+        }),
+        // {"faultcode": "Client", "faultstring": "Load Balancer <id> could not be found.",
+        //  "debuginfo": null}
+        Service::LoadBalancer => {
+            obj.get("faultcode").and_then(Value::as_str) == Some("Client")
+                && obj.get("faultstring").is_some_and(Value::is_string)
+        }
+    }
+}
+
 /// OpenStack's error bodies: Nova `{"<kind>": {"code","message"}}`, Neutron
 /// `{"NeutronError": {"type","message","detail"}}` (or a bare string), Octavia
 /// `{"faultcode","faultstring"}`, Keystone `{"error": {"code","title","message"}}`.
+/// `svc`: the service called (`None`: Keystone, never "not found").
 pub(crate) fn parse_error(
     op: &str,
+    svc: Option<Service>,
     status: u16,
     retry_after: Option<Duration>,
     body: &[u8],
 ) -> ClientError {
     let v: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
+    let not_found = status == 404 && svc.is_some_and(|svc| typed_not_found(svc, &v));
     let s = |v: Option<&Value>| v.and_then(Value::as_str).map(str::to_string);
     let (code, message) = if let Some(fault) = v.get("faultstring") {
         // Octavia (and other WSME/pecan services).
@@ -284,7 +353,14 @@ pub(crate) fn parse_error(
         let text = text.split_whitespace().collect::<Vec<_>>().join(" ");
         if text.is_empty() { "(no body)".to_string() } else { text }
     });
-    ClientError::Api { op: op.to_string(), status, code, message: truncate(message), retry_after }
+    ClientError::Api {
+        op: op.to_string(),
+        status,
+        code,
+        message: truncate(message),
+        retry_after,
+        not_found,
+    }
 }
 
 fn truncate(mut s: String) -> String {
@@ -316,12 +392,15 @@ pub(crate) fn from_osauth(op: &str, e: &osauth::Error) -> ClientError {
     use osauth::ErrorKind as K;
     let message = truncate(osauth_message(e));
     let status = osauth_status(e);
+    // osauth's own calls (authentication, endpoint discovery): it does not show the body,
+    // so a 404 here is never "not found".
     let api = |status: u16| ClientError::Api {
         op: op.to_string(),
         status,
         code: String::new(),
         message: message.clone(),
         retry_after: None,
+        not_found: false,
     };
     match (e.kind(), status) {
         (K::AuthenticationFailed, _) => {
@@ -410,6 +489,62 @@ pub struct OpenStackClient {
     /// False once Nova refused [`COMPUTE_MICROVERSION`] (406).
     microversion: AtomicBool,
     extensions: Mutex<Option<BTreeSet<String>>>,
+    http_policy: HttpPolicy,
+}
+
+/// Whether plain `http://` endpoints may be used, and whether that was logged already.
+#[derive(Debug, Default)]
+struct HttpPolicy {
+    /// `[Global] allow-insecure-http`.
+    allow: bool,
+    /// A warning about a plain-HTTP endpoint was logged.
+    warned: AtomicBool,
+}
+
+/// Whether `host` (as `Url::host_str` gives it) is loopback: `localhost`, 127.0.0.0/8, ::1.
+fn loopback_host(host: &str) -> bool {
+    let bare = host.trim_start_matches('[').trim_end_matches(']');
+    bare.eq_ignore_ascii_case("localhost")
+        || bare.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
+}
+
+impl HttpPolicy {
+    /// `Ok` for `https://`; `http://` on loopback or with the opt-in: `Ok` with one warning;
+    /// else an error naming the URL (scheme, host, port and path only).
+    fn check(
+        &self,
+        op: &str,
+        what: &str,
+        scheme: &str,
+        host: &str,
+        shown: &str,
+    ) -> Result<(), ClientError> {
+        if scheme != "http" {
+            return Ok(());
+        }
+        if !self.allow && !loopback_host(host) {
+            return Err(ClientError::InsecureEndpoint {
+                op: op.to_string(),
+                what: what.to_string(),
+                url: shown.to_string(),
+            });
+        }
+        if !self.warned.swap(true, Ordering::AcqRel) {
+            tracing::warn!(
+                endpoint = shown,
+                "OpenStack: plain http:// endpoint in use: credentials and tokens are not encrypted"
+            );
+        }
+        Ok(())
+    }
+}
+
+/// `url` without user information, query or fragment (for errors and logs).
+fn shown_url(scheme: &str, host: &str, port: Option<u16>, path: &str) -> String {
+    match port {
+        Some(p) => format!("{scheme}://{host}:{p}{path}"),
+        None => format!("{scheme}://{host}{path}"),
+    }
 }
 
 impl std::fmt::Debug for OpenStackClient {
@@ -594,6 +729,21 @@ impl OpenStackClient {
                 )
             })?),
         };
+        let http_policy = HttpPolicy { allow: global.allow_insecure_http, ..Default::default() };
+        let host = parsed.host_str().unwrap_or_default();
+        let shown = shown_url(parsed.scheme(), host, parsed.port(), parsed.path());
+        http_policy.check("new", "Keystone (auth-url)", parsed.scheme(), host, &shown).map_err(
+            |_| {
+                config_error(
+                    "[Global] auth-url",
+                    format!(
+                        "{shown} is plain http:// on a host other than loopback: credentials \
+                         would cross the network unencrypted (use https://, or set \
+                         [Global] allow-insecure-http = true)"
+                    ),
+                )
+            },
+        )?;
         let http = http_session(global.ca_file.as_deref())?;
         Ok(OpenStackClient {
             auth_url,
@@ -606,6 +756,7 @@ impl OpenStackClient {
             generation: AtomicU64::new(0),
             microversion: AtomicBool::new(true),
             extensions: Mutex::new(None),
+            http_policy,
         })
     }
 
@@ -711,6 +862,7 @@ impl OpenStackClient {
                 code,
                 message: format!("Keystone: {message}"),
                 retry_after,
+                not_found: false,
             },
             other => other,
         })?;
@@ -793,30 +945,20 @@ impl OpenStackClient {
         loop {
             let live = self.live(op).await?;
             let microversion = svc == Service::Compute && self.microversion.load(Ordering::Acquire);
+            let call = Call { op, svc, method, path, query, body, policy: &self.http_policy };
             let sent = match svc {
                 Service::Compute => {
-                    exec(
-                        &live.session,
-                        osauth::services::COMPUTE,
-                        method,
-                        path,
-                        query,
-                        body,
-                        microversion,
-                    )
-                    .await
+                    exec(&live.session, osauth::services::COMPUTE, &call, microversion).await
                 }
                 Service::Network => {
-                    exec(&live.session, osauth::services::NETWORK, method, path, query, body, false)
-                        .await
+                    exec(&live.session, osauth::services::NETWORK, &call, false).await
                 }
-                Service::LoadBalancer => {
-                    exec(&live.session, LOAD_BALANCER, method, path, query, body, false).await
-                }
+                Service::LoadBalancer => exec(&live.session, LOAD_BALANCER, &call, false).await,
             };
             let reply = match sent {
                 Ok(r) => r,
-                Err(e) => match from_osauth(op, &e) {
+                Err(ExecError::Client(e)) => return Err(e),
+                Err(ExecError::OsAuth(e)) => match from_osauth(op, &e) {
                     // A 401 while discovering the endpoint: the token was refused too.
                     ClientError::Unauthorized { .. } if !reauthenticated => {
                         reauthenticated = true;
@@ -834,7 +976,7 @@ impl OpenStackClient {
                     self.forget(live.generation).await;
                 }
                 401 => {
-                    let message = match parse_error(op, 401, None, &reply.body) {
+                    let message = match parse_error(op, Some(svc), 401, None, &reply.body) {
                         ClientError::Api { message, .. } => message,
                         other => other.to_string(),
                     };
@@ -851,7 +993,9 @@ impl OpenStackClient {
                     );
                     self.microversion.store(false, Ordering::Release);
                 }
-                status => return Err(parse_error(op, status, reply.retry_after, &reply.body)),
+                status => {
+                    return Err(parse_error(op, Some(svc), status, reply.retry_after, &reply.body));
+                }
             }
         }
     }
@@ -1017,19 +1161,51 @@ impl OpenStackClient {
     }
 }
 
-/// Sends one raw request on `session` to `svc`.
+/// One raw request.
+struct Call<'a> {
+    op: &'a str,
+    svc: Service,
+    method: Method,
+    path: &'a [&'a str],
+    query: &'a [(&'a str, String)],
+    body: Option<&'a Value>,
+    policy: &'a HttpPolicy,
+}
+
+/// What [`exec`] fails with.
+enum ExecError {
+    OsAuth(osauth::Error),
+    Client(ClientError),
+}
+
+impl From<osauth::Error> for ExecError {
+    fn from(e: osauth::Error) -> Self {
+        ExecError::OsAuth(e)
+    }
+}
+
+/// Sends one raw request on `session` to `svc`: the catalog's endpoint checked for plain HTTP
+/// first; the reply body read up to [`MAX_BODY`].
 async fn exec<S>(
     session: &Session,
     svc: S,
-    method: Method,
-    path: &[&str],
-    query: &[(&str, String)],
-    body: Option<&Value>,
+    call: &Call<'_>,
     microversion: bool,
-) -> Result<Reply, osauth::Error>
+) -> Result<Reply, ExecError>
 where
     S: ServiceType + Send + Clone,
 {
+    let Call { op, method, path, query, body, .. } = *call;
+    // The catalog's URL, before anything (version discovery included) is sent to it.
+    let endpoint = session
+        .client()
+        .get_endpoint(call.svc.catalog_type(), session.endpoint_filters())
+        .await?;
+    let host = endpoint.host_str().unwrap_or_default();
+    let shown = shown_url(endpoint.scheme(), host, endpoint.port(), endpoint.path());
+    call.policy
+        .check(op, call.svc.catalog_type(), endpoint.scheme(), host, &shown)
+        .map_err(ExecError::Client)?;
     let mut rb = match method {
         Method::Get => session.get(svc, path),
         Method::Post => session.post(svc, path),
@@ -1048,12 +1224,23 @@ where
             .header("openstack-api-version", format!("compute {COMPUTE_MICROVERSION}"))
             .header("x-openstack-nova-api-version", COMPUTE_MICROVERSION);
     }
-    let resp = rb.send_unchecked().await?;
+    let mut resp = rb.send_unchecked().await?;
     let status = resp.status().as_u16();
     let retry_after =
         resp.headers().get("retry-after").and_then(|v| v.to_str().ok()).and_then(parse_retry_after);
-    let body = resp.bytes().await.map_err(osauth::Error::from)?;
-    Ok(Reply { status, retry_after, body: body.to_vec() })
+    let too_large =
+        || ExecError::Client(ClientError::TooLarge { op: op.to_string(), limit: MAX_BODY });
+    if resp.content_length().is_some_and(|n| n > MAX_BODY as u64) {
+        return Err(too_large());
+    }
+    let mut bytes = Vec::new();
+    while let Some(chunk) = resp.chunk().await.map_err(osauth::Error::from)? {
+        if bytes.len() + chunk.len() > MAX_BODY {
+            return Err(too_large());
+        }
+        bytes.extend_from_slice(&chunk);
+    }
+    Ok(Reply { status, retry_after, body: bytes })
 }
 
 fn decode(op: &str, bytes: &[u8]) -> Result<Value, ClientError> {
@@ -1080,6 +1267,7 @@ mod tests {
     fn openstack_error_bodies_are_parsed() {
         let e = parse_error(
             "nova:GetServer",
+            Some(Service::Compute),
             404,
             None,
             br#"{"itemNotFound": {"code": 404, "message": "Instance x could not be found."}}"#,
@@ -1091,6 +1279,7 @@ mod tests {
         );
         let e = parse_error(
             "neutron:UpdateRouter",
+            Some(Service::Network),
             400,
             None,
             br#"{"NeutronError": {"type": "InvalidRoutes", "message": "bad nexthop", "detail": ""}}"#,
@@ -1102,6 +1291,7 @@ mod tests {
         assert_eq!(e.classify(), Classified::Permanent);
         let e = parse_error(
             "octavia:UpdateLoadBalancer",
+            Some(Service::LoadBalancer),
             409,
             None,
             br#"{"faultcode": "Client", "faultstring": "Load Balancer x is immutable", "debuginfo": null}"#,
@@ -1110,23 +1300,68 @@ mod tests {
         assert!(e.to_string().ends_with("HTTP 409 Client: Load Balancer x is immutable"), "{e}");
         let e = parse_error(
             "keystone",
+            None,
             401,
             None,
             br#"{"error": {"code": 401, "title": "Unauthorized", "message": "requires authentication"}}"#,
         );
         assert!(e.to_string().ends_with("HTTP 401 Unauthorized: requires authentication"), "{e}");
-        let e = parse_error("x", 503, Some(Duration::from_secs(2)), b"<html>\n busy </html>");
+        let e = parse_error("x", None, 503, Some(Duration::from_secs(2)), b"<html>\n busy </html>");
         assert_eq!(
             e.classify(),
             Classified::Transient { retry_after: Some(Duration::from_secs(2)) }
         );
         assert_eq!(e.classify_create(), Classified::Permanent);
         assert!(e.to_string().ends_with("HTTP 503: <html> busy </html>"), "{e}");
-        let e = parse_error("x", 429, None, b"");
+        let e = parse_error("x", None, 429, None, b"");
         assert!(matches!(e.classify_create(), Classified::Transient { .. }));
         assert!(matches!(ProviderError::from(e), ProviderError::Throttled(_)));
-        let e = parse_error("x", 500, None, &vec![b'a'; 2000]);
+        let e = parse_error("x", None, 500, None, &vec![b'a'; 2000]);
         assert!(e.to_string().len() < 600);
+    }
+
+    #[test]
+    fn only_the_called_services_typed_404_is_not_found() {
+        let nf = |svc: Service, body: &str| parse_error("x", Some(svc), 404, None, body.as_bytes());
+        let nova =
+            r#"{"itemNotFound": {"code": 404, "message": "Instance s-1 could not be found."}}"#;
+        let neutron = r#"{"NeutronError": {"type": "PortNotFound", "message": "Port p-1 could not be found.", "detail": ""}}"#;
+        let octavia = r#"{"faultcode": "Client", "faultstring": "Load Balancer l-1 could not be found.", "debuginfo": null}"#;
+        assert!(nf(Service::Compute, nova).is_not_found());
+        assert!(nf(Service::Network, neutron).is_not_found());
+        assert!(nf(Service::LoadBalancer, octavia).is_not_found());
+        // Another service's shape: the wrong endpoint answered.
+        assert!(!nf(Service::Compute, neutron).is_not_found());
+        assert!(!nf(Service::Compute, octavia).is_not_found());
+        assert!(!nf(Service::Network, nova).is_not_found());
+        assert!(!nf(Service::LoadBalancer, neutron).is_not_found());
+        // Pages, other JSON, near misses.
+        for body in [
+            "<html><body><h1>Not Found</h1><p>/compute/v2.1/servers/s-1 itemNotFound</p></body></html>",
+            "404 page not found",
+            "",
+            r#"{"message": "s-1 not found", "code": 404}"#,
+            r#"{"itemNotFound": "Instance s-1 could not be found."}"#,
+            r#"{"itemNotFound": {"code": 500, "message": "x"}}"#,
+            r#"{"itemNotFound": {"code": 404, "message": "x"}, "other": 1}"#,
+            r#"{"error": {"code": 404, "title": "Not Found", "message": "s-1"}}"#,
+        ] {
+            assert!(!nf(Service::Compute, body).is_not_found(), "{body}");
+        }
+        assert!(!nf(Service::Network, r#"{"NeutronError": "Port p-1 not found"}"#).is_not_found());
+        assert!(
+            !nf(Service::Network, r#"{"NeutronError": {"type": "BadRequest", "message": "x"}}"#)
+                .is_not_found()
+        );
+        assert!(
+            !nf(Service::LoadBalancer, r#"{"faultcode": "Server", "faultstring": "x"}"#)
+                .is_not_found()
+        );
+        // Not a 404, or Keystone's: never.
+        assert!(
+            !parse_error("x", Some(Service::Compute), 400, None, nova.as_bytes()).is_not_found()
+        );
+        assert!(!parse_error("x", None, 404, None, nova.as_bytes()).is_not_found());
     }
 
     #[test]
@@ -1137,8 +1372,10 @@ mod tests {
         let c = from_osauth("op", &e);
         assert_eq!(c.status(), Some(429));
         assert!(matches!(c.classify(), Classified::Transient { .. }));
+        // osauth's 404s come without the body: a 404, never "not found".
         let e = osauth::Error::new(osauth::ErrorKind::ResourceNotFound, "gone");
-        assert!(from_osauth("op", &e).is_not_found());
+        assert_eq!(from_osauth("op", &e).status(), Some(404));
+        assert!(!from_osauth("op", &e).is_not_found());
         let e = osauth::Error::new(osauth::ErrorKind::ProtocolError, "connection refused");
         assert!(matches!(from_osauth("op", &e).classify(), Classified::Transient { .. }));
         let e = osauth::Error::new(osauth::ErrorKind::AuthenticationFailed, "no");

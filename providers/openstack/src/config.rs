@@ -149,6 +149,9 @@ pub struct Global {
     pub key_file: Option<PathBuf>,
     /// `tls-insecure`.
     pub tls_insecure: bool,
+    /// `allow-insecure-http` (ours, default false): plain `http://` Keystone and catalog
+    /// endpoints on a host other than loopback. Off: refused.
+    pub allow_insecure_http: bool,
     /// `os-endpoint-type` (`public` default, `internal`, `admin`).
     pub endpoint_type: String,
     /// `use-clouds`.
@@ -216,6 +219,11 @@ pub struct LoadBalancerOpts {
     pub default_tls_container_ref: String,
     /// `provider-requires-serial-api-calls` (default false).
     pub provider_requires_serial_api_calls: bool,
+    /// `allow-cross-namespace-sharing` (ours, default false): a Service may share, by
+    /// `load-balancer-id`, a load balancer created for a Service of another namespace, by
+    /// another cluster or by hand. Off: only within the namespace of the Service it was
+    /// created for.
+    pub allow_cross_namespace_sharing: bool,
 }
 
 impl Default for LoadBalancerOpts {
@@ -248,6 +256,7 @@ impl Default for LoadBalancerOpts {
             container_store: "barbican".into(),
             default_tls_container_ref: String::new(),
             provider_requires_serial_api_calls: false,
+            allow_cross_namespace_sharing: false,
         }
     }
 }
@@ -519,6 +528,13 @@ pub const CONFIG_KEYS: &[KeyDoc] = &[
     },
     KeyDoc {
         section: "Global",
+        key: "allow-insecure-http",
+        value: "bool, default false (ours; not in upstream)",
+        example: "false",
+        doc: "Allow plain `http://` for `auth-url` and the catalog's endpoints on a host other than loopback (credentials and tokens then cross the network in clear text). Off: such a URL is refused with an error naming it (upstream's gophercloud accepts it silently). Loopback `http://` is always accepted, with a warning.",
+    },
+    KeyDoc {
+        section: "Global",
         key: "os-endpoint-type",
         value: "`public` (default), `internal` or `admin`",
         example: "internal",
@@ -726,6 +742,13 @@ pub const CONFIG_KEYS: &[KeyDoc] = &[
         value: "integer ≥ 0, default 2",
         example: "2",
         doc: "Services that may share one load balancer (0 and 1: no sharing, as upstream).",
+    },
+    KeyDoc {
+        section: "LoadBalancer",
+        key: "allow-cross-namespace-sharing",
+        value: "bool, default false (ours; not in upstream)",
+        example: "false",
+        doc: "Let a Service share (`loadbalancer.openstack.org/load-balancer-id`) a load balancer created for a Service of another namespace, by another cluster or by hand. Off: sharing only within the namespace of the Service the load balancer was created for; any other is refused with an error naming the annotation (upstream allows any). A sharer never deletes the load balancer nor its floating IP.",
     },
     KeyDoc {
         section: "LoadBalancer",
@@ -1709,6 +1732,7 @@ fn parse_global(
         cert_file: s.path("cert-file")?,
         key_file: s.path("key-file")?,
         tls_insecure: tls_insecure(s)?,
+        allow_insecure_http: s.boolean("allow-insecure-http", false)?,
         endpoint_type: match s.non_empty("os-endpoint-type")? {
             Some(v) => endpoint_type(s.key("os-endpoint-type"), &v)?,
             None => String::new(),
@@ -1797,6 +1821,8 @@ fn parse_load_balancer(s: &Section<'_>) -> Result<LoadBalancerOpts, ConfigError>
         default_tls_container_ref: s.string("default-tls-container-ref")?,
         provider_requires_serial_api_calls: s
             .boolean("provider-requires-serial-api-calls", d.provider_requires_serial_api_calls)?,
+        allow_cross_namespace_sharing: s
+            .boolean("allow-cross-namespace-sharing", d.allow_cross_namespace_sharing)?,
     };
     if !SUPPORTED_LB_PROVIDERS.contains(&lb.lb_provider.as_str()) {
         tracing::warn!(lb_provider = %lb.lb_provider, "cloud config: unsupported [LoadBalancer] lb-provider");
@@ -1971,6 +1997,7 @@ request-timeout = 5s
                 container_store: "external".into(),
                 default_tls_container_ref: "https://barbican.example.com/v1/containers/1b2c".into(),
                 provider_requires_serial_api_calls: true,
+                allow_cross_namespace_sharing: false,
             },
             lb_classes: BTreeMap::from([
                 (

@@ -28,7 +28,9 @@
 //! /ports?device_id=`).
 //!
 //! **Deletion safety** ([`InstancesV2`]): a node is `NotFound` only when `GET
-//! /servers/{id}` for the exact ID of its providerID answers 404, or shows the server
+//! /servers/{id}` for the exact ID of its providerID answers Nova's typed 404 JSON error
+//! (`{"itemNotFound": {"code": 404, …}}`; an HTML page, a proxy's or gateway's error or JSON of
+//! another shape is an error, the Node kept), or shows the server
 //! `DELETED`/`SOFT_DELETED`. An ID missing from a listing (a listing may be partial or
 //! behind) is asked for by ID before anything is concluded. A node without providerID that
 //! matches no server name is an error (never "gone"); for metadata it is
@@ -193,13 +195,10 @@ pub async fn get_server(client: &OpenStackClient, id: &str) -> Result<Option<Ser
     const OP: &str = "nova:GetServer";
     match client.get(OP, Service::Compute, &["servers", id], &[]).await {
         Ok(mut v) => Ok(Some(decode(OP, "the server", v["server"].take())?)),
-        // Only Nova's own "no such server" for this ID says so; a 404 without Nova's
-        // `itemNotFound` (a proxy, a wrong endpoint) is an error like any other.
-        Err(ClientError::Api { status: 404, code, message, .. })
-            if code == "itemNotFound" || message.contains(id) =>
-        {
-            Ok(None)
-        }
+        // Only Nova's own typed answer says so (`{"itemNotFound": {"code": 404, …}}`, parsed
+        // from the JSON body); any other 404 (a proxy's page echoing the URL, JSON of another
+        // shape, another service) is an error like any other.
+        Err(e) if e.is_not_found() => Ok(None),
         Err(e) => Err(e),
     }
 }

@@ -75,6 +75,10 @@ pub struct OpenStackOptions {
     pub token_lifetime: Duration,
     /// How long a load balancer stays `PENDING_*` after each change (default 2 s).
     pub lb_pending: Duration,
+    /// The base URL of the catalog's Nova, Neutron and Octavia endpoints (default: this
+    /// server, as the request's `Host` names it), e.g. to show a client a catalog naming
+    /// another host or scheme.
+    pub catalog_base: Option<String>,
 }
 
 impl Default for OpenStackOptions {
@@ -86,6 +90,7 @@ impl Default for OpenStackOptions {
             region: None,
             token_lifetime: Duration::from_secs(3600),
             lb_pending: Duration::from_secs(2),
+            catalog_base: None,
         }
     }
 }
@@ -1043,11 +1048,12 @@ impl OpenStackCloud {
                 .collect();
             json!({"type": ty, "name": name, "id": uuid(&format!("svc-{ty}")), "endpoints": endpoints})
         };
+        let services = opts.catalog_base.as_deref().unwrap_or(base);
         let catalog = vec![
             ep("identity", "keystone", format!("{base}/identity")),
-            ep("compute", "nova", format!("{base}/compute/v2.1")),
-            ep("network", "neutron", format!("{base}/network")),
-            ep("load-balancer", "octavia", format!("{base}/load-balancer")),
+            ep("compute", "nova", format!("{services}/compute/v2.1")),
+            ep("network", "neutron", format!("{services}/network")),
+            ep("load-balancer", "octavia", format!("{services}/load-balancer")),
         ];
         let body = json!({"token": {
             "methods": methods,

@@ -158,7 +158,7 @@ pub const ANNOTATIONS: &[KeyDoc] = &[
         keys::KEEP_FLOATING_IP,
         "`true`/`false`, default `false`",
         "true",
-        "Keep (only disassociate) the floating IP when the Service is deleted or becomes internal.",
+        "Keep (only disassociate) the floating IP when the Service is deleted or becomes internal. Only the value on the Service the load balancer was created for counts; a sharing Service never deletes a floating IP.",
     ),
     kd(
         keys::PROXY_PROTOCOL,
@@ -254,7 +254,7 @@ pub const ANNOTATIONS: &[KeyDoc] = &[
         keys::LOAD_BALANCER_ID,
         "Octavia load balancer ID",
         "a2c1f0e4-0000-4000-8000-000000000008",
-        "Use this existing load balancer: adopted when named for this Service, else shared (listeners tagged for this Service, at most `[LoadBalancer] max-shared-lb` Services, external Services only). Not written back to the Service.",
+        "Use this existing load balancer: this Service's own when this cluster created it for this Service (name and description), else shared (only this Service's listeners, tagged with its name, are added and removed; at most `[LoadBalancer] max-shared-lb` Services; external Services only). One created for a Service of another namespace, by another cluster or by hand is refused unless `[LoadBalancer] allow-cross-namespace-sharing = true`. A sharer never deletes the load balancer nor its floating IP (the last sharer of one whose own Service was deleted does, as upstream). Not written back to the Service.",
     ),
     kd(
         keys::HOSTNAME,

@@ -35,12 +35,26 @@
 //!   with `lb-provider = ovn`), added to the member nodes' ports on the member subnet and taken
 //!   off ports that are no longer members; removed from every port and deleted with the
 //!   Service (also when the load balancer is already gone).
-//! - **Sharing**: `load-balancer-id` adopts the load balancer named for the Service, or shares
-//!   another one (its tags count the Services, up to `max-shared-lb`; internal Services cannot
-//!   share; only the owner may add a floating IP). A load balancer is deleted only when it
-//!   carries this Service's name (or is named `kube_service_…` and tagged for this Service)
-//!   and no other Service's tag; otherwise only the listeners tagged for this Service go, and
-//!   its tag.
+//! - **Ownership** (issue #29): this cluster created a load balancer for a Service when its
+//!   name is `kube_service_<cluster>_<ns>_<name>` (or the legacy `a<uid>`) AND its description
+//!   is upstream's `Kubernetes external service <ns>/<name> from cluster <cluster>`, both
+//!   written at creation ([`created_for`]). Tags are never proof: a sharer writes its own.
+//!   Found by name but not created for the Service: an error, never adopted.
+//! - **Sharing**: `load-balancer-id` names the Service's own load balancer, or one to share
+//!   (its tags count the Services, up to `max-shared-lb`; internal Services cannot share; only
+//!   the owner may add a floating IP). A load balancer created for a Service of another
+//!   namespace, by another cluster or by hand is used only with `[LoadBalancer]
+//!   allow-cross-namespace-sharing` (upstream: any, by anyone). A sharer or user
+//!   adds and removes only its own listeners (tagged with its name) and its tag: it never
+//!   deletes the load balancer nor its floating IP, with one exception: the owner deleted
+//!   while others still shared it marks it [`OWNER_GONE_TAG`] (and
+//!   [`OWNER_GONE_KEEP_FIP_TAG`] when it kept its floating IP), and the last allowed sharer of
+//!   a load balancer this cluster created then deletes it, as upstream's "last user".
+//! - **Floating IPs** are deleted only when their description is exactly
+//!   `Floating IP for Kubernetes external service <ns>/<name> from cluster <cluster>` for the
+//!   Service the load balancer was created for, that Service did not ask to keep it
+//!   (`keep-floatingip`, or `spec.loadBalancerIP`), and the load balancer is being deleted by
+//!   its owner (or its last allowed sharer after the owner); else they are disassociated.
 //! - **Status**: the floating IP (or the VIP when internal or IPv6); `hostname` replaces it;
 //!   with PROXY protocol the IP has `ipMode: Proxy`, or with `enable-ingress-hostname` a
 //!   `<ip>.<ingress-hostname-suffix>` hostname.
@@ -72,6 +86,12 @@ use crate::instances::parse_provider_id;
 pub const SERVICE_PREFIX: &str = "kube_service_";
 /// How a floating IP created by this provider (and upstream) is described.
 pub const FIP_DESCRIPTION_PREFIX: &str = "Floating IP for Kubernetes external service";
+/// Tag added when the Service a load balancer was created for is deleted while other Services
+/// still share it: the last of them (allowed to share) deletes it.
+pub const OWNER_GONE_TAG: &str = "ccm_owner_deleted";
+/// Added with [`OWNER_GONE_TAG`] when that Service kept its floating IP (`keep-floatingip` or
+/// its own `spec.loadBalancerIP`): the floating IP is then only disassociated.
+pub const OWNER_GONE_KEEP_FIP_TAG: &str = "ccm_owner_deleted_keep_floatingip";
 /// Nodes up to this many have their ports listed one by one; more: one listing of all ports.
 const PORTS_ONE_BY_ONE: usize = 2;
 
@@ -156,8 +176,80 @@ fn parse_lb_description(d: &str) -> Option<(String, String)> {
     Some((service.to_string(), cluster.to_string()))
 }
 
-fn created_by_us(fip: &FloatingIp) -> bool {
-    fip.description.contains(FIP_DESCRIPTION_PREFIX)
+/// `(service, cluster)` of a floating IP description written by [`fip_description`].
+fn parse_fip_description(d: &str) -> Option<(String, String)> {
+    let rest = d.strip_prefix(FIP_DESCRIPTION_PREFIX)?.strip_prefix(' ')?;
+    let (service, cluster) = rest.split_once(" from cluster ")?;
+    Some((service.to_string(), cluster.to_string()))
+}
+
+/// Whether the floating IP's ownership record names exactly `service` (`<ns>/<name>`) of
+/// `cluster` (never a prefix match).
+fn fip_created_for(fip: &FloatingIp, service: &str, cluster: &str) -> bool {
+    !cluster.is_empty() && fip.description == fip_description(service, cluster)
+}
+
+/// Whom this cluster's (or another cluster's) provider created a load balancer for, read from
+/// upstream's name and description, which must agree.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Creator {
+    /// The Service's namespace.
+    pub namespace: String,
+    /// The Service's name.
+    pub name: String,
+    /// The cluster.
+    pub cluster: String,
+}
+
+impl Creator {
+    /// `<namespace>/<name>`.
+    pub fn service(&self) -> String {
+        format!("{}/{}", self.namespace, self.name)
+    }
+}
+
+/// The Service and cluster `lb` was created for: its description is upstream's
+/// `Kubernetes external service <ns>/<name> from cluster <cluster>` and its name
+/// `kube_service_<cluster>_<ns>_<name>` (cut to 255 bytes).
+pub fn creator(lb: &octavia::LoadBalancer) -> Option<Creator> {
+    let (service, cluster) = parse_lb_description(&lb.description)?;
+    let (namespace, name) = service.split_once('/')?;
+    if namespace.is_empty() || name.is_empty() || cluster.is_empty() {
+        return None;
+    }
+    let expected = cut255(format!("{SERVICE_PREFIX}{cluster}_{namespace}_{name}"));
+    (lb.name == expected).then(|| Creator {
+        namespace: namespace.to_string(),
+        name: name.to_string(),
+        cluster,
+    })
+}
+
+/// Whether this cluster created `lb` for `service`: named for it (or its legacy `a<uid>` name)
+/// and described for it and this cluster, both written at creation. Tags are not proof.
+pub fn created_for(lb: &octavia::LoadBalancer, cluster: &str, service: &Service) -> bool {
+    if cluster.is_empty() || lb.description != lb_description(&service_key(service), cluster) {
+        return false;
+    }
+    let legacy = default_load_balancer_name(service);
+    lb.name == load_balancer_name(cluster, service) || (!legacy.is_empty() && lb.name == legacy)
+}
+
+/// What a Service is to a load balancer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Role {
+    /// This cluster created it for this Service.
+    Owner,
+    /// This cluster created it for another Service, which allows this one to share it (same
+    /// namespace, or `allow-cross-namespace-sharing`).
+    Sharer(Creator),
+    /// Not created by this cluster (by hand, another cluster): used, never deleted.
+    Guest,
+}
+
+/// Other Services' tags on `lb` (upstream's sharing count): `kube_service_…` other than `name`.
+fn other_services(lb: &octavia::LoadBalancer, name: &str) -> usize {
+    lb.tags.iter().filter(|t| *t != name && t.starts_with(SERVICE_PREFIX)).count()
 }
 
 fn is_ipv6(addr: &str) -> bool {
@@ -244,6 +336,71 @@ impl OctaviaLoadBalancer {
             message,
             delay: (self.timings.poll * 2).max(Duration::from_secs(1)),
         }
+    }
+
+    // ---- ownership ------------------------------------------------------------------------
+
+    /// What `service` is to `lb` (named by its `load-balancer-id`), or an error naming the
+    /// annotation when it may not use it.
+    fn role(
+        &self,
+        cluster: &str,
+        service: &Service,
+        lb: &octavia::LoadBalancer,
+    ) -> Result<Role, ProviderError> {
+        if created_for(lb, cluster, service) {
+            return Ok(Role::Owner);
+        }
+        let namespace = service.metadata.namespace.as_deref().unwrap_or_default();
+        let open = self.config.load_balancer.allow_cross_namespace_sharing;
+        let refuse = |whose: String| {
+            invalid(
+                keys::LOAD_BALANCER_ID,
+                format!(
+                    "load balancer {} ({}) was created for {whose}: Service {} may not share it (set [LoadBalancer] allow-cross-namespace-sharing = true to allow sharing across namespaces and clusters)",
+                    lb.id,
+                    lb.name,
+                    service_key(service)
+                ),
+            )
+        };
+        match creator(lb) {
+            Some(c) if c.cluster == cluster && (c.namespace == namespace || open) => {
+                Ok(Role::Sharer(c))
+            }
+            Some(c) if c.cluster == cluster => {
+                Err(refuse(format!("Service {} of another namespace", c.service())))
+            }
+            Some(c) if !open => {
+                Err(refuse(format!("Service {} of another cluster ({})", c.service(), c.cluster)))
+            }
+            // Made by hand, or a Service's whose name and description do not agree (a legacy
+            // `a<uid>` name, an edited description): whose address it is cannot be told, so
+            // only the operator's opt-in lets a Service use it.
+            None if !open => Err(refuse(
+                "no Service of this cluster (made by hand, or its name and description do not agree)"
+                    .into(),
+            )),
+            _ => {
+                tracing::info!(service = %service_key(service), load_balancer = %lb.id, "OpenStack: using a load balancer this cluster did not create (allow-cross-namespace-sharing)");
+                Ok(Role::Guest)
+            }
+        }
+    }
+
+    /// An error for a load balancer found by the Service's name that this cluster did not
+    /// create for it: never adopted.
+    fn foreign_name(service: &Service, lb: &octavia::LoadBalancer) -> ProviderError {
+        invalid(
+            &format!("load balancer {}", lb.name),
+            format!(
+                "a load balancer with the name of Service {} exists ({}) but was not created for it by this cluster (description {:?}): refusing to use or delete it; rename or delete it, or name it with {}",
+                service_key(service),
+                lb.id,
+                lb.description,
+                keys::LOAD_BALANCER_ID
+            ),
+        )
     }
 
     // ---- finding and waiting ------------------------------------------------------------
@@ -490,6 +647,20 @@ impl OctaviaLoadBalancer {
             body["availability_zone"] = json!(conf.availability_zone);
         }
         if !conf.port_id.is_empty() {
+            // The port is used as the VIP, never taken from its device: one in use is refused.
+            let ports = self.api().list_ports(&[("id", conf.port_id.clone())]).await?;
+            let port = ports.iter().find(|p| p.id == conf.port_id).ok_or_else(|| {
+                invalid(keys::PORT_ID, format!("port {} not found in the project", conf.port_id))
+            })?;
+            if !port.device_id.is_empty() || !port.device_owner.is_empty() {
+                return Err(invalid(
+                    keys::PORT_ID,
+                    format!(
+                        "port {} is in use (device {} {}): give a free port",
+                        port.id, port.device_owner, port.device_id
+                    ),
+                ));
+            }
             body["vip_port_id"] = json!(conf.port_id);
         } else {
             if !conf.subnet_id.is_empty() {
@@ -940,7 +1111,10 @@ impl OctaviaLoadBalancer {
         if conf.internal {
             if let (Some(fip), true) = (&attached, owner) {
                 // The Service became internal: release (or detach) its floating IP.
-                if !conf.keep_floating_ip && created_by_us(fip) {
+                if !conf.keep_floating_ip
+                    && conf.load_balancer_ip != fip.floating_ip_address
+                    && fip_created_for(fip, &conf.service, cluster)
+                {
                     tracing::info!(service = %conf.service, floating_ip = %fip.floating_ip_address, "OpenStack: deleting the floating IP of an internal Service");
                     api.delete_floating_ip(&fip.id).await?;
                 } else {
@@ -978,6 +1152,23 @@ impl OctaviaLoadBalancer {
                         fip.port_id
                     ),
                 ));
+            }
+            // A floating IP created for (and kept by) a Service of another namespace or of
+            // another cluster is that Service's address: not taken without the opt-in.
+            if let Some((owner_svc, owner_cluster)) = parse_fip_description(&fip.description) {
+                let namespace = conf.service.split_once('/').map(|(ns, _)| ns).unwrap_or_default();
+                let same_ns = owner_svc.split_once('/').is_some_and(|(ns, _)| ns == namespace);
+                if !(owner_cluster == cluster && same_ns)
+                    && !self.config.load_balancer.allow_cross_namespace_sharing
+                {
+                    return Err(invalid(
+                        "spec.loadBalancerIP",
+                        format!(
+                            "floating IP {ip} was created for Service {owner_svc} of cluster {owner_cluster}: Service {} of another namespace may not take it (set [LoadBalancer] allow-cross-namespace-sharing = true to allow it)",
+                            conf.service
+                        ),
+                    ));
+                }
             }
             tracing::info!(service = %conf.service, floating_ip = %ip, "OpenStack: associating the Service's floating IP");
             let fip = api.associate_floating_ip(&fip.id, Some(vip_port)).await?;
@@ -1206,10 +1397,20 @@ impl OctaviaLoadBalancer {
         Ok(())
     }
 
-    /// Upstream's `ensureSecurityGroupDeleted`.
-    async fn delete_security_group(&self, service: &Service) -> Result<(), ProviderError> {
+    /// Upstream's `ensureSecurityGroupDeleted`; only a group described as this Service's of
+    /// this cluster.
+    async fn delete_security_group(
+        &self,
+        cluster: &str,
+        service: &Service,
+    ) -> Result<(), ProviderError> {
         let sg_name = security_group_name(service);
+        let description = sg_description(&service_key(service), cluster);
         for sg in self.api().list_security_groups(Some(&sg_name)).await? {
+            if sg.description != description {
+                tracing::warn!(service = %service_key(service), security_group = %sg.id, "OpenStack: a security group with this Service's group name was not created for it by this cluster: left alone");
+                continue;
+            }
             tracing::info!(service = %service_key(service), security_group = %sg_name, "OpenStack: deleting security group");
             self.delete_security_group_by_id(&sg.id).await?;
         }
@@ -1241,7 +1442,7 @@ impl OctaviaLoadBalancer {
             let lb = api.get_load_balancer(&conf.lb_id).await?.ok_or_else(|| {
                 invalid(keys::LOAD_BALANCER_ID, format!("load balancer {} not found", conf.lb_id))
             })?;
-            let owner = lb.name == name;
+            let owner = self.role(cluster, service, &lb)? == Role::Owner;
             if !owner {
                 let shared = lb.tags.iter().filter(|t| t.starts_with(SERVICE_PREFIX)).count();
                 let max = self.config.load_balancer.max_shared_lb as usize;
@@ -1263,7 +1464,11 @@ impl OctaviaLoadBalancer {
             }
             (Some(lb), owner)
         } else {
-            (self.find("", &name, &default_load_balancer_name(service)).await?, true)
+            let found = self.find("", &name, &default_load_balancer_name(service)).await?;
+            if let Some(lb) = found.as_ref().filter(|lb| !created_for(lb, cluster, service)) {
+                return Err(Self::foreign_name(service, lb));
+            }
+            (found, true)
         };
         let mut lb = match found {
             Some(lb) if lb.provisioning_status == "ACTIVE" => lb,
@@ -1328,9 +1533,16 @@ impl OctaviaLoadBalancer {
             self.ensure_floating_ip(cluster, &conf, &lb, owner).await?
         };
 
-        if !lb.tags.contains(&name) {
-            let mut tags = lb.tags.clone();
+        let mut tags: Vec<String> = lb
+            .tags
+            .iter()
+            .filter(|t| !owner || (*t != OWNER_GONE_TAG && *t != OWNER_GONE_KEEP_FIP_TAG))
+            .cloned()
+            .collect();
+        if !tags.contains(&name) {
             tags.push(name.clone());
+        }
+        if tags != lb.tags {
             let body = json!({ "tags": tags });
             self.mutate(&lb.id, &lb_name, "updating tags", || {
                 api.update_load_balancer(&lb.id, body.clone())
@@ -1342,7 +1554,7 @@ impl OctaviaLoadBalancer {
         if self.config.load_balancer.manage_security_groups {
             self.ensure_security_group(cluster, service, &conf, &nodes).await?;
         } else {
-            self.delete_security_group(service).await?;
+            self.delete_security_group(cluster, service).await?;
         }
         tracing::info!(service = %conf.service, load_balancer = %lb_name, address = %addr, "OpenStack: load balancer ensured");
         Ok(status(&conf, &addr, &self.config))
@@ -1363,6 +1575,14 @@ impl OctaviaLoadBalancer {
         else {
             tracing::warn!(service = %conf.service, load_balancer = %name, "OpenStack: load balancer not found for update");
             return Ok(());
+        };
+        let owner = if conf.lb_id.is_empty() {
+            if !created_for(&lb, cluster, service) {
+                return Err(Self::foreign_name(service, &lb));
+            }
+            true
+        } else {
+            self.role(cluster, service, &lb)? == Role::Owner
         };
         let lb = match lb.provisioning_status.as_str() {
             "ACTIVE" => lb,
@@ -1389,6 +1609,8 @@ impl OctaviaLoadBalancer {
             let listener = listeners
                 .iter()
                 .find(|l| l.protocol == proto && l.protocol_port == i64::from(p.port))
+                // Only this Service's listener (tagged with its name; untagged: the owner's).
+                .filter(|l| l.tags.contains(&name) || (l.tags.is_empty() && owner))
                 .ok_or_else(|| {
                     ProviderError::other(format!(
                         "load balancer {} ({}) has no listener for port {} ({proto})",
@@ -1422,27 +1644,77 @@ impl OctaviaLoadBalancer {
         let lb_id = annotations::annotation(service, keys::LOAD_BALANCER_ID)
             .map(str::trim)
             .unwrap_or_default();
-        // A bad keep-floatingip must not block deletion, nor lose an address: keep it.
-        let keep = annotations::bool_annotation(service, keys::KEEP_FLOATING_IP, false)
-            .unwrap_or_else(|e| {
-                tracing::warn!(service = %key, error = %e, "OpenStack: keeping the floating IP");
-                true
-            });
         let found = self.find(lb_id, &name, &legacy).await?;
-        if let Some(lb) = found {
-            self.delete_found(&key, &name, &legacy, lb, keep, service).await?;
+        match found {
+            Some(lb) if lb_id.is_empty() && !created_for(&lb, cluster, service) => {
+                // Our name on a load balancer we did not create: never touched.
+                tracing::warn!(service = %key, load_balancer = %lb.name, id = %lb.id, description = %lb.description, "OpenStack: a load balancer with this Service's name was not created for it by this cluster: left alone");
+            }
+            Some(lb) => self.delete_found(cluster, &key, &name, lb, service).await?,
+            None => {}
         }
         // Even when the load balancer is gone already: no orphaned security group.
-        self.delete_security_group(service).await
+        self.delete_security_group(cluster, service).await
+    }
+
+    /// Deletes or disassociates the floating IPs on `lb`'s VIP port: deleted only when created
+    /// for `owner` (`<ns>/<name>`) of `cluster` (exact description) and not `keep`.
+    async fn release_floating_ips(
+        &self,
+        key: &str,
+        cluster: &str,
+        lb: &octavia::LoadBalancer,
+        owner: &str,
+        keep: bool,
+    ) -> Result<(), ProviderError> {
+        if lb.vip_port_id.is_empty() {
+            return Ok(());
+        }
+        let api = self.api();
+        for fip in api.list_floating_ips(&[("port_id", lb.vip_port_id.clone())]).await? {
+            if !keep && fip_created_for(&fip, owner, cluster) {
+                tracing::info!(service = key, floating_ip = %fip.floating_ip_address, "OpenStack: deleting floating IP");
+                api.delete_floating_ip(&fip.id).await?;
+            } else {
+                tracing::info!(service = key, floating_ip = %fip.floating_ip_address, "OpenStack: keeping floating IP, disassociating it");
+                api.associate_floating_ip(&fip.id, None).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Deletes `lb` with its children.
+    async fn delete_whole(&self, lb: &octavia::LoadBalancer) -> Result<(), ProviderError> {
+        let api = self.api();
+        if self.config.load_balancer.cascade_delete {
+            return self.delete_lb(&lb.id, &lb.name, true).await;
+        }
+        // Children first, as upstream: monitors, then pools (members go with them) and
+        // listeners.
+        let listeners = api.list_listeners(&lb.id).await?;
+        let mut pools = api.list_pools(&lb.id).await?;
+        for p in pools.iter().filter(|p| !p.healthmonitor_id.is_empty()) {
+            let hm = p.healthmonitor_id.as_str();
+            self.mutate(&lb.id, &lb.name, "deleting a health monitor", || {
+                api.delete_health_monitor(hm)
+            })
+            .await?;
+        }
+        for l in &listeners {
+            self.delete_listener_tree(lb, &lb.name, l, &mut pools).await?;
+        }
+        for p in pools.clone() {
+            self.mutate(&lb.id, &lb.name, "deleting a pool", || api.delete_pool(&p.id)).await?;
+        }
+        self.delete_lb(&lb.id, &lb.name, false).await
     }
 
     async fn delete_found(
         &self,
+        cluster: &str,
         key: &str,
         name: &str,
-        legacy: &str,
         lb: octavia::LoadBalancer,
-        keep: bool,
         service: &Service,
     ) -> Result<(), ProviderError> {
         let api = self.api();
@@ -1451,75 +1723,64 @@ impl OctaviaLoadBalancer {
             "PENDING_DELETE" | "DELETED" => return self.wait_gone(&lb.id, &lb.name).await,
             _ => self.wait_active(&lb.id, &lb.name).await?,
         };
-        // Ours: named for this Service, or created by a Service (upstream's name prefix) and
-        // tagged for this one (the last of the Services sharing it deletes it, as upstream).
-        let ours = lb.name == name
-            || (!legacy.is_empty() && lb.name == legacy)
-            || (lb.name.starts_with(SERVICE_PREFIX) && lb.tags.iter().any(|t| t == name));
-        let shared = lb.tags.iter().any(|t| t != name && t.starts_with(SERVICE_PREFIX));
-        if ours && !shared {
-            if !lb.vip_port_id.is_empty() {
-                for fip in api.list_floating_ips(&[("port_id", lb.vip_port_id.clone())]).await? {
-                    if !keep && created_by_us(&fip) {
-                        tracing::info!(service = key, floating_ip = %fip.floating_ip_address, "OpenStack: deleting floating IP");
-                        api.delete_floating_ip(&fip.id).await?;
-                    } else {
-                        tracing::info!(service = key, floating_ip = %fip.floating_ip_address, "OpenStack: keeping floating IP, disassociating it");
-                        api.associate_floating_ip(&fip.id, None).await?;
-                    }
-                }
+        // A Service refused the load balancer never had parts on it, but parts tagged with
+        // its name (made before sharing was restricted) are still its own to remove.
+        let role = self.role(cluster, service, &lb).unwrap_or_else(|e| {
+            tracing::info!(service = key, load_balancer = %lb.id, error = %e, "OpenStack: not allowed to share this load balancer; removing only this Service's own listeners");
+            Role::Guest
+        });
+        let others = other_services(&lb, name);
+        // The owner's own keep-floatingip governs its floating IP (a bad value keeps it); so
+        // does its own spec.loadBalancerIP (the user's address).
+        let keep = || {
+            let keep = annotations::bool_annotation(service, keys::KEEP_FLOATING_IP, false)
+                .unwrap_or_else(|e| {
+                    tracing::warn!(service = %key, error = %e, "OpenStack: keeping the floating IP");
+                    true
+                });
+            keep || service
+                .spec
+                .as_ref()
+                .and_then(|s| s.load_balancer_ip.as_deref())
+                .is_some_and(|ip| !ip.trim().is_empty())
+        };
+        match &role {
+            Role::Owner if others == 0 => {
+                self.release_floating_ips(key, cluster, &lb, key, keep()).await?;
+                tracing::info!(service = key, load_balancer = %lb.name, id = %lb.id, "OpenStack: deleting load balancer");
+                return self.delete_whole(&lb).await;
             }
-            tracing::info!(service = key, load_balancer = %lb.name, id = %lb.id, "OpenStack: deleting load balancer");
-            if self.config.load_balancer.cascade_delete {
-                return self.delete_lb(&lb.id, &lb.name, true).await;
+            Role::Sharer(creator) if others == 0 && lb.tags.iter().any(|t| t == OWNER_GONE_TAG) => {
+                // The Service it was created for is gone and this is its last (allowed)
+                // user: deleted, as upstream; the floating IP as its owner asked.
+                let keep = lb.tags.iter().any(|t| t == OWNER_GONE_KEEP_FIP_TAG);
+                self.release_floating_ips(key, cluster, &lb, &creator.service(), keep).await?;
+                tracing::info!(service = key, load_balancer = %lb.name, id = %lb.id, owner = %creator.service(), "OpenStack: last user of a load balancer whose Service is gone: deleting it");
+                return self.delete_whole(&lb).await;
             }
-            // Children first, as upstream: monitors, then pools (members go with them) and
-            // listeners.
-            let listeners = api.list_listeners(&lb.id).await?;
-            let mut pools = api.list_pools(&lb.id).await?;
-            for p in pools.iter().filter(|p| !p.healthmonitor_id.is_empty()) {
-                let hm = p.healthmonitor_id.as_str();
-                self.mutate(&lb.id, &lb.name, "deleting a health monitor", || {
-                    api.delete_health_monitor(hm)
-                })
-                .await?;
-            }
-            for l in &listeners {
-                self.delete_listener_tree(&lb, &lb.name, l, &mut pools).await?;
-            }
-            for p in pools.clone() {
-                self.mutate(&lb.id, &lb.name, "deleting a pool", || api.delete_pool(&p.id)).await?;
-            }
-            return self.delete_lb(&lb.id, &lb.name, false).await;
+            _ => {}
         }
-        // Not ours alone: only the listeners tagged for this Service, then our tag.
-        tracing::info!(service = key, load_balancer = %lb.name, id = %lb.id, "OpenStack: load balancer not owned (or shared): deleting this Service's listeners only");
-        let spec = service.spec.clone().unwrap_or_default();
-        let xff =
-            annotations::bool_annotation(service, keys::X_FORWARDED_FOR, false).unwrap_or(false);
-        let ports: BTreeSet<(String, i64)> = spec
-            .ports
-            .unwrap_or_default()
-            .iter()
-            .map(|p| {
-                let proto = if xff {
-                    "HTTP".to_string()
-                } else {
-                    p.protocol.clone().unwrap_or_else(|| "TCP".into())
-                };
-                (proto, i64::from(p.port))
-            })
-            .collect();
+        // Not ours alone: only this Service's listeners (tagged with its name; untagged ones
+        // too for the owner), then its tag.
+        tracing::info!(service = key, load_balancer = %lb.name, id = %lb.id, "OpenStack: load balancer shared or not this Service's: deleting this Service's listeners only");
+        let owner = role == Role::Owner;
         let listeners = api.list_listeners(&lb.id).await?;
         let mut pools = api.list_pools(&lb.id).await?;
-        for l in listeners.iter().filter(|l| {
-            l.tags.iter().any(|t| t == name)
-                && ports.contains(&(l.protocol.clone(), l.protocol_port))
-        }) {
+        for l in listeners
+            .iter()
+            .filter(|l| l.tags.iter().any(|t| t == name) || (owner && l.tags.is_empty()))
+        {
             self.delete_listener_tree(&lb, &lb.name, l, &mut pools).await?;
         }
-        if lb.tags.iter().any(|t| t == name) {
-            let tags: Vec<&String> = lb.tags.iter().filter(|t| *t != name).collect();
+        let mut tags: Vec<String> = lb.tags.iter().filter(|t| *t != name).cloned().collect();
+        if owner {
+            tags.retain(|t| t != OWNER_GONE_TAG && t != OWNER_GONE_KEEP_FIP_TAG);
+            tags.push(OWNER_GONE_TAG.to_string());
+            if keep() {
+                tags.push(OWNER_GONE_KEEP_FIP_TAG.to_string());
+            }
+        }
+        if tags != lb.tags {
             let body = json!({ "tags": tags });
             self.mutate(&lb.id, &lb.name, "updating tags", || {
                 api.update_load_balancer(&lb.id, body.clone())
@@ -1541,7 +1802,14 @@ impl OctaviaLoadBalancer {
         let Some(lb) = self.find(lb_id, &name, &default_load_balancer_name(service)).await? else {
             return Ok(None);
         };
-        if lb.is_deleting() {
+        // Another Service's address is reported only where sharing is allowed; a load
+        // balancer with our name that we did not create is not ours: none (ensure says why).
+        let usable = if lb_id.is_empty() {
+            created_for(&lb, cluster, service)
+        } else {
+            self.role(cluster, service, &lb).is_ok()
+        };
+        if lb.is_deleting() || !usable {
             return Ok(None);
         }
         let mut addr = lb.vip_address.clone();
@@ -1576,10 +1844,11 @@ impl OctaviaLoadBalancer {
         groups: &[octavia::SecurityGroup],
     ) -> CloudLoadBalancer {
         let described = parse_lb_description(&lb.description);
+        // The same proof as deletion: created by this cluster (name and description agree)
+        // and not in use by another Service (a sharer's tag).
         let owned = !cluster.is_empty()
-            && lb.name.starts_with(&Self::owned_prefix(cluster))
-            && described.as_ref().is_none_or(|(_, c)| c == cluster)
-            && (lb.tags.is_empty() || lb.tags.contains(&lb.name));
+            && creator(lb).is_some_and(|c| c.cluster == cluster)
+            && other_services(lb, &lb.name) == 0;
         let service = described.as_ref().map(|(s, _)| s.clone());
         let mut ingress = Vec::new();
         let mut resources = Vec::new();
@@ -1670,10 +1939,11 @@ impl LoadBalancer for OctaviaLoadBalancer {
         self.delete(cluster_name, service).await
     }
 
-    /// Every Octavia load balancer named `kube_service_…`; owned when named
-    /// `kube_service_<cluster>_…`, described for this cluster (when the description is
-    /// upstream's) and tagged with its own name (when tagged). Resources: its floating IP,
-    /// its security group (by description), listeners and pools.
+    /// Every Octavia load balancer named `kube_service_…`; owned when this cluster created it
+    /// ([`creator`]: name `kube_service_<cluster>_<ns>_<name>` and upstream's description for
+    /// that Service and this cluster) and no other Service shares it (no other
+    /// `kube_service_…` tag). Resources: its floating IP, its security group (by description),
+    /// listeners and pools.
     async fn list_cloud_load_balancers(
         &self,
         cluster_name: &str,
@@ -1714,7 +1984,7 @@ impl LoadBalancer for OctaviaLoadBalancer {
             return Err(invalid(
                 &format!("load balancer {} ({})", fresh.name, fresh.id),
                 format!(
-                    "not owned by cluster {cluster_name} (name {}…), refusing to delete it",
+                    "not owned by cluster {cluster_name} (name {}… and description naming the cluster and its Service, no other Service sharing it), refusing to delete it",
                     Self::owned_prefix(cluster_name)
                 ),
             ));
@@ -1725,7 +1995,9 @@ impl LoadBalancer for OctaviaLoadBalancer {
             "PENDING_DELETE" | "DELETED" => return self.wait_gone(&fresh.id, &name).await,
             _ => self.wait_active(&fresh.id, &name).await?,
         };
-        for f in fips.iter().filter(|f| created_by_us(f)) {
+        let creator_svc = creator(&fresh).map(|c| c.service()).unwrap_or_default();
+        let keep = fresh.tags.iter().any(|t| t == OWNER_GONE_KEEP_FIP_TAG);
+        for f in fips.iter().filter(|f| !keep && fip_created_for(f, &creator_svc, cluster_name)) {
             tracing::info!(load_balancer = %name, floating_ip = %f.floating_ip_address, "OpenStack: deleting orphaned floating IP");
             api.delete_floating_ip(&f.id).await?;
         }
@@ -1790,6 +2062,46 @@ mod tests {
         );
     }
 
+    fn lb(name: &str, description: &str) -> octavia::LoadBalancer {
+        serde_json::from_value(json!({"id": "l-1", "name": name, "description": description}))
+            .unwrap()
+    }
+
+    #[test]
+    fn ownership_needs_the_name_and_the_description_written_at_creation() {
+        let s = svc("default", "web");
+        let d = lb_description("default/web", "k8s");
+        assert!(created_for(&lb("kube_service_k8s_default_web", &d), "k8s", &s));
+        // Legacy name, same description.
+        assert!(created_for(&lb(&default_load_balancer_name(&s), &d), "k8s", &s));
+        // Name alone, description alone, another cluster's, another Service's: no.
+        assert!(!created_for(&lb("kube_service_k8s_default_web", ""), "k8s", &s));
+        assert!(!created_for(&lb("kube_service_k8s_default_web", "touched"), "k8s", &s));
+        assert!(!created_for(&lb("my-lb", &d), "k8s", &s));
+        assert!(!created_for(&lb("kube_service_k8s_default_web", &d), "other", &s));
+        assert!(!created_for(&lb("kube_service_k8s_default_web", &d), "", &s));
+        let c = creator(&lb("kube_service_k8s_default_web", &d)).unwrap();
+        assert_eq!((c.service(), c.cluster.as_str()), ("default/web".to_string(), "k8s"));
+        // Name and description must agree.
+        assert!(creator(&lb("kube_service_k8s_default_api", &d)).is_none());
+        assert!(creator(&lb("kube_service_k8s_default_web", "")).is_none());
+        assert!(creator(&lb("hand-made", "my load balancer")).is_none());
+    }
+
+    #[test]
+    fn floating_ips_are_recognised_by_their_exact_description() {
+        let fip = |d: &str| FloatingIp { description: d.into(), ..Default::default() };
+        let d = fip_description("default/web", "k8s");
+        assert!(fip_created_for(&fip(&d), "default/web", "k8s"));
+        assert!(!fip_created_for(&fip(&d), "default/we", "k8s"));
+        assert!(!fip_created_for(&fip(&d), "evil/web", "k8s"));
+        assert!(!fip_created_for(&fip(&d), "default/web", "k8"));
+        assert!(!fip_created_for(&fip(&format!("{d} (kept)")), "default/web", "k8s"));
+        assert!(!fip_created_for(&fip(FIP_DESCRIPTION_PREFIX), "default/web", "k8s"));
+        assert_eq!(parse_fip_description(&d), Some(("default/web".into(), "k8s".into())));
+        assert_eq!(parse_fip_description("mine"), None);
+    }
+
     #[test]
     fn pending_conflicts_are_recognised() {
         let api = |status: u16, message: &str| ClientError::Api {
@@ -1798,6 +2110,7 @@ mod tests {
             code: String::new(),
             message: message.into(),
             retry_after: None,
+            not_found: false,
         };
         assert!(pending_conflict(&api(
             409,

@@ -273,6 +273,9 @@ pub struct Port {
     /// The server.
     #[serde(default, deserialize_with = "nullable")]
     pub device_id: String,
+    /// What uses it (`compute:nova`, `Octavia`, `network:router_interface`…).
+    #[serde(default, deserialize_with = "nullable")]
+    pub device_owner: String,
     /// Fixed IPs.
     #[serde(default, deserialize_with = "nullable")]
     pub fixed_ips: Vec<FixedIp>,

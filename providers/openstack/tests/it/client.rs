@@ -9,7 +9,9 @@ use ccm_emulators::openstack::{
     DEFAULT_APP_CRED_ID, DEFAULT_APP_CRED_SECRET, DEFAULT_PASSWORD, OpenStackOptions,
 };
 use ccm_emulators::server::ServerOptions;
-use ccm_provider_openstack::client::{ClientError, ClientOptions, OpenStackClient, Service};
+use ccm_provider_openstack::client::{
+    ClientError, ClientOptions, MAX_BODY, OpenStackClient, Service,
+};
 use ccm_provider_openstack::config::Secret;
 use serde_json::json;
 
@@ -351,4 +353,53 @@ async fn unsupported_settings_are_refused_naming_the_key() {
     g.endpoint_type = "internal".into();
     let c = OpenStackClient::new(&g, ClientOptions::default()).unwrap();
     assert_eq!(c.region(), "RegionOne");
+}
+
+/// LOW (issue #29): plain `http://` only on loopback or with `[Global] allow-insecure-http`;
+/// a catalog endpoint on another host over plain HTTP is refused before anything is sent to it.
+#[tokio::test]
+async fn plain_http_needs_loopback_or_the_opt_in() {
+    let g = global("http://keystone.example.com:5000");
+    let err = OpenStackClient::new(&g, ClientOptions::default()).unwrap_err();
+    assert!(err.to_string().contains("[Global] auth-url"), "{err}");
+    assert!(err.to_string().contains("allow-insecure-http"), "{err}");
+    let mut g = global("http://keystone.example.com:5000");
+    g.allow_insecure_http = true;
+    OpenStackClient::new(&g, ClientOptions::default()).unwrap();
+    OpenStackClient::new(&global("https://keystone.example.com:5000"), ClientOptions::default())
+        .unwrap();
+    OpenStackClient::new(&global("http://localhost:5000"), ClientOptions::default()).unwrap();
+    OpenStackClient::new(&global("http://[::1]:5000"), ClientOptions::default()).unwrap();
+
+    // Keystone on loopback, its catalog naming plain-HTTP services elsewhere: refused.
+    let opts = OpenStackOptions {
+        catalog_base: Some("http://203.0.113.7:8774".into()),
+        ..OpenStackOptions::default()
+    };
+    let f = start_with(WORLD, opts, fast_options(), ServerOptions::default()).await;
+    let err =
+        f.client.get("nova:GetServer", Service::Compute, &["servers", "x"], &[]).await.unwrap_err();
+    assert!(matches!(err, ClientError::InsecureEndpoint { .. }), "{err}");
+    assert!(err.to_string().contains("http://203.0.113.7:8774/compute/v2.1"), "{err}");
+    assert!(!err.is_not_found());
+    assert_eq!(f.cloud.tokens_issued(), 1, "authenticated, then refused before sending");
+}
+
+/// LOW (issue #29): a reply body larger than the cap is an error naming the call.
+#[tokio::test]
+async fn an_oversized_reply_is_an_error() {
+    let f = start().await;
+    let big = format!("{{\"networks\": [], \"pad\": \"{}\"}}", "x".repeat(MAX_BODY));
+    let page =
+        Fault::Page { status: 200, content_type: Some("application/json".into()), body: big };
+    f.server.inject(FaultRule::new("neutron.networks.list", page).times(1)).unwrap();
+    let err = f
+        .client
+        .get("neutron:ListNetworks", Service::Network, &["networks"], &[])
+        .await
+        .unwrap_err();
+    assert!(matches!(err, ClientError::TooLarge { .. }), "{err}");
+    assert!(err.to_string().contains("neutron:ListNetworks"), "{err}");
+    // The next answer is normal.
+    f.client.get("neutron:ListNetworks", Service::Network, &["networks"], &[]).await.unwrap();
 }

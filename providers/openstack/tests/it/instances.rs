@@ -307,3 +307,74 @@ async fn a_nova_without_microversion_2_47_gives_the_flavor_name_by_id_once_per_f
     assert_eq!(f.server.counters().get("nova.servers.list"), 3, "no second 406");
     assert_eq!(f.server.counters().get("nova.flavors.get"), 3, "flavor names are cached");
 }
+
+/// HIGH 3 (issue #29): only Nova's typed `itemNotFound` JSON body says a server is gone. A
+/// proxy's HTML 404 page echoing the URL (and so the server ID), a JSON 404 of another shape
+/// and another service's typed 404 are errors: the lifecycle controller keeps the Node.
+#[tokio::test]
+async fn a_404_that_is_not_novas_typed_answer_never_says_gone() {
+    let f = start().await;
+    let inst = instances(&f, &f.config);
+    let pb = provider_id(&f, "node-b");
+    let id = f.cloud.server_id("node-b").unwrap();
+    let node_b = node("node-b", Some(&pb));
+    let pages = [
+        Fault::Page {
+            status: 404,
+            content_type: Some("text/html; charset=iso-8859-1".into()),
+            body: format!(
+                "<!DOCTYPE HTML PUBLIC \"-//IETF//DTD HTML 2.0//EN\">\n<html><head>\n<title>404 Not Found</title>\n</head><body>\n<h1>Not Found</h1>\n<p>The requested URL /compute/v2.1/servers/{id} was not found on this server.</p>\n<hr>\n<address>Apache/2.4.41 (Ubuntu) Server at nova.example.com Port 8774</address>\n</body></html>\n"
+            ),
+        },
+        Fault::Page {
+            status: 404,
+            content_type: Some("application/json".into()),
+            body: format!(
+                r#"{{"message": "no route for /compute/v2.1/servers/{id}", "code": 404}}"#
+            ),
+        },
+        Fault::Page {
+            status: 404,
+            content_type: Some("application/json".into()),
+            body: format!(r#"{{"itemNotFound": "Instance {id} could not be found."}}"#),
+        },
+        Fault::Page {
+            status: 404,
+            content_type: Some("application/json".into()),
+            body: format!(
+                r#"{{"NeutronError": {{"type": "PortNotFound", "message": "Port {id} could not be found.", "detail": ""}}}}"#
+            ),
+        },
+        Fault::Page {
+            status: 404,
+            content_type: Some("text/plain".into()),
+            body: format!("404 page not found: servers/{id}"),
+        },
+    ];
+    for page in &pages {
+        f.server.admin().clear_faults().await.unwrap();
+        f.server.inject(FaultRule::new("nova.servers.get", page.clone())).unwrap();
+        let exists = inst.instance_exists(&node_b).await;
+        assert!(exists.is_err(), "{page:?} said the server is gone: {exists:?}");
+    }
+    // Missing from the listing, its confirming GET answered by such a page: an error too.
+    assert!(f.cloud.delete_server("node-b"));
+    let batch_of_b = [
+        node("node-a", Some(&provider_id(&f, "node-a"))),
+        node("node-c", Some(&provider_id(&f, "node-c"))),
+        node_b.clone(),
+    ];
+    for page in &pages {
+        f.server.admin().clear_faults().await.unwrap();
+        f.server.inject(FaultRule::new("nova.servers.get", page.clone())).unwrap();
+        let out = status(inst.instance_status_batch(&batch_of_b).await);
+        assert_eq!(out, ["Running", "Shutdown", "error"], "{page:?}");
+    }
+    // Nova's own answer says gone.
+    f.server.admin().clear_faults().await.unwrap();
+    assert_eq!(
+        status(inst.instance_status_batch(&batch_of_b).await),
+        ["Running", "Shutdown", "NotFound"]
+    );
+    assert!(!inst.instance_exists(&node_b).await.unwrap());
+}

@@ -12,7 +12,9 @@ use ccm_emulators::openstack::OpenStackOptions;
 use ccm_emulators::server::ServerOptions;
 use ccm_provider_openstack::client::Service as Svc;
 use ccm_provider_openstack::config::{Config, LoadBalancerClass, LoadBalancerOpts};
-use ccm_provider_openstack::load_balancer::{OctaviaLoadBalancer, Timings};
+use ccm_provider_openstack::load_balancer::{
+    OWNER_GONE_KEEP_FIP_TAG, OWNER_GONE_TAG, OctaviaLoadBalancer, Timings,
+};
 use k8s_openapi::api::core::v1::{
     Node, NodeAddress, NodeSpec, NodeStatus, Service, ServicePort, ServiceSpec,
 };
@@ -722,7 +724,7 @@ async fn calls_made_while_the_load_balancer_is_pending_are_retried_not_failed() 
                 "test:UpdateLoadBalancer",
                 Svc::LoadBalancer,
                 &["lbaas", "loadbalancers", &id],
-                &json!({"loadbalancer": {"description": "touched"}}),
+                &json!({"loadbalancer": {"admin_state_up": true}}),
             )
             .await
             .unwrap();
@@ -844,11 +846,11 @@ async fn a_load_balancer_is_shared_by_id_and_deleted_only_by_its_last_user() {
     assert_eq!(names(&f, "listeners"), ["listener_0_kube_service_k8s_default_api"]);
     assert_eq!(
         f.cloud.objects("loadbalancers")[0]["tags"],
-        json!(["kube_service_k8s_default_api"])
+        json!(["kube_service_k8s_default_api", OWNER_GONE_TAG])
     );
     assert_eq!(f.cloud.objects("floatingips").len(), 1);
-    // The guest goes last: it was created by a Service and only the guest's tag is left on it,
-    // so it goes, with its floating IP (as upstream).
+    // The guest goes last: its Service (same namespace) is gone and only the guest's tag is
+    // left on it, so it goes, with its owner's floating IP (as upstream).
     lb.ensure_load_balancer_deleted(CLUSTER, &guest).await.unwrap();
     assert_nothing_left(&f);
 }
@@ -906,4 +908,410 @@ async fn operator_tools_list_owned_load_balancers_and_refuse_others() {
     lb.delete_cloud_load_balancer(CLUSTER, entry).await.unwrap();
     assert_nothing_left(&f);
     assert!(lb.list_cloud_load_balancers(CLUSTER).await.unwrap().is_empty());
+}
+
+// ---- tenant safety (issue #29, HIGH 2) ---------------------------------------------------------
+
+const LB_ID: &str = "loadbalancer.openstack.org/load-balancer-id";
+
+/// `s` as the Service `<ns>/<name>` with `uid`.
+fn in_ns(mut s: Service, ns: &str, name: &str, uid: &str) -> Service {
+    s.metadata.namespace = Some(ns.into());
+    named(s, name, uid)
+}
+
+/// Every Octavia and Neutron object a load balancer is made of, as the cloud holds them.
+fn snapshot(f: &Fixture) -> Vec<Vec<Value>> {
+    ["loadbalancers", "listeners", "pools", "members", "healthmonitors", "floatingips"]
+        .iter()
+        .map(|c| f.cloud.objects(c))
+        .collect()
+}
+
+/// HIGH 2 (a): an untagged load balancer made by upstream's CCM (an Octavia without tags) for a
+/// Service of namespace `victim`, named by `load-balancer-id` in namespace `evil`: on today's
+/// main the attacker's Service was given the victim's floating IP, and deleting it deleted the
+/// victim's load balancer with its floating IP.
+#[tokio::test]
+async fn another_namespace_cannot_share_or_delete_an_untagged_load_balancer() {
+    let f = start(Duration::from_millis(20)).await;
+    let lb = lb_with(&f, LoadBalancerOpts { max_shared_lb: 3, ..Default::default() });
+    let ns = nodes(&f, &["node-a"]);
+    let victim = in_ns(
+        service(&[], &[(80, 30080)]),
+        "victim",
+        "web",
+        "a1111111-2222-4333-8444-555555555555",
+    );
+    let fip = ip_of(&lb.ensure_load_balancer(CLUSTER, &victim, &ns).await.unwrap());
+    let id = f.cloud.objects("loadbalancers")[0]["id"].as_str().unwrap().to_string();
+    // As upstream's CCM leaves it on an Octavia without tags.
+    f.client
+        .put(
+            "test:UpdateLoadBalancer",
+            Svc::LoadBalancer,
+            &["lbaas", "loadbalancers", &id],
+            &json!({"loadbalancer": {"tags": []}}),
+        )
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let before = snapshot(&f);
+
+    let attacker = in_ns(
+        service(&[(LB_ID, &id)], &[(8080, 31080)]),
+        "evil",
+        "grab",
+        "e1111111-2222-4333-8444-555555555555",
+    );
+    let taken = lb.ensure_load_balancer(CLUSTER, &attacker, &ns).await;
+    assert!(
+        taken.is_err(),
+        "a Service of another namespace was given the victim's load balancer: {:?}",
+        taken.map(|s| ip_of(&s))
+    );
+    let e = taken.unwrap_err();
+    assert!(matches!(e, ProviderError::Invalid { .. }), "{e:?}");
+    assert!(e.to_string().contains(LB_ID) && e.to_string().contains("victim/web"), "{e}");
+    let shown = lb.get_load_balancer(CLUSTER, &attacker).await.unwrap();
+    assert!(shown.is_none(), "the victim's address reported for the attacker: {shown:?}");
+    lb.ensure_load_balancer_deleted(CLUSTER, &attacker).await.unwrap();
+    assert_eq!(snapshot(&f), before, "the victim's load balancer is untouched");
+    assert_eq!(f.cloud.objects("floatingips")[0]["floating_ip_address"], fip.as_str());
+}
+
+/// HIGH 2 (b): a tagged load balancer whose Service keeps its floating IP
+/// (`keep-floatingip`): on today's main a sharing Service of another namespace was served the
+/// victim's floating IP, stayed on the load balancer after the victim was deleted, and on its
+/// own deletion deleted the load balancer and the victim's kept floating IP.
+#[tokio::test]
+async fn another_namespace_is_never_served_nor_deletes_a_kept_floating_ip() {
+    let f = start(Duration::from_millis(20)).await;
+    let lb = lb_with(&f, LoadBalancerOpts { max_shared_lb: 3, ..Default::default() });
+    let ns = nodes(&f, &["node-a"]);
+    let victim = in_ns(
+        service(&[("loadbalancer.openstack.org/keep-floatingip", "true")], &[(80, 30080)]),
+        "victim",
+        "web",
+        "a1111111-2222-4333-8444-555555555555",
+    );
+    let fip = ip_of(&lb.ensure_load_balancer(CLUSTER, &victim, &ns).await.unwrap());
+    let id = f.cloud.objects("loadbalancers")[0]["id"].as_str().unwrap().to_string();
+    let attacker = in_ns(
+        service(&[(LB_ID, &id)], &[(8080, 31080)]),
+        "evil",
+        "grab",
+        "e1111111-2222-4333-8444-555555555555",
+    );
+    let taken = lb.ensure_load_balancer(CLUSTER, &attacker, &ns).await;
+    assert!(
+        taken.is_err(),
+        "a Service of another namespace was served the victim's address: {:?}",
+        taken.map(|s| ip_of(&s))
+    );
+    assert!(lb.get_load_balancer(CLUSTER, &attacker).await.unwrap().is_none());
+    // The victim goes (keeping its address), then the attacker.
+    lb.ensure_load_balancer_deleted(CLUSTER, &victim).await.unwrap();
+    assert!(f.cloud.objects("loadbalancers").is_empty());
+    lb.ensure_load_balancer_deleted(CLUSTER, &attacker).await.unwrap();
+    let fips = f.cloud.objects("floatingips");
+    assert_eq!(fips.len(), 1, "the victim's kept floating IP survives");
+    assert_eq!(fips[0]["floating_ip_address"], fip.as_str());
+    assert!(fips[0]["port_id"].is_null());
+
+    // Nor can another namespace take the kept address with spec.loadBalancerIP, and delete it.
+    let mut thief = in_ns(
+        service(&[], &[(80, 30080)]),
+        "evil",
+        "thief",
+        "f1111111-2222-4333-8444-555555555555",
+    );
+    thief.spec.as_mut().unwrap().load_balancer_ip = Some(fip.clone());
+    let taken = lb.ensure_load_balancer(CLUSTER, &thief, &ns).await;
+    assert!(
+        taken.is_err(),
+        "another namespace took the kept address: {:?}",
+        taken.map(|s| ip_of(&s))
+    );
+    lb.ensure_load_balancer_deleted(CLUSTER, &thief).await.unwrap();
+    let fips = f.cloud.objects("floatingips");
+    assert_eq!(fips.len(), 1, "the victim's kept floating IP survives");
+    assert!(fips[0]["port_id"].is_null());
+}
+
+/// HIGH 3 (Octavia's half): a 404 page from a proxy while a Service is deleted is not "the load
+/// balancer is gone": an error, the load balancer stays and the deletion is retried.
+#[tokio::test]
+async fn a_proxy_404_is_not_a_deleted_load_balancer() {
+    let f = start(Duration::from_millis(20)).await;
+    let lb = lb(&f);
+    let svc = service(&[], &[(80, 30080)]);
+    lb.ensure_load_balancer(CLUSTER, &svc, &nodes(&f, &["node-a"])).await.unwrap();
+    let id = f.cloud.objects("loadbalancers")[0]["id"].as_str().unwrap().to_string();
+    let page = format!(
+        "<html><head><title>404 Not Found</title></head><body><h1>Not Found</h1><p>The requested URL /load-balancer/v2/lbaas/loadbalancers/{id} was not found on this server.</p></body></html>"
+    );
+    let fault =
+        Fault::Page { status: 404, content_type: Some("text/html".into()), body: page.clone() };
+    f.server.inject(FaultRule::new("octavia.loadbalancers.*", fault)).unwrap();
+    let mut annotated = svc.clone();
+    annotated.metadata.annotations.as_mut().unwrap().insert(LB_ID.into(), id.clone());
+    for s in [&svc, &annotated] {
+        let r = lb.ensure_load_balancer_deleted(CLUSTER, s).await;
+        assert!(r.is_err(), "a proxy's 404 page taken for a deleted load balancer");
+        assert!(lb.get_load_balancer(CLUSTER, s).await.is_err());
+    }
+    // A JSON 404 of another shape (a gateway's) is not Octavia's either.
+    f.server.admin().clear_faults().await.unwrap();
+    let other = Fault::Page {
+        status: 404,
+        content_type: Some("application/json".into()),
+        body: format!(r#"{{"message": "loadbalancer {id} not found", "code": 404}}"#),
+    };
+    f.server.inject(FaultRule::new("octavia.loadbalancers.*", other)).unwrap();
+    assert!(lb.ensure_load_balancer_deleted(CLUSTER, &annotated).await.is_err());
+    f.server.admin().clear_faults().await.unwrap();
+    assert_eq!(f.cloud.objects("loadbalancers").len(), 1);
+    lb.ensure_load_balancer_deleted(CLUSTER, &svc).await.unwrap();
+    assert_nothing_left(&f);
+}
+
+/// Where the operator allows sharing across namespaces, a sharer of another namespace adds and
+/// removes only its own listener and tag: the load balancer and its floating IP stay while
+/// their Service lives; deleted with it.
+#[tokio::test]
+async fn with_the_opt_in_another_namespace_shares_but_removes_only_its_own_parts() {
+    let f = start(Duration::from_millis(20)).await;
+    let open = lb_with(
+        &f,
+        LoadBalancerOpts {
+            max_shared_lb: 3,
+            allow_cross_namespace_sharing: true,
+            ..Default::default()
+        },
+    );
+    let ns = nodes(&f, &["node-a"]);
+    let victim = in_ns(
+        service(&[], &[(80, 30080)]),
+        "victim",
+        "web",
+        "a1111111-2222-4333-8444-555555555555",
+    );
+    let fip = ip_of(&open.ensure_load_balancer(CLUSTER, &victim, &ns).await.unwrap());
+    let id = f.cloud.objects("loadbalancers")[0]["id"].as_str().unwrap().to_string();
+    // Untagged, as upstream's CCM leaves it on an Octavia without tags.
+    f.client
+        .put(
+            "test:UpdateLoadBalancer",
+            Svc::LoadBalancer,
+            &["lbaas", "loadbalancers", &id],
+            &json!({"loadbalancer": {"tags": []}}),
+        )
+        .await
+        .unwrap();
+    let guest = in_ns(
+        service(&[(LB_ID, &id)], &[(8080, 31080)]),
+        "evil",
+        "grab",
+        "e1111111-2222-4333-8444-555555555555",
+    );
+    let status = open.ensure_load_balancer(CLUSTER, &guest, &ns).await.unwrap();
+    assert_eq!(ip_of(&status), fip, "sharing allowed: the shared address");
+    assert_eq!(listener(&f, 8080)["tags"], json!(["kube_service_k8s_evil_grab"]));
+    // A port of the owner's is not the sharer's to take.
+    let clash = in_ns(
+        service(&[(LB_ID, &id)], &[(80, 31081)]),
+        "evil",
+        "clash",
+        "e2111111-2222-4333-8444-555555555555",
+    );
+    assert!(open.ensure_load_balancer(CLUSTER, &clash, &ns).await.is_err());
+    open.ensure_load_balancer_deleted(CLUSTER, &clash).await.unwrap();
+    // The sharer's update touches only its own pool.
+    open.update_load_balancer(CLUSTER, &guest, &nodes(&f, &["node-a", "node-b"])).await.unwrap();
+    let members = members_by_pool(&f);
+    assert_eq!(members[&format!("pool_0_{}", "kube_service_k8s_victim_web")].len(), 1);
+    assert_eq!(members["pool_0_kube_service_k8s_evil_grab"].len(), 2);
+
+    open.ensure_load_balancer_deleted(CLUSTER, &guest).await.unwrap();
+    assert_eq!(f.cloud.objects("loadbalancers").len(), 1, "the sharer never deletes it");
+    assert_eq!(names(&f, "listeners"), ["listener_0_kube_service_k8s_victim_web"]);
+    let fips = f.cloud.objects("floatingips");
+    assert_eq!(fips.len(), 1);
+    assert_eq!(fips[0]["port_id"], f.cloud.objects("loadbalancers")[0]["vip_port_id"]);
+    assert_eq!(f.cloud.objects("loadbalancers")[0]["tags"], json!([]));
+    // Its own Service deletes it, with its floating IP.
+    open.ensure_load_balancer_deleted(CLUSTER, &victim).await.unwrap();
+    assert_nothing_left(&f);
+}
+
+/// With the opt-in, the owner (keeping its floating IP) goes first while another namespace
+/// still shares the load balancer: the last sharer deletes the load balancer, and the floating
+/// IP stays, as its owner asked.
+#[tokio::test]
+async fn the_owners_keep_floatingip_governs_when_its_last_sharer_deletes_the_load_balancer() {
+    let f = start(Duration::from_millis(20)).await;
+    let open = lb_with(
+        &f,
+        LoadBalancerOpts {
+            max_shared_lb: 3,
+            allow_cross_namespace_sharing: true,
+            ..Default::default()
+        },
+    );
+    let ns = nodes(&f, &["node-a"]);
+    let victim = in_ns(
+        service(&[("loadbalancer.openstack.org/keep-floatingip", "true")], &[(80, 30080)]),
+        "victim",
+        "web",
+        "a1111111-2222-4333-8444-555555555555",
+    );
+    let fip = ip_of(&open.ensure_load_balancer(CLUSTER, &victim, &ns).await.unwrap());
+    let id = f.cloud.objects("loadbalancers")[0]["id"].as_str().unwrap().to_string();
+    let guest = in_ns(
+        service(&[(LB_ID, &id)], &[(8080, 31080)]),
+        "evil",
+        "grab",
+        "e1111111-2222-4333-8444-555555555555",
+    );
+    open.ensure_load_balancer(CLUSTER, &guest, &ns).await.unwrap();
+    open.ensure_load_balancer_deleted(CLUSTER, &victim).await.unwrap();
+    let lbs = f.cloud.objects("loadbalancers");
+    assert_eq!(
+        lbs[0]["tags"],
+        json!(["kube_service_k8s_evil_grab", OWNER_GONE_TAG, OWNER_GONE_KEEP_FIP_TAG])
+    );
+    assert_eq!(names(&f, "listeners"), ["listener_0_kube_service_k8s_evil_grab"]);
+    open.ensure_load_balancer_deleted(CLUSTER, &guest).await.unwrap();
+    assert!(f.cloud.objects("loadbalancers").is_empty());
+    let fips = f.cloud.objects("floatingips");
+    assert_eq!(fips.len(), 1, "kept, as its owner asked");
+    assert_eq!(fips[0]["floating_ip_address"], fip.as_str());
+    assert!(fips[0]["port_id"].is_null());
+}
+
+/// A load balancer with the Service's own name that this cluster did not create for it
+/// (another description) is an error, never adopted, and deleting the Service leaves it. A
+/// load balancer made by hand named by load-balancer-id: refused without the opt-in; with it,
+/// used with this Service's own listener only, never deleted, its floating IP never deleted.
+#[tokio::test]
+async fn a_name_clash_is_an_error_and_hand_made_load_balancers_are_only_used() {
+    let f = start(Duration::from_millis(20)).await;
+    let lb = lb(&f);
+    let ns = nodes(&f, &["node-a"]);
+    let subnet = f.cloud.neutron_id("subnets", "private-subnet").unwrap();
+    let public = f.cloud.neutron_id("networks", "public").unwrap();
+    let plant = |name: &'static str, description: &'static str| {
+        let (f, subnet, public) = (&f, subnet.clone(), public.clone());
+        async move {
+            let made = f
+                .client
+                .post(
+                    "test:CreateLoadBalancer",
+                    Svc::LoadBalancer,
+                    &["lbaas", "loadbalancers"],
+                    &json!({"loadbalancer": {"name": name, "description": description, "vip_subnet_id": subnet}}),
+                )
+                .await
+                .unwrap();
+            let lb = &made["loadbalancer"];
+            let fip = f
+                .client
+                .post(
+                    "test:CreateFloatingIP",
+                    Svc::Network,
+                    &["floatingips"],
+                    &json!({"floatingip": {"floating_network_id": public, "port_id": lb["vip_port_id"],
+                        "description": "Floating IP for Kubernetes external service default/web from cluster k8s"}}),
+                )
+                .await
+                .unwrap();
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            (
+                lb["id"].as_str().unwrap().to_string(),
+                fip["floatingip"]["floating_ip_address"].as_str().unwrap().to_string(),
+            )
+        }
+    };
+    let (_clash_id, _) = plant(LB_NAME, "made by hand").await;
+    let svc = service(&[], &[(80, 30080)]);
+    let before = snapshot(&f);
+    let e = lb.ensure_load_balancer(CLUSTER, &svc, &ns).await.unwrap_err();
+    assert!(matches!(e, ProviderError::Invalid { .. }), "{e:?}");
+    assert!(e.to_string().contains("not created for it"), "{e}");
+    assert!(lb.get_load_balancer(CLUSTER, &svc).await.unwrap().is_none());
+    assert!(lb.update_load_balancer(CLUSTER, &svc, &ns).await.is_err());
+    lb.ensure_load_balancer_deleted(CLUSTER, &svc).await.unwrap();
+    assert_eq!(snapshot(&f), before);
+
+    let (hand_id, hand_fip) = plant("shop-frontend", "made by hand").await;
+    let user = in_ns(
+        service(&[(LB_ID, &hand_id)], &[(8080, 31080)]),
+        "shop",
+        "front",
+        "b1111111-2222-4333-8444-555555555555",
+    );
+    let before = snapshot(&f);
+    let e = lb.ensure_load_balancer(CLUSTER, &user, &ns).await.unwrap_err();
+    assert!(e.to_string().contains("allow-cross-namespace-sharing"), "{e}");
+    assert!(lb.get_load_balancer(CLUSTER, &user).await.unwrap().is_none());
+    lb.ensure_load_balancer_deleted(CLUSTER, &user).await.unwrap();
+    assert_eq!(snapshot(&f), before);
+
+    let open =
+        lb_with(&f, LoadBalancerOpts { allow_cross_namespace_sharing: true, ..Default::default() });
+    assert_eq!(ip_of(&open.ensure_load_balancer(CLUSTER, &user, &ns).await.unwrap()), hand_fip);
+    assert_eq!(listener(&f, 8080)["tags"], json!(["kube_service_k8s_shop_front"]));
+    open.ensure_load_balancer_deleted(CLUSTER, &user).await.unwrap();
+    let hand: Vec<Value> = f
+        .cloud
+        .objects("loadbalancers")
+        .into_iter()
+        .filter(|l| l["id"] == hand_id.as_str())
+        .collect();
+    assert_eq!(hand.len(), 1, "never deleted");
+    assert_eq!(hand[0]["tags"], json!([]));
+    assert!(f.cloud.objects("listeners").is_empty(), "only its own listener, gone");
+    let fips = f.cloud.objects("floatingips");
+    assert!(
+        fips.iter().any(|x| x["floating_ip_address"] == hand_fip.as_str()
+            && x["port_id"] == hand[0]["vip_port_id"]),
+        "{fips:?}"
+    );
+}
+
+/// `orphans` decides ownership from the same proof as deletion: another cluster's, a
+/// hand-made one with our name, and one still shared by another Service are not owned.
+#[tokio::test]
+async fn orphans_use_the_ownership_proof() {
+    let f = start(Duration::from_millis(20)).await;
+    let lb = lb_with(&f, LoadBalancerOpts { max_shared_lb: 3, ..Default::default() });
+    let ns = nodes(&f, &["node-a"]);
+    let owner = service(&[], &[(80, 30080)]);
+    lb.ensure_load_balancer(CLUSTER, &owner, &ns).await.unwrap();
+    let id = f.cloud.objects("loadbalancers")[0]["id"].as_str().unwrap().to_string();
+    let guest = named(
+        service(&[(LB_ID, &id)], &[(8080, 31080)]),
+        "api",
+        "c1111111-2222-4333-8444-555555555555",
+    );
+    lb.ensure_load_balancer(CLUSTER, &guest, &ns).await.unwrap();
+    let listed = lb.list_cloud_load_balancers(CLUSTER).await.unwrap();
+    assert!(!listed[0].owned, "shared by another Service: not an orphan");
+    let e = lb.delete_cloud_load_balancer(CLUSTER, &listed[0]).await.unwrap_err();
+    assert!(matches!(e, ProviderError::Invalid { .. }), "{e:?}");
+    lb.ensure_load_balancer_deleted(CLUSTER, &guest).await.unwrap();
+    assert!(lb.list_cloud_load_balancers(CLUSTER).await.unwrap()[0].owned);
+    // An edited description: no proof.
+    f.client
+        .put(
+            "test:UpdateLoadBalancer",
+            Svc::LoadBalancer,
+            &["lbaas", "loadbalancers", &id],
+            &json!({"loadbalancer": {"description": "touched"}}),
+        )
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(!lb.list_cloud_load_balancers(CLUSTER).await.unwrap()[0].owned);
 }
