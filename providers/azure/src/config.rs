@@ -85,6 +85,25 @@ pub enum CloudConfigType {
     Merge,
 }
 
+/// The resource groups Services may name ([`Config::service_resource_groups`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ServiceGroups {
+    /// Any resource group of the subscription (`serviceResourceGroups: "*"`).
+    Any,
+    /// Only these.
+    Only(Vec<String>),
+}
+
+impl ServiceGroups {
+    /// Whether `rg` is allowed (ignoring case, as ARM).
+    pub fn allows(&self, rg: &str) -> bool {
+        match self {
+            ServiceGroups::Any => true,
+            ServiceGroups::Only(list) => list.iter().any(|g| g.eq_ignore_ascii_case(rg)),
+        }
+    }
+}
+
 /// `azure.json`. Field names are upstream's keys in snake case; absent keys are `None` (or
 /// the default upstream uses, noted on the field).
 #[derive(Clone, Default, PartialEq, Deserialize)]
@@ -205,6 +224,14 @@ pub struct Config {
     /// `file`, `secret`, `merge` (default).
     #[serde(default)]
     pub cloud_config_type: CloudConfigType,
+    /// The resource groups a Service may name (`azure-load-balancer-resource-group`): comma
+    /// separated, `*` for any of the subscription (default: the cluster's own, see
+    /// [`Config::service_resource_groups`]). Not upstream's (issue #29).
+    pub service_resource_groups: Option<String>,
+    /// Honour `azure-additional-public-ips` (default false: refused). Not upstream's (issue
+    /// #29).
+    #[serde(default, rename = "allowAdditionalPublicIPs")]
+    pub allow_additional_public_ips: bool,
     /// Upstream keys this provider accepts but does not implement (logged when loaded).
     #[serde(skip)]
     pub ignored_keys: Vec<String>,
@@ -323,6 +350,8 @@ const KEYS: &[(&str, Kind)] = &[
     ("clusterServiceSharedLoadBalancerHealthProbePath", Kind::Str),
     ("routeUpdateIntervalInSeconds", Kind::U64),
     ("cloudConfigType", Kind::OneOf(&["file", "secret", "merge"])),
+    ("serviceResourceGroups", Kind::Str),
+    ("allowAdditionalPublicIPs", Kind::Bool),
 ];
 
 /// Upstream keys accepted and ignored: caches, client tuning, and features this provider
@@ -753,6 +782,20 @@ pub static CONFIG_KEYS: &[KeyDoc] = &[
         value: "`file`, `secret` or `merge` (default), any case",
         example: "file",
         doc: "Where the config comes from (read from the `--cloud-config` file): `file` the file alone; `secret` the Secret `kube-system/azure-cloud-provider` (key `cloud-config`) alone; `merge` the Secret's keys over the file's (no Secret: the file alone). Without a file: the Secret.",
+    },
+    KeyDoc {
+        section: "",
+        key: "serviceResourceGroups",
+        value: "comma-separated resource group names, or `*`; default the cluster's own",
+        example: "rg,shared-ips-rg",
+        doc: "Not upstream's (tenant safety): the resource groups a Service may name with `azure-load-balancer-resource-group` (its public IPs are looked up, created and deleted there) and where `azure-additional-public-ips` addresses are looked up. Default: `resourceGroup`, `loadBalancerResourceGroup` and `vnetResourceGroup`. `*`: any resource group of the subscription. Another resource group in the annotation is an error on the Service naming it, before any ARM call. A name breaking ARM's rules is an error at start.",
+    },
+    KeyDoc {
+        section: "",
+        key: "allowAdditionalPublicIPs",
+        value: "bool, default false",
+        example: "true",
+        doc: "Not upstream's (tenant safety): honour `azure-additional-public-ips`. Off, the annotation is an error on the Service (kube-proxy would capture in-cluster traffic to any address written into the status). On, each address must be that of a public IP resource in the resource groups of `serviceResourceGroups`, not used by a network interface, another Service or another cluster, and never a private, loopback, link-local, unspecified or multicast address.",
     },
     KeyDoc {
         section: "",
@@ -1500,7 +1543,74 @@ impl Config {
                 message: "podIP is not supported by this provider (upstream: service gateways only); use nodeIPConfiguration or nodeIP".into(),
             });
         }
+        self.validate_names()
+    }
+
+    /// Every value naming an ARM resource follows ARM's rules for its type (it goes into
+    /// ARM URLs).
+    pub fn validate_names(&self) -> Result<(), ConfigError> {
+        use crate::client::names::{NameKind, check};
+        let named: [(&'static str, &Option<String>, NameKind); 10] = [
+            ("resourceGroup", &self.resource_group, NameKind::ResourceGroup),
+            ("vnetResourceGroup", &self.vnet_resource_group, NameKind::ResourceGroup),
+            (
+                "securityGroupResourceGroup",
+                &self.security_group_resource_group,
+                NameKind::ResourceGroup,
+            ),
+            ("routeTableResourceGroup", &self.route_table_resource_group, NameKind::ResourceGroup),
+            (
+                "loadBalancerResourceGroup",
+                &self.load_balancer_resource_group,
+                NameKind::ResourceGroup,
+            ),
+            ("vnetName", &self.vnet_name, NameKind::Network),
+            ("subnetName", &self.subnet_name, NameKind::Network),
+            ("securityGroupName", &self.security_group_name, NameKind::Network),
+            ("routeTableName", &self.route_table_name, NameKind::Network),
+            ("loadBalancerName", &self.load_balancer_name, NameKind::Network),
+        ];
+        for (key, value, kind) in named {
+            if let Some(v) = value.as_deref().filter(|v| !v.is_empty()) {
+                check(kind, v).map_err(|message| ConfigError::Invalid { key, message })?;
+            }
+        }
+        if let Some(list) = &self.service_resource_groups {
+            for rg in list.split(',').map(str::trim).filter(|g| !g.is_empty() && *g != "*") {
+                check(NameKind::ResourceGroup, rg).map_err(|message| ConfigError::Invalid {
+                    key: "serviceResourceGroups",
+                    message,
+                })?;
+            }
+        }
         Ok(())
+    }
+
+    /// The resource groups a Service may name ([`ServiceGroups::Any`] for `*`): the
+    /// `serviceResourceGroups` list, else the cluster's own — `resourceGroup`,
+    /// `loadBalancerResourceGroup`, `vnetResourceGroup` (without repeats, ignoring case).
+    pub fn service_resource_groups(&self) -> ServiceGroups {
+        let mut out: Vec<String> = Vec::new();
+        let mut add = |g: &str| {
+            let g = g.trim();
+            if !g.is_empty() && !out.iter().any(|o| o.eq_ignore_ascii_case(g)) {
+                out.push(g.to_string());
+            }
+        };
+        match self.service_resource_groups.as_deref().filter(|l| !l.trim().is_empty()) {
+            Some(list) => {
+                if list.split(',').any(|g| g.trim() == "*") {
+                    return ServiceGroups::Any;
+                }
+                list.split(',').for_each(&mut add);
+            }
+            None => {
+                add(self.resource_group());
+                add(self.load_balancer_resource_group());
+                add(self.vnet_resource_group());
+            }
+        }
+        ServiceGroups::Only(out)
     }
 
     /// The resource group of the cluster's resources (`""` when unset).

@@ -40,7 +40,8 @@ use ccm_core::credential::{
 
 use crate::client::auth::ImdsCredential;
 use crate::client::{
-    ClientOptions, CloudEndpoints, DEFAULT_IMDS_ENDPOINT, IMDS_ENDPOINT_ENV, http_client,
+    ALLOW_HTTP_ENV, ClientOptions, CloudEndpoints, DEFAULT_IMDS_ENDPOINT, IMDS_ENDPOINT_ENV,
+    allow_http, check_scheme, http_client, read_capped,
 };
 use crate::config::Config;
 
@@ -182,6 +183,7 @@ impl Options {
                 authority_host: var("AZURE_AUTHORITY_HOST"),
                 imds_endpoint: var(IMDS_ENDPOINT_ENV),
                 ca_pem,
+                allow_http: allow_http(var(ALLOW_HTTP_ENV).as_deref()),
                 ..ClientOptions::default()
             },
             registry_endpoint: var(REGISTRY_ENDPOINT_ENV),
@@ -288,6 +290,10 @@ impl AcrProvider {
             .map_err(|e| AcrError::Config(e.to_string()))?;
         let endpoints = CloudEndpoints::resolve(&config, &options.client)
             .map_err(|e| AcrError::Config(e.to_string()))?;
+        if let Some(base) = &options.registry_endpoint {
+            check_scheme(base, options.client.allow_http)
+                .map_err(|m| AcrError::Config(format!("{REGISTRY_ENDPOINT_ENV}: {m}")))?;
+        }
         Ok(AcrProvider { config, options, http, endpoints })
     }
 
@@ -483,6 +489,9 @@ impl AcrProvider {
             .map_err(|m| challenge_fail(format!("WWW-Authenticate: {m}")))?;
         let realm = url::Url::parse(&challenge.realm)
             .map_err(|_| challenge_fail("WWW-Authenticate: the realm is not a URL".into()))?;
+        // The AAD token goes to the realm: never in clear text.
+        check_scheme(realm.as_str(), self.options.client.allow_http)
+            .map_err(|m| challenge_fail(format!("WWW-Authenticate: the realm: {m}")))?;
         let realm_host = match (realm.host_str(), realm.port()) {
             (Some(h), Some(p)) => format!("{h}:{p}"),
             (Some(h), None) => h.to_string(),
@@ -534,17 +543,7 @@ impl AcrProvider {
 }
 
 async fn read_limited(reply: reqwest::Response) -> Result<Vec<u8>, String> {
-    let mut reply = reply;
-    let mut out = Vec::new();
-    while let Some(chunk) =
-        reply.chunk().await.map_err(|e| format!("reading the reply: {}", e.without_url()))?
-    {
-        out.extend_from_slice(&chunk);
-        if out.len() > MAX_REPLY {
-            return Err("the reply is larger than 1 MiB".into());
-        }
-    }
-    Ok(out)
+    read_capped(reply, MAX_REPLY).await
 }
 
 const FORM: &str = "application/x-www-form-urlencoded";

@@ -242,10 +242,9 @@ impl ImdsClient {
                 .await
                 .map_err(|e| ImdsError::Transport { call, message: e.without_url().to_string() })?;
             let status = resp.status().as_u16();
-            let body = resp
-                .bytes()
+            let body = crate::client::read_capped(resp, crate::client::MAX_IMDS_REPLY)
                 .await
-                .map_err(|e| ImdsError::Transport { call, message: e.without_url().to_string() })?;
+                .map_err(|message| ImdsError::Transport { call, message })?;
             if status != 200 {
                 let body: String = String::from_utf8_lossy(&body).chars().take(200).collect();
                 return Err(ImdsError::Status { call, status, body });

@@ -196,11 +196,8 @@ impl AzureInstances {
         Instant::now().checked_sub(self.ttl).map(|t| t.min(pass.started))
     }
 
-    fn collection(&self, resource_group: &str, arm_type: &str) -> String {
-        format!(
-            "/subscriptions/{}/resourceGroups/{resource_group}/providers/{arm_type}",
-            self.client.subscription_id()
-        )
+    fn collection(&self, resource_group: &str, arm_type: &str) -> Result<String, ArmError> {
+        self.client.collection_id(resource_group, arm_type)
     }
 
     async fn vms(
@@ -209,7 +206,7 @@ impl AzureInstances {
         rg: &str,
         force: bool,
     ) -> Result<Arc<Snapshot<VirtualMachineProperties>>, ArmError> {
-        let path = self.collection(rg, "Microsoft.Compute/virtualMachines");
+        let path = self.collection(rg, "Microsoft.Compute/virtualMachines")?;
         self.vms
             .get(rg, self.fresh_after(pass, force), || {
                 self.client.list(
@@ -228,7 +225,7 @@ impl AzureInstances {
         rg: &str,
         force: bool,
     ) -> Result<Arc<Snapshot<ScaleSetProperties>>, ArmError> {
-        let path = self.collection(rg, "Microsoft.Compute/virtualMachineScaleSets");
+        let path = self.collection(rg, "Microsoft.Compute/virtualMachineScaleSets")?;
         self.scale_sets
             .get(rg, self.fresh_after(pass, force), || {
                 self.client.list::<VirtualMachineScaleSet>(
@@ -250,7 +247,7 @@ impl AzureInstances {
     ) -> Result<Arc<Snapshot<VirtualMachineProperties>>, ArmError> {
         let path = format!(
             "{}/{scale_set}/virtualMachines",
-            self.collection(rg, "Microsoft.Compute/virtualMachineScaleSets")
+            self.collection(rg, "Microsoft.Compute/virtualMachineScaleSets")?
         );
         self.scale_set_vms
             .get(&format!("{rg}/{scale_set}"), self.fresh_after(pass, force), || {
@@ -270,7 +267,7 @@ impl AzureInstances {
         rg: &str,
         force: bool,
     ) -> Result<Arc<Snapshot<InterfaceProperties>>, ArmError> {
-        let path = self.collection(rg, "Microsoft.Network/networkInterfaces");
+        let path = self.collection(rg, "Microsoft.Network/networkInterfaces")?;
         self.nics
             .get(rg, self.fresh_after(pass, force), || {
                 self.client.list::<NetworkInterface>(
@@ -292,7 +289,7 @@ impl AzureInstances {
     ) -> Result<Arc<Snapshot<InterfaceProperties>>, ArmError> {
         let path = format!(
             "{}/{scale_set}/networkInterfaces",
-            self.collection(rg, "Microsoft.Compute/virtualMachineScaleSets")
+            self.collection(rg, "Microsoft.Compute/virtualMachineScaleSets")?
         );
         self.scale_set_nics
             .get(&format!("{rg}/{scale_set}"), self.fresh_after(pass, force), || {
@@ -311,7 +308,7 @@ impl AzureInstances {
         pass: Pass,
         rg: &str,
     ) -> Result<Arc<Snapshot<PublicIpProperties>>, ArmError> {
-        let path = self.collection(rg, "Microsoft.Network/publicIPAddresses");
+        let path = self.collection(rg, "Microsoft.Network/publicIPAddresses")?;
         self.public_ips
             .get(rg, self.fresh_after(pass, false), || {
                 self.client.list::<PublicIpAddress>(

@@ -322,7 +322,12 @@ impl AzureRoutes {
     ) -> AzureRoutes {
         let table_name = config.route_table_name.clone().unwrap_or_default();
         let rg = config.route_table_resource_group().to_string();
-        let table_id = client.resource_id(&rg, ARM_TYPE, &table_name);
+        // The names were checked at start (`Config::validate`); a path the client refuses
+        // makes every route call an error naming it.
+        let table_id = client.resource_id(&rg, ARM_TYPE, &table_name).unwrap_or_else(|e| {
+            tracing::error!(error = %e, "routeTableName / routeTableResourceGroup: not usable");
+            String::new()
+        });
         // Upstream keeps the table's tags only when it is in the cluster's resource group.
         let manage_tags = rg.eq_ignore_ascii_case(config.resource_group());
         let tags = manage_tags.then(|| config.resource_tags());

@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use azure_core::cloud::{CloudConfiguration, CustomConfiguration};
 use azure_core::credentials::{AccessToken, Secret, TokenCredential, TokenRequestOptions};
-use azure_core::http::{ClientOptions as CoreOptions, RetryOptions, Transport};
+use azure_core::http::{ClientOptions as CoreOptions, RetryOptions};
 use azure_core::time::OffsetDateTime;
 use azure_identity::{
     ClientAssertionCredentialOptions, ClientSecretCredential, ClientSecretCredentialOptions,
@@ -48,7 +48,7 @@ pub fn token_credential(
         custom.authority_host = endpoints.authority_host.clone();
         CoreOptions {
             retry: RetryOptions::none(),
-            transport: Some(Transport::new(Arc::new(http.clone()))),
+            transport: Some(super::CappedTransport::transport(http, super::MAX_ARM_REPLY)),
             cloud: Some(Arc::new(CloudConfiguration::Custom(custom))),
             ..CoreOptions::default()
         }
@@ -167,10 +167,9 @@ impl ImdsCredential {
         .map_err(|_| "managed identity: IMDS did not answer within 30s".to_string())?
         .map_err(|e| format!("managed identity: IMDS token request failed: {}", e.without_url()))?;
         let status = reply.status();
-        let body = reply
-            .bytes()
+        let body = super::read_capped(reply, super::MAX_IMDS_REPLY)
             .await
-            .map_err(|e| format!("managed identity: reading IMDS's reply: {}", e.without_url()))?;
+            .map_err(|e| format!("managed identity: IMDS's reply: {e}"))?;
         if !status.is_success() {
             #[derive(serde::Deserialize)]
             struct Err {

@@ -14,6 +14,7 @@
 
 pub mod auth;
 pub mod models;
+pub mod names;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -23,11 +24,12 @@ use azure_core::http::headers::{HeaderName, Headers};
 use azure_core::http::policies::Policy;
 use azure_core::http::policies::auth::BearerTokenAuthorizationPolicy;
 use azure_core::http::{
-    ClientOptions as CoreOptions, Context, Method, Pipeline, PipelineSendOptions, RawResponse,
-    Request, RetryOptions, StatusCode, Transport, Url,
+    AsyncRawResponse, ClientOptions as CoreOptions, Context, HttpClient, Method, Pipeline,
+    PipelineSendOptions, RawResponse, Request, RetryOptions, StatusCode, Transport, Url,
 };
 use ccm_core::cloud::ProviderError;
 use ccm_core::cloud_call::{Classified, Deadline, DeadlineExceeded, Retry};
+use futures::StreamExt;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
@@ -46,6 +48,17 @@ pub const DEFAULT_IMDS_ENDPOINT: &str = "http://169.254.169.254";
 
 /// Environment variable overriding the IMDS address (tests, node-local proxies).
 pub const IMDS_ENDPOINT_ENV: &str = "CCM_AZURE_IMDS_ENDPOINT";
+
+/// Environment variable (`true`) allowing plain `http://` for the configurable endpoints
+/// (ARM, AAD, an ACR registry or its token realm): refused without it. IMDS is plain HTTP
+/// on every Azure VM and is not affected.
+pub const ALLOW_HTTP_ENV: &str = "CCM_AZURE_ALLOW_HTTP";
+
+/// The largest ARM or AAD reply read (a listing page of 1000 NICs is about 3 MiB).
+pub const MAX_ARM_REPLY: usize = 8 << 20;
+
+/// The largest IMDS reply read.
+pub const MAX_IMDS_REPLY: usize = 1 << 20;
 
 /// How calls are bounded and where they go.
 #[derive(Debug, Clone)]
@@ -69,6 +82,9 @@ pub struct ClientOptions {
     /// Extra CA certificates (PEM) to trust besides the system's (a private cloud's CA; also
     /// from `SSL_CERT_FILE`).
     pub ca_pem: Option<Vec<u8>>,
+    /// Allow plain `http://` ARM and AAD endpoints (default: refused; also from
+    /// [`ALLOW_HTTP_ENV`]).
+    pub allow_http: bool,
 }
 
 impl Default for ClientOptions {
@@ -81,6 +97,7 @@ impl Default for ClientOptions {
             authority_host: None,
             imds_endpoint: None,
             ca_pem: None,
+            allow_http: false,
         }
     }
 }
@@ -100,8 +117,98 @@ impl ClientOptions {
             authority_host: var("AZURE_AUTHORITY_HOST"),
             imds_endpoint: var(IMDS_ENDPOINT_ENV),
             ca_pem,
+            allow_http: allow_http(var(ALLOW_HTTP_ENV).as_deref()),
             ..ClientOptions::default()
         })
+    }
+}
+
+/// Whether the value of [`ALLOW_HTTP_ENV`] opts in (`true` or `1`).
+pub fn allow_http(value: Option<&str>) -> bool {
+    value.is_some_and(|v| v.trim().eq_ignore_ascii_case("true") || v.trim() == "1")
+}
+
+/// Refuses a plain `http://` endpoint unless `allow_http` (a bearer token or a secret would
+/// cross the network in clear text); anything but `https://` or `http://` is refused too.
+pub fn check_scheme(url: &str, allow_http: bool) -> Result<(), String> {
+    let parsed = Url::parse(url).map_err(|_| "not a URL".to_string())?;
+    match parsed.scheme() {
+        "https" => Ok(()),
+        "http" if allow_http => Ok(()),
+        "http" => Err(format!(
+            "plain http:// is refused (tokens would cross the network unencrypted); use https://, or set {ALLOW_HTTP_ENV}=true for a test endpoint"
+        )),
+        other => Err(format!("scheme {other:?} is not https")),
+    }
+}
+
+/// Reads a reply body of at most `max` bytes (a larger one is an error saying so).
+pub async fn read_capped(reply: reqwest::Response, max: usize) -> Result<Vec<u8>, String> {
+    if reply.content_length().is_some_and(|n| n > max as u64) {
+        return Err(too_large(max));
+    }
+    let mut reply = reply;
+    let mut out = Vec::new();
+    while let Some(chunk) =
+        reply.chunk().await.map_err(|e| format!("reading the reply: {}", e.without_url()))?
+    {
+        out.extend_from_slice(&chunk);
+        if out.len() > max {
+            return Err(too_large(max));
+        }
+    }
+    Ok(out)
+}
+
+fn too_large(max: usize) -> String {
+    if max >= 1 << 20 {
+        format!("the reply is larger than {} MiB: not read", max >> 20)
+    } else {
+        format!("the reply is larger than {max} bytes: not read")
+    }
+}
+
+/// The transport of ARM and AAD calls (the pipeline's and `azure_identity`'s): `reqwest`,
+/// with every reply body capped at `max` bytes.
+#[derive(Debug)]
+pub(crate) struct CappedTransport {
+    http: reqwest::Client,
+    max: usize,
+}
+
+impl CappedTransport {
+    /// `http` with replies capped at `max` bytes, as an `azure_core` transport.
+    pub(crate) fn transport(http: &reqwest::Client, max: usize) -> Transport {
+        Transport::new(Arc::new(CappedTransport { http: http.clone(), max }))
+    }
+}
+
+#[async_trait::async_trait]
+impl HttpClient for CappedTransport {
+    async fn execute_request(&self, request: &Request) -> azure_core::Result<AsyncRawResponse> {
+        let reply = HttpClient::execute_request(&self.http, request).await?;
+        let max = self.max;
+        let error = move || {
+            azure_core::Error::with_message(
+                azure_core::error::ErrorKind::DataConversion,
+                too_large(max),
+            )
+        };
+        let declared = reply
+            .headers()
+            .get_optional_str(&HeaderName::from_static("content-length"))
+            .and_then(|v| v.trim().parse::<u64>().ok());
+        if declared.is_some_and(|n| n > max as u64) {
+            return Err(error());
+        }
+        let (status, headers, body) = reply.deconstruct();
+        let mut seen = 0usize;
+        let capped = body.map(move |chunk| {
+            let chunk = chunk?;
+            seen = seen.saturating_add(chunk.len());
+            if seen > max { Err(error()) } else { Ok(chunk) }
+        });
+        Ok(AsyncRawResponse::new(status, headers, Box::pin(capped)))
     }
 }
 
@@ -171,12 +278,8 @@ impl CloudEndpoints {
             .unwrap_or_else(|| rm.to_string())
             .trim_end_matches('/')
             .to_string();
-        if Url::parse(&resource_manager).is_err() {
-            return Err(ClientError::Config {
-                key: "resourceManagerEndpoint",
-                message: "not a URL".into(),
-            });
-        }
+        check_scheme(&resource_manager, options.allow_http)
+            .map_err(|message| ClientError::Config { key: "resourceManagerEndpoint", message })?;
         let authority_host = options
             .authority_host
             .clone()
@@ -185,6 +288,10 @@ impl CloudEndpoints {
             .unwrap_or_default()
             .trim_end_matches('/')
             .to_string();
+        if !authority_host.is_empty() {
+            check_scheme(&authority_host, options.allow_http)
+                .map_err(|message| ClientError::Config { key: "AZURE_AUTHORITY_HOST", message })?;
+        }
         let arm_scope = if config.resource_manager_endpoint.is_some() {
             format!("{resource_manager}/.default")
         } else {
@@ -260,6 +367,16 @@ pub enum ArmError {
         /// The parse error.
         message: String,
     },
+    /// The client refused to send the call: its path names a resource in a way ARM's
+    /// rules do not allow (a name with `/`, `?`, `#`, `%`, a `..` segment, another
+    /// subscription). Never sent, never retried.
+    #[error("{operation}: refused: {message}")]
+    InvalidPath {
+        /// The operation.
+        operation: &'static str,
+        /// What is wrong (never the whole path).
+        message: String,
+    },
     /// The call's deadline passed.
     #[error(transparent)]
     Deadline(#[from] DeadlineExceeded),
@@ -315,6 +432,12 @@ impl From<ArmError> for ProviderError {
     fn from(e: ArmError) -> Self {
         if e.is_throttled() {
             return ProviderError::Throttled(e.to_string());
+        }
+        if let ArmError::InvalidPath { operation, message } = &e {
+            return ProviderError::Invalid {
+                what: format!("ARM resource path ({operation})"),
+                message: message.clone(),
+            };
         }
         ProviderError::with_source(e.to_string(), e)
     }
@@ -418,7 +541,7 @@ impl ArmClient {
         ));
         let core = CoreOptions {
             retry: RetryOptions::none(),
-            transport: Some(Transport::new(Arc::new(http.clone()))),
+            transport: Some(CappedTransport::transport(&http, MAX_ARM_REPLY)),
             ..CoreOptions::default()
         };
         let pipeline = Pipeline::new(
@@ -462,12 +585,50 @@ impl ArmClient {
         self.credential.clone()
     }
 
-    /// `/subscriptions/<sub>/resourceGroups/<rg>/providers/<arm_type>/<name>`.
-    pub fn resource_id(&self, resource_group: &str, arm_type: &str, name: &str) -> String {
-        format!(
-            "/subscriptions/{}/resourceGroups/{resource_group}/providers/{arm_type}/{name}",
+    /// `/subscriptions/<sub>/resourceGroups/<rg>/providers/<arm_type>/<name>`, each part one
+    /// path segment (`arm_type` two or more): a resource group breaking ARM's rules, or a
+    /// part with `/`, `?`, `#`, `%`, a backslash or a `.`/`..` segment, is refused (names from
+    /// annotations and the config were checked against their type's rules before).
+    pub fn resource_id(
+        &self,
+        resource_group: &str,
+        arm_type: &str,
+        name: &str,
+    ) -> Result<String, ArmError> {
+        let collection = self.collection_id(resource_group, arm_type)?;
+        names::check_segment(name).map_err(|m| invalid_path("arm.resource_id", m))?;
+        Ok(format!("{collection}/{name}"))
+    }
+
+    /// `/subscriptions/<sub>/resourceGroups/<rg>/providers/<arm_type>`: a resource group's
+    /// collection of `arm_type` (checked as [`ArmClient::resource_id`]).
+    pub fn collection_id(&self, resource_group: &str, arm_type: &str) -> Result<String, ArmError> {
+        names::check(names::NameKind::ResourceGroup, resource_group)
+            .map_err(|m| invalid_path("arm.resource_id", m))?;
+        for part in arm_type.split('/') {
+            names::check_segment(part).map_err(|m| invalid_path("arm.resource_id", m))?;
+        }
+        Ok(format!(
+            "/subscriptions/{}/resourceGroups/{resource_group}/providers/{arm_type}",
             self.subscription
-        )
+        ))
+    }
+
+    /// The segments of an ARM path the client sends: `/subscriptions/<its subscription>/…`,
+    /// every segment non-empty, not `.` or `..`, without `/`, a backslash, `?`, `#`, `%` or control
+    /// characters. The one check every request path goes through ([`ArmClient::url`]).
+    pub fn path_segments<'a>(&self, path: &'a str) -> Result<Vec<&'a str>, String> {
+        let rest = path.strip_prefix('/').ok_or("not an ARM path: no leading '/'")?;
+        let segments: Vec<&str> = rest.split('/').collect();
+        for (i, s) in segments.iter().enumerate() {
+            names::check_segment(s).map_err(|m| format!("segment {}: {m}", i + 1))?;
+        }
+        let ours = segments.first().is_some_and(|s| s.eq_ignore_ascii_case("subscriptions"))
+            && segments.get(1).is_some_and(|s| s.eq_ignore_ascii_case(&self.subscription));
+        if !ours {
+            return Err("not a path under this client's subscription".into());
+        }
+        Ok(segments)
     }
 
     /// A URL ARM handed back (`nextLink`, `Azure-AsyncOperation`, `Location`) is followed
@@ -497,24 +658,30 @@ impl ArmClient {
         })
     }
 
-    fn url(
+    /// The URL of an ARM path: ARM's endpoint, the path's segments each percent-encoded
+    /// (after [`ArmClient::path_segments`]), then `api-version` and `query`. The only place
+    /// request URLs are built from paths: no caller's text reaches the query or the
+    /// fragment, and no segment walks up.
+    pub fn url(
         &self,
-        path_or_url: &str,
+        path: &str,
         api_version: &str,
         query: &[(&str, &str)],
     ) -> Result<Url, String> {
-        let mut url = if path_or_url.starts_with("https://") || path_or_url.starts_with("http://") {
-            Url::parse(path_or_url).map_err(|e| e.to_string())?
-        } else {
-            Url::parse(&format!("{}{path_or_url}", self.endpoints.resource_manager))
-                .map_err(|e| e.to_string())?
-        };
-        let has_version = url.query_pairs().any(|(k, _)| k == "api-version");
+        let segments = self.path_segments(path)?;
+        let mut url =
+            Url::parse(&self.endpoints.resource_manager).map_err(|e| format!("endpoint: {e}"))?;
+        url.set_query(None);
+        url.set_fragment(None);
+        {
+            let mut p =
+                url.path_segments_mut().map_err(|_| "the ARM endpoint is not a base URL")?;
+            p.pop_if_empty();
+            p.extend(segments);
+        }
         {
             let mut q = url.query_pairs_mut();
-            if !has_version {
-                q.append_pair("api-version", api_version);
-            }
+            q.append_pair("api-version", api_version);
             for (k, v) in query {
                 q.append_pair(k, v);
             }
@@ -579,7 +746,7 @@ impl ArmClient {
         api_version: &str,
         query: &[(&str, &str)],
     ) -> Result<T, ArmError> {
-        let url = self.url(id, api_version, query).map_err(|m| bad_url(operation, id, m))?;
+        let url = self.url(id, api_version, query).map_err(|m| invalid_path(operation, m))?;
         self.options
             .retry
             .run(&self.options.deadline, operation, classify_read, || {
@@ -625,10 +792,8 @@ impl ArmClient {
             next_link: Option<String>,
         }
         let mut out = Vec::new();
-        let mut next = Some(
-            self.url(collection, api_version, query)
-                .map_err(|m| bad_url(operation, collection, m))?,
-        );
+        let mut next =
+            Some(self.url(collection, api_version, query).map_err(|m| invalid_path(operation, m))?);
         let mut pages = 0u32;
         while let Some(url) = next.take() {
             pages += 1;
@@ -672,7 +837,7 @@ impl ArmClient {
         body: &T,
         if_match: Option<&str>,
     ) -> Result<T, ArmError> {
-        let url = self.url(id, api_version, &[]).map_err(|m| bad_url(operation, id, m))?;
+        let url = self.url(id, api_version, &[]).map_err(|m| invalid_path(operation, m))?;
         let bytes = serde_json::to_vec(body).map_err(|e| ArmError::Decode {
             operation,
             resource: id.to_string(),
@@ -708,7 +873,7 @@ impl ArmClient {
         id: &str,
         api_version: &str,
     ) -> Result<(), ArmError> {
-        let url = self.url(id, api_version, &[]).map_err(|m| bad_url(operation, id, m))?;
+        let url = self.url(id, api_version, &[]).map_err(|m| invalid_path(operation, m))?;
         let sent = self
             .options
             .retry
@@ -834,6 +999,10 @@ fn cut(s: &str) -> String {
     s.chars().take(300).collect()
 }
 
+fn invalid_path(operation: &'static str, message: String) -> ArmError {
+    ArmError::InvalidPath { operation, message }
+}
+
 fn bad_url(operation: &'static str, resource: &str, message: String) -> ArmError {
     ArmError::Decode {
         operation,
@@ -893,4 +1062,121 @@ fn transport_message(e: &azure_core::Error) -> String {
 fn is_broken(e: &azure_core::Error) -> bool {
     // Core walks the source chain itself.
     ccm_core::cloud_call::is_broken_connection(e)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SUB: &str = "8ecadfc9-0000-0000-0000-00000000abcd";
+
+    fn client(endpoint: &str, allow_http: bool) -> Result<ArmClient, ClientError> {
+        let config = Config {
+            cloud: Some("AzureStackCloud".into()),
+            resource_manager_endpoint: Some(endpoint.into()),
+            tenant_id: Some("t".into()),
+            subscription_id: Some(SUB.into()),
+            aad_client_id: Some("c".into()),
+            aad_client_secret: Some("s".into()),
+            ..Config::default()
+        };
+        ArmClient::new(&config, ClientOptions { allow_http, ..ClientOptions::default() })
+    }
+
+    fn arm() -> ArmClient {
+        client("https://arm.example", false).unwrap()
+    }
+
+    #[test]
+    fn urls_are_built_segment_by_segment_under_the_subscription() {
+        let c = arm();
+        let id = c.resource_id("rg", "Microsoft.Network/publicIPAddresses", "pip").unwrap();
+        let url = c.url(&id, "2024-05-01", &[("$expand", "x y")]).unwrap();
+        assert_eq!(
+            url.as_str(),
+            format!(
+                "https://arm.example/subscriptions/{SUB}/resourceGroups/rg/providers/Microsoft.Network/publicIPAddresses/pip?api-version=2024-05-01&%24expand=x+y"
+            )
+        );
+        // Parentheses (legal in resource group names) go as they are; other characters
+        // are percent-encoded within their segment.
+        let id = c.resource_id("MC_rg_(x)", "Microsoft.Compute/virtualMachines", "vm").unwrap();
+        assert!(c.url(&id, "v", &[]).unwrap().path().contains("/MC_rg_(x)/"));
+        let id = c.resource_id("grün", "Microsoft.Compute/virtualMachines", "vm").unwrap();
+        assert!(c.url(&id, "v", &[]).unwrap().path().contains("/gr%C3%BCn/"));
+    }
+
+    #[test]
+    fn no_name_reaches_another_path_query_or_fragment() {
+        let c = arm();
+        let ty = "Microsoft.Network/publicIPAddresses";
+        // What MED 5 spliced: each refused when the ID is built…
+        for (rg, name) in [
+            ("rg", "../networkSecurityGroups/k8s-nsg"),
+            ("rg", "pip?api-version=2019-02-01"),
+            ("rg", "pip#"),
+            ("rg", "a/b"),
+            ("rg", ".."),
+            ("rg", "%2e%2e"),
+            ("rg/providers/Microsoft.Network/networkSecurityGroups/k8s-nsg?api-version=1&x=", "p"),
+            ("..", "p"),
+            ("rg#", "p"),
+            ("", "p"),
+            ("rg", ""),
+        ] {
+            assert!(
+                matches!(c.resource_id(rg, ty, name), Err(ArmError::InvalidPath { .. })),
+                "{rg:?} {name:?}"
+            );
+        }
+        // …and by the one URL builder, whatever a caller splices itself.
+        let base = format!("/subscriptions/{SUB}/resourceGroups/rg/providers/{ty}");
+        for path in [
+            format!("{base}/../networkSecurityGroups/k8s-nsg"),
+            format!("{base}/./p"),
+            format!("{base}/p?api-version=2019-02-01"),
+            format!("{base}/p#x"),
+            format!("{base}/p%2F..%2Fx"),
+            format!("{base}//p"),
+            format!("{base}/p\\..\\x"),
+            format!("{base}/p\n"),
+            "/subscriptions/00000000-0000-0000-0000-000000000000/resourceGroups/rg".to_string(),
+            format!("/subscriptions/{SUB}/../other/resourceGroups/rg"),
+            "https://evil.example/subscriptions/x".to_string(),
+            "subscriptions/x".to_string(),
+        ] {
+            assert!(c.url(&path, "v", &[]).is_err(), "{path:?}");
+        }
+        // The api-version is always the client's own.
+        let url = c.url(&format!("{base}/p"), "2024-05-01", &[("api-version", "x")]).unwrap();
+        assert_eq!(url.query_pairs().find(|(k, _)| k == "api-version").unwrap().1, "2024-05-01");
+        // A refused path is an invalid-input error for the controllers, not a cloud fault.
+        let e = c.resource_id("rg", ty, "a/b").unwrap_err();
+        assert!(matches!(ProviderError::from(e), ProviderError::Invalid { .. }));
+    }
+
+    #[test]
+    fn plain_http_endpoints_need_the_opt_in() {
+        let e = client("http://arm.example", false).unwrap_err().to_string();
+        assert!(e.contains("resourceManagerEndpoint") && e.contains("http://"), "{e}");
+        assert!(e.contains(ALLOW_HTTP_ENV), "{e}");
+        let config = Config {
+            cloud: Some("AzureStackCloud".into()),
+            resource_manager_endpoint: Some("http://arm.example".into()),
+            ..Config::default()
+        };
+        let opted_in = ClientOptions { allow_http: true, ..ClientOptions::default() };
+        assert!(CloudEndpoints::resolve(&config, &opted_in).is_ok());
+        let login = ClientOptions {
+            authority_host: Some("http://login.example".into()),
+            ..ClientOptions::default()
+        };
+        let e = CloudEndpoints::resolve(&Config::default(), &login).unwrap_err().to_string();
+        assert!(e.contains("AZURE_AUTHORITY_HOST"), "{e}");
+        assert!(client("ftp://arm.example", true).is_err());
+        assert!(allow_http(Some("true")) && allow_http(Some("1")) && !allow_http(Some("yes")));
+        assert!(!allow_http(None));
+        assert!(check_scheme("https://login.example", false).is_ok());
+        assert!(check_scheme("http://login.example", false).is_err());
+    }
 }

@@ -16,6 +16,8 @@ use ccm_core::cloud::ProviderError;
 use ccm_core::reference::{KeyDoc, annotation as kd};
 use k8s_openapi::api::core::v1::Service;
 
+use crate::client::names::{self, NameKind};
+
 use super::security_group::{
     ALLOWED_IP_RANGES, ALLOWED_SERVICE_TAGS, DENY_ALL_EXCEPT_SOURCE_RANGES, DISABLE_NSG_RULE,
     SOURCE_RANGES_ANNOTATION,
@@ -97,7 +99,7 @@ pub static ANNOTATIONS: &[KeyDoc] = &[
         INTERNAL_SUBNET,
         "subnet name in `vnetName`, default the config's `subnetName`",
         "ilb-subnet",
-        "Internal only (ignored otherwise): the subnet the frontend address comes from.",
+        "Internal only (ignored otherwise): the subnet the frontend address comes from, in the config's `vnetName`. A name breaking ARM's rules for network resources (1-80 letters, digits, `_`, `.`, `-`; starting with a letter or digit, ending with one or `_`) is an error naming the annotation, before any ARM call.",
     ),
     kd(
         IPV4,
@@ -115,7 +117,7 @@ pub static ANNOTATIONS: &[KeyDoc] = &[
         PIP_NAME,
         "public IP name",
         "my-service-pip",
-        "Public: the public IP to use for IPv4 (or the only family of a single-stack IPv6 Service without `azure-pip-name-ipv6`), in the public IPs' resource group. It must exist and not be used by another Service or a NIC. Wins over `azure-pip-prefix-id` and the frontend address.",
+        "Public: the public IP to use for IPv4 (or the only family of a single-stack IPv6 Service without `azure-pip-name-ipv6`), in the public IPs' resource group. It must exist and not be used by another Service or a NIC; it is used, never re-tagged or deleted (only a DNS label the Service asks for is set). Wins over `azure-pip-prefix-id` and the frontend address. A name breaking ARM's rules for network resources is an error naming the annotation, before any ARM call.",
     ),
     kd(
         PIP_NAME_IPV6,
@@ -139,7 +141,7 @@ pub static ANNOTATIONS: &[KeyDoc] = &[
         RESOURCE_GROUP,
         "resource group, default the config's `resourceGroup`",
         "pip-rg",
-        "The resource group of the Service's public IPs (found, created and deleted there).",
+        "The resource group of the Service's public IPs (found, created and deleted there). Only a resource group the cloud config's `serviceResourceGroups` allows (default: the cluster's own `resourceGroup`, `loadBalancerResourceGroup`, `vnetResourceGroup`); another, or a name breaking ARM's rules (1-90 letters, digits, `_`, `-`, `.`, `(`, `)`, not ending in `.`), is an error naming the annotation, before any ARM call.",
     ),
     kd(
         DNS_LABEL_NAME,
@@ -211,7 +213,7 @@ pub static ANNOTATIONS: &[KeyDoc] = &[
         ADDITIONAL_PUBLIC_IPS,
         "comma-separated IP addresses",
         "20.30.40.50,20.30.40.51",
-        "Addresses added to the Service's `status.loadBalancer.ingress` (nothing is configured in Azure for them).",
+        "Off by default: an error on the Service naming the annotation, and nothing in its status, unless the cloud config sets `allowAdditionalPublicIPs` (kube-proxy captures in-cluster traffic to every status address). Allowed, each address must be a public IP resource's in the resource groups of `serviceResourceGroups`, not used by a network interface or another Service, and not tagged for another Service or cluster; it is then added to `status.loadBalancer.ingress` (nothing is configured in Azure for it). Private, loopback, link-local (169.254.169.254), unspecified, multicast and reserved addresses are always an error.",
     ),
     kd(
         PLS_CREATE,
@@ -652,6 +654,9 @@ pub fn parse(service: &Service) -> Result<ServiceConfig, ProviderError> {
     } else {
         None
     };
+    if let Some(subnet) = &internal_subnet {
+        arm_name(INTERNAL_SUBNET, NameKind::Network, subnet)?;
+    }
 
     let mut families = Vec::new();
     for f in spec.ip_families.iter().flatten() {
@@ -703,16 +708,27 @@ pub fn parse(service: &Service) -> Result<ServiceConfig, ProviderError> {
         }
         out
     };
+    // Upstream's getServicePIPName: the key a family's value came from.
+    let key_of = |fam: Family, v4_key: &'static str, v6_key: &'static str| -> &'static str {
+        if fam == Family::V6 && (dual || a.get(v6_key).is_some_and(|v| !v.trim().is_empty())) {
+            v6_key
+        } else {
+            v4_key
+        }
+    };
     let pip_name = per_family(PIP_NAME, PIP_NAME_IPV6);
+    for (fam, name) in &pip_name {
+        arm_name(key_of(*fam, PIP_NAME, PIP_NAME_IPV6), NameKind::Network, name)?;
+    }
     let pip_prefix_id = per_family(PIP_PREFIX_ID, PIP_PREFIX_ID_IPV6);
     for (fam, id) in &pip_prefix_id {
-        let key = if *fam == Family::V6 && dual { PIP_PREFIX_ID_IPV6 } else { PIP_PREFIX_ID };
-        if !id.starts_with('/') || !id.to_ascii_lowercase().contains("/publicipprefixes/") {
-            return Err(invalid(key, format!("{id:?} is not a public IP prefix resource ID")));
-        }
+        prefix_id(key_of(*fam, PIP_PREFIX_ID, PIP_PREFIX_ID_IPV6), id)?;
     }
 
     let resource_group = a.get(RESOURCE_GROUP).map(|v| v.trim()).filter(|v| !v.is_empty());
+    if let Some(rg) = resource_group {
+        arm_name(RESOURCE_GROUP, NameKind::ResourceGroup, rg)?;
+    }
     let dns_label = a.get(DNS_LABEL_NAME).cloned();
     let probe_protocol =
         match a.get(PROBE_PROTOCOL) {
@@ -742,7 +758,16 @@ pub fn parse(service: &Service) -> Result<ServiceConfig, ProviderError> {
         Some(v) => v
             .split(',')
             .filter(|s| !s.trim().is_empty())
-            .map(|s| parse_ip(ADDITIONAL_PUBLIC_IPS, s, None))
+            .map(|s| {
+                let ip = parse_ip(ADDITIONAL_PUBLIC_IPS, s, None)?;
+                match not_public(&ip) {
+                    Some(why) => Err(invalid(
+                        ADDITIONAL_PUBLIC_IPS,
+                        format!("{ip} is {why}: kube-proxy would capture in-cluster traffic to it"),
+                    )),
+                    None => Ok(ip),
+                }
+            })
             .collect::<Result<Vec<_>, _>>()?,
         None => Vec::new(),
     };
@@ -893,7 +918,8 @@ pub fn minimal(service: &Service) -> Result<ServiceConfig, ProviderError> {
 }
 
 /// What deletion needs, read leniently: a Service with a bad annotation must still be
-/// deletable. The public IPs' resource group (or `None`).
+/// deletable. The public IPs' resource group (or `None`); a value breaking ARM's rules is
+/// `None` too (nothing was ever made there: [`parse`] refuses it).
 pub fn resource_group_lenient(service: &Service) -> Option<String> {
     service
         .metadata
@@ -902,6 +928,89 @@ pub fn resource_group_lenient(service: &Service) -> Option<String> {
         .and_then(|a| a.get(RESOURCE_GROUP))
         .map(|v| v.trim().to_string())
         .filter(|v| !v.is_empty())
+        .filter(|v| names::check(NameKind::ResourceGroup, v).is_ok())
+}
+
+/// An annotation naming an ARM resource must follow ARM's rules for that type: it goes
+/// into ARM URLs. The message names the rule broken, never the whole value.
+fn arm_name(key: &str, kind: NameKind, value: &str) -> Result<(), ProviderError> {
+    names::check(kind, value).map_err(|m| invalid(key, m))
+}
+
+/// A public IP prefix's resource ID:
+/// `/subscriptions/<s>/resourceGroups/<rg>/providers/Microsoft.Network/publicIPPrefixes/<name>`
+/// exactly (its name is part of the public IP's name, which goes into URLs).
+fn prefix_id(key: &str, id: &str) -> Result<(), ProviderError> {
+    let shape = || {
+        invalid(
+            key,
+            "not a public IP prefix resource ID (/subscriptions/<subscription>/resourceGroups/<group>/providers/Microsoft.Network/publicIPPrefixes/<name>)",
+        )
+    };
+    let parts: Vec<&str> = id.strip_prefix('/').ok_or_else(shape)?.split('/').collect();
+    let [subs, sub, rgs, rg, providers, ns, ty, name] = parts.as_slice() else {
+        return Err(shape());
+    };
+    let is = |have: &str, want: &str| have.eq_ignore_ascii_case(want);
+    if !is(subs, "subscriptions")
+        || !is(rgs, "resourceGroups")
+        || !is(providers, "providers")
+        || !is(ns, "Microsoft.Network")
+        || !is(ty, "publicIPPrefixes")
+    {
+        return Err(shape());
+    }
+    if sub.is_empty() || !sub.chars().all(|c| c.is_ascii_hexdigit() || c == '-') {
+        return Err(invalid(key, "the subscription is not a subscription ID"));
+    }
+    arm_name(key, NameKind::ResourceGroup, rg)?;
+    arm_name(key, NameKind::Network, name)
+}
+
+/// Why an address is not one a public IP resource can have (and kube-proxy must never
+/// capture): `None` for a public unicast address.
+pub fn not_public(ip: &IpAddr) -> Option<&'static str> {
+    match ip {
+        IpAddr::V4(v4) => {
+            let o = v4.octets();
+            if v4.is_unspecified() || o[0] == 0 {
+                Some("unspecified (0.0.0.0/8)")
+            } else if v4.is_loopback() {
+                Some("a loopback address")
+            } else if v4.is_link_local() {
+                Some("a link-local address (169.254.0.0/16, the instance metadata service's)")
+            } else if v4.is_private() {
+                Some("a private address")
+            } else if o[0] == 100 && (o[1] & 0xc0) == 64 {
+                Some("a shared (carrier-grade NAT) address")
+            } else if v4.is_multicast() {
+                Some("a multicast address")
+            } else if o[0] >= 240 {
+                Some("a reserved or broadcast address")
+            } else {
+                None
+            }
+        }
+        IpAddr::V6(v6) => {
+            if let Some(v4) = v6.to_ipv4_mapped() {
+                return not_public(&IpAddr::V4(v4)).or(Some("an IPv4-mapped address"));
+            }
+            let first = v6.segments()[0];
+            if v6.is_unspecified() {
+                Some("unspecified (::)")
+            } else if v6.is_loopback() {
+                Some("a loopback address")
+            } else if v6.is_multicast() {
+                Some("a multicast address")
+            } else if (first & 0xffc0) == 0xfe80 || (first & 0xffc0) == 0xfec0 {
+                Some("a link-local address")
+            } else if (first & 0xfe00) == 0xfc00 {
+                Some("a private (unique local) address")
+            } else {
+                None
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -1031,6 +1140,92 @@ pub(crate) mod tests {
             err_what(parse(&svc(&[(ADDITIONAL_PUBLIC_IPS, "1.2.3.4,bad")], &[(80, "TCP")]))),
             ADDITIONAL_PUBLIC_IPS
         );
+    }
+
+    #[test]
+    fn annotations_naming_arm_resources_follow_arms_rules() {
+        let internal = |k: &'static str, v: &'static str| [(INTERNAL, "true"), (k, v)];
+        for (key, bad) in [
+            (PIP_NAME, "../networkSecurityGroups/k8s-nsg"),
+            (PIP_NAME, "pip?api-version=2019-02-01"),
+            (PIP_NAME, "pip#"),
+            (PIP_NAME, "a/b"),
+            (PIP_NAME, "-pip"),
+            (RESOURCE_GROUP, "rg/providers/Microsoft.Network/networkSecurityGroups/k8s-nsg?x="),
+            (RESOURCE_GROUP, ".."),
+            (RESOURCE_GROUP, "rg."),
+            (RESOURCE_GROUP, "rg%2f"),
+            (
+                PIP_PREFIX_ID,
+                "/subscriptions/s/resourceGroups/rg/providers/Microsoft.Network/publicIPPrefixes/p?api-version=1",
+            ),
+            (
+                PIP_PREFIX_ID,
+                "/subscriptions/0000/resourceGroups/rg/providers/Microsoft.Network/publicIPPrefixes/p/../x",
+            ),
+            (
+                PIP_PREFIX_ID,
+                "/subscriptions/0000/resourceGroups/../providers/Microsoft.Network/publicIPPrefixes/p",
+            ),
+        ] {
+            let r = parse(&svc(&[(key, bad)], &[(80, "TCP")]));
+            let message = format!("{r:?}");
+            assert_eq!(err_what(r), key, "{key}={bad:?}");
+            if bad.len() > 8 {
+                assert!(!message.contains(bad), "the value is quoted back: {message}");
+            }
+        }
+        for bad in ["../../../networkSecurityGroups/k8s-nsg", "s?x", "s#"] {
+            let a = internal(INTERNAL_SUBNET, bad);
+            assert_eq!(err_what(parse(&svc(&a, &[(80, "TCP")]))), INTERNAL_SUBNET, "{bad:?}");
+        }
+        // The subnet annotation is not read (nor checked) on public Services.
+        assert!(parse(&svc(&[(INTERNAL_SUBNET, "a/b")], &[(80, "TCP")])).is_ok());
+        // The -ipv6 key is named for the IPv6 name.
+        let mut s = svc(&[(PIP_NAME_IPV6, "bad/name")], &[(80, "TCP")]);
+        s.spec.as_mut().unwrap().ip_families = Some(vec!["IPv6".into()]);
+        assert_eq!(err_what(parse(&s)), PIP_NAME_IPV6);
+        let ok = parse(&svc(
+            &[(PIP_NAME, "my-service.pip_"), (RESOURCE_GROUP, "MC_rg_(prod)")],
+            &[(80, "TCP")],
+        ))
+        .unwrap();
+        assert_eq!(ok.resource_group.as_deref(), Some("MC_rg_(prod)"));
+        // Deletion reads a bad resource group as none.
+        assert_eq!(resource_group_lenient(&svc(&[(RESOURCE_GROUP, "a/../b")], &[])), None);
+        assert_eq!(
+            resource_group_lenient(&svc(&[(RESOURCE_GROUP, " rg2 ")], &[])).as_deref(),
+            Some("rg2")
+        );
+    }
+
+    #[test]
+    fn additional_public_ips_are_never_special_addresses() {
+        for bad in [
+            "169.254.169.254",
+            "127.0.0.1",
+            "10.0.0.1",
+            "172.16.0.1",
+            "192.168.1.1",
+            "100.64.0.1",
+            "0.0.0.0",
+            "224.0.0.1",
+            "255.255.255.255",
+            "::1",
+            "::",
+            "fe80::1",
+            "fd00::1",
+            "ff02::1",
+            "::ffff:169.254.169.254",
+            "::ffff:20.1.2.3",
+        ] {
+            let r = parse(&svc(&[(ADDITIONAL_PUBLIC_IPS, bad)], &[(80, "TCP")]));
+            assert_eq!(err_what(r), ADDITIONAL_PUBLIC_IPS, "{bad}");
+        }
+        let c =
+            parse(&svc(&[(ADDITIONAL_PUBLIC_IPS, "20.30.40.50, 2603:1030::5")], &[(80, "TCP")]))
+                .unwrap();
+        assert_eq!(c.additional_public_ips.len(), 2);
     }
 
     #[test]

@@ -57,6 +57,9 @@ const ETAG_ATTEMPTS: usize = 5;
 pub struct Backends {
     client: Arc<ArmClient>,
     config: Arc<Config>,
+    /// Members (lower-case NIC / scale-set VM IDs) and `nodeIP` addresses this process has
+    /// seen as its Nodes': the ones it may take out of a pool when their Node leaves.
+    known: std::sync::Mutex<BTreeSet<String>>,
 }
 
 /// A member of a pool, from one of its `backendIPConfigurations`.
@@ -353,7 +356,20 @@ enum Task {
 impl Backends {
     /// Membership through `client`, for the cluster `config` describes.
     pub fn new(client: Arc<ArmClient>, config: Arc<Config>) -> Self {
-        Backends { client, config }
+        Backends { client, config, known: std::sync::Mutex::new(BTreeSet::new()) }
+    }
+
+    fn known(&self) -> std::sync::MutexGuard<'_, BTreeSet<String>> {
+        // A panic elsewhere while holding the lock leaves a set that is still valid.
+        self.known.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Remembers `keys` as the cluster's Nodes' members.
+    fn remember<'a>(&self, keys: impl IntoIterator<Item = &'a String>) {
+        let mut known = self.known();
+        for k in keys {
+            known.insert(k.clone());
+        }
     }
 
     /// `podIP` pools are not supported.
@@ -387,7 +403,7 @@ impl Backends {
             self.config.vnet_resource_group(),
             "Microsoft.Network/virtualNetworks",
             vnet,
-        );
+        )?;
         let ipv6 = is_ipv6_pool(pool_id);
         let mut desired: Vec<(String, String)> = Vec::new(); // (entry name, ip)
         for node in nodes {
@@ -411,6 +427,10 @@ impl Backends {
                 }
             }
         }
+        let desired_keys: Vec<String> = desired.iter().map(|(_, ip)| format!("ip:{ip}")).collect();
+        self.remember(&desired_keys);
+        let known: BTreeSet<String> = self.known().clone();
+        let mut kept_foreign = 0usize;
         let mut found = true;
         let w = read_modify_write(
             &self.client,
@@ -436,9 +456,20 @@ impl Backends {
                 let ip_of = |v: &serde_json::Value| {
                     v["properties"]["ipAddress"].as_str().unwrap_or_default().to_string()
                 };
+                // Kept: the Nodes' addresses, and any address not provably a Node's (the
+                // operator's own members of the shared pool).
+                kept_foreign = 0;
                 let mut next: Vec<serde_json::Value> = current
                     .iter()
-                    .filter(|v| desired.iter().any(|(_, ip)| *ip == ip_of(v)))
+                    .filter(|v| {
+                        let ip = ip_of(v);
+                        if desired.iter().any(|(_, d)| *d == ip) {
+                            return true;
+                        }
+                        let foreign = !known.contains(&format!("ip:{ip}"));
+                        kept_foreign += usize::from(foreign);
+                        foreign
+                    })
                     .cloned()
                     .collect();
                 for (entry, ip) in &desired {
@@ -465,6 +496,13 @@ impl Backends {
         }
         if w == Written::Yes {
             info!(pool = pool_id, nodes = desired.len(), "backend pool addresses updated");
+        }
+        if kept_foreign > 0 {
+            debug!(
+                pool = pool_id,
+                addresses = kept_foreign,
+                "addresses in the pool that are not known Nodes' left alone"
+            );
         }
         Ok(())
     }
@@ -524,6 +562,7 @@ impl Backends {
         let mut vms: Vec<(String, String, String, String)> = Vec::new(); // sub, rg, vm name, node
         let mut scale_set_vms: Vec<(String, String)> = Vec::new(); // vm id, node
         let mut scale_sets: BTreeMap<String, String> = BTreeMap::new(); // lower id → id
+        let mut node_scale_sets: BTreeSet<String> = BTreeSet::new(); // lower ids
         for node in nodes {
             let name = node.metadata.name.clone().unwrap_or_default();
             let Some(pid) = node.spec.as_ref().and_then(|s| s.provider_id.as_deref()) else {
@@ -535,15 +574,18 @@ impl Backends {
                     vms.push((subscription, resource_group, vm, name));
                 }
                 Ok(r @ VmRef::ScaleSetVm { .. }) => {
-                    if let VmRef::ScaleSetVm { subscription, resource_group, scale_set, .. } = &r
+                    let vm_id = r.arm_id();
+                    if let Some(at) = vm_id.to_ascii_lowercase().rfind("/virtualmachines/") {
+                        node_scale_sets.insert(vm_id[..at].to_ascii_lowercase());
+                    }
+                    if let VmRef::ScaleSetVm { resource_group, .. } = &r
                         && resource_group.eq_ignore_ascii_case(self.config.resource_group())
+                        && let Some(at) = vm_id.to_ascii_lowercase().rfind("/virtualmachines/")
                     {
-                        let ss = format!(
-                            "/subscriptions/{subscription}/resourceGroups/{resource_group}/providers/Microsoft.Compute/virtualMachineScaleSets/{scale_set}"
-                        );
+                        let ss = vm_id[..at].to_string();
                         scale_sets.insert(ss.to_ascii_lowercase(), ss);
                     }
-                    scale_set_vms.push((r.arm_id(), name));
+                    scale_set_vms.push((vm_id, name));
                 }
                 Err(e) => debug!(node = %name, "{e}; not in the backend pool"),
             }
@@ -564,9 +606,24 @@ impl Backends {
                 tasks.push(Task::AddVmssVm { vm, node });
             }
         }
+        // Out: only members provably a Node's (one this process saw as a Node's, or an
+        // instance of a scale set whose instances are the cluster's Nodes). Anything else in
+        // the shared pool is the operator's and stays.
+        self.remember(&desired);
+        let known: BTreeSet<String> = self.known().clone();
         for m in current {
-            if !desired.contains(&m.key()) {
+            let key = m.key();
+            if desired.contains(&key) {
+                continue;
+            }
+            let of_node_scale_set = matches!(&m, Member::ScaleSetVm(_))
+                && key
+                    .rfind("/virtualmachines/")
+                    .is_some_and(|at| node_scale_sets.contains(&key[..at]));
+            if known.contains(&key) || of_node_scale_set {
                 tasks.push(Task::Remove(m));
+            } else {
+                debug!(pool = pool_id, member = %key, "not a known Node's; left in the pool");
             }
         }
 
@@ -596,10 +653,10 @@ impl Backends {
         if self.config.vm_type == VmType::Vmss {
             // Scale sets with no instance in the pool may still list it in their model.
             let rg = self.config.resource_group();
-            let collection = format!(
-                "/subscriptions/{}/resourceGroups/{rg}/providers/Microsoft.Compute/virtualMachineScaleSets",
-                self.client.subscription_id()
-            );
+            let collection = self
+                .client
+                .collection_id(rg, "Microsoft.Compute/virtualMachineScaleSets")
+                .map_err(|e| arm_err("listing the scale sets", e))?;
             let all: Vec<VirtualMachineScaleSet> = self
                 .client
                 .list("compute.virtual_machine_scale_sets.list", &collection, COMPUTE, &[])
@@ -632,11 +689,17 @@ impl Backends {
     ) -> Result<Vec<(String, String)>, ProviderError> {
         let mut groups: BTreeMap<(String, String), String> = BTreeMap::new();
         for (sub, rg, _, _) in vms {
-            groups
-                .entry((sub.to_ascii_lowercase(), rg.to_ascii_lowercase()))
-                .or_insert_with(|| {
-                    format!("/subscriptions/{sub}/resourceGroups/{rg}/providers/Microsoft.Compute/virtualMachines")
-                });
+            if !sub.eq_ignore_ascii_case(self.client.subscription_id()) {
+                // Another subscription's VM is not this cluster's to put in its pool.
+                continue;
+            }
+            match self.client.collection_id(rg, "Microsoft.Compute/virtualMachines") {
+                Ok(c) => {
+                    groups.entry((sub.to_ascii_lowercase(), rg.to_ascii_lowercase())).or_insert(c);
+                }
+                // A providerID naming no valid resource group: that node only is left out.
+                Err(e) => warn!(error = %e, "a node's providerID names no valid resource group"),
+            }
         }
         let mut by_name: BTreeMap<(String, String, String), String> = BTreeMap::new();
         for ((sub, rg), collection) in groups {

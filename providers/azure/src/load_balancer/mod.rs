@@ -196,8 +196,38 @@ impl AzureLoadBalancer {
         Ok(())
     }
 
-    fn lb_id(&self, name: &str) -> String {
-        self.client.resource_id(self.config.load_balancer_resource_group(), LB_TYPE, name)
+    fn lb_id(&self, name: &str) -> Result<String, ProviderError> {
+        Ok(self.client.resource_id(self.config.load_balancer_resource_group(), LB_TYPE, name)?)
+    }
+
+    /// What the config lets the Service name, checked before any ARM call: its resource
+    /// group (`serviceResourceGroups`, default the cluster's own) and
+    /// `azure-additional-public-ips` (only with `allowAdditionalPublicIPs`).
+    fn check_allowed(&self, svc: &ServiceConfig) -> Result<(), ProviderError> {
+        if let Some(rg) = &svc.resource_group
+            && !self.config.service_resource_groups().allows(rg)
+        {
+            return Err(ProviderError::Invalid {
+                what: annotations::RESOURCE_GROUP.into(),
+                message: format!(
+                    "resource group {rg} is not one this cluster's Services may name (the config's serviceResourceGroups; default the cluster's own resource groups)"
+                ),
+            });
+        }
+        if !svc.additional_public_ips.is_empty() && !self.config.allow_additional_public_ips {
+            return Err(ProviderError::Invalid {
+                what: annotations::ADDITIONAL_PUBLIC_IPS.into(),
+                message: "refused: kube-proxy would capture in-cluster traffic to these addresses; the cloud config's allowAdditionalPublicIPs is off (nothing was written into the Service's status)".into(),
+            });
+        }
+        Ok(())
+    }
+
+    /// The Service's public IPs' resource group from its annotation, when the config allows
+    /// it (deletion and lookups: a group it may not name never held anything of it).
+    fn lenient_resource_group(&self, service: &Service) -> Option<String> {
+        annotations::resource_group_lenient(service)
+            .filter(|rg| self.config.service_resource_groups().allows(rg))
     }
 
     fn pool_id(&self, lb_id: &str, cluster: &str, family: Family) -> String {
@@ -234,7 +264,7 @@ impl AzureLoadBalancer {
                 self.config.vnet_resource_group(),
                 "Microsoft.Network/virtualNetworks",
                 &vnet
-            )
+            )?
         );
         let subnet: Subnet = self
             .client
@@ -294,7 +324,7 @@ impl AzureLoadBalancer {
         svc: &ServiceConfig,
         name: &str,
     ) -> Result<Vec<IpAddr>, ProviderError> {
-        let id = self.lb_id(name);
+        let id = self.lb_id(name)?;
         let Some(current) = self.get_lb(&id).await? else { return Ok(Vec::new()) };
         let ips = self.frontend_ips(svc, &current).await?;
         let after = rmw::<crate::client::models::LoadBalancerProperties>(
@@ -349,10 +379,14 @@ impl AzureLoadBalancer {
     ) -> Result<LoadBalancerStatus, ProviderError> {
         self.check_config()?;
         let svc = annotations::parse(service)?;
+        self.check_allowed(&svc)?;
         let _guard = self.lock.lock().await;
         let lb_name = naming::lb_name(&self.config, cluster, svc.internal);
         let other_name = naming::lb_name(&self.config, cluster, !svc.internal);
-        let lb_id = self.lb_id(&lb_name);
+        let lb_id = self.lb_id(&lb_name)?;
+        // Before anything is written: the additional addresses must be public IPs the
+        // cluster may use.
+        self.pips.check_additional(cluster, &svc).await?;
         let location = self.config.location.clone().filter(|l| !l.is_empty()).ok_or_else(|| {
             ProviderError::Invalid {
                 what: "location".into(),
@@ -494,7 +528,7 @@ impl AzureLoadBalancer {
         // The addresses first: the NSG rules are keyed on them.
         let mut ips = Vec::new();
         for name in &names {
-            if let Some(lb) = self.get_lb(&self.lb_id(name)).await? {
+            if let Some(lb) = self.get_lb(&self.lb_id(name)?).await? {
                 ips.extend(self.frontend_ips(&svc, &lb).await?);
             }
         }
@@ -502,7 +536,7 @@ impl AzureLoadBalancer {
         for name in &names {
             self.remove_from(&svc, name).await?;
         }
-        let rg = annotations::resource_group_lenient(service);
+        let rg = self.lenient_resource_group(service);
         self.pips.release(cluster, &svc.key, rg.as_deref(), &[]).await?;
         info!(service = %svc.key, "load balancer resources deleted");
         Ok(())
@@ -566,7 +600,7 @@ impl LoadBalancer for AzureLoadBalancer {
     ) -> Result<Option<LoadBalancerStatus>, ProviderError> {
         let svc = annotations::minimal(service)?;
         for internal in [false, true] {
-            let id = self.lb_id(&naming::lb_name(&self.config, cluster, internal));
+            let id = self.lb_id(&naming::lb_name(&self.config, cluster, internal))?;
             if let Some(lb) = self.get_lb(&id).await?
                 && frontend::owned(&svc, &lb).next().is_some()
             {
@@ -575,14 +609,14 @@ impl LoadBalancer for AzureLoadBalancer {
             }
         }
         // Only the public IP left (a half-finished delete): it still exists (upstream).
-        let rg = annotations::resource_group_lenient(service);
+        let rg = self.lenient_resource_group(service);
         let rg = self.pips.resource_group(rg.as_deref());
         for f in &svc.families {
             let id = self.client.resource_id(
                 &rg,
                 naming::PIP_TYPE,
                 &naming::pip_name(cluster, &svc, *f),
-            );
+            )?;
             if let Some(pip) = self.pips.get(&id).await?
                 && public_ip::owned_by(&pip, &svc.key, cluster)
             {
@@ -609,7 +643,7 @@ impl LoadBalancer for AzureLoadBalancer {
     ) -> Result<(), ProviderError> {
         let svc = annotations::parse(service)?;
         let _guard = self.lock.lock().await;
-        let lb_id = self.lb_id(&naming::lb_name(&self.config, cluster, svc.internal));
+        let lb_id = self.lb_id(&naming::lb_name(&self.config, cluster, svc.internal))?;
         let Some(lb) = self.get_lb(&lb_id).await? else { return Ok(()) };
         if frontend::owned(&svc, &lb).next().is_none() {
             return Ok(());
@@ -641,7 +675,7 @@ impl LoadBalancer for AzureLoadBalancer {
         let pips = self.pips.list(None).await?;
         for internal in [false, true] {
             let name = naming::lb_name(&self.config, cluster, internal);
-            let Some(lb) = self.get_lb(&self.lb_id(&name)).await? else { continue };
+            let Some(lb) = self.get_lb(&self.lb_id(&name)?).await? else { continue };
             let mut by_prefix: BTreeMap<String, CloudLoadBalancer> = BTreeMap::new();
             for fe in &lb.properties.frontend_ip_configurations {
                 let Some(prefix) = service_prefix(fe.name()) else { continue };

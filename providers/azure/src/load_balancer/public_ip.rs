@@ -20,7 +20,7 @@ use serde_json::json;
 use crate::client::ArmClient;
 use crate::client::api_version::NETWORK;
 use crate::client::models::{DnsSettings, PublicIpAddress, PublicIpProperties, Sku};
-use crate::config::Config;
+use crate::config::{Config, ServiceGroups};
 
 use super::annotations::{Family, ServiceConfig};
 use super::naming::{
@@ -103,10 +103,7 @@ impl PublicIps {
         }
         let mut out = Vec::new();
         for rg in groups {
-            let collection = format!(
-                "/subscriptions/{}/resourceGroups/{rg}/providers/{PIP_TYPE}",
-                self.client.subscription_id()
-            );
+            let collection = self.client.collection_id(&rg, PIP_TYPE)?;
             out.extend(
                 self.client
                     .list::<PublicIpAddress>(
@@ -143,7 +140,7 @@ impl PublicIps {
         } else {
             (naming::pip_name(cluster, svc, family), false, "public IP".to_string())
         };
-        let id = self.client.resource_id(&rg, PIP_TYPE, &name);
+        let id = self.client.resource_id(&rg, PIP_TYPE, &name)?;
         let config_tags = config_tags(&self.config)?;
         let location = self.config.location.clone().unwrap_or_default();
         let out = rmw::<PublicIpProperties>(
@@ -208,11 +205,81 @@ impl PublicIps {
         })
     }
 
+    /// `azure-additional-public-ips` (allowed by the config, special addresses refused by
+    /// the annotation's parser): each address must be that of a public IP resource in the
+    /// resource groups Services may name, not used by a network interface (a VM's address),
+    /// not another Service's frontend, and not tagged for another Service or cluster.
+    pub async fn check_additional(
+        &self,
+        cluster: &str,
+        svc: &ServiceConfig,
+    ) -> Result<(), ProviderError> {
+        if svc.additional_public_ips.is_empty() {
+            return Ok(());
+        }
+        let key = super::annotations::ADDITIONAL_PUBLIC_IPS;
+        let refuse = |message: String| ProviderError::Invalid { what: key.into(), message };
+        let pips: Vec<PublicIpAddress> = match self.config.service_resource_groups() {
+            ServiceGroups::Any => {
+                let all = format!(
+                    "/subscriptions/{}/providers/{PIP_TYPE}",
+                    self.client.subscription_id()
+                );
+                self.client.list("network.public_ip_addresses.list_all", &all, NETWORK, &[]).await?
+            }
+            ServiceGroups::Only(groups) => {
+                let mut out = Vec::new();
+                for rg in groups {
+                    let collection = self.client.collection_id(&rg, PIP_TYPE)?;
+                    out.extend(
+                        self.client
+                            .list::<PublicIpAddress>(
+                                "network.public_ip_addresses.list",
+                                &collection,
+                                NETWORK,
+                                &[],
+                            )
+                            .await?,
+                    );
+                }
+                out
+            }
+        };
+        for ip in &svc.additional_public_ips {
+            let Some(pip) = pips.iter().find(|p| {
+                p.properties.ip_address.as_deref().and_then(|a| a.parse::<IpAddr>().ok())
+                    == Some(*ip)
+            }) else {
+                return Err(refuse(format!(
+                    "{ip} is not the address of a public IP in the resource groups this cluster's Services may use"
+                )));
+            };
+            if !user_made(pip) && !owned_by(pip, &svc.key, cluster) {
+                return Err(refuse(format!(
+                    "{ip} is public IP {} of another Service or cluster",
+                    pip.name()
+                )));
+            }
+            if let Some(user) = &pip.properties.ip_configuration {
+                let lower = user.id.to_ascii_lowercase();
+                let frontend = naming::last_segment(&user.id);
+                let others_frontend = lower.contains("/frontendipconfigurations/")
+                    && !naming::owns(svc, frontend)
+                    && super::service_prefix(frontend).is_some();
+                if lower.contains("/networkinterfaces/") || others_frontend {
+                    return Err(refuse(format!(
+                        "{ip} is public IP {} used by {}",
+                        pip.name(),
+                        if others_frontend { "another Service" } else { "a network interface" }
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+
     async fn find_by_address(&self, rg: &str, ip: &IpAddr) -> Result<String, ProviderError> {
-        let collection = format!(
-            "/subscriptions/{}/resourceGroups/{rg}/providers/{PIP_TYPE}",
-            self.client.subscription_id()
-        );
+        let collection = self.client.collection_id(rg, PIP_TYPE)?;
         let all: Vec<PublicIpAddress> =
             self.client.list("network.public_ip_addresses.list", &collection, NETWORK, &[]).await?;
         all.into_iter()

@@ -573,13 +573,16 @@ impl SecurityGroup {
         SecurityGroup { client, config }
     }
 
-    fn id(&self) -> Option<String> {
-        let name = self.config.security_group_name.as_deref().filter(|n| !n.is_empty())?;
-        Some(self.client.resource_id(
+    fn id(&self) -> Result<Option<String>, ProviderError> {
+        let Some(name) = self.config.security_group_name.as_deref().filter(|n| !n.is_empty())
+        else {
+            return Ok(None);
+        };
+        Ok(Some(self.client.resource_id(
             self.config.security_group_resource_group(),
             "Microsoft.Network/networkSecurityGroups",
             name,
-        ))
+        )?))
     }
 
     /// Makes the security group hold exactly the rules `service` wants for `frontend_ips`
@@ -594,7 +597,7 @@ impl SecurityGroup {
     ) -> Result<(), ProviderError> {
         let access = access(service)?;
         let wanted = desired_rules(&access, frontend_ips);
-        let id = self.id().ok_or_else(|| {
+        let id = self.id()?.ok_or_else(|| {
             invalid(
                 "securityGroupName",
                 "the cloud config names no network security group; LoadBalancer Services need the cluster's",
@@ -629,7 +632,7 @@ impl SecurityGroup {
         if frontend_ips.is_empty() && scope == Scope::Any {
             return Ok(());
         }
-        let Some(id) = self.id() else {
+        let Some(id) = self.id()? else {
             debug!(service = %svc, "no network security group configured; no rules to remove");
             return Ok(());
         };

@@ -23,7 +23,7 @@ const VMSS_VM_PUT: &str = "compute.virtual_machine_scale_set_vms.update";
 const VMSS_PUT: &str = "compute.virtual_machine_scale_sets.create_or_update";
 
 fn lb_id(f: &Fixture) -> String {
-    f.client.resource_id(RESOURCE_GROUP, "Microsoft.Network/loadBalancers", CLUSTER)
+    f.client.resource_id(RESOURCE_GROUP, "Microsoft.Network/loadBalancers", CLUSTER).unwrap()
 }
 
 fn pool_id(f: &Fixture, ipv6: bool) -> String {
@@ -81,8 +81,10 @@ fn vmss(name: &str, instance: u32) -> Node {
 }
 
 fn scale_set_model_pools(f: &Fixture) -> Value {
-    let id =
-        f.client.resource_id(RESOURCE_GROUP, "Microsoft.Compute/virtualMachineScaleSets", "pool");
+    let id = f
+        .client
+        .resource_id(RESOURCE_GROUP, "Microsoft.Compute/virtualMachineScaleSets", "pool")
+        .unwrap();
     let ss = f.cloud.resource(&id).unwrap();
     ss["properties"]["virtualMachineProfile"]["networkProfile"]["networkInterfaceConfigurations"][0]
         ["properties"]["ipConfigurations"][0]["properties"]["loadBalancerBackendAddressPools"]
@@ -153,11 +155,11 @@ async fn vmas_nics_and_scale_set_vms_join_and_leave_and_a_resync_writes_nothing(
     // The NIC kept what it had besides the pool.
     let nic1 = f
         .cloud
-        .resource(&f.client.resource_id(
-            RESOURCE_GROUP,
-            "Microsoft.Network/networkInterfaces",
-            "vm-1-nic",
-        ))
+        .resource(
+            &f.client
+                .resource_id(RESOURCE_GROUP, "Microsoft.Network/networkInterfaces", "vm-1-nic")
+                .unwrap(),
+        )
         .unwrap();
     assert!(nic1["properties"]["macAddress"].is_string());
     assert_eq!(nic1["properties"]["enableIPForwarding"], json!(false));
@@ -356,4 +358,63 @@ async fn scale_set_vms_join_eight_at_a_time() {
     let writes_before = writes(&f);
     backends.ensure_members(&pool_id(&f, false), &nodes).await.unwrap();
     assert_eq!(writes(&f), writes_before);
+}
+
+/// Issue #29 (LOW): the shared pool may hold the operator's own members (a VM that is not a
+/// Node, an appliance's address); only members the cluster can prove are its Nodes' leave.
+#[tokio::test]
+async fn an_operators_own_members_of_the_shared_pool_are_kept() {
+    let f = fixture::start().await;
+    make_lb(&f);
+    let backends = Backends::new(f.client.clone(), f.config.clone());
+    let pool = pool_id(&f, false);
+    backends.ensure_members(&pool, &[vmas("vm-0"), vmas("vm-1")]).await.unwrap();
+    // The operator puts vm-2 (not a Node: a bastion, an appliance) into the cluster's pool.
+    let nic_id = f
+        .client
+        .resource_id(RESOURCE_GROUP, "Microsoft.Network/networkInterfaces", "vm-2-nic")
+        .unwrap();
+    let mut nic = f.cloud.resource(&nic_id).unwrap();
+    nic["properties"]["ipConfigurations"][0]["properties"]["loadBalancerBackendAddressPools"] =
+        json!([{"id": pool}]);
+    f.cloud.put_resource(&nic_id, nic).unwrap();
+    let operators = "Microsoft.Network/networkInterfaces/vm-2-nic/ipConfigurations/ipconfig1";
+    assert_eq!(members(&f, false).len(), 3);
+
+    // vm-1 (a Node this process put in) leaves; the operator's member stays.
+    backends.ensure_members(&pool, &[vmas("vm-0")]).await.unwrap();
+    assert_eq!(
+        members(&f, false),
+        ["Microsoft.Network/networkInterfaces/vm-0-nic/ipConfigurations/ipconfig1", operators]
+    );
+    // After a restart (nothing remembered) too.
+    let restarted = Backends::new(f.client.clone(), f.config.clone());
+    restarted.ensure_members(&pool, &[vmas("vm-0")]).await.unwrap();
+    assert!(members(&f, false).contains(&operators.to_string()), "{:?}", members(&f, false));
+
+    // nodeIP pools: the operator's own address stays, a Node's that left goes.
+    let mut config = (*f.config).clone();
+    config.load_balancer_backend_pool_configuration_type = BackendPoolType::NodeIp;
+    let by_ip = Backends::new(f.client.clone(), Arc::new(config));
+    let v6 = pool_id(&f, true);
+    let nodes = [with_ips(vmas("vm-0"), &["fd00::4"]), with_ips(vmas("vm-6"), &["fd00::8"])];
+    by_ip.ensure_members(&v6, &nodes).await.unwrap();
+    let mut lb = f.cloud.resource(&lb_id(&f)).unwrap();
+    for p in lb["properties"]["backendAddressPools"].as_array_mut().unwrap() {
+        if p["id"].as_str().unwrap().eq_ignore_ascii_case(&v6) {
+            p["properties"]["loadBalancerBackendAddresses"].as_array_mut().unwrap().push(json!({
+                "name": "appliance",
+                "properties": {"ipAddress": "fd00::99", "virtualNetwork": {"id": format!("/subscriptions/{}/resourceGroups/{RESOURCE_GROUP}/providers/Microsoft.Network/virtualNetworks/vnet", fixture::SUBSCRIPTION)}},
+            }));
+        }
+    }
+    f.cloud.put_resource(&lb_id(&f), lb).unwrap();
+    by_ip.ensure_members(&v6, &nodes[1..]).await.unwrap();
+    assert_eq!(
+        addresses(&f, true),
+        [
+            ("vm-6-ipv6".to_string(), "fd00::8".to_string()),
+            ("appliance".to_string(), "fd00::99".to_string())
+        ]
+    );
 }

@@ -30,7 +30,8 @@ async fn lists_follow_next_link_and_gets_read_one_resource() {
     let pages = f.server.counters().get("compute.virtual_machines.list");
     assert_eq!(pages, 3, "5 VMs in pages of 2");
 
-    let id = f.client.resource_id(RESOURCE_GROUP, "Microsoft.Compute/virtualMachines", "vm-2");
+    let id =
+        f.client.resource_id(RESOURCE_GROUP, "Microsoft.Compute/virtualMachines", "vm-2").unwrap();
     let vm: VirtualMachine = f
         .client
         .get("compute.virtual_machines.get", &id, COMPUTE, &[("$expand", "instanceView")])
@@ -44,11 +45,13 @@ async fn lists_follow_next_link_and_gets_read_one_resource() {
 #[tokio::test]
 async fn a_missing_resource_is_none_but_a_missing_resource_group_is_an_error() {
     let f = fixture::start().await;
-    let gone = f.client.resource_id(RESOURCE_GROUP, "Microsoft.Compute/virtualMachines", "nope");
+    let gone =
+        f.client.resource_id(RESOURCE_GROUP, "Microsoft.Compute/virtualMachines", "nope").unwrap();
     let r: Option<VirtualMachine> =
         f.client.get_opt("compute.virtual_machines.get", &gone, COMPUTE, &[]).await.unwrap();
     assert!(r.is_none());
-    let other_rg = f.client.resource_id("no-such-rg", "Microsoft.Compute/virtualMachines", "vm-0");
+    let other_rg =
+        f.client.resource_id("no-such-rg", "Microsoft.Compute/virtualMachines", "vm-0").unwrap();
     let err = f
         .client
         .get_opt::<VirtualMachine>("compute.virtual_machines.get", &other_rg, COMPUTE, &[])
@@ -74,7 +77,10 @@ fn pip(name: &str) -> PublicIpAddress {
 #[tokio::test]
 async fn put_waits_for_the_operation_and_keeps_unknown_fields_and_delete_waits_too() {
     let f = fixture::start().await;
-    let id = f.client.resource_id(RESOURCE_GROUP, "Microsoft.Network/publicIPAddresses", "svc-pip");
+    let id = f
+        .client
+        .resource_id(RESOURCE_GROUP, "Microsoft.Network/publicIPAddresses", "svc-pip")
+        .unwrap();
     let started = Instant::now();
     let made = f
         .client
@@ -96,7 +102,7 @@ async fn put_waits_for_the_operation_and_keeps_unknown_fields_and_delete_waits_t
 #[tokio::test]
 async fn a_stale_etag_is_a_precondition_failure_and_arm_errors_keep_code_and_message() {
     let f = fixture::start().await;
-    let id = f.client.resource_id(RESOURCE_GROUP, "Microsoft.Network/loadBalancers", "lb");
+    let id = f.client.resource_id(RESOURCE_GROUP, "Microsoft.Network/loadBalancers", "lb").unwrap();
     let mut lb = LoadBalancer {
         name: Some("lb".into()),
         location: Some(fixture::LOCATION.into()),
@@ -170,7 +176,8 @@ async fn throttled_reads_are_retried_after_retry_after_and_writes_are_not_retrie
             .times(1),
         )
         .unwrap();
-    let id = f.client.resource_id(RESOURCE_GROUP, "Microsoft.Network/publicIPAddresses", "p");
+    let id =
+        f.client.resource_id(RESOURCE_GROUP, "Microsoft.Network/publicIPAddresses", "p").unwrap();
     let err = f
         .client
         .put("network.public_ip_addresses.create_or_update", &id, NETWORK, &pip("p"), None)

@@ -87,6 +87,7 @@ pub fn options(server: &Server) -> ClientOptions {
         authority_host: Some(server.url()),
         imds_endpoint: Some(server.url()),
         ca_pem: server.ca_pem().map(|p| p.as_bytes().to_vec()),
+        allow_http: false,
     }
 }
 

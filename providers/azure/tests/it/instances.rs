@@ -477,3 +477,60 @@ async fn a_thousand_scale_set_instances_join_with_a_few_list_calls() {
     assert!(lists <= 2 * (1000 / page), "{lists}");
     assert_eq!(gets(&after) - gets(&before), 0);
 }
+
+/// Issue #29: a proxy's HTML 404 page, a wrong endpoint's 404 and ARM's 404 about something
+/// else than the VM never say "gone", even when the page echoes the VM's name and ARM's code
+/// word; only ARM's typed answer about exactly that VM does.
+#[tokio::test]
+async fn an_html_404_page_echoing_the_vm_name_keeps_the_node() {
+    let f = fixture::start().await;
+    let inst = instances(&f).with_cache_ttl(Duration::ZERO);
+    let vm = node("vm-1", Some(&vm_provider_id("vm-1")));
+    let vmss_vm = node("pool-4", Some(&vmss_provider_id("pool", 4)));
+    let echo = format!(
+        "<html><head><title>404 Not Found</title></head><body><h1>Not Found</h1><p>The requested URL {} was not found on this server: ResourceNotFound NotFound</p></body></html>",
+        vm_provider_id("vm-1").trim_start_matches("azure://")
+    );
+    let html = Fault::Page {
+        status: 404,
+        content_type: Some("text/html; charset=iso-8859-1".into()),
+        body: echo.clone(),
+    };
+    let not_the_vm = [
+        html.clone(),
+        // The same page without a content type, and as plain text.
+        Fault::Page { status: 404, content_type: None, body: echo.clone() },
+        Fault::Page { status: 404, content_type: Some("text/plain".into()), body: echo },
+        // A wrong endpoint (an API version or resource type ARM does not serve there).
+        Fault::Status {
+            status: 404,
+            body: Some(r#"{"error":{"code":"InvalidResourceType","message":"The resource type 'virtualMachines' could not be found in the namespace 'Microsoft.Compute' for api version '2024-07-01'. vm-1"}}"#.into()),
+        },
+        // ARM's 404 about the resource group, not the VM.
+        Fault::Status {
+            status: 404,
+            body: Some(r#"{"error":{"code":"ResourceGroupNotFound","message":"Resource group 'rg' could not be found. vm-1"}}"#.into()),
+        },
+        // A generic JSON 404 from a gateway.
+        Fault::Page {
+            status: 404,
+            content_type: Some("application/json".into()),
+            body: r#"{"message":"Resource not found: vm-1","statusCode":404}"#.into(),
+        },
+    ];
+    for fault in not_the_vm {
+        for op in [VM_LIST, VMSS_VM_LIST, "compute.virtual_machine_scale_set_vms.get"] {
+            f.server.inject(FaultRule::new(op, fault.clone()).times(1000)).unwrap();
+        }
+        let got = inst.instance_status_batch(&[vm.clone(), vmss_vm.clone()]).await;
+        for (n, r) in ["vm-1", "pool-4"].iter().zip(&got) {
+            assert!(r.is_err(), "{fault:?}: node {n} answered {r:?}");
+        }
+        assert!(inst.instance_exists(&vm).await.is_err(), "{fault:?}");
+        f.server.admin().clear_faults().await.unwrap();
+    }
+    // Without faults: vm-1 runs, and scale-set instance 4 (the set has three) is gone.
+    let got = inst.instance_status_batch(&[vm, vmss_vm]).await;
+    assert!(matches!(got[0], Ok(InstanceStatus::Running)), "{got:?}");
+    assert!(matches!(got[1], Ok(InstanceStatus::NotFound)), "{got:?}");
+}

@@ -21,13 +21,18 @@ use serde_json::{Value, json};
 
 use crate::fixture::{self, CLUSTER, Fixture, NSG, RESOURCE_GROUP, node, vm_provider_id};
 
-const UID: &str = "6f7f1b2c-1234-5678-9abc-def012345678";
-const P: &str = "a6f7f1b2c123456789abcdef01234567";
-const UID2: &str = "0a0b0c0d-1111-2222-3333-444455556666";
-const P2: &str = "a0a0b0c0d11112222333344445555666";
+pub(crate) const UID: &str = "6f7f1b2c-1234-5678-9abc-def012345678";
+pub(crate) const P: &str = "a6f7f1b2c123456789abcdef01234567";
+pub(crate) const UID2: &str = "0a0b0c0d-1111-2222-3333-444455556666";
+pub(crate) const P2: &str = "a0a0b0c0d11112222333344445555666";
 const LB_PUT: &str = "network.load_balancers.create_or_update";
 
-fn svc(uid: &str, name: &str, ports: &[(i32, &str)], annotations: &[(&str, &str)]) -> Service {
+pub(crate) fn svc(
+    uid: &str,
+    name: &str,
+    ports: &[(i32, &str)],
+    annotations: &[(&str, &str)],
+) -> Service {
     Service {
         metadata: ObjectMeta {
             name: Some(name.into()),
@@ -57,23 +62,23 @@ fn svc(uid: &str, name: &str, ports: &[(i32, &str)], annotations: &[(&str, &str)
     }
 }
 
-fn nodes() -> Vec<Node> {
+pub(crate) fn nodes() -> Vec<Node> {
     ["vm-0", "vm-1"].iter().map(|n| node(n, Some(&vm_provider_id(n)))).collect()
 }
 
-fn setup(f: &Fixture) -> AzureLoadBalancer {
+pub(crate) fn setup(f: &Fixture) -> AzureLoadBalancer {
     AzureLoadBalancer::new(f.client.clone(), f.config.clone())
 }
 
-fn id(f: &Fixture, ty: &str, name: &str) -> String {
-    f.client.resource_id(RESOURCE_GROUP, ty, name)
+pub(crate) fn id(f: &Fixture, ty: &str, name: &str) -> String {
+    f.client.resource_id(RESOURCE_GROUP, ty, name).unwrap()
 }
 
-fn lb(f: &Fixture, name: &str) -> Option<Value> {
+pub(crate) fn lb(f: &Fixture, name: &str) -> Option<Value> {
     f.cloud.resource(&id(f, "Microsoft.Network/loadBalancers", name))
 }
 
-fn pip(f: &Fixture, name: &str) -> Option<Value> {
+pub(crate) fn pip(f: &Fixture, name: &str) -> Option<Value> {
     f.cloud.resource(&id(f, "Microsoft.Network/publicIPAddresses", name))
 }
 
@@ -97,7 +102,7 @@ fn child<'a>(v: &'a Value, collection: &str, name: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("{collection}/{name} missing in {v:#}"))
 }
 
-fn ips(s: &LoadBalancerStatus) -> Vec<IpAddr> {
+pub(crate) fn ips(s: &LoadBalancerStatus) -> Vec<IpAddr> {
     s.ingress.iter().flatten().map(|i| i.ip.as_deref().unwrap().parse().unwrap()).collect()
 }
 
@@ -131,7 +136,7 @@ fn nic_pools(f: &Fixture, vm: &str) -> Vec<String> {
 }
 
 /// ARM calls so far, without token requests and long-running-operation polls.
-fn arm_calls(f: &Fixture) -> u64 {
+pub(crate) fn arm_calls(f: &Fixture) -> u64 {
     let c = f.server.counters();
     c.operations
         .iter()
@@ -140,7 +145,7 @@ fn arm_calls(f: &Fixture) -> u64 {
         .sum()
 }
 
-fn invalid_what(r: Result<impl std::fmt::Debug, ProviderError>) -> String {
+pub(crate) fn invalid_what(r: Result<impl std::fmt::Debug, ProviderError>) -> String {
     match r {
         Err(ProviderError::Invalid { what, .. }) => what,
         other => panic!("expected Invalid, got {other:?}"),

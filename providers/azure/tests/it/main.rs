@@ -13,3 +13,4 @@ mod load_balancer;
 mod node_manager;
 mod routes;
 mod security_group;
+mod tenant_safety;

@@ -34,7 +34,7 @@ fn route(node: &str, cidr: &str, ips: &[&str]) -> Route {
 }
 
 fn table_id(f: &fixture::Fixture, name: &str) -> String {
-    f.client.resource_id(RESOURCE_GROUP, "Microsoft.Network/routeTables", name)
+    f.client.resource_id(RESOURCE_GROUP, "Microsoft.Network/routeTables", name).unwrap()
 }
 
 fn routes_of(f: &fixture::Fixture, name: &str) -> Vec<serde_json::Value> {

@@ -62,7 +62,7 @@ fn service(
 }
 
 fn nsg_id(f: &Fixture) -> String {
-    f.client.resource_id(RESOURCE_GROUP, "Microsoft.Network/networkSecurityGroups", NSG)
+    f.client.resource_id(RESOURCE_GROUP, "Microsoft.Network/networkSecurityGroups", NSG).unwrap()
 }
 
 fn rules(f: &Fixture) -> Vec<Value> {
