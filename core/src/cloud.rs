@@ -94,6 +94,13 @@ pub trait CloudProvider: std::any::Any + Send + Sync + 'static {
         None
     }
 
+    /// Whether the provider names or tags cloud resources by `--cluster-name`, so that two
+    /// clusters with the same name could claim each other's resources. The manager warns at
+    /// start when this is true and `--cluster-name` is left at its default, `kubernetes`.
+    fn names_resources_by_cluster(&self) -> bool {
+        false
+    }
+
     /// Registers the provider's own metrics (e.g. cloud API call counters) in the manager's
     /// registry, served on `/metrics` next to the controllers' metrics. Called once at start.
     fn register_metrics(&self, _registry: &mut prometheus_client::registry::Registry) {}

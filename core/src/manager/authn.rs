@@ -7,8 +7,9 @@
 //! - Always-allowed paths (`/healthz,/readyz,/livez` by default; a trailing `*` is a prefix) and
 //!   the group `system:masters` are authorized without asking. Everything else is a
 //!   SubjectAccessReview with non-resource attributes `{path, verb}`; a denial is 403.
-//! - Decisions are cached for the configured TTLs, keyed by a hash of the token (tokens are
-//!   never logged or kept in clear).
+//! - Identities are cached for the authentication TTL, keyed by a hash of the token (tokens
+//!   are never logged or kept in clear); decisions for the authorization TTLs, keyed by the
+//!   whole identity (name, UID, groups, extra), verb and path.
 //! - Without a delegated client (no kubeconfig and not in a cluster), tokens cannot be checked
 //!   and only always-allowed paths are served.
 //! - Client certificates and the front proxy ([`X509Auth`]), tried before the token, in
@@ -297,8 +298,31 @@ fn user_from_headers(names: &RequestHeaderNames, headers: &HeaderMap) -> Option<
     Some(User { name, uid, groups: header_values(headers, &names.group), extra })
 }
 
-/// (user, verb, path).
-type DecisionKey = (String, String, String);
+/// Who asked for what: the whole identity (name, UID, groups, extra), the verb and the path.
+/// A decision made for one identity is never reused for another with the same name but other
+/// groups, UID or extra (the SubjectAccessReview was asked about all of them).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct DecisionKey {
+    name: String,
+    uid: String,
+    groups: Vec<String>,
+    extra: BTreeMap<String, Vec<String>>,
+    verb: String,
+    path: String,
+}
+
+impl DecisionKey {
+    fn new(user: &User, verb: &str, path: &str) -> Self {
+        DecisionKey {
+            name: user.name.clone(),
+            uid: user.uid.clone(),
+            groups: user.groups.clone(),
+            extra: user.extra.clone(),
+            verb: verb.to_string(),
+            path: path.to_string(),
+        }
+    }
+}
 
 /// Delegated authn/authz.
 pub struct Delegation {
@@ -445,15 +469,24 @@ impl Delegation {
         user
     }
 
+    /// A cached decision for `user` asking `verb path`, while its TTL lasts.
+    fn cached_decision(&self, user: &User, verb: &str, path: &str) -> Option<bool> {
+        let key = DecisionKey::new(user, verb, path);
+        let cache = self.decisions.lock().unwrap_or_else(|p| p.into_inner());
+        let (allowed, at) = cache.get(&key)?;
+        let ttl = if *allowed { self.allow_ttl } else { self.deny_ttl };
+        (at.elapsed() < ttl).then_some(*allowed)
+    }
+
+    fn remember_decision(&self, user: &User, verb: &str, path: &str, allowed: bool) {
+        let mut cache = self.decisions.lock().unwrap_or_else(|p| p.into_inner());
+        cache.retain(|_, (_, at)| at.elapsed() < self.allow_ttl.max(self.deny_ttl));
+        cache.insert(DecisionKey::new(user, verb, path), (allowed, Instant::now()));
+    }
+
     async fn authorize(&self, user: &User, verb: &str, path: &str) -> bool {
-        let key = (user.name.clone(), verb.to_string(), path.to_string());
-        if let Some((allowed, at)) =
-            self.decisions.lock().unwrap_or_else(|p| p.into_inner()).get(&key)
-        {
-            let ttl = if *allowed { self.allow_ttl } else { self.deny_ttl };
-            if at.elapsed() < ttl {
-                return *allowed;
-            }
+        if let Some(allowed) = self.cached_decision(user, verb, path) {
+            return allowed;
         }
         let Some(client) = self.authz.clone() else {
             return false;
@@ -482,9 +515,7 @@ impl Delegation {
                 return false;
             }
         };
-        let mut cache = self.decisions.lock().unwrap_or_else(|p| p.into_inner());
-        cache.retain(|_, (_, at)| at.elapsed() < self.allow_ttl.max(self.deny_ttl));
-        cache.insert(key, (allowed, Instant::now()));
+        self.remember_decision(user, verb, path, allowed);
         allowed
     }
 }
@@ -546,5 +577,33 @@ mod tests {
         let mut with_token = HeaderMap::new();
         with_token.insert(http::header::AUTHORIZATION, "Bearer abc".parse().unwrap());
         assert_eq!(d.check(&with_token, "GET", "/metrics").await, Decision::Unauthorized);
+    }
+
+    #[tokio::test]
+    async fn a_cached_decision_is_never_reused_for_another_identity_with_the_same_name() {
+        // No authorizer: whatever is not cached is denied.
+        let d = delegation();
+        let reader = User {
+            name: "alice".into(),
+            uid: "1".into(),
+            groups: vec!["metrics-readers".into()],
+            extra: BTreeMap::from([("scopes".to_string(), vec!["metrics".to_string()])]),
+        };
+        d.remember_decision(&reader, "get", "/metrics", true);
+        assert!(d.authorize(&reader, "get", "/metrics").await, "the cached decision is used");
+        assert!(!d.authorize(&reader, "get", "/configz").await, "another path is not");
+        let others = [
+            User { groups: vec!["system:authenticated".into()], ..reader.clone() },
+            User { groups: vec![], ..reader.clone() },
+            User { uid: "2".into(), ..reader.clone() },
+            User { extra: BTreeMap::new(), ..reader.clone() },
+        ];
+        for other in &others {
+            assert!(
+                !d.authorize(other, "get", "/metrics").await,
+                "alice's decision for {:?} reused for {other:?}",
+                reader.groups
+            );
+        }
     }
 }

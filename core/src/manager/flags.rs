@@ -270,6 +270,14 @@ pub struct Flags {
     /// Accepted no-op: the secure port serves HTTP/1.1 only, so HTTP/2 is always off.
     #[arg(long, action = ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false", value_parser = parse_bool, help_heading = "Secure serving flags")]
     pub disable_http2_serving: bool,
+    /// Address (IP:port) of a plain-HTTP listener that serves only /healthz, /livez and
+    /// /readyz (the secure port's checks, which need no credentials there either) and nothing
+    /// else; empty (the default) disables it. For kubelet probes that an unauthenticated flood
+    /// of the secure port must not starve: bind it to loopback, e.g. 127.0.0.1:10268, run the
+    /// Pod with hostNetwork so only the node reaches it, and point httpGet probes at host
+    /// 127.0.0.1 and that port. It has its own small connection limits (64).
+    #[arg(long, default_value = "", help_heading = "Secure serving flags")]
+    pub healthz_bind_address: String,
 
     // ---- authentication / authorization
     /// Kubeconfig pointing at the core apiserver that can create TokenReviews (optional).
@@ -446,6 +454,8 @@ pub struct Options {
     pub tls: TlsPolicy,
     /// `--webhook-tls-min-version` / `--webhook-tls-cipher-suites` of the webhook port.
     pub webhook_tls: TlsPolicy,
+    /// `--healthz-bind-address`, when set.
+    pub healthz_bind_address: Option<std::net::SocketAddr>,
 }
 
 impl Options {
@@ -578,6 +588,28 @@ fn validate_quantity(flag: &str, value: &str) -> Result<(), FlagError> {
     Ok(())
 }
 
+/// An optional `IP:port` listen address (empty: none); port 0 is refused (nobody could
+/// find the listener).
+fn parse_listen_address(
+    flag: &str,
+    value: &str,
+    example: &str,
+) -> Result<Option<std::net::SocketAddr>, FlagError> {
+    let value = value.trim();
+    if value.is_empty() {
+        return Ok(None);
+    }
+    let addr: std::net::SocketAddr = value.parse().map_err(|_| {
+        invalid(format!(
+            "{flag}: expected IP:port (e.g. {example}, IPv6 as [::1]:10268), got {value:?}"
+        ))
+    })?;
+    if addr.port() == 0 {
+        return Err(invalid(format!("{flag}: the port must not be 0, got {value:?}")));
+    }
+    Ok(Some(addr))
+}
+
 fn parse_cidrs(flag: &str, value: &str, max: usize) -> Result<Vec<ipnet::IpNet>, FlagError> {
     let mut out = Vec::new();
     for item in value.split(',').map(str::trim).filter(|s| !s.is_empty()) {
@@ -670,6 +702,11 @@ impl Flags {
             )
         })
         .map_err(invalid)?;
+        let healthz_bind_address = parse_listen_address(
+            "--healthz-bind-address",
+            &self.healthz_bind_address,
+            "127.0.0.1:10268",
+        )?;
         validate_vmodule(&self.vmodule)?;
         for (flag, value) in [
             ("--log-json-info-buffer-size", &self.log_json_info_buffer_size),
@@ -804,6 +841,7 @@ impl Flags {
             webhooks,
             tls,
             webhook_tls,
+            healthz_bind_address,
         })
     }
 }
@@ -1118,6 +1156,25 @@ mod tests {
             "Generic flags",
         ] {
             assert!(help.contains(flag), "help mentions {flag}");
+        }
+    }
+
+    #[test]
+    fn healthz_bind_address_is_an_ip_and_port_or_off() {
+        let off = parse(&["--cloud-provider=test"]).unwrap();
+        assert_eq!(off.healthz_bind_address, None, "off by default");
+        let on = parse(&["--cloud-provider=test", "--healthz-bind-address=127.0.0.1:10268"]);
+        assert_eq!(on.unwrap().healthz_bind_address, Some("127.0.0.1:10268".parse().unwrap()));
+        let v6 = parse(&["--cloud-provider=test", "--healthz-bind-address=[::1]:10268"]);
+        assert_eq!(v6.unwrap().healthz_bind_address, Some("[::1]:10268".parse().unwrap()));
+        for (bad, want) in [
+            ("localhost:10268", "expected IP:port"),
+            ("127.0.0.1", "expected IP:port"),
+            ("127.0.0.1:0", "the port must not be 0"),
+        ] {
+            let e = parse(&["--cloud-provider=test", &format!("--healthz-bind-address={bad}")])
+                .unwrap_err();
+            assert!(e.starts_with("--healthz-bind-address: ") && e.contains(want), "{bad}: {e}");
         }
     }
 }

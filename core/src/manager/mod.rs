@@ -8,6 +8,7 @@
 //!   ├─ secure port: /healthz, /livez, /readyz (leaderElection + one check per controller),
 //!   │    /metrics, /configz (request-header, client-certificate or delegated TokenReview
 //!   │    authentication; SubjectAccessReview; limits checked before any body is read)
+//!   ├─ health-only listener (--healthz-bind-address, plain HTTP): /healthz, /livez, /readyz
 //!   ├─ webhook port (gate CloudControllerManagerWebhook and --webhooks; core + provider webhooks)
 //!   └─ leader election (main lock; migration lock for migrated controllers)
 //!        ├─ cloud.initialize(Kubernetes client)
@@ -645,6 +646,8 @@ pub async fn run_until(
         tracing::info!(provider = cloud.name(), capabilities = ?supported, "cloud provider initialized");
     }
 
+    warn_on_default_cluster_name(cloud.as_ref(), &flags.cluster_name);
+
     let kconfig = kube_config(&flags.kubeconfig, &flags.master, "--kubeconfig").await?;
     let (qps, burst) = (flags.kube_api_qps, flags.kube_api_burst);
     let client = client_from(kconfig.clone(), "--kubeconfig", qps, burst)?;
@@ -730,6 +733,18 @@ pub async fn run_until(
             serving::Limits::SECURE,
             gate,
             handler,
+            serving_stop.clone(),
+        ));
+    }
+
+    if let Some(addr) = options.healthz_bind_address {
+        let listener = serving::bind_shared(addr, flags.permit_port_sharing).await?;
+        tracing::info!(%addr, "serving /healthz, /livez and /readyz over plain HTTP");
+        tokio::spawn(serving::serve_plain(
+            listener,
+            serving::Limits::HEALTHZ,
+            health_only_gate,
+            health_only_handler(health.clone()),
             serving_stop.clone(),
         ));
     }
@@ -974,6 +989,50 @@ fn secure_gate(
     }
 }
 
+/// `--cluster-name`'s default.
+pub const DEFAULT_CLUSTER_NAME: &str = "kubernetes";
+
+/// Warns (one line) when the provider names or tags cloud resources by cluster name and
+/// `--cluster-name` is the default every cluster shares.
+fn warn_on_default_cluster_name(cloud: &dyn CloudProvider, cluster_name: &str) {
+    if !(cloud.names_resources_by_cluster() && cluster_name == DEFAULT_CLUSTER_NAME) {
+        return;
+    }
+    tracing::warn!(
+        provider = cloud.name(),
+        "--cluster-name is {DEFAULT_CLUSTER_NAME:?}, the default every cluster shares, and this provider names or tags cloud resources by cluster name: another cluster left at the default in the same account could claim this cluster's load balancers and routes, and this one theirs. Set --cluster-name to a name unique in the account"
+    );
+}
+
+/// The health-only listener's gate: `GET`/`HEAD` of `/healthz`, `/livez` or `/readyz`,
+/// nothing else (no credentials: these are the secure port's always-allowed paths).
+fn health_only_gate(
+    parts: http::request::Parts,
+    _peer: std::net::SocketAddr,
+) -> futures::future::Ready<Result<http::request::Parts, http::Response<serving::Body>>> {
+    let verdict = if !matches!(parts.uri.path(), "/healthz" | "/livez" | "/readyz") {
+        Err(serving::text(http::StatusCode::NOT_FOUND, "404 page not found\n"))
+    } else if parts.method != http::Method::GET && parts.method != http::Method::HEAD {
+        Err(serving::text(http::StatusCode::METHOD_NOT_ALLOWED, "method not allowed\n"))
+    } else {
+        Ok(parts)
+    };
+    futures::future::ready(verdict)
+}
+
+fn health_only_handler(
+    health: serving::Health,
+) -> impl Fn(
+    http::Request<hyper::body::Bytes>,
+    std::net::SocketAddr,
+) -> futures::future::Ready<http::Response<serving::Body>>
++ Clone
++ Send
++ Sync
++ 'static {
+    move |req, _peer| futures::future::ready(health.respond(req.uri().path(), req.uri().query()))
+}
+
 fn secure_handler(
     health: serving::Health,
     registry: Arc<Mutex<Registry>>,
@@ -1003,5 +1062,73 @@ fn secure_handler(
                 serving::text(http::StatusCode::NOT_FOUND, "404 page not found\n")
             }
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::{ClusterNamedCloud, TestCloud};
+
+    /// Log lines written through `tracing` on this thread while the guard lives.
+    #[derive(Clone, Default)]
+    struct Captured(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Captured {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// Starts the manager in-process with `cloud` and `extra` flags up to its first API
+    /// call (a kubeconfig that does not exist ends it there); returns what it logged.
+    async fn start_up_log(cloud: Arc<dyn CloudProvider>, extra: &[&str]) -> String {
+        let logs = Captured::default();
+        let writer = logs.clone();
+        let subscriber =
+            tracing_subscriber::fmt().with_writer(move || writer.clone()).with_ansi(false).finish();
+        let _guard = tracing::subscriber::set_default(subscriber);
+        crate::testing::anchor_tracing();
+        let mut args = vec![
+            "ccm",
+            "--cloud-provider=test",
+            "--kubeconfig=/nonexistent/ccm-test/kubeconfig",
+            "--secure-port=0",
+            "--webhook-secure-port=0",
+        ];
+        args.extend_from_slice(extra);
+        let ext = extensions::Extensions::default();
+        let options = parse_flags(&ext, args)
+            .unwrap()
+            .validate(crate::testing::PROVIDER_NAME, &crate::controllers::all())
+            .unwrap();
+        let factory: CloudFactory = Box::new(move |_| Ok(cloud));
+        let err =
+            run_until("test", options, factory, &ext, CancellationToken::new()).await.unwrap_err();
+        assert!(err.to_string().contains("/nonexistent/ccm-test/kubeconfig"), "{err}");
+        String::from_utf8(logs.0.lock().unwrap().clone()).unwrap()
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn the_default_cluster_name_is_warned_about_when_the_provider_names_resources_by_it() {
+        let named: Arc<dyn CloudProvider> = Arc::new(ClusterNamedCloud::default());
+        let log = start_up_log(named.clone(), &[]).await;
+        let warnings: Vec<&str> =
+            log.lines().filter(|l| l.contains("WARN") && l.contains("--cluster-name")).collect();
+        assert_eq!(warnings.len(), 1, "one warning line:\n{log}");
+        assert!(
+            warnings[0].contains("\"kubernetes\"") && warnings[0].contains("names or tags"),
+            "it says why: {}",
+            warnings[0]
+        );
+        // A chosen name, or a provider that does not name resources by cluster: no warning.
+        let log = start_up_log(named, &["--cluster-name=prod-eu-1"]).await;
+        assert!(!log.contains("--cluster-name"), "{log}");
+        let log = start_up_log(Arc::new(TestCloud::default()), &[]).await;
+        assert!(!log.contains("--cluster-name"), "{log}");
     }
 }

@@ -80,3 +80,34 @@ impl CloudProvider for TestCloud {
         self.node_cidrs.clone().map(|c| c as Arc<dyn NodeCidrs>)
     }
 }
+
+/// A scripted cloud that names its resources by `--cluster-name` (as the AWS or GCP
+/// providers do), for the manager's start-up warning about the default cluster name.
+#[derive(Clone, Default)]
+pub struct ClusterNamedCloud(pub TestCloud);
+
+impl CloudProvider for ClusterNamedCloud {
+    fn name(&self) -> &str {
+        self.0.name()
+    }
+
+    fn names_resources_by_cluster(&self) -> bool {
+        true
+    }
+
+    fn instances_v2(&self) -> Option<Arc<dyn InstancesV2>> {
+        self.0.instances_v2()
+    }
+
+    fn load_balancer(&self) -> Option<Arc<dyn LoadBalancer>> {
+        self.0.load_balancer()
+    }
+
+    fn routes(&self) -> Option<Arc<dyn Routes>> {
+        self.0.routes()
+    }
+
+    fn node_cidrs(&self) -> Option<Arc<dyn NodeCidrs>> {
+        self.0.node_cidrs()
+    }
+}
