@@ -242,4 +242,66 @@ impl Admin {
     pub async fn state(&self) -> Result<serde_json::Value, AdminError> {
         self.call("reading state", reqwest::Method::GET, "state", None).await
     }
+
+    /// One call of the cloud's own API on this emulator (not the admin API), as a test
+    /// builds the world through it (e.g. a load balancer of "another cluster"): `method` as
+    /// `GET`, `path` with the query string, `body` sent as given. Counted and faulted as any
+    /// call.
+    pub async fn cloud_call(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: Option<String>,
+    ) -> Result<CloudReply, AdminError> {
+        let url = format!("{}{path}", self.base);
+        let method =
+            reqwest::Method::from_bytes(method.as_bytes()).map_err(|e| AdminError::Refused {
+                what: "calling the cloud API",
+                url: url.clone(),
+                status: 0,
+                body: format!("bad method {method:?}: {e}"),
+            })?;
+        let mut req = self.http.request(method, &url);
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        if let Some(b) = body {
+            req = req.body(b);
+        }
+        let http =
+            |source| AdminError::Http { what: "calling the cloud API", url: url.clone(), source };
+        let resp = req.send().await.map_err(http)?;
+        let status = resp.status().as_u16();
+        let headers = resp
+            .headers()
+            .iter()
+            .filter_map(|(k, v)| Some((k.as_str().to_string(), v.to_str().ok()?.to_string())))
+            .collect();
+        let body = resp.text().await.map_err(http)?;
+        Ok(CloudReply { status, headers, body })
+    }
+}
+
+/// The answer of [`Admin::cloud_call`].
+#[derive(Debug, Clone)]
+pub struct CloudReply {
+    /// The HTTP status.
+    pub status: u16,
+    /// The headers (names in lower case), in order.
+    pub headers: Vec<(String, String)>,
+    /// The body.
+    pub body: String,
+}
+
+impl CloudReply {
+    /// The first header named `name` (lower case).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
+    }
+
+    /// The body as JSON (`Null` when it is not JSON).
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_str(&self.body).unwrap_or_default()
+    }
 }

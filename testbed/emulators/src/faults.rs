@@ -19,6 +19,19 @@ pub enum Fault {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         body: Option<String>,
     },
+    /// Answer with this HTTP status, `Content-Type` and body verbatim: what something other
+    /// than the cloud in front of it says (a proxy's HTML 404 page, a gateway's plain-text or
+    /// generic JSON error, an empty body). `content_type` absent: no `Content-Type` header.
+    Page {
+        /// The HTTP status code (100..=599).
+        status: u16,
+        /// The `Content-Type` header, e.g. `text/html; charset=iso-8859-1`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        content_type: Option<String>,
+        /// The body, verbatim (default: empty).
+        #[serde(default)]
+        body: String,
+    },
     /// Answer with the cloud's throttling error and a `Retry-After` header.
     Throttle {
         /// The `Retry-After` value, in seconds.
@@ -91,10 +104,15 @@ impl FaultRule {
         {
             return Err(format!("\"probability\" {p} is not within 0..=1"));
         }
-        if let Fault::Status { status, .. } = &self.fault
+        if let Fault::Status { status, .. } | Fault::Page { status, .. } = &self.fault
             && !(100..=599).contains(status)
         {
             return Err(format!("\"status\" {status} is not an HTTP status code"));
+        }
+        if let Fault::Page { content_type: Some(ct), .. } = &self.fault
+            && http::HeaderValue::from_str(ct).is_err()
+        {
+            return Err(format!("\"content_type\" {ct:?} is not a valid header value"));
         }
         Ok(())
     }
@@ -276,5 +294,22 @@ mod tests {
         assert_eq!(r.fault, Fault::Status { status: 503, body: None });
         assert!(FaultRule::new("*", Fault::Hang).probability(1.5).validate().is_err());
         assert!(FaultRule::new("*", Fault::Status { status: 42, body: None }).validate().is_err());
+        // A page: status, content type and body verbatim; content type and body optional.
+        let r: FaultRule = serde_json::from_str(
+            r#"{"match":"*","fault":{"kind":"page","status":404,"content_type":"text/html","body":"<h1>Not Found</h1>"}}"#,
+        )
+        .unwrap();
+        let page = Fault::Page {
+            status: 404,
+            content_type: Some("text/html".into()),
+            body: "<h1>Not Found</h1>".into(),
+        };
+        assert_eq!(r.fault, page);
+        let r: FaultRule =
+            serde_json::from_str(r#"{"match":"*","fault":{"kind":"page","status":404}}"#).unwrap();
+        assert_eq!(r.fault, Fault::Page { status: 404, content_type: None, body: String::new() });
+        let bad =
+            Fault::Page { status: 404, content_type: Some("a\nb".into()), body: String::new() };
+        assert!(FaultRule::new("*", bad).validate().is_err());
     }
 }

@@ -406,6 +406,15 @@ async fn dispatch(
                     None,
                 ));
             }
+            Fault::Page { status, content_type, body } => {
+                let mut r = Response::new(full(body));
+                *r.status_mut() =
+                    StatusCode::from_u16(status).unwrap_or(StatusCode::SERVICE_UNAVAILABLE);
+                if let Some(v) = content_type.and_then(|ct| HeaderValue::from_str(&ct).ok()) {
+                    r.headers_mut().insert(header::CONTENT_TYPE, v);
+                }
+                return Ok(r);
+            }
             Fault::Throttle { retry_after_secs } => {
                 return Ok(error_response(
                     shared,
