@@ -7,6 +7,7 @@
 //! proxy. Instances are named by their VM names (a route's next hop is the node's IP, mapped
 //! back to its VM here).
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,7 +17,10 @@ use ccm_emulators::server::{Server, ServerOptions};
 use ccm_emulators::world::{PowerState, World};
 use serde_json::Value;
 
-use super::{Harness, Instance, LbView};
+use k8s_openapi::api::core::v1::Service;
+use serde_json::json;
+
+use super::{Attack, Foreign, Harness, Instance, LbView};
 use crate::support::{Binary, SecretKind, register_secret};
 
 const CLUSTER: &str = "kubernetes";
@@ -37,6 +41,7 @@ impl Harness for Azure {
     };
     const LOAD_BALANCERS: bool = true;
     const ROUTES: bool = true;
+    const INSTANCE_LOOKUPS: &'static [&'static str] = &["compute.virtual_machines.*"];
 
     async fn start(count: usize) -> Self {
         let mut world = String::from(
@@ -199,6 +204,144 @@ impl Harness for Azure {
         left
     }
 
+    /// Public IPs of another cluster (named and tagged as upstream's CCM of cluster
+    /// `othercluster` makes them), made by hand, and in another resource group, and a
+    /// virtual network with a subnet in that group.
+    async fn plant_foreign(&self) -> Foreign {
+        let rg = self.cloud.resource_group();
+        let other = "othercluster-a0f1e2d3c4b5a69788796a5b4c3d2e1f";
+        self.plant_pip(
+            &rg,
+            other,
+            "20.1.2.3",
+            json!({"k8s-azure-cluster-name": "othercluster", "k8s-azure-service": "tenant-a/victim"}),
+        );
+        self.plant_pip(&rg, "shop-frontend-ip", "20.1.2.4", json!({}));
+        self.plant_pip(OTHER_RG, "other-rg-ip", "20.1.2.5", json!({}));
+        let vnet = self.id_in(OTHER_RG, "Microsoft.Network/virtualNetworks", "other-vnet");
+        let vnet_body =
+            json!({"properties": {"addressSpace": {"addressPrefixes": ["10.9.0.0/16"]}}});
+        self.cloud.put_resource(&vnet, vnet_body).unwrap();
+        let subnet = json!({"properties": {"addressPrefix": "10.9.0.0/24"}});
+        self.cloud.put_resource(&format!("{vnet}/subnets/other-subnet"), subnet).unwrap();
+        let ids = [("other_pip", other), ("hand_pip", "shop-frontend-ip")];
+        Foreign {
+            // The hand-made public IP in the cluster's group is unattached: a Service naming
+            // it may use it (never change or delete it); the other group's may not be named.
+            // And the metadata address, which no Service's status may carry.
+            addresses: vec!["20.1.2.3".into(), "20.1.2.5".into(), "169.254.169.254".into()],
+            ids: ids.into_iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+        }
+    }
+
+    async fn attacks(&self, victim: &Service, victim_lb: &str, f: &Foreign) -> Vec<Attack> {
+        let v_ip = super::status_addresses(victim).first().cloned().unwrap_or_default();
+        let v_pip = self
+            .cloud
+            .resources("Microsoft.Network/publicIPAddresses")
+            .into_iter()
+            .find(|p| p["properties"]["ipAddress"] == v_ip.as_str())
+            .map(|p| str_of(&p, "name").to_string())
+            .unwrap_or_else(|| format!("{CLUSTER}-{victim_lb}"));
+        let up = "../../../../../resourceGroups/other-rg/providers/Microsoft.Network";
+        let ip_attack = |what: &str, ip: &str, ann: &[(&str, &str)]| {
+            let mut a = Attack::annotations(what, ann);
+            a.load_balancer_ip = Some(ip.to_string());
+            a
+        };
+        vec![
+            Attack::annotations("azure-pip-name: the victim's", &[(PIP_NAME, v_pip.as_str())]),
+            Attack::annotations(
+                "azure-pip-name: another cluster's",
+                &[(PIP_NAME, f.id("other_pip"))],
+            ),
+            Attack::annotations("azure-pip-name: a hand-made one", &[(PIP_NAME, f.id("hand_pip"))]),
+            Attack::annotations(
+                "azure-load-balancer-resource-group: another group's public IP",
+                &[(RESOURCE_GROUP, OTHER_RG), (PIP_NAME, "other-rg-ip")],
+            ),
+            Attack::annotations(
+                "azure-pip-name: a path to a hand-made one",
+                &[(PIP_NAME, "x/../shop-frontend-ip")],
+            ),
+            Attack::annotations(
+                "azure-load-balancer-resource-group: a path to another group",
+                &[(RESOURCE_GROUP, "../resourceGroups/other-rg"), (PIP_NAME, "other-rg-ip")],
+            ),
+            Attack::annotations(
+                "azure-load-balancer-resource-group: a query and fragment",
+                &[(
+                    RESOURCE_GROUP,
+                    "other-rg/providers/Microsoft.Network/publicIPAddresses/other-rg-ip?api-version=2022-07-01#",
+                )],
+            ),
+            Attack::annotations(
+                "azure-load-balancer-internal-subnet: a path to another group's subnet",
+                &[
+                    (INTERNAL, "true"),
+                    (
+                        INTERNAL_SUBNET,
+                        format!("{up}/virtualNetworks/other-vnet/subnets/other-subnet").as_str(),
+                    ),
+                ],
+            ),
+            Attack::annotations(
+                "azure-additional-public-ips: the victim's and a hand-made address",
+                &[(ADDITIONAL_PUBLIC_IPS, format!("{v_ip},20.1.2.4").as_str())],
+            ),
+            Attack::annotations(
+                "azure-additional-public-ips: the metadata address",
+                &[(ADDITIONAL_PUBLIC_IPS, "169.254.169.254")],
+            ),
+            ip_attack("loadBalancerIP: the victim's address", &v_ip, &[]),
+            ip_attack("loadBalancerIP: another cluster's address", "20.1.2.3", &[]),
+            ip_attack("loadBalancerIP: a hand-made address", "20.1.2.4", &[]),
+        ]
+    }
+
+    /// Every public IP and the other group's virtual network, whole; the cluster's shared load balancer and
+    /// network security group one child each (frontends, rules, probes, pools, security
+    /// rules: a Service adds its own children to them), without the etags and back
+    /// references that change with the shared parent.
+    async fn lb_snapshot(&self) -> BTreeMap<String, String> {
+        let mut out = BTreeMap::new();
+        for o in self.cloud.resources("Microsoft.Network/publicIPAddresses") {
+            out.insert(str_of(&o, "id").to_ascii_lowercase(), o.to_string());
+        }
+        // The other group's network (the cluster's own gains the internal frontends' IP
+        // configurations as back references).
+        for t in ["Microsoft.Network/virtualNetworks", "Microsoft.Network/virtualNetworks/subnets"]
+        {
+            for o in self.cloud.resources(t) {
+                let id = str_of(&o, "id").to_ascii_lowercase();
+                if id.contains(&format!("/resourcegroups/{OTHER_RG}/")) {
+                    out.insert(id, o.to_string());
+                }
+            }
+        }
+        let volatile = ["etag", "loadBalancingRules", "inboundNatRules", "outboundRules"];
+        for lb in self.cloud.resources("Microsoft.Network/loadBalancers") {
+            for child in
+                ["frontendIPConfigurations", "loadBalancingRules", "probes", "backendAddressPools"]
+            {
+                for c in lb["properties"][child].as_array().into_iter().flatten() {
+                    let v = if child == "loadBalancingRules" {
+                        without(c, &["etag"])
+                    } else {
+                        without(c, &volatile)
+                    };
+                    out.insert(str_of(c, "id").to_ascii_lowercase(), v.to_string());
+                }
+            }
+        }
+        for nsg in self.cloud.resources("Microsoft.Network/networkSecurityGroups") {
+            for r in nsg["properties"]["securityRules"].as_array().into_iter().flatten() {
+                out.insert(str_of(r, "id").to_ascii_lowercase(), without(r, &["etag"]).to_string());
+            }
+        }
+        out
+    }
+
     async fn routes(&self) -> Vec<(String, String)> {
         let Some(table) = self
             .cloud
@@ -223,6 +366,48 @@ impl Harness for Azure {
                 (r["properties"]["addressPrefix"].as_str().unwrap_or_default().to_string(), id)
             })
             .collect()
+    }
+}
+
+/// The annotations of upstream's Azure CCM that name existing resources.
+const PIP_NAME: &str = "service.beta.kubernetes.io/azure-pip-name";
+const RESOURCE_GROUP: &str = "service.beta.kubernetes.io/azure-load-balancer-resource-group";
+const INTERNAL: &str = "service.beta.kubernetes.io/azure-load-balancer-internal";
+const INTERNAL_SUBNET: &str = "service.beta.kubernetes.io/azure-load-balancer-internal-subnet";
+const ADDITIONAL_PUBLIC_IPS: &str = "service.beta.kubernetes.io/azure-additional-public-ips";
+
+/// The resource group of "another team" in the subscription.
+const OTHER_RG: &str = "other-rg";
+
+impl Azure {
+    /// The ARM ID of `name` of `arm_type` in resource group `rg`.
+    fn id_in(&self, rg: &str, arm_type: &str, name: &str) -> String {
+        format!(
+            "/subscriptions/{}/resourceGroups/{rg}/providers/{arm_type}/{name}",
+            self.cloud.subscription_id()
+        )
+    }
+
+    fn plant_pip(&self, rg: &str, name: &str, ip: &str, tags: Value) {
+        let id = self.id_in(rg, "Microsoft.Network/publicIPAddresses", name);
+        let body = json!({"sku": {"name": "Standard"}, "tags": tags, "properties": {
+            "publicIPAllocationMethod": "Static", "publicIPAddressVersion": "IPv4", "ipAddress": ip}});
+        self.cloud.put_resource(&id, body).unwrap();
+    }
+}
+
+/// `v` without the keys `keys` at any depth (back references and etags that change with the
+/// shared parent, not with the object).
+fn without(v: &Value, keys: &[&str]) -> Value {
+    match v {
+        Value::Object(m) => Value::Object(
+            m.iter()
+                .filter(|(k, _)| !keys.contains(&k.as_str()))
+                .map(|(k, v)| (k.clone(), without(v, keys)))
+                .collect(),
+        ),
+        Value::Array(a) => Value::Array(a.iter().map(|x| without(x, keys)).collect()),
+        other => other.clone(),
     }
 }
 

@@ -6,6 +6,7 @@
 //! no fault proxy. Instances are named by their Compute names (routes and target pools refer
 //! to instances by name).
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -15,7 +16,10 @@ use ccm_emulators::server::{Server, ServerOptions};
 use ccm_emulators::world::{PowerState, World};
 use serde_json::Value;
 
-use super::{Harness, Instance, LbView};
+use k8s_openapi::api::core::v1::Service;
+use serde_json::json;
+
+use super::{Attack, Foreign, Harness, Instance, LbView};
 use crate::support::{Binary, SecretKind, register_secret};
 
 const PROJECT: &str = "conformance-project";
@@ -46,6 +50,7 @@ impl Harness for Gcp {
     };
     const LOAD_BALANCERS: bool = true;
     const ROUTES: bool = true;
+    const INSTANCE_LOOKUPS: &'static [&'static str] = &["compute.instances.*"];
 
     async fn start(count: usize) -> Self {
         let mut world = String::from(
@@ -193,6 +198,81 @@ impl Harness for Gcp {
         left
     }
 
+    /// Another cluster's load balancer (its reserved address, target pool and forwarding
+    /// rule, named and described as upstream's CCM of another cluster makes them) and a
+    /// hand-reserved static address (unattached: a Service naming it may use it, never
+    /// change or delete it).
+    async fn plant_foreign(&self) -> Foreign {
+        let other = "a0f1e2d3c4b5a69788796a5b4c3d2e1f";
+        let desc = r#"{"kubernetes.io/service-name":"tenant-a/victim"}"#;
+        self.insert("addresses", json!({"name": other, "description": desc})).await;
+        let other_ip = self.address_of(other);
+        let node0 =
+            self.cloud.link(&format!("zones/{}", ZONES[0]), "instances", &self.instances[0].node);
+        self.insert(
+            "targetPools",
+            json!({"name": other, "description": desc, "instances": [node0]}),
+        )
+        .await;
+        let pool = self.cloud.link("regions/us-central1", "targetPools", other);
+        self.insert(
+            "forwardingRules",
+            json!({"name": other, "description": desc, "IPAddress": other_ip,
+                "IPProtocol": "TCP", "portRange": "443-443", "target": pool}),
+        )
+        .await;
+        self.insert(
+            "addresses",
+            json!({"name": "shop-frontend-ip", "description": "made by hand"}),
+        )
+        .await;
+        let hand_ip = self.address_of("shop-frontend-ip");
+        let ids = [("other_ip", other_ip.clone()), ("hand_ip", hand_ip.clone())];
+        Foreign {
+            // The hand-reserved address is unattached: a Service naming it may use it.
+            addresses: vec![other_ip],
+            ids: ids.into_iter().map(|(k, v)| (k.to_string(), v)).collect(),
+        }
+    }
+
+    async fn attacks(&self, victim: &Service, _victim_lb: &str, f: &Foreign) -> Vec<Attack> {
+        let v_ip = super::status_addresses(victim).first().cloned().unwrap_or_default();
+        let internal = |what: &str, ip: &str| {
+            let mut a = Attack::annotations(what, &[(LB_TYPE, "Internal"), (SUBNET, "subnet-b")]);
+            a.load_balancer_ip = Some(ip.to_string());
+            a
+        };
+        vec![
+            Attack::load_balancer_ip("loadBalancerIP: the victim's address", &v_ip),
+            Attack::load_balancer_ip("loadBalancerIP: another cluster's address", f.id("other_ip")),
+            Attack::load_balancer_ip("loadBalancerIP: a hand-reserved address", f.id("hand_ip")),
+            internal("internal, subnet annotation, the victim's address", &v_ip),
+            internal("internal, subnet annotation, a hand-reserved address", f.id("hand_ip")),
+        ]
+    }
+
+    /// Every forwarding rule, target pool, address, health check, backend service, instance
+    /// group and firewall, whole, as the API shows it.
+    async fn lb_snapshot(&self) -> BTreeMap<String, String> {
+        let mut out = BTreeMap::new();
+        for coll in [
+            "forwardingRules",
+            "targetPools",
+            "addresses",
+            "httpHealthChecks",
+            "healthChecks",
+            "backendServices",
+            "instanceGroups",
+            "firewalls",
+        ] {
+            for o in self.cloud.resources(coll) {
+                let key = o["selfLink"].as_str().unwrap_or(str_of(&o, "name")).to_string();
+                out.insert(format!("{coll} {key}"), o.to_string());
+            }
+        }
+        out
+    }
+
     async fn routes(&self) -> Vec<(String, String)> {
         self.cloud
             .resources("routes")
@@ -204,6 +284,46 @@ impl Harness for Gcp {
                 (str_of(r, "destRange").to_string(), name)
             })
             .collect()
+    }
+}
+
+/// The annotations of upstream's GCE CCM that name existing resources.
+const LB_TYPE: &str = "networking.gke.io/load-balancer-type";
+const SUBNET: &str = "networking.gke.io/internal-load-balancer-subnet";
+
+impl Gcp {
+    /// Inserts a regional resource through the emulator's API (as another cluster's manager
+    /// or a person would) and waits until it exists.
+    async fn insert(&self, coll: &str, body: Value) {
+        let token = self.cloud.issue_token();
+        register_secret(SecretKind::GoogleToken, &token);
+        let bearer = format!("Bearer {token}");
+        let path = format!("/compute/v1/projects/{PROJECT}/regions/us-central1/{coll}");
+        let r = self
+            .server
+            .admin()
+            .cloud_call(
+                "POST",
+                &path,
+                &[("content-type", "application/json"), ("authorization", bearer.as_str())],
+                Some(body.to_string()),
+            )
+            .await
+            .unwrap();
+        assert!(r.status < 300, "{path}: HTTP {}: {}", r.status, r.body);
+        let name = body["name"].as_str().unwrap_or_default();
+        for _ in 0..100 {
+            if self.cloud.resources(coll).iter().any(|o| o["name"] == name) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("{coll} {name} never appeared");
+    }
+
+    fn address_of(&self, name: &str) -> String {
+        let a = self.cloud.resources("addresses").into_iter().find(|a| a["name"] == name);
+        a.map(|a| str_of(&a, "address").to_string()).unwrap_or_default()
     }
 }
 

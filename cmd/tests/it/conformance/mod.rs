@@ -18,14 +18,16 @@
 //! Test names are `conformance::<provider>::<scenario>`: `cargo test -- --skip conformance`
 //! leaves the suite to `ci/conformance`.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use ccm_core::names;
 use ccm_emulators::{Admin, Counters, Fault, FaultRule, PauseMode};
 use ccm_testbed::fixtures::{kubelet_node, load_balancer_service};
-use k8s_openapi::api::core::v1::{Node, Service, ServicePort};
+use k8s_openapi::api::core::v1::{Namespace, Node, Service, ServicePort};
+use k8s_openapi::api::events::v1::Event;
 use kube::Api;
-use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 
 use crate::support::{Binary, Ccm, Env, addresses, has_taint, label, provider_id};
 
@@ -78,6 +80,53 @@ pub struct LbView {
     pub instances: Vec<String>,
 }
 
+/// One hostile try of the `tenant_isolation` scenario: what a Service in another namespace
+/// sets to name a resource that is not its own.
+#[derive(Debug, Clone, Default)]
+pub struct Attack {
+    /// What it tries, for the failure message.
+    pub what: String,
+    /// Annotations of the attacker's Service.
+    pub annotations: Vec<(String, String)>,
+    /// Its `spec.loadBalancerIP`.
+    pub load_balancer_ip: Option<String>,
+}
+
+impl Attack {
+    /// An attack setting `annotations` (key, value pairs).
+    pub fn annotations(what: impl Into<String>, annotations: &[(&str, &str)]) -> Attack {
+        Attack {
+            what: what.into(),
+            annotations: annotations.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+            load_balancer_ip: None,
+        }
+    }
+
+    /// An attack asking for `ip` as `spec.loadBalancerIP`.
+    pub fn load_balancer_ip(what: impl Into<String>, ip: &str) -> Attack {
+        Attack { what: what.into(), annotations: Vec::new(), load_balancer_ip: Some(ip.into()) }
+    }
+}
+
+/// The resources a harness planted for the `tenant_isolation` scenario: what the attacker
+/// may name, and the addresses it must never report as its own.
+#[derive(Debug, Clone, Default)]
+pub struct Foreign {
+    /// Addresses (IPs, hostnames) an attacker must never report: those of the foreign load
+    /// balancers and of addresses another cluster owns. (An unattached address reserved by
+    /// hand is not among them: a Service naming it may use it, never change or delete it.)
+    pub addresses: Vec<String>,
+    /// Free-form values the harness' attacks use (IDs, names), by key.
+    pub ids: BTreeMap<String, String>,
+}
+
+impl Foreign {
+    /// The value planted under `key` (a harness bug when missing).
+    pub fn id(&self, key: &str) -> &str {
+        self.ids.get(key).map(String::as_str).unwrap_or_else(|| panic!("no foreign {key}"))
+    }
+}
+
 /// What a provider's conformance harness does. One value per scenario run: the emulator
 /// (with its world), the fault proxy in front of it, and the world's instances.
 #[allow(async_fn_in_trait)]
@@ -124,6 +173,93 @@ pub trait Harness: Sized {
     async fn routes(&self) -> Vec<(String, String)> {
         Vec::new()
     }
+
+    /// `tenant_isolation`: creates, directly in the cloud (its API, not the manager), the
+    /// load-balancer resources of ANOTHER cluster and of NO cluster, as that cluster's
+    /// manager or a person would have made them (names, tags, descriptions).
+    async fn plant_foreign(&self) -> Foreign {
+        Foreign::default()
+    }
+    /// `tenant_isolation`: every annotation value (and `loadBalancerIP`) naming an existing
+    /// resource that is not the attacker's: the victim's (its Service `victim`, with status,
+    /// and its load balancer named `victim_lb` by the suite's default name) and `foreign`'s.
+    async fn attacks(
+        &self,
+        _victim: &Service,
+        _victim_lb: &str,
+        _foreign: &Foreign,
+    ) -> Vec<Attack> {
+        Vec::new()
+    }
+    /// `tenant_isolation`: the cloud's load-balancer state, one entry per object (a load
+    /// balancer, listener, pool, member, address, security group…), key → canonical text
+    /// of the whole object as the emulator holds it. Objects are compared byte for byte.
+    async fn lb_snapshot(&self) -> BTreeMap<String, String> {
+        BTreeMap::new()
+    }
+
+    /// `not_found`: the operation globs of the provider's instance lookups (what the proxy
+    /// answers with its 404s).
+    const INSTANCE_LOOKUPS: &'static [&'static str];
+    /// `not_found`: the 404 answers a proxy or a wrong endpoint in front of the cloud gives
+    /// for instance `inst`'s lookups, none of them the cloud's typed not-found answer.
+    fn not_found_pages(&self, inst: &Instance) -> Vec<(&'static str, Fault)> {
+        proxy_not_found_pages(inst)
+    }
+    /// `not_found`: rules installed before the 404s, for a provider that asks for one
+    /// instance only when a listing lacks it (IBM: the listing is stale, then the by-ID
+    /// lookup meets the proxy's 404).
+    fn not_found_setup(&self) -> Vec<FaultRule> {
+        Vec::new()
+    }
+}
+
+/// The 404s of something in front of the cloud: an Apache-style HTML page echoing the
+/// instance (its ID and name in the URL it could not find), a gateway's generic JSON, a Go
+/// mux's plain text, and an empty body.
+pub fn proxy_not_found_pages(inst: &Instance) -> Vec<(&'static str, Fault)> {
+    let (id, node) = (&inst.id, &inst.node);
+    let html = format!(
+        "<!DOCTYPE HTML PUBLIC \"-//IETF//DTD HTML 2.0//EN\">\n<html><head>\n\
+         <title>404 Not Found</title>\n</head><body>\n<h1>Not Found</h1>\n\
+         <p>The requested URL /instances/{id}?name={node} was not found on this \
+         server.</p>\n<hr>\n\
+         <address>Apache/2.4.57 (Debian) Server at cloud.example Port 443</address>\n\
+         </body></html>\n"
+    );
+    vec![
+        (
+            "Apache HTML 404 echoing the instance",
+            Fault::Page {
+                status: 404,
+                content_type: Some("text/html; charset=iso-8859-1".into()),
+                body: html,
+            },
+        ),
+        (
+            "a wrong endpoint's generic JSON 404",
+            Fault::Page {
+                status: 404,
+                content_type: Some("application/json; charset=utf-8".into()),
+                body: format!(
+                    "{{\"message\":\"no Route matched with those values\",\
+                     \"path\":\"/servers/{id}\",\"code\":404}}"
+                ),
+            },
+        ),
+        (
+            "a wrong endpoint's plain-text 404",
+            Fault::Page {
+                status: 404,
+                content_type: Some("text/plain; charset=utf-8".into()),
+                body: format!("404 page not found: {id}\n"),
+            },
+        ),
+        (
+            "a 404 with an empty body",
+            Fault::Page { status: 404, content_type: None, body: String::new() },
+        ),
+    ]
 }
 
 /// The outcome of one scenario.
@@ -172,6 +308,8 @@ pub async fn run<H: Harness>(scenario: &'static str) {
         "throttling" => throttling::<H>().await,
         "load_balancer" => load_balancer::<H>().await,
         "routes" => routes::<H>().await,
+        "tenant_isolation" => tenant_isolation::<H>().await,
+        "not_found" => not_found::<H>().await,
         other => panic!("unknown scenario {other}"),
     };
     row.write(match outcome {
@@ -183,7 +321,7 @@ pub async fn run<H: Harness>(scenario: &'static str) {
 /// The scenario list, written once: one test per scenario for the harness `$h`.
 macro_rules! scenarios {
     ($h:ty) => {
-        $crate::conformance::scenarios!($h; join shutdown terminate outage throttling load_balancer routes);
+        $crate::conformance::scenarios!($h; join shutdown terminate outage throttling load_balancer routes tenant_isolation not_found);
     };
     ($h:ty; $($name:ident)*) => {
         $(
@@ -673,5 +811,294 @@ async fn routes<H: Harness>() -> Outcome {
         (!r.iter().any(|(cidr, _)| cidr == "100.64.1.0/24") && r.contains(&want[1])).then_some(())
     })
     .await;
+    Outcome::Pass
+}
+
+/// How long the `tenant_isolation` scenario waits for the manager to act on one step of an
+/// attack (create, update, delete) before going on: the check is the cloud's state, so a
+/// step the manager is slow on only makes the attack weaker, never the scenario fail.
+const ATTACK_STEP: Duration = Duration::from_secs(45);
+
+/// Load-balancer Events of the Service with this UID: how many times the manager finished a
+/// pass on it (ensured, updated, or failed), counting each Event's series.
+async fn lb_passes(events: &Api<Event>, uid: &str) -> u64 {
+    let Ok(list) = events.list(&ListParams::default()).await else {
+        return 0;
+    };
+    list.items
+        .iter()
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.uid.as_deref()) == Some(uid))
+        .filter(|e| {
+            matches!(
+                e.reason.as_deref(),
+                Some(
+                    names::reasons::ENSURED_LOAD_BALANCER
+                        | names::reasons::SYNC_LOAD_BALANCER_FAILED
+                        | names::reasons::UPDATED_LOAD_BALANCER
+                        | names::reasons::UPDATE_LOAD_BALANCER_FAILED
+                        | names::reasons::DELETED_LOAD_BALANCER
+                        | names::reasons::DELETE_LOAD_BALANCER_FAILED
+                )
+            )
+        })
+        .map(|e| e.series.as_ref().map(|s| s.count.max(1) as u64).unwrap_or(1))
+        .sum()
+}
+
+/// Every address a Service's status reports.
+fn status_addresses(svc: &Service) -> Vec<String> {
+    svc.status
+        .as_ref()
+        .and_then(|s| s.load_balancer.as_ref())
+        .and_then(|l| l.ingress.as_ref())
+        .into_iter()
+        .flatten()
+        .flat_map(|i| i.ip.iter().chain(i.hostname.iter()).cloned())
+        .collect()
+}
+
+/// The entries of `before` that `after` lost or changed, as a readable list.
+fn snapshot_diff(before: &BTreeMap<String, String>, after: &BTreeMap<String, String>) -> String {
+    let mut out = String::new();
+    for (k, v) in before {
+        match after.get(k) {
+            None => out.push_str(&format!("  DELETED {k}\n    was: {v}\n")),
+            Some(a) if a != v => {
+                out.push_str(&format!("  CHANGED {k}\n    was: {v}\n    now: {a}\n"))
+            }
+            Some(_) => {}
+        }
+    }
+    out
+}
+
+async fn create_namespace(env: &Env, name: &str) {
+    let ns: Namespace =
+        serde_json::from_value(serde_json::json!({"metadata": {"name": name}})).unwrap();
+    Api::<Namespace>::all(env.client.clone()).create(&PostParams::default(), &ns).await.unwrap();
+}
+
+/// tenant_isolation (issue 29): a Service in another namespace names, by annotation or
+/// `loadBalancerIP`, the victim's load-balancer resources and those of another cluster and of
+/// no cluster, and is created, updated and deleted once per such value. Afterwards every
+/// one of those cloud objects is byte for byte what it was, the victim Service keeps its
+/// address, and the attacker never reported the victim's or a foreign address.
+async fn tenant_isolation<H: Harness>() -> Outcome {
+    if !H::LOAD_BALANCERS {
+        return Outcome::NotApplicable;
+    }
+    let c = Cluster::<H>::start(2, false).await;
+    let _logs = c.env.cp.log_guard();
+    for i in 0..2 {
+        c.register(i, "True").await;
+    }
+    for i in 0..2 {
+        c.initialised(i).await;
+    }
+    let (victim_ns, attacker_ns) = ("tenant-a", "tenant-b");
+    create_namespace(&c.env, victim_ns).await;
+    create_namespace(&c.env, attacker_ns).await;
+    let victims: Api<Service> = Api::namespaced(c.env.client.clone(), victim_ns);
+    let attackers: Api<Service> = Api::namespaced(c.env.client.clone(), attacker_ns);
+    let events: Api<Event> = Api::namespaced(c.env.client.clone(), attacker_ns);
+
+    victims
+        .create(&PostParams::default(), &load_balancer_service(victim_ns, "victim", 443))
+        .await
+        .unwrap();
+    let victim_addr =
+        c.wait("the victim's load-balancer ingress", || ingress(&victims, "victim")).await;
+    let victim = victims.get("victim").await.unwrap();
+    let victim_lb = ccm_core::cloud::default_load_balancer_name(&victim);
+    let mut ids: Vec<String> = c.h.instances()[..2].iter().map(|i| i.id.clone()).collect();
+    ids.sort();
+    c.wait("the victim's load balancer with both nodes", || async {
+        c.h.load_balancer(&victim_lb).await.filter(|v| v.instances == ids)
+    })
+    .await;
+    let foreign = c.h.plant_foreign().await;
+    let mut forbidden: BTreeSet<String> = foreign.addresses.iter().cloned().collect();
+    forbidden.extend(status_addresses(&victim));
+    // A settled view: two snapshots a few seconds apart agree.
+    let before = c
+        .wait("a settled snapshot of the cloud's load-balancer state", || async {
+            let a = c.h.lb_snapshot().await;
+            tokio::time::sleep(Duration::from_secs(3)).await;
+            let b = c.h.lb_snapshot().await;
+            (a == b).then_some(b)
+        })
+        .await;
+    assert!(!before.is_empty(), "{}: the load-balancer snapshot is empty", H::PROVIDER);
+    let attacks = c.h.attacks(&victim, &victim_lb, &foreign).await;
+    assert!(!attacks.is_empty(), "{}: no attacks defined", H::PROVIDER);
+    eprintln!(
+        "{} tenant_isolation: {} attacks against {} snapshot objects; forbidden addresses {forbidden:?}",
+        H::PROVIDER,
+        attacks.len(),
+        before.len()
+    );
+
+    // The attacks run side by side (each its own Service), each create → update → delete.
+    let run_attack = |n: usize, attack: Attack| {
+        let attackers = attackers.clone();
+        let events = events.clone();
+        let forbidden = forbidden.clone();
+        async move {
+            let name = format!("attack-{n}");
+            let mut svc = load_balancer_service(attacker_ns, &name, 443);
+            svc.metadata.annotations = Some(attack.annotations.iter().cloned().collect());
+            if let Some(ip) = &attack.load_balancer_ip {
+                svc.spec.as_mut().unwrap().load_balancer_ip = Some(ip.clone());
+            }
+            let created = attackers.create(&PostParams::default(), &svc).await.unwrap();
+            let uid = created.metadata.uid.clone().unwrap_or_default();
+            let mut seen: BTreeSet<String> = BTreeSet::new();
+            let mut notes = Vec::new();
+            // Waits until the manager finished one more pass on the Service (or the step's
+            // bound), recording every address the attacker's status reports meanwhile.
+            let mut step = async |what: &str, after: u64, seen: &mut BTreeSet<String>| {
+                let start = Instant::now();
+                loop {
+                    if let Ok(s) = attackers.get(&name).await {
+                        seen.extend(status_addresses(&s));
+                    }
+                    let passes = lb_passes(&events, &uid).await;
+                    if passes > after {
+                        return passes;
+                    }
+                    if start.elapsed() > ATTACK_STEP {
+                        notes
+                            .push(format!("{what}: no load-balancer Event within {ATTACK_STEP:?}"));
+                        return passes;
+                    }
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+            };
+            let passes = step("create", 0, &mut seen).await;
+            let patch = serde_json::json!({
+                "metadata": {"labels": {"conformance-step": "update"}},
+                "spec": {"ports": [{"port": 8443, "protocol": "TCP"}]},
+            });
+            attackers.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+            step("update", passes, &mut seen).await;
+            attackers.delete(&name, &DeleteParams::default()).await.unwrap();
+            let start = Instant::now();
+            let mut freed = false;
+            loop {
+                match attackers.get_opt(&name).await.unwrap() {
+                    None => break,
+                    Some(s) => seen.extend(status_addresses(&s)),
+                }
+                if !freed && start.elapsed() > ATTACK_STEP {
+                    freed = true;
+                    // The manager did not let it go (a deletion it refuses): free it, so the
+                    // scenario can end; the cloud's state is the check.
+                    notes.push(format!("delete: still there after {ATTACK_STEP:?}"));
+                    let p = serde_json::json!({"metadata": {"finalizers": null}});
+                    let _ =
+                        attackers.patch(&name, &PatchParams::default(), &Patch::Merge(&p)).await;
+                }
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            let stolen: Vec<&String> = seen.intersection(&forbidden).collect();
+            let report = format!(
+                "{name} ({}): reported {seen:?}{}",
+                attack.what,
+                if notes.is_empty() { String::new() } else { format!("; {}", notes.join("; ")) }
+            );
+            (report, stolen.into_iter().cloned().collect::<Vec<String>>())
+        }
+    };
+    let started = Instant::now();
+    let results = futures::future::join_all(
+        attacks.iter().cloned().enumerate().map(|(n, a)| run_attack(n, a)),
+    )
+    .await;
+    for (report, _) in &results {
+        eprintln!("{} tenant_isolation: {report}", H::PROVIDER);
+    }
+    eprintln!(
+        "{} tenant_isolation: attacks took {:.1}s",
+        H::PROVIDER,
+        started.elapsed().as_secs_f64()
+    );
+
+    let after = c.h.lb_snapshot().await;
+    let diff = snapshot_diff(&before, &after);
+    let stolen: Vec<&String> =
+        results.iter().filter(|(_, s)| !s.is_empty()).map(|(r, _)| r).collect();
+    let still = ingress(&victims, "victim").await;
+    assert!(
+        diff.is_empty() && stolen.is_empty() && still.as_deref() == Some(victim_addr.as_str()),
+        "{} tenant_isolation: the attacks reached the victim's or foreign resources\n\
+         cloud objects deleted or changed:\n{}\nattackers reporting a victim's or foreign address: {stolen:#?}\n\
+         victim's address {victim_addr:?}, now {still:?}\nattacks:\n{}\nmanager log:\n{}",
+        H::PROVIDER,
+        if diff.is_empty() { "  (none)\n".to_string() } else { diff },
+        results.iter().map(|(r, _)| format!("  {r}")).collect::<Vec<_>>().join("\n"),
+        tail(&c.ccm.logs(), 80)
+    );
+    Outcome::Pass
+}
+
+/// not_found (issue 29): a NotReady Node whose instance exists, while something in front of
+/// the cloud answers its instance lookups with 404s that are not the cloud's typed
+/// not-found answer (an HTML page echoing the instance, a wrong endpoint's JSON or text, an
+/// empty body), is neither deleted nor changed; once the answers are right again it is
+/// still there and initialised.
+async fn not_found<H: Harness>() -> Outcome {
+    /// Node-monitor periods (1 s each) per kind of 404.
+    const PHASE: Duration = Duration::from_secs(8);
+    let c = Cluster::<H>::start(2, false).await;
+    let _logs = c.env.cp.log_guard();
+    c.register(0, "True").await;
+    c.register(1, "False").await;
+    c.initialised(0).await;
+    let before = c.initialised(1).await;
+    let fields =
+        |n: &Node| (provider_id(n).map(str::to_string), addresses(n), n.metadata.labels.clone());
+    let want = fields(&before);
+    let admin = c.h.admin();
+    let nodes = c.nodes();
+    let name = c.inst(1).node.clone();
+    for (what, fault) in c.h.not_found_pages(c.inst(1)) {
+        let faulted_before = c.counters().await.faulted;
+        for rule in c.h.not_found_setup() {
+            admin.inject(rule).await.unwrap();
+        }
+        for op in H::INSTANCE_LOOKUPS {
+            admin.inject(FaultRule::new(*op, fault.clone())).await.unwrap();
+        }
+        let start = Instant::now();
+        while start.elapsed() < PHASE {
+            let n = nodes.get_opt(&name).await.unwrap();
+            let Some(n) = n else {
+                panic!(
+                    "{} not_found: Node {name} deleted while its instance exists ({what}); manager log:\n{}",
+                    H::PROVIDER,
+                    tail(&c.ccm.logs(), 60)
+                );
+            };
+            assert_eq!(fields(&n), want, "{} not_found: Node {name} changed ({what})", H::PROVIDER);
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        let faulted = c.counters().await.faulted - faulted_before;
+        admin.clear_faults().await.unwrap();
+        assert!(
+            faulted > 0,
+            "{} not_found: the manager made no instance lookup matching {:?} in {PHASE:?} ({what})",
+            H::PROVIDER,
+            H::INSTANCE_LOOKUPS
+        );
+        eprintln!("{} not_found: {what}: {faulted} lookups answered 404, Node kept", H::PROVIDER);
+    }
+    // The cloud answers again: a few periods later the Node is there, as it was.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let n = nodes.get_opt(&name).await.unwrap();
+    let n = n
+        .unwrap_or_else(|| panic!("{} not_found: Node {name} deleted after the 404s", H::PROVIDER));
+    assert_initialised(&n, c.inst(1), H::PROVIDER);
+    assert_eq!(fields(&n), want, "{} not_found: Node {name} changed", H::PROVIDER);
+    assert!(c.node_exists(0).await);
     Outcome::Pass
 }

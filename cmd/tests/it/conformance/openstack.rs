@@ -7,13 +7,17 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use std::collections::BTreeMap;
+
 use ccm_emulators::Admin;
 use ccm_emulators::openstack::{OpenStackCloud, OpenStackOptions};
 use ccm_emulators::server::{Server, ServerOptions};
 use ccm_emulators::world::{PowerState, World};
 use serde_json::Value;
 
-use super::{Harness, Instance, LbView};
+use k8s_openapi::api::core::v1::Service;
+
+use super::{Attack, Foreign, Harness, Instance, LbView};
 use crate::support::{Binary, SecretKind, register_secret};
 
 const USER: &str = "ccm-conformance";
@@ -36,6 +40,7 @@ impl Harness for OpenStack {
     };
     const LOAD_BALANCERS: bool = true;
     const ROUTES: bool = true;
+    const INSTANCE_LOOKUPS: &'static [&'static str] = &["nova.servers.*"];
 
     async fn start(count: usize) -> Self {
         register_secret(SecretKind::OpenStackPassword, PASSWORD);
@@ -134,7 +139,9 @@ impl Harness for OpenStack {
     /// not ACTIVE (an update under way is not a settled view).
     async fn load_balancer(&self, _name: &str) -> Option<LbView> {
         let lbs = self.cloud.octavia_objects("loadbalancers");
-        let lb = lbs.iter().find(|lb| str_of(lb, "name").starts_with("kube_service_"))?;
+        // (Only this cluster's: the tenant_isolation scenario plants another cluster's.)
+        let lb =
+            lbs.iter().find(|lb| str_of(lb, "name").starts_with("kube_service_kubernetes_"))?;
         if str_of(lb, "provisioning_status") != "ACTIVE" {
             return None;
         }
@@ -197,6 +204,99 @@ impl Harness for OpenStack {
         left
     }
 
+    /// Another cluster's load balancer (named, described and tagged as upstream's CCM of
+    /// cluster `othercluster` makes them, for a Service of the victim's name and namespace)
+    /// and a hand-made one (no tag, its own name), each with a floating IP, and a floating IP
+    /// reserved by hand (kept by a `keep-floatingip` Service of another cluster).
+    async fn plant_foreign(&self) -> Foreign {
+        let other = "kube_service_othercluster_tenant-a_victim";
+        let (other_id, other_port, other_fip) = self
+            .plant_lb(
+                other,
+                "Kubernetes external service tenant-a/victim from cluster othercluster",
+                &[other],
+                "Floating IP for Kubernetes external service tenant-a/victim from cluster othercluster",
+            )
+            .await;
+        let (hand_id, hand_port, hand_fip) =
+            self.plant_lb("shop-frontend", "made by hand", &[], "shop").await;
+        let public = self.cloud.neutron_id("networks", "public").unwrap();
+        let f = self
+            .api(
+                "POST",
+                "/network/v2.0/floatingips",
+                serde_json::json!({"floatingip": {"floating_network_id": public,
+                    "description": "Floating IP for Kubernetes external service tenant-a/kept from cluster othercluster"}}),
+            )
+            .await;
+        let spare = f["floatingip"]["floating_ip_address"].as_str().unwrap().to_string();
+        let ids = [
+            ("other_id", other_id),
+            ("other_port", other_port),
+            ("other_fip", other_fip.clone()),
+            ("hand_id", hand_id),
+            ("hand_port", hand_port),
+            ("hand_fip", hand_fip.clone()),
+            ("spare_fip", spare.clone()),
+        ];
+        Foreign {
+            addresses: vec![other_fip, hand_fip, spare],
+            ids: ids.into_iter().map(|(k, v)| (k.to_string(), v)).collect(),
+        }
+    }
+
+    async fn attacks(&self, victim: &Service, _victim_lb: &str, f: &Foreign) -> Vec<Attack> {
+        let lbs = self.cloud.octavia_objects("loadbalancers");
+        let v = lbs
+            .iter()
+            .find(|l| str_of(l, "name") == "kube_service_kubernetes_tenant-a_victim")
+            .expect("the victim's load balancer");
+        let (v_id, v_port) = (str_of(v, "id").to_string(), str_of(v, "vip_port_id").to_string());
+        let v_fip = super::status_addresses(victim).first().cloned().unwrap_or_default();
+        vec![
+            Attack::annotations("load-balancer-id of the victim's", &[(LB_ID, v_id.as_str())]),
+            Attack::annotations(
+                "load-balancer-id of the victim's, keep-floatingip",
+                &[(LB_ID, v_id.as_str()), (KEEP_FIP, "true")],
+            ),
+            Attack::annotations(
+                "load-balancer-id of another cluster's",
+                &[(LB_ID, f.id("other_id"))],
+            ),
+            Attack::annotations("load-balancer-id of a hand-made one", &[(LB_ID, f.id("hand_id"))]),
+            Attack::annotations("port-id of the victim's VIP", &[(PORT_ID, v_port.as_str())]),
+            Attack::annotations(
+                "port-id of another cluster's VIP",
+                &[(PORT_ID, f.id("other_port"))],
+            ),
+            Attack::annotations("port-id of a hand-made VIP", &[(PORT_ID, f.id("hand_port"))]),
+            Attack::load_balancer_ip("loadBalancerIP of the victim's floating IP", &v_fip),
+            Attack::load_balancer_ip(
+                "loadBalancerIP of another cluster's floating IP",
+                f.id("other_fip"),
+            ),
+            Attack::load_balancer_ip("loadBalancerIP of a hand-made floating IP", f.id("hand_fip")),
+            Attack::load_balancer_ip("loadBalancerIP of a kept floating IP", f.id("spare_fip")),
+        ]
+    }
+
+    /// Octavia's load balancers, listeners, pools, members and health monitors and Neutron's
+    /// floating IPs, ports, security groups and rules, whole, as the API shows them.
+    async fn lb_snapshot(&self) -> BTreeMap<String, String> {
+        let mut out = BTreeMap::new();
+        for coll in ["loadbalancers", "listeners", "pools", "healthmonitors"] {
+            for o in self.cloud.octavia_objects(coll) {
+                out.insert(format!("octavia {coll} {}", str_of(&o, "id")), o.to_string());
+            }
+        }
+        for coll in ["members", "floatingips", "ports", "security-groups", "security-group-rules"] {
+            for o in self.cloud.objects(coll) {
+                out.insert(format!("{coll} {}", str_of(&o, "id")), o.to_string());
+            }
+        }
+        out
+    }
+
     async fn routes(&self) -> Vec<(String, String)> {
         let routers = self.cloud.objects("routers");
         let Some(router) = routers.iter().find(|r| str_of(r, "name") == "router1") else {
@@ -212,6 +312,120 @@ impl Harness for OpenStack {
                 Some((str_of(r, "destination").to_string(), id))
             })
             .collect()
+    }
+}
+
+/// The annotations of upstream's OpenStack CCM that name an existing resource.
+const LB_ID: &str = "loadbalancer.openstack.org/load-balancer-id";
+const PORT_ID: &str = "loadbalancer.openstack.org/port-id";
+const KEEP_FIP: &str = "loadbalancer.openstack.org/keep-floatingip";
+
+impl OpenStack {
+    /// One call of the emulator's own API, with a token of the harness' user (the same
+    /// project as the cluster: another cluster of the project, or a person).
+    async fn api(&self, method: &str, path: &str, body: Value) -> Value {
+        let admin = self.server.admin();
+        let auth = serde_json::json!({"auth": {"identity": {"methods": ["password"], "password": {"user": {
+            "name": USER, "domain": {"name": "Default"}, "password": PASSWORD}}},
+            "scope": {"project": {"name": "demo", "domain": {"name": "Default"}}}}});
+        let t = admin
+            .cloud_call(
+                "POST",
+                "/identity/v3/auth/tokens",
+                &[("content-type", "application/json")],
+                Some(auth.to_string()),
+            )
+            .await
+            .unwrap();
+        let token = t.header("x-subject-token").unwrap().to_string();
+        let r = admin
+            .cloud_call(
+                method,
+                path,
+                &[("content-type", "application/json"), ("x-auth-token", token.as_str())],
+                Some(body.to_string()),
+            )
+            .await
+            .unwrap();
+        assert!(r.status < 300, "{path}: HTTP {}: {}", r.status, r.body);
+        r.json()
+    }
+
+    /// Waits until Octavia load balancer `id` is ACTIVE again (a change makes it pending).
+    async fn lb_active(&self, id: &str) {
+        for _ in 0..100 {
+            let lbs = self.cloud.octavia_objects("loadbalancers");
+            if lbs
+                .iter()
+                .any(|l| str_of(l, "id") == id && str_of(l, "provisioning_status") == "ACTIVE")
+            {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        panic!("load balancer {id} never became ACTIVE");
+    }
+
+    /// A load balancer made outside this cluster, with a TCP listener on 443, a pool with
+    /// node 0 as member and a floating IP: (its ID, its VIP port ID, its floating IP).
+    async fn plant_lb(
+        &self,
+        name: &str,
+        description: &str,
+        tags: &[&str],
+        fip_description: &str,
+    ) -> (String, String, String) {
+        let subnet = self.cloud.neutron_id("subnets", "private-subnet").unwrap();
+        let public = self.cloud.neutron_id("networks", "public").unwrap();
+        let lb = self
+            .api(
+                "POST",
+                "/load-balancer/v2/lbaas/loadbalancers",
+                serde_json::json!({"loadbalancer": {"name": name, "description": description,
+                    "vip_subnet_id": subnet, "tags": tags}}),
+            )
+            .await;
+        let id = lb["loadbalancer"]["id"].as_str().unwrap().to_string();
+        let port = lb["loadbalancer"]["vip_port_id"].as_str().unwrap().to_string();
+        self.lb_active(&id).await;
+        let l = self
+            .api(
+                "POST",
+                "/load-balancer/v2/lbaas/listeners",
+                serde_json::json!({"listener": {"name": format!("listener_0_{name}"), "loadbalancer_id": id,
+                    "protocol": "TCP", "protocol_port": 443, "tags": tags}}),
+            )
+            .await;
+        let listener = l["listener"]["id"].as_str().unwrap().to_string();
+        self.lb_active(&id).await;
+        let p = self
+            .api(
+                "POST",
+                "/load-balancer/v2/lbaas/pools",
+                serde_json::json!({"pool": {"name": format!("pool_0_{name}"), "listener_id": listener,
+                    "protocol": "TCP", "lb_algorithm": "ROUND_ROBIN", "tags": tags}}),
+            )
+            .await;
+        let pool = p["pool"]["id"].as_str().unwrap().to_string();
+        self.lb_active(&id).await;
+        self.api(
+            "POST",
+            &format!("/load-balancer/v2/lbaas/pools/{pool}/members"),
+            serde_json::json!({"member": {"name": "node-0", "address": self.instances[0].ip,
+                "protocol_port": 30443, "subnet_id": subnet}}),
+        )
+        .await;
+        self.lb_active(&id).await;
+        let f = self
+            .api(
+                "POST",
+                "/network/v2.0/floatingips",
+                serde_json::json!({"floatingip": {"floating_network_id": public, "port_id": port,
+                    "description": fip_description}}),
+            )
+            .await;
+        let fip = f["floatingip"]["floating_ip_address"].as_str().unwrap().to_string();
+        (id, port, fip)
     }
 }
 

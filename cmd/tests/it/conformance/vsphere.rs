@@ -41,6 +41,8 @@ impl Harness for Vsphere {
     };
     const LOAD_BALANCERS: bool = false;
     const ROUTES: bool = false;
+    const INSTANCE_LOOKUPS: &'static [&'static str] =
+        &["vim25:FindBy*", "vim25:FindAll*", "vim25:RetrieveProperties*"];
 
     async fn start(count: usize) -> Self {
         assert!(count <= VMS.len(), "vcsim's default inventory has {} VMs", VMS.len());
