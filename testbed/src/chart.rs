@@ -12,8 +12,12 @@
 //! - the manager's command line as the chart runs it ([`workload`], [`container_args`]),
 //! - applying the rendered RBAC (ServiceAccounts, ClusterRoles, ClusterRoleBindings, Roles,
 //!   RoleBindings) to a control plane with an admin client ([`apply_rbac`]),
+//! - applying any rendered objects for real, e.g. the node manager's admission policy
+//!   ([`apply`]),
+//! - the manager's ServiceAccount ([`manager_service_account`]),
 //! - a client acting as a ServiceAccount through a TokenRequest token
-//!   ([`service_account_client`]), to act as the chart's in-cluster identity.
+//!   ([`service_account_client`]), to act as the chart's in-cluster identity, or with any
+//!   bearer token ([`token_client`]).
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -216,12 +220,29 @@ pub fn namespace(obj: &Value) -> Option<&str> {
     obj["metadata"]["namespace"].as_str()
 }
 
-/// The rendered workload running the manager (the DaemonSet or Deployment).
+/// The rendered workload running the manager (the DaemonSet or Deployment whose pod has the
+/// container `cloud-controller-manager`; other workloads, such as Azure's node manager
+/// DaemonSet, are not it).
 pub fn workload(objects: &[Value]) -> Result<&Value, ChartError> {
     objects
         .iter()
-        .find(|o| matches!(kind(o), "DaemonSet" | "Deployment"))
+        .filter(|o| matches!(kind(o), "DaemonSet" | "Deployment"))
+        .find(|o| {
+            o["spec"]["template"]["spec"]["containers"]
+                .as_array()
+                .is_some_and(|cs| cs.iter().any(|c| c["name"] == "cloud-controller-manager"))
+        })
         .ok_or_else(|| ChartError::Parse("the chart renders no DaemonSet or Deployment".into()))
+}
+
+/// The rendered ServiceAccount the manager's pod runs as (its workload's
+/// `serviceAccountName`).
+pub fn manager_service_account(objects: &[Value]) -> Result<&Value, ChartError> {
+    let w = workload(objects)?;
+    let want = w["spec"]["template"]["spec"]["serviceAccountName"].as_str().unwrap_or_default();
+    objects.iter().find(|o| kind(o) == "ServiceAccount" && name(o) == want).ok_or_else(|| {
+        ChartError::Parse(format!("the chart renders no ServiceAccount {want:?} for its workload"))
+    })
 }
 
 /// The manager container's `command` followed by its `args`, as the kubelet would run them.
@@ -254,9 +275,24 @@ pub fn container_args(workload: &Value) -> Result<Vec<String>, ChartError> {
 /// the objects name are not created: they must exist. Returns what it applied, as
 /// `Kind namespace/name`; the first rejected object is the error.
 pub async fn dry_run_apply(admin: &Client, objects: &[Value]) -> Result<Vec<String>, ChartError> {
+    server_side_apply(admin, objects, true).await
+}
+
+/// Applies `objects` for real (server-side apply, strict field validation), whatever their
+/// kinds, through API discovery; their namespaces must exist. Returns what it applied, as
+/// `Kind namespace/name`; the first rejected object is the error.
+pub async fn apply(admin: &Client, objects: &[Value]) -> Result<Vec<String>, ChartError> {
+    server_side_apply(admin, objects, false).await
+}
+
+async fn server_side_apply(
+    admin: &Client,
+    objects: &[Value],
+    dry_run: bool,
+) -> Result<Vec<String>, ChartError> {
     let discovery = Discovery::new(admin.clone()).run().await.map_err(ChartError::Discovery)?;
     let mut pp = PatchParams::apply(FIELD_MANAGER).force();
-    pp.dry_run = true;
+    pp.dry_run = dry_run;
     pp = pp.validation_strict();
     let mut applied = Vec::new();
     for obj in objects {
@@ -393,6 +429,19 @@ pub async fn service_account_kubeconfig(
         .map_err(|e| ChartError::Client { who: who.clone(), detail: e.to_string() })?;
     json["users"] = serde_json::json!([{"name": Identity::admin().user, "user": {"token": token}}]);
     Ok(json)
+}
+
+/// A client whose only credential is the bearer `token` (e.g. a TokenRequest token bound to a
+/// Pod); `who` names it in errors.
+pub async fn token_client(cp: &ControlPlane, who: &str, token: &str) -> Result<Client, ChartError> {
+    let err = |detail: String| ChartError::Client { who: who.to_string(), detail };
+    let mut json = cp.kubeconfig_json(&Identity::admin()).map_err(|e| err(e.to_string()))?;
+    json["users"] = serde_json::json!([{"name": Identity::admin().user, "user": {"token": token}}]);
+    let kubeconfig: Kubeconfig = serde_json::from_value(json).map_err(|e| err(e.to_string()))?;
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .map_err(|e| err(e.to_string()))?;
+    Client::try_from(config).map_err(|e| err(e.to_string()))
 }
 
 /// A client acting as ServiceAccount `namespace/name` ([`service_account_kubeconfig`]).

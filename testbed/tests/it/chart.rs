@@ -59,7 +59,7 @@ async fn every_cloud_preset_passes_a_server_side_dry_run_apply() {
                 Api::<ClusterRole>::all(admin.clone()).get_opt(role).await.unwrap().is_none(),
                 "{cloud}: the dry run created ClusterRole {role}"
             );
-            let sa = objects.iter().find(|o| chart::kind(o) == "ServiceAccount").unwrap();
+            let sa = chart::manager_service_account(&objects).unwrap();
             assert!(
                 Api::<ServiceAccount>::namespaced(admin.clone(), "kube-system")
                     .get_opt(chart::name(sa))
@@ -118,10 +118,26 @@ fn every_preset_runs_the_clouds_image_non_root_read_only_with_tmp_on_an_empty_di
         assert_eq!(argv[0], format!("/usr/local/bin/cloud-controller-manager-{cloud}"));
         assert!(argv.contains(&format!("--cloud-provider={cloud}")), "{cloud}: {argv:?}");
         assert!(argv.contains(&"--leader-elect=true".to_string()), "{cloud}: {argv:?}");
+        // Issue #29 MED 8: every controller as the chart's own ServiceAccount by default;
+        // nothing mints tokens for kube-controller-manager's accounts.
         assert!(
-            argv.contains(&"--use-service-account-credentials=true".to_string()),
+            argv.contains(&"--use-service-account-credentials=false".to_string()),
             "{cloud}: {argv:?}"
         );
+        // Issue #29 MED 4: the probes go to plain HTTP on the node's loopback (hostNetwork).
+        assert_eq!(spec["hostNetwork"], true, "{cloud}");
+        assert!(
+            argv.contains(&"--healthz-bind-address=127.0.0.1:10268".to_string()),
+            "{cloud}: {argv:?}"
+        );
+        for probe in ["livenessProbe", "readinessProbe"] {
+            let get = &c[probe]["httpGet"];
+            assert_eq!(
+                (&get["host"], &get["port"], &get["scheme"]),
+                (&Value::from("127.0.0.1"), &Value::from(10268), &Value::from("HTTP")),
+                "{cloud}: {probe}"
+            );
+        }
         assert_eq!(spec["securityContext"]["runAsNonRoot"], true, "{cloud}");
         assert_eq!(spec["securityContext"]["runAsUser"], 65532, "{cloud}");
         assert_eq!(c["securityContext"]["readOnlyRootFilesystem"], true, "{cloud}");
@@ -180,6 +196,36 @@ fn the_vsphere_preset_reads_its_config_map_and_only_its_credential_secret() {
     assert!(!aws.iter().any(|o| o.to_string().contains("\"secrets\"")), "AWS reads no Secret");
 }
 
+/// `GET path` over plain HTTP/1.0 on 127.0.0.1:`port`: the status code and the body (as the
+/// kubelet's httpGet probe asks).
+fn plain_http_get(port: u16, path: &str) -> (String, String) {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port))
+        .unwrap_or_else(|e| panic!("connecting to the healthz port {port}: {e}"));
+    stream.set_read_timeout(Some(std::time::Duration::from_secs(5))).unwrap();
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").unwrap();
+    let mut reply = String::new();
+    stream.read_to_string(&mut reply).unwrap();
+    let status = reply.split(' ').nth(1).unwrap_or_default().to_string();
+    let body = reply.split_once("\r\n\r\n").map(|(_, b)| b.trim().to_string()).unwrap_or_default();
+    (status, body)
+}
+
+/// Without the host network the probes stay where they were: the HTTPS liveness probe on the
+/// secure port, no healthz bind address (issue #29 MED 4).
+#[test]
+fn without_the_host_network_the_probes_stay_on_the_secure_port() {
+    let objects =
+        chart::render_preset("aws", "ccm", "kube-system", &[("hostNetwork", "false")]).unwrap();
+    let argv = chart::container_args(chart::workload(&objects).unwrap()).unwrap();
+    assert!(!argv.iter().any(|a| a.starts_with("--healthz-bind-address")), "{argv:?}");
+    let c = &pod_spec(&objects)["containers"][0];
+    let get = &c["livenessProbe"]["httpGet"];
+    assert_eq!((&get["port"], &get["scheme"]), (&Value::from(10258), &Value::from("HTTPS")));
+    assert!(get["host"].is_null(), "{get}");
+    assert!(c["readinessProbe"].is_null(), "{c}");
+}
+
 /// The sum of the apiserver's `apiserver_request_total` for answers with `code`, and the
 /// `verb resource` of each series with a non-zero count.
 async fn requests_answered(admin: &kube::Client, code: &str) -> (u64, Vec<String>) {
@@ -207,11 +253,12 @@ async fn requests_answered(admin: &kube::Client, code: &str) -> (u64, Vec<String
 }
 
 /// The AWS demo's cloud-controller-manager as the chart runs it: the rendered DaemonSet's
-/// exact flags (only the mounted cloud-config path and the host port are local), acting as the
-/// rendered ServiceAccount (a TokenRequest token, as the kubelet mounts it) under exactly the
-/// chart's RBAC, with `--use-service-account-credentials`, leader election and the secure port
-/// on. It initialises the Nodes and provisions the LoadBalancer, and the apiserver answered no
-/// request with 403 (its own control plane: nobody else is refused there).
+/// exact flags (only the mounted cloud-config path and the host ports are local), acting as the
+/// rendered ServiceAccount (a TokenRequest token, as the kubelet mounts it) for every
+/// controller under exactly the chart's RBAC, with leader election, the secure port and the
+/// probes' plain-HTTP healthz port on. It initialises the Nodes and provisions the
+/// LoadBalancer, `/healthz` and `/readyz` answer on the healthz port, and the apiserver
+/// answered no request with 403 (its own control plane: nobody else is refused there).
 #[cfg(feature = "aws")]
 #[tokio::test]
 async fn the_aws_demo_runs_with_the_charts_args_under_the_charts_service_account() {
@@ -247,7 +294,7 @@ async fn the_aws_demo_runs_with_the_charts_args_under_the_charts_service_account
     )
     .unwrap();
     chart::apply_rbac(&admin, &objects).await.expect("the chart's RBAC applies");
-    let sa = objects.iter().find(|o| chart::kind(o) == "ServiceAccount").unwrap();
+    let sa = chart::manager_service_account(&objects).unwrap();
     let (sa_ns, sa_name) = (chart::namespace(sa).unwrap(), chart::name(sa));
     // The authorizer learns new bindings through informers: wait until the ServiceAccount has
     // what the chart grants, so no 403 below comes from that delay.
@@ -274,6 +321,8 @@ async fn the_aws_demo_runs_with_the_charts_args_under_the_charts_service_account
     // The rendered command line; what the pod's mounts and host network make local.
     let argv = chart::container_args(chart::workload(&objects).unwrap()).unwrap();
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let healthz_port =
+        std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let mut args: Vec<String> = argv
         .iter()
         .map(|a| {
@@ -281,6 +330,8 @@ async fn the_aws_demo_runs_with_the_charts_args_under_the_charts_service_account
                 format!("--cloud-config={}", cloud_config.display())
             } else if a.starts_with("--secure-port=") {
                 format!("--secure-port={port}")
+            } else if a.starts_with("--healthz-bind-address=127.0.0.1:") {
+                format!("--healthz-bind-address=127.0.0.1:{healthz_port}")
             } else {
                 a.clone()
             }
@@ -380,6 +431,11 @@ async fn the_aws_demo_runs_with_the_charts_args_under_the_charts_service_account
     )
     .await;
     assert!(hostname.ends_with(".elb.amazonaws.com"), "{hostname}");
+    // The probes' endpoint: plain HTTP on loopback, where the rendered probes point.
+    let (status, body) = plain_http_get(healthz_port, "/healthz");
+    assert_eq!((status.as_str(), body.as_str()), ("200", "ok"), "GET /healthz on the healthz port");
+    let (status, _) = plain_http_get(healthz_port, "/readyz");
+    assert_eq!(status, "200", "GET /readyz on the healthz port");
 
     // It holds the chart's Lease and renews it (an update of exactly that Lease).
     let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
@@ -453,7 +509,7 @@ async fn the_vsphere_demo_runs_with_the_charts_args_under_the_charts_service_acc
         .create(&PostParams::default(), &secret)
         .await
         .unwrap();
-    let sa = objects.iter().find(|o| chart::kind(o) == "ServiceAccount").unwrap();
+    let sa = chart::manager_service_account(&objects).unwrap();
     let (sa_ns, sa_name) = (chart::namespace(sa).unwrap(), chart::name(sa));
     let sa_client = chart::service_account_client(&cp, &admin, sa_ns, sa_name).await.unwrap();
     // Wait until the authorizer knows both grants (bindings reach it through informers).
@@ -487,6 +543,8 @@ async fn the_vsphere_demo_runs_with_the_charts_args_under_the_charts_service_acc
 
     let argv = chart::container_args(chart::workload(&objects).unwrap()).unwrap();
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let healthz_port =
+        std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let mut args: Vec<String> = argv
         .iter()
         .map(|a| {
@@ -494,6 +552,8 @@ async fn the_vsphere_demo_runs_with_the_charts_args_under_the_charts_service_acc
                 format!("--cloud-config={}", cloud_config.display())
             } else if a.starts_with("--secure-port=") {
                 format!("--secure-port={port}")
+            } else if a.starts_with("--healthz-bind-address=127.0.0.1:") {
+                format!("--healthz-bind-address=127.0.0.1:{healthz_port}")
             } else {
                 a.clone()
             }
