@@ -43,6 +43,9 @@ pub const LINK_PREFIX: &str = "https://www.googleapis.com/compute/v1/";
 pub const METADATA_HOST: &str = "metadata.google.internal";
 /// The environment variable naming another metadata server host (as Google's libraries).
 pub const METADATA_HOST_ENV: &str = "GCE_METADATA_HOST";
+/// The largest reply body this client reads itself (`token-url` and metadata-server replies,
+/// a few hundred bytes in practice): a larger one is an error, never read to the end.
+pub const MAX_REPLY: usize = 4 << 20;
 
 /// Bounds of one cloud call, and how operations are polled.
 #[derive(Debug, Clone)]
@@ -157,9 +160,11 @@ impl GceError {
         }
     }
 
-    /// Compute answered 404: the named resource does not exist.
+    /// Compute answered 404 with its typed reason `notFound` (from its JSON error body): the
+    /// named resource does not exist. Any other 404 (a proxy's or a gateway's page, a wrong
+    /// endpoint) is an error like any other, never "gone".
     pub fn is_not_found(&self) -> bool {
-        matches!(self.reason(), Some((404, _)))
+        matches!(self.reason(), Some((404, "notFound")))
     }
 
     /// Compute answered 409 `alreadyExists`.
@@ -790,7 +795,7 @@ pub async fn metadata_get(
                 .header("Metadata-Flavor", "Google")
                 .send()
                 .await
-                .map_err(|e| err(format!("transient: {}", source_chain(&e))))?;
+                .map_err(|e| err(format!("transient: {}", source_chain(&e.without_url()))))?;
             let status = resp.status();
             if status.is_server_error() {
                 return Err(err(format!("transient: HTTP {status}")));
@@ -803,10 +808,41 @@ pub async fn metadata_get(
             {
                 return Err(err("the answer lacks `Metadata-Flavor: Google`".into()));
             }
-            let text = resp.text().await.map_err(|e| err(format!("transient: {e}")))?;
+            let body = read_capped(resp).await.map_err(|e| match e {
+                ReadError::Broken(m) => err(format!("transient: {m}")),
+                ReadError::TooLarge => err(format!("the reply is larger than {MAX_REPLY} bytes")),
+            })?;
+            let text =
+                String::from_utf8(body).map_err(|_| err("the reply is not UTF-8 text".into()))?;
             Ok(text.trim().to_string())
         })
         .await
+}
+
+/// Why a reply body could not be read.
+enum ReadError {
+    /// The connection broke off (worth another attempt).
+    Broken(String),
+    /// Over [`MAX_REPLY`].
+    TooLarge,
+}
+
+/// A reply's body, at most [`MAX_REPLY`] bytes (checked against `Content-Length` first, then
+/// as it arrives). Errors never hold the URL.
+async fn read_capped(mut resp: reqwest::Response) -> Result<Vec<u8>, ReadError> {
+    if resp.content_length().is_some_and(|n| n > MAX_REPLY as u64) {
+        return Err(ReadError::TooLarge);
+    }
+    let mut body = Vec::new();
+    while let Some(chunk) =
+        resp.chunk().await.map_err(|e| ReadError::Broken(source_chain(&e.without_url())))?
+    {
+        if body.len() + chunk.len() > MAX_REPLY {
+            return Err(ReadError::TooLarge);
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
 }
 
 /// Upstream's `AltTokenSource`: `POST token-url` with `token-body`; the answer is
@@ -822,13 +858,19 @@ struct AltToken {
 
 impl fmt::Debug for AltToken {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("AltToken").field("url", &self.url.as_str()).finish_non_exhaustive()
+        f.debug_struct("AltToken")
+            .field("url", &config::redacted_url(&self.url))
+            .finish_non_exhaustive()
     }
 }
 
 impl AltToken {
     async fn fetch(&self) -> Result<(HeaderMap, SystemTime), CredentialsError> {
-        let fail = |transient, m: String| CredentialsError::from_msg(transient, m);
+        // Named as `token-url <scheme://host/path?<redacted>>`: never its query string.
+        let shown = config::redacted_url(&self.url);
+        let fail = |transient, m: String| {
+            CredentialsError::from_msg(transient, format!("token-url {shown}: {m}"))
+        };
         let resp = tokio::time::timeout(
             self.timeout,
             self.http
@@ -838,30 +880,32 @@ impl AltToken {
                 .send(),
         )
         .await
-        .map_err(|_| fail(true, format!("token-url: no answer within {:?}", self.timeout)))?
-        .map_err(|e| fail(true, format!("token-url: {}", source_chain(&e))))?;
+        .map_err(|_| fail(true, format!("no answer within {:?}", self.timeout)))?
+        // reqwest names the URL in its errors: without it (its query may be a signature).
+        .map_err(|e| fail(true, source_chain(&e.without_url())))?;
         let status = resp.status();
         if !status.is_success() {
-            return Err(fail(
-                status.is_server_error(),
-                format!("token-url answered HTTP {status}"),
-            ));
+            return Err(fail(status.is_server_error(), format!("answered HTTP {status}")));
         }
-        let v: Value = resp
-            .json()
-            .await
-            .map_err(|_| fail(false, "token-url: the answer is not JSON".into()))?;
+        let body = read_capped(resp).await.map_err(|e| match e {
+            ReadError::Broken(m) => fail(true, m),
+            ReadError::TooLarge => {
+                fail(false, format!("the answer is larger than {MAX_REPLY} bytes"))
+            }
+        })?;
+        let v: Value = serde_json::from_slice(&body)
+            .map_err(|_| fail(false, "the answer is not JSON".into()))?;
         let token = v["accessToken"]
             .as_str()
             .filter(|t| !t.is_empty())
-            .ok_or_else(|| fail(false, "token-url: the answer has no accessToken".into()))?;
+            .ok_or_else(|| fail(false, "the answer has no accessToken".into()))?;
         let expiry = v["expireTime"]
             .as_str()
             .and_then(|t| t.parse::<jiff::Timestamp>().ok())
             .map(SystemTime::from)
             .unwrap_or_else(|| SystemTime::now() + Duration::from_secs(300));
         let mut value = HeaderValue::from_str(&format!("Bearer {token}"))
-            .map_err(|_| fail(false, "token-url: the token is not a valid header value".into()))?;
+            .map_err(|_| fail(false, "the token is not a valid header value".into()))?;
         value.set_sensitive(true);
         let mut headers = HeaderMap::new();
         headers.insert(http::header::AUTHORIZATION, value);

@@ -22,8 +22,10 @@
 //! the firewall without target tags), except the two keys OpenShift's installer writes for its
 //! fork (`external-instance-groups-prefix`, `firewall-rules-management`), accepted and
 //! ignored with a warning; `token-url`, `api-endpoint` and `container-api-endpoint` must be
-//! http(s) URLs without user information (URLs are logged; `token-url = nil` still selects
-//! Application Default Credentials);
+//! https URLs without user information (URLs are logged; `token-url = nil` still selects
+//! Application Default Credentials), plain `http://` only on a loopback host or with our own
+//! opt-in `allow-http-endpoints = true`; the endpoints carry no query string, and the token
+//! URL's is never shown ([`redacted_url`]);
 //! `stack-type` must be one of upstream's three values; `node-tags` must be Compute network
 //! tags (upstream takes `a,b` as one tag and Compute refuses the firewall); `local-zone` must
 //! be a zone (`<region>-<letter>`).
@@ -90,8 +92,9 @@ pub struct Config {
 }
 
 /// `[global]`. `None` / empty means "not set": the client discovers it from the metadata
-/// server (project, zone, network) or goes without it, as upstream.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// server (project, zone, network) or goes without it, as upstream. `Debug` shows URLs by
+/// [`redacted_url`].
+#[derive(Clone, Default, PartialEq, Eq)]
 pub struct Global {
     /// `token-url` / `token-body`: how the manager gets its access tokens.
     pub credentials: Credentials,
@@ -126,8 +129,9 @@ pub struct Global {
     pub stack_type: StackType,
 }
 
-/// Where access tokens come from (upstream's `GenerateCloudConfig`).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// Where access tokens come from (upstream's `GenerateCloudConfig`). `Debug` shows the token
+/// URL by [`redacted_url`] and never the body.
+#[derive(Clone, Default, PartialEq, Eq)]
 pub enum Credentials {
     /// No `token-url`: the metadata server's service-account token.
     #[default]
@@ -141,6 +145,43 @@ pub enum Credentials {
     },
     /// `token-url = nil`: Application Default Credentials (`GOOGLE_APPLICATION_CREDENTIALS`).
     ApplicationDefault,
+}
+
+impl std::fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Credentials::Metadata => f.write_str("Metadata"),
+            Credentials::TokenUrl { url, body } => f
+                .debug_struct("TokenUrl")
+                .field("url", &redacted_url(url))
+                .field("body", body)
+                .finish(),
+            Credentials::ApplicationDefault => f.write_str("ApplicationDefault"),
+        }
+    }
+}
+
+impl std::fmt::Debug for Global {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let url = |u: &Option<url::Url>| u.as_ref().map(redacted_url);
+        f.debug_struct("Global")
+            .field("credentials", &self.credentials)
+            .field("project_id", &self.project_id)
+            .field("network_project_id", &self.network_project_id)
+            .field("network_name", &self.network_name)
+            .field("subnetwork_name", &self.subnetwork_name)
+            .field("secondary_range_name", &self.secondary_range_name)
+            .field("node_tags", &self.node_tags)
+            .field("node_instance_prefix", &self.node_instance_prefix)
+            .field("regional", &self.regional)
+            .field("multizone", &self.multizone)
+            .field("api_endpoint", &url(&self.api_endpoint))
+            .field("container_api_endpoint", &url(&self.container_api_endpoint))
+            .field("local_zone", &self.local_zone)
+            .field("alpha_features", &self.alpha_features)
+            .field("stack_type", &self.stack_type)
+            .finish()
+    }
 }
 
 /// `stack-type`: which address family a Node lists first.
@@ -196,7 +237,7 @@ pub static CONFIG_KEYS: &[KeyDoc] = &[
         key: "token-url",
         value: "URL, or `nil`",
         example: "https://gkeauth.example.com/v1/token",
-        doc: "Not set: the metadata server's service-account token. A URL: tokens are `POST`ed for (with `token-body`), answered as `{\"accessToken\", \"expireTime\"}`. `nil`: Application Default Credentials (`GOOGLE_APPLICATION_CREDENTIALS`). Must be an http(s) URL without user information (upstream accepts any text and fails on first use).",
+        doc: "Not set: the metadata server's service-account token. A URL: tokens are `POST`ed for (with `token-body`), answered as `{\"accessToken\", \"expireTime\"}`. `nil`: Application Default Credentials (`GOOGLE_APPLICATION_CREDENTIALS`). Must be an https URL without user information (upstream accepts any text and fails on first use); `http://` only on a loopback host or with `allow-http-endpoints`. Its query string is never logged (shown as `?<redacted>`).",
     },
     KeyDoc {
         section: GLOBAL,
@@ -278,16 +319,23 @@ pub static CONFIG_KEYS: &[KeyDoc] = &[
     KeyDoc {
         section: GLOBAL,
         key: "api-endpoint",
-        value: "http(s) URL, no user information",
+        value: "https URL, no user information, query or fragment",
         example: "https://www.googleapis.com/compute/v1/",
-        doc: "Compute's base path instead of Google's (private endpoints, tests).",
+        doc: "Compute's base path instead of Google's (private endpoints, tests). `http://` only on a loopback host or with `allow-http-endpoints`.",
     },
     KeyDoc {
         section: GLOBAL,
         key: "container-api-endpoint",
-        value: "http(s) URL, no user information",
+        value: "https URL, no user information, query or fragment",
         example: "https://container.googleapis.com/",
-        doc: "The GKE API's base path instead of Google's. Accepted and kept; this manager does not call the GKE API.",
+        doc: "The GKE API's base path instead of Google's. Accepted and kept; this manager does not call the GKE API. `http://` only on a loopback host or with `allow-http-endpoints`.",
+    },
+    KeyDoc {
+        section: GLOBAL,
+        key: "allow-http-endpoints",
+        value: "bool, default false",
+        example: "false",
+        doc: "Not upstream's: accept plain `http://` for `token-url`, `api-endpoint` and `container-api-endpoint` on hosts other than loopback. Tokens and every API call then cross the network in clear text: only for a trusted proxy on the node's own network. The metadata server (`GCE_METADATA_HOST`) is http by nature and needs no opt-in.",
     },
     KeyDoc {
         section: GLOBAL,
@@ -359,8 +407,51 @@ fn invalid(s: &Section<'_>, key: &str, message: impl Into<String>) -> ConfigErro
     s.invalid(key, message).into()
 }
 
-/// An http(s) URL (never quoted back: a URL may carry credentials).
-fn http_url(s: &Section<'_>, key: &'static str) -> Result<Option<url::Url>, ConfigError> {
+/// A URL as logs, events and errors may show it: `scheme://host[:port]/path`, with
+/// `?<redacted>` for a query string and `#<redacted>` for a fragment (a signed token URL
+/// carries its signature there) and never user information.
+pub fn redacted_url(url: &url::Url) -> String {
+    let mut out = format!("{}://{}", url.scheme(), url.host_str().unwrap_or_default());
+    if let Some(port) = url.port() {
+        out.push_str(&format!(":{port}"));
+    }
+    out.push_str(url.path());
+    if url.query().is_some() {
+        out.push_str("?<redacted>");
+    }
+    if url.fragment().is_some() {
+        out.push_str("#<redacted>");
+    }
+    out
+}
+
+/// Whether `url`'s host is a loopback one (`localhost`, `127.0.0.0/8`, `::1`): plain http
+/// there never leaves the machine.
+fn is_loopback(url: &url::Url) -> bool {
+    match url.host() {
+        Some(url::Host::Domain(d)) => d.eq_ignore_ascii_case("localhost"),
+        Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+        Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
+        None => false,
+    }
+}
+
+/// How [`http_url`] treats a URL's parts beyond scheme, host and path.
+#[derive(Clone, Copy)]
+struct UrlRules {
+    /// `allow-http-endpoints`: plain http on any host.
+    allow_http: bool,
+    /// A query string (and fragment) is accepted (`token-url`; never shown).
+    query: bool,
+}
+
+/// An https URL (http only on a loopback host or with `allow-http-endpoints`), never quoted
+/// back: a URL may carry credentials.
+fn http_url(
+    s: &Section<'_>,
+    key: &'static str,
+    rules: UrlRules,
+) -> Result<Option<url::Url>, ConfigError> {
     let Some(text) = s.non_empty(key)? else { return Ok(None) };
     match url::Url::parse(text.trim()) {
         Ok(u) if !u.username().is_empty() || u.password().is_some() => Err(invalid(
@@ -368,18 +459,39 @@ fn http_url(s: &Section<'_>, key: &'static str) -> Result<Option<url::Url>, Conf
             key,
             "must not carry user information (URLs are logged); pass credentials another way",
         )),
-        Ok(u) if matches!(u.scheme(), "http" | "https") && u.has_host() => Ok(Some(u)),
-        Ok(_) => Err(invalid(s, key, "must be an http(s) URL")),
+        Ok(u) if !matches!(u.scheme(), "http" | "https") || !u.has_host() => {
+            Err(invalid(s, key, "must be an https URL"))
+        }
+        Ok(u) if !rules.query && (u.query().is_some() || u.fragment().is_some()) => {
+            Err(invalid(s, key, "must not carry a query string or a fragment"))
+        }
+        Ok(u) if u.scheme() == "http" && !rules.allow_http && !is_loopback(&u) => Err(invalid(
+            s,
+            key,
+            "plain http:// would send tokens and API calls in clear text: use https://, or set \
+             [global] allow-http-endpoints = true to accept it",
+        )),
+        Ok(u) => {
+            if u.scheme() == "http" && !is_loopback(&u) {
+                tracing::warn!(
+                    key,
+                    url = %redacted_url(&u),
+                    "cloud config: [global] {key} is plain http (allow-http-endpoints is set): \
+                     tokens and API calls cross the network in clear text"
+                );
+            }
+            Ok(Some(u))
+        }
         Err(e) => Err(invalid(s, key, format!("not a URL ({e})"))),
     }
 }
 
-fn credentials(s: &Section<'_>) -> Result<Credentials, ConfigError> {
+fn credentials(s: &Section<'_>, allow_http: bool) -> Result<Credentials, ConfigError> {
     let body = s.opt_string("token-body")?.filter(|b| !b.is_empty()).map(Secret);
     let credentials = match s.non_empty("token-url")? {
         None => Credentials::Metadata,
         Some(t) if t.trim() == TOKEN_URL_ADC => Credentials::ApplicationDefault,
-        Some(_) => match http_url(s, "token-url") {
+        Some(_) => match http_url(s, "token-url", UrlRules { allow_http, query: true }) {
             Ok(Some(url)) => Credentials::TokenUrl { url, body: body.clone() },
             Ok(None) => Credentials::Metadata,
             Err(ConfigError::Invalid { key, message }) => {
@@ -487,8 +599,10 @@ impl Config {
                 tracing::warn!(feature = %f, "cloud config: unknown [global] alpha-features name");
             }
         }
+        let allow_http = s.boolean("allow-http-endpoints", false)?;
+        let endpoint = UrlRules { allow_http, query: false };
         let global = Global {
-            credentials: credentials(&s)?,
+            credentials: credentials(&s, allow_http)?,
             project_id: name(&s, "project-id")?,
             network_project_id: name(&s, "network-project-id")?,
             network_name: name(&s, "network-name")?,
@@ -498,8 +612,8 @@ impl Config {
             node_instance_prefix: name(&s, "node-instance-prefix")?,
             regional: s.boolean("regional", false)?,
             multizone: s.boolean("multizone", false)?,
-            api_endpoint: http_url(&s, "api-endpoint")?,
-            container_api_endpoint: http_url(&s, "container-api-endpoint")?,
+            api_endpoint: http_url(&s, "api-endpoint", endpoint)?,
+            container_api_endpoint: http_url(&s, "container-api-endpoint", endpoint)?,
             local_zone: local_zone(&s)?,
             alpha_features,
             stack_type: stack_type(&s)?,
@@ -698,6 +812,41 @@ alpha-features = SkipIGsManagement
         for e in errors {
             let shown = format!("{e} / {e:?}");
             assert!(!shown.contains("Zq7"), "{shown}");
+        }
+    }
+
+    /// Issue #29 (LOW): plain http needs an explicit opt-in (loopback aside: the emulator and a
+    /// node-local proxy), and a token URL's query string never reaches a log, an event or an
+    /// error.
+    #[test]
+    fn plain_http_needs_the_opt_in_and_query_strings_are_never_shown() {
+        for key in ["token-url", "api-endpoint", "container-api-endpoint"] {
+            let text = format!("[global]\n{key} = http://proxy.example.com:8080/x/\n");
+            let e = err_of(&text);
+            assert_eq!(invalid_key(&e), format!("[global] {key}"));
+            assert!(e.to_string().contains("allow-http-endpoints"), "{e}");
+            Config::parse(&format!("{text}allow-http-endpoints = true\n")).unwrap();
+            for host in ["127.0.0.1:8080", "localhost", "[::1]:9"] {
+                Config::parse(&format!("[global]\n{key} = http://{host}/x/\n")).unwrap();
+            }
+        }
+        // The metadata server needs nothing: it is not configured here.
+        assert_eq!(Config::parse("[global]\n").unwrap(), Config::default());
+
+        const SIG: &str = "Zq7sig";
+        let c = Config::parse(&format!(
+            // Quoted: an unquoted `#` starts a comment in gcfg.
+            "[global]\ntoken-url = \"https://t.example.com:8443/v1/token?sig={SIG}&x=1#frag{SIG}\"\n"
+        ))
+        .unwrap();
+        let Credentials::TokenUrl { url, .. } = &c.global.credentials else { panic!("{c:?}") };
+        assert_eq!(redacted_url(url), "https://t.example.com:8443/v1/token?<redacted>#<redacted>");
+        let debug = format!("{c:?}");
+        assert!(!debug.contains(SIG) && debug.contains("?<redacted>"), "{debug}");
+        for key in ["api-endpoint", "container-api-endpoint"] {
+            let e = err_of(&format!("[global]\n{key} = https://h.example.com/v1/?k={SIG}\n"));
+            assert_eq!(invalid_key(&e), format!("[global] {key}"));
+            assert!(!e.to_string().contains(SIG), "{e}");
         }
     }
 

@@ -8,7 +8,8 @@
 //!
 //! - `gcr` (the default, as upstream): the default service account's access token
 //!   (`instance/service-accounts/default/token`) as `{username: "_token", password: <token>}`
-//!   for [`REGISTRY_PATTERNS`] and the image's own registry. The account's scopes
+//!   for [`REGISTRY_PATTERNS`] and the image's own registry when it is one of Google's
+//!   ([`google_registry`]; never another host, look-alikes included). The account's scopes
 //!   (`…/default/scopes`) must include a storage scope (`devstorage.*`) or `cloud-platform`,
 //!   upstream's registry check.
 //! - `dockercfg`: the instance attribute `google-dockercfg`, a `.dockercfg` JSON.
@@ -635,18 +636,45 @@ fn origin_of(url: &reqwest::Url) -> String {
     }
 }
 
-/// The `gcr` flow's answer: `_token` / the token for upstream's registries and the image's
-/// own registry (the part before its first `/`, when it has one).
+/// The `gcr` flow's answer: `_token` / the token for upstream's registries, and for the
+/// image's own registry only when that is one of Google's (see [`google_registry`]): the
+/// node's token is never handed to another host, whatever pattern made the kubelet ask.
 fn registry_auth(image: &str, token: &str) -> BTreeMap<String, AuthConfig> {
     let entry = AuthConfig { username: TOKEN_USERNAME.into(), password: token.to_string() };
     let mut auth: BTreeMap<String, AuthConfig> =
         REGISTRY_PATTERNS.iter().map(|r| (r.to_string(), entry.clone())).collect();
-    if let Some((registry, _)) = image.split_once('/')
-        && !registry.is_empty()
-    {
+    if let Some(registry) = google_registry(image) {
         auth.insert(registry.to_string(), entry);
     }
     auth
+}
+
+/// The image's registry host when it is one of Google's: `gcr.io`, `<name>.gcr.io`,
+/// `<name>.pkg.dev` (Artifact Registry) or `container.cloud.google.com`, written as a plain
+/// lower-case host name (no port, no user information). `None` for any other image: Docker
+/// Hub names without a host (`library/nginx`), other hosts, and look-alikes such as
+/// `gcr.io.example.com/…` or `example.com/gcr.io/…`.
+pub fn google_registry(image: &str) -> Option<&str> {
+    let image = image.strip_prefix("https://").unwrap_or(image);
+    let (host, _) = image.split_once('/')?;
+    let plain = !host.is_empty()
+        && host
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
+        && host.split('.').all(|label| !label.is_empty() && !label.starts_with('-'));
+    if !plain {
+        return None;
+    }
+    let sub_of = |domain: &str| {
+        host.strip_suffix(domain)
+            .and_then(|rest| rest.strip_suffix('.'))
+            .is_some_and(|name| !name.is_empty() && !name.contains('.'))
+    };
+    (host == "gcr.io"
+        || host == "container.cloud.google.com"
+        || sub_of("gcr.io")
+        || sub_of("pkg.dev"))
+    .then_some(host)
 }
 
 /// A `.dockercfg` (`{"<registry>": {"username", "password", "email", "auth"}}`, `auth` being
@@ -892,6 +920,49 @@ mod tests {
                 REGISTRY_PATTERNS.iter().any(|p| credential::image_matches(p, image)),
                 "{image}"
             );
+        }
+    }
+
+    /// Issue #29 (LOW): the node's token is answered for Google's registries only; an image on
+    /// any other host (a look-alike included) adds no entry, so the kubelet sends the token to
+    /// no host but Google's.
+    #[test]
+    fn the_token_is_never_answered_for_a_registry_that_is_not_googles() {
+        for image in [
+            "gcr.io.example.com/p/app",
+            "example.com/gcr.io/p/app",
+            "evil.com/p/app:1",
+            "evil.pkg.dev.example.com/p/app",
+            "pkg.dev/p/app",
+            "a.b.gcr.io/p/app",
+            "gcr.io:443/p/app",
+            "user@gcr.io/p/app",
+            "GCR.IO.example.com/p/app",
+            "library/nginx",
+            "nginx",
+            "localhost:5000/app",
+        ] {
+            let auth = registry_auth(image, "ya29.t");
+            let mut keys: Vec<&str> = auth.keys().map(String::as_str).collect();
+            keys.sort_unstable();
+            assert_eq!(
+                keys,
+                ["*.gcr.io", "*.pkg.dev", "container.cloud.google.com", "gcr.io"],
+                "{image}"
+            );
+            assert!(
+                !auth.keys().any(|k| credential::image_matches(k, image)),
+                "{image}: the kubelet would send the token there"
+            );
+            assert_eq!(google_registry(image), None, "{image}");
+        }
+        for (image, host) in [
+            ("gcr.io/p/a", "gcr.io"),
+            ("eu.gcr.io/p/a", "eu.gcr.io"),
+            ("us-docker.pkg.dev/p/r/a", "us-docker.pkg.dev"),
+            ("container.cloud.google.com/a", "container.cloud.google.com"),
+        ] {
+            assert_eq!(google_registry(image), Some(host), "{image}");
         }
     }
 

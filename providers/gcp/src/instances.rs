@@ -236,13 +236,14 @@ pub fn pod_cidrs(instance: &Instance, stack: StackType) -> Result<Vec<IpNet>, Pr
     })
 }
 
-/// Whether a Compute error is "no such instance" for exactly this instance: a 404 whose
-/// message names it (Compute: `The resource 'projects/p/zones/z/instances/n' was not found`).
-/// Any other 404 is an error like any other: Compute's for a missing project or zone (also
-/// `notFound`), a proxy's page, a wrong endpoint.
+/// Whether a Compute error is "no such instance" for exactly this instance: a 404 with
+/// Compute's typed reason `notFound` (read from its JSON error body) whose message names it
+/// (`The resource 'projects/p/zones/z/instances/n' was not found`). Any other 404 is an error
+/// like any other: Compute's for a missing project or zone (also `notFound`), a proxy's page,
+/// a wrong endpoint, a 404 without Compute's reason.
 pub fn is_instance_not_found(e: &GceError, zone: &str, name: &str) -> bool {
     match e {
-        GceError::Api { status: 404, message, .. } => {
+        GceError::Api { status: 404, reason, message, .. } if reason == "notFound" => {
             message.contains(&format!("/zones/{zone}/instances/{name}'"))
         }
         _ => false,
@@ -789,6 +790,17 @@ mod tests {
             "z-a",
             "n1"
         ));
+        // A 404 naming the instance without Compute's typed reason (a gateway's JSON echoing
+        // the path): not "gone".
+        let untyped = GceError::Api {
+            operation: "compute.instances.get",
+            status: 404,
+            reason: String::new(),
+            message: "The resource 'projects/p/zones/z-a/instances/n1' was not found".into(),
+        };
+        assert!(!is_instance_not_found(&untyped, "z-a", "n1"));
+        assert!(!untyped.is_not_found());
+        assert!(gone.is_not_found());
     }
 
     #[test]

@@ -239,7 +239,21 @@ impl<'a> Api<'a> {
         .await
     }
 
+    /// Deletes the load balancer's own address `name`, and only when it carries the proof
+    /// written when it was reserved for a Service (a `{"kubernetes.io/service-name":…}`
+    /// description): an address of that name without it (someone else's) is kept, with a
+    /// warning. `Ok(false)` when there is nothing (of ours) to delete.
     pub async fn delete_address(&self, name: &str) -> Result<bool, GceError> {
+        let Some(a) = self.address(name).await? else { return Ok(false) };
+        let description = a.description.as_deref().unwrap_or_default();
+        if super::naming::service_of_description(description).is_none() {
+            tracing::warn!(
+                address = name,
+                "GCE: the address has this load balancer's name but no Service's description \
+                 (it was not reserved by a cloud provider for a Service); it is kept"
+            );
+            return Ok(false);
+        }
         gone(
             self.write("compute.addresses.delete", || {
                 self.c

@@ -162,3 +162,114 @@ async fn token_url_credentials_post_the_body_and_never_leak_the_token() {
     assert_eq!(f.server.counters().get("token.alt"), 1);
     assert!(!format!("{client:?}").contains("cluster"));
 }
+
+/// What `tracing` logs on this thread while the returned guard lives.
+fn capture_logs() -> (Arc<std::sync::Mutex<Vec<u8>>>, tracing::subscriber::DefaultGuard) {
+    #[derive(Clone)]
+    struct Buf(Arc<std::sync::Mutex<Vec<u8>>>);
+    impl std::io::Write for Buf {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let buf = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let writer = Buf(buf.clone());
+    let subscriber = tracing_subscriber::fmt()
+        .with_ansi(false)
+        .with_max_level(tracing::Level::TRACE)
+        .with_writer(move || writer.clone())
+        .finish();
+    let guard = tracing::subscriber::set_default(subscriber);
+    ccm_core::testing::anchor_tracing();
+    (buf, guard)
+}
+
+/// A loopback HTTP server answering every request `200` with a JSON body of `size` bytes
+/// (`Metadata-Flavor: Google`, as the metadata server); its root URL.
+async fn oversized_server(size: usize) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        while let Ok((mut conn, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut req = [0u8; 4096];
+                let _ = conn.read(&mut req).await;
+                let head = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n\
+                     metadata-flavor: Google\r\ncontent-length: {size}\r\n\r\n"
+                );
+                let _ = conn.write_all(head.as_bytes()).await;
+                let chunk = vec![b' '; 64 << 10];
+                let mut left = size;
+                while left > 0 {
+                    let n = left.min(chunk.len());
+                    if conn.write_all(&chunk[..n]).await.is_err() {
+                        return;
+                    }
+                    left -= n;
+                }
+            });
+        }
+    });
+    url
+}
+
+/// Issue #29 (LOW): a `token-url`'s query string (a signature, say) never reaches an error
+/// (so no event) or a log: the URL is shown as `scheme://host/path?<redacted>`.
+#[tokio::test]
+async fn a_token_url_s_query_string_never_reaches_errors_or_logs() {
+    const SIG: &str = "Zq7signature";
+    let f = fixture::start().await;
+    // Nothing listens on port 1: reqwest's error names the full URL, ours must not.
+    let mut g = fixture::global();
+    g.credentials = Credentials::TokenUrl {
+        url: format!("http://127.0.0.1:1/token?sig={SIG}").parse().unwrap(),
+        body: None,
+    };
+    let (logs, guard) = capture_logs();
+    let client = GceClient::new(&g, f.options.clone()).unwrap();
+    let c = client.compute().await.unwrap();
+    let e = client
+        .call("compute.zones.get", || c.zones.get().set_project(PROJECT).set_zone(ZONE_A).send())
+        .await
+        .unwrap_err();
+    drop(guard);
+    let logs = String::from_utf8_lossy(&logs.lock().unwrap()).into_owned();
+    let shown = format!("{e} {e:?} {client:?}");
+    eprintln!("{e}");
+    assert!(!shown.contains(SIG), "{shown}");
+    assert!(!logs.contains(SIG), "{logs}");
+    assert!(shown.contains("token-url http://127.0.0.1:1/token?<redacted>"), "{shown}");
+}
+
+/// Issue #29 (LOW): replies the client reads itself are capped (`MAX_REPLY`): an endless
+/// token or metadata reply is a clear error, not memory.
+#[tokio::test]
+async fn oversized_token_and_metadata_replies_are_refused() {
+    use ccm_provider_gcp::client::{ClientOptions, MAX_REPLY};
+    let big = oversized_server(MAX_REPLY + 1).await;
+    let f = fixture::start().await;
+    let mut g = fixture::global();
+    g.credentials =
+        Credentials::TokenUrl { url: format!("{big}/token").parse().unwrap(), body: None };
+    let client = GceClient::new(&g, f.options.clone()).unwrap();
+    let c = client.compute().await.unwrap();
+    let e = client
+        .call("compute.zones.get", || c.zones.get().set_project(PROJECT).set_zone(ZONE_A).send())
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains(&format!("larger than {MAX_REPLY} bytes")), "{e}");
+
+    let options = ClientOptions { metadata_endpoint: Some(big), ..f.options.clone() };
+    let client = GceClient::new(&Global::default(), options).unwrap();
+    let e = client.metadata("project/project-id").await.unwrap_err();
+    assert!(
+        matches!(&e, GceError::Metadata { message, .. } if message.contains("larger than")),
+        "{e}"
+    );
+}

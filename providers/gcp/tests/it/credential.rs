@@ -147,6 +147,25 @@ fn gcr_answers_the_metadata_token_for_google_registries_and_the_images_own() {
     assert_eq!(again.auth.len(), REGISTRY_PATTERNS.len());
 }
 
+/// Issue #29 (LOW): an image on a host that is not Google's (a look-alike, or a Google name in
+/// the path) gets the node's token for Google's registries only: no auth entry the kubelet
+/// would use for the image's own host.
+#[test]
+fn gcr_never_answers_the_token_for_the_image_s_host_when_it_is_not_google_s() {
+    let p = Plugin::start();
+    for image in ["gcr.io.example.com/p/app:1", "example.com/gcr.io/p/app", "library/nginx"] {
+        let resp = p.invoke("get-credentials", &request(image)).response();
+        let mut keys: Vec<&str> = resp.auth.keys().map(String::as_str).collect();
+        keys.sort_unstable();
+        assert_eq!(
+            keys,
+            ["*.gcr.io", "*.pkg.dev", "container.cloud.google.com", "gcr.io"],
+            "{image}"
+        );
+        assert!(!resp.auth.keys().any(|k| image_matches(k, image)), "{image}");
+    }
+}
+
 #[test]
 fn the_response_speaks_the_requests_version_and_caches_as_the_environment_says() {
     let p = Plugin::start_with(GcpOptions {

@@ -522,6 +522,56 @@ async fn the_user_s_reserved_ip_is_used_and_kept() {
     assert_eq!(diff(&before, &t.muts()), BTreeMap::new());
 }
 
+/// Issue #29 (LOW): an internal address the user reserved, named by `spec.loadBalancerIP`, is
+/// used by the internal forwarding rule and never deleted, also when the Service goes.
+#[tokio::test]
+async fn the_user_s_reserved_internal_ip_is_used_and_kept() {
+    let t = setup().await;
+    let c = t.f.client.compute().await.unwrap();
+    let mut a = Address::new().set_name("my-ilb-ip");
+    a.address_type = Some("INTERNAL".into());
+    a.subnetwork = Some(link(&format!("regions/{REGION}/subnetworks/subnet-a")));
+    t.f.client
+        .mutate("compute.addresses.insert", || {
+            c.addresses.insert().set_project(PROJECT).set_region(REGION).set_body(a.clone()).send()
+        })
+        .await
+        .unwrap();
+    let mine = t.one("addresses", "my-ilb-ip")["address"].as_str().unwrap().to_string();
+    let mut s = internal();
+    s.spec.as_mut().unwrap().load_balancer_ip = Some(mine.clone());
+    assert_eq!(ip(&t.ensure(&s, &nodes_ab()).await.unwrap()), mine);
+    assert_eq!(t.one("forwardingRules", LB)["IPAddress"], mine.as_str());
+    assert!(t.names("addresses").contains(&"my-ilb-ip".to_string()));
+    t.delete(&s).await.unwrap();
+    assert_eq!(t.names("addresses"), vec!["my-ilb-ip"]);
+    assert_eq!(t.one("addresses", "my-ilb-ip")["address"], mine.as_str());
+}
+
+/// Issue #29 (LOW): an address that merely has the load balancer's name (reserved by someone,
+/// not for a Service: no `kubernetes.io/service-name` description) is never deleted, neither
+/// by the Service's deletion nor by `orphans`.
+#[tokio::test]
+async fn an_address_with_the_load_balancer_s_name_but_no_service_proof_is_never_deleted() {
+    let t = setup().await;
+    let c = t.f.client.compute().await.unwrap();
+    t.f.client
+        .mutate("compute.addresses.insert", || {
+            c.addresses
+                .insert()
+                .set_project(PROJECT)
+                .set_region(REGION)
+                .set_body(Address::new().set_name(LB).set_description("reserved by hand"))
+                .send()
+        })
+        .await
+        .unwrap();
+    let before = t.muts();
+    t.delete(&web(&[])).await.unwrap();
+    assert_eq!(t.names("addresses"), vec![LB]);
+    assert_eq!(diff(&before, &t.muts()).get("compute.addresses.delete"), None);
+}
+
 #[tokio::test]
 async fn bad_annotations_are_refused_before_any_compute_call() {
     let t = setup().await;
@@ -777,4 +827,34 @@ async fn orphans_are_listed_with_their_resources_and_deleted_when_owned() {
     assert!(l.resources.iter().any(|r| r.kind == "target pool" && r.name == LB));
     t.lb.delete_cloud_load_balancer("kubernetes", l).await.unwrap();
     t.assert_empty();
+}
+
+/// Issue #29 (LOW): `orphans` owns only a load balancer that carries this cluster's proof (its
+/// pool uses the cluster's `k8s-<clusterID>-node` health check, or its backend service the
+/// cluster's `k8s-ig--<clusterID>` instance groups); one with only our name shape and a
+/// Service description (a Local-policy one, or another cluster's) is listed, never deleted.
+#[tokio::test]
+async fn orphans_never_delete_a_load_balancer_without_this_cluster_s_proof() {
+    let t = setup().await;
+    t.ensure(&local(web(&[]), 31000), &nodes_ab()).await.unwrap();
+    let listed = t.lb.list_cloud_load_balancers("kubernetes").await.unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!((listed[0].name.as_str(), listed[0].owned), (LB, false));
+    let before = t.muts();
+    let e = t.lb.delete_cloud_load_balancer("kubernetes", &listed[0]).await.unwrap_err();
+    assert!(matches!(e, ProviderError::Invalid { .. }), "{e}");
+    assert_eq!(diff(&before, &t.muts()), BTreeMap::new());
+
+    // Another cluster's (another cluster ID): not owned either.
+    let mut g = fixture::global();
+    g.node_tags = vec!["k8s-node".into()];
+    let other = GceLoadBalancer::new(
+        Arc::new(GceClient::new(&g, t.f.options.clone()).unwrap()),
+        Timings::default(),
+    );
+    other.set_cluster_id("0ther0000000000c");
+    let s = svc(UID2, "api", &[80], &[]);
+    other.ensure_load_balancer("kubernetes", &s, &nodes_ab()).await.unwrap();
+    let listed = t.lb.list_cloud_load_balancers("kubernetes").await.unwrap();
+    assert!(listed.iter().all(|l| !l.owned), "{listed:?}");
 }
