@@ -108,12 +108,13 @@ pub struct Limits {
 
 impl Limits {
     /// The secure port: `/healthz` and `/metrics` take no body; 64 KiB is plenty for any
-    /// request a prober or scraper sends. A prober or scraper holds a connection or two: 32
-    /// per source leaves room for many, while 4096 in all (a few MiB) lets one source's flood
-    /// never crowd out the others. A handshake takes milliseconds; 3 s is generous.
+    /// request a prober or scraper sends. A prober or scraper holds a few connections (a
+    /// client sending 40 requests in parallel still fits): 64 per source, while 4096 in all (a
+    /// few MiB) lets one source's flood never crowd out the others. A handshake takes
+    /// milliseconds; 3 s is generous.
     pub const SECURE: Limits = Limits {
         max_connections: 4096,
-        max_connections_per_source: 32,
+        max_connections_per_source: 64,
         max_body_bytes: 64 << 10,
         max_concurrent_bodies: 8,
         tls_handshake_timeout: Duration::from_secs(3),

@@ -1599,7 +1599,7 @@ async fn probes(url: &str, n: usize, timeout: Duration, every: Duration) -> Vec<
 
 /// Regression (issue #29 MED 4): one source holding 1200 idle connections kept every probe
 /// out: 256 connections were served per port, each idle one for 10 s, and the probe waited
-/// in the kernel's backlog behind the rest. Now the peer gets 32, the rest are closed as
+/// in the kernel's backlog behind the rest. Now the peer gets 64, the rest are closed as
 /// they arrive, and the probe (another source) is accepted at once. No timing is asserted:
 /// each probe has 10 s, far more than a kubelet gives, and still longer than the old code
 /// needed to reach a probe queued behind ~940 idle connections (~37 s).
