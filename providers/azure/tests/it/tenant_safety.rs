@@ -6,11 +6,15 @@
 // Test helpers panic on failure by design.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use std::net::IpAddr;
+use std::sync::Arc;
+
 use ccm_core::cloud::LoadBalancer;
+use ccm_provider_azure::load_balancer::AzureLoadBalancer;
 use serde_json::json;
 
 use crate::fixture::{self, CLUSTER, NSG};
-use crate::load_balancer::{UID, UID2, arm_calls, id, invalid_what, nodes, setup, svc};
+use crate::load_balancer::{UID, UID2, arm_calls, id, invalid_what, ips, nodes, setup, svc};
 
 const PIP_NAME: &str = "service.beta.kubernetes.io/azure-pip-name";
 const RESOURCE_GROUP: &str = "service.beta.kubernetes.io/azure-load-balancer-resource-group";
@@ -99,4 +103,76 @@ async fn additional_public_ips_are_off_by_default_and_never_reach_the_status() {
         );
     }
     assert_eq!(invalid_what(r), ADDITIONAL);
+}
+
+#[tokio::test]
+async fn a_resource_group_the_config_allows_is_used_and_nothing_there_is_adopted() {
+    let f = fixture::start().await;
+    let theirs = format!(
+        "/subscriptions/{}/resourceGroups/other-rg/providers/Microsoft.Network/publicIPAddresses/their-ip",
+        fixture::SUBSCRIPTION
+    );
+    f.cloud
+        .put_resource(&theirs, json!({"sku": {"name": "Standard"}, "tags": {"team": "ips"}, "properties": {"ipAddress": "20.9.9.9", "publicIPAllocationMethod": "Static"}}))
+        .unwrap();
+    let mut config = (*f.config).clone();
+    config.service_resource_groups = Some("rg, other-rg".into());
+    assert!(config.validate_names().is_ok());
+    let lbs = AzureLoadBalancer::new(f.client.clone(), Arc::new(config));
+    let s =
+        svc(UID, "web", &[(80, "TCP")], &[(RESOURCE_GROUP, "other-rg"), (PIP_NAME, "their-ip")]);
+    let status = lbs.ensure_load_balancer(CLUSTER, &s, &nodes()).await.unwrap();
+    assert_eq!(ips(&status), vec!["20.9.9.9".parse::<IpAddr>().unwrap()]);
+    assert_eq!(f.cloud.resource(&theirs).unwrap()["tags"], json!({"team": "ips"}), "not re-tagged");
+    lbs.ensure_load_balancer_deleted(CLUSTER, &s).await.unwrap();
+    assert!(f.cloud.resource(&theirs).is_some(), "used, never deleted");
+
+    // A name breaking ARM's rules in the list is refused at start.
+    let mut bad = (*f.config).clone();
+    bad.service_resource_groups = Some("rg,../x".into());
+    let e = bad.validate().unwrap_err().to_string();
+    assert!(e.contains("serviceResourceGroups"), "{e}");
+}
+
+#[tokio::test]
+async fn allowed_additional_public_ips_are_only_public_ips_the_cluster_may_use() {
+    let f = fixture::start().await;
+    let mut config = (*f.config).clone();
+    config.allow_additional_public_ips = true;
+    let lbs = AzureLoadBalancer::new(f.client.clone(), Arc::new(config));
+    // A firewall's public IP the operator made (unattached here).
+    f.cloud
+        .put_resource(
+            &id(&f, "Microsoft.Network/publicIPAddresses", "firewall-ip"),
+            json!({"sku": {"name": "Standard"}, "properties": {"ipAddress": "20.1.2.3", "publicIPAllocationMethod": "Static"}}),
+        )
+        .unwrap();
+    let victim = svc(UID, "victim", &[(80, "TCP")], &[]);
+    let victim_ip = ips(&lbs.ensure_load_balancer(CLUSTER, &victim, &nodes()).await.unwrap())[0];
+
+    let s = svc(UID2, "web", &[(443, "TCP")], &[(ADDITIONAL, "20.1.2.3")]);
+    let status = lbs.ensure_load_balancer(CLUSTER, &s, &nodes()).await.unwrap();
+    assert!(ips(&status).contains(&"20.1.2.3".parse().unwrap()), "{status:?}");
+    lbs.ensure_load_balancer_deleted(CLUSTER, &s).await.unwrap();
+
+    let victim_ip = victim_ip.to_string();
+    for (bad, why) in [
+        ("169.254.169.254", "link-local"),
+        ("10.240.0.4", "private"),
+        ("20.0.0.4", "network interface"), // vm-0's own public IP
+        (victim_ip.as_str(), "another Service"),
+        ("20.7.7.7", "not the address of a public IP"),
+    ] {
+        let s = svc(UID2, "evil", &[(443, "TCP")], &[(ADDITIONAL, bad)]);
+        let calls = f.server.counters().matching("network.*.create_or_update");
+        let r = lbs.ensure_load_balancer(CLUSTER, &s, &nodes()).await;
+        let message = format!("{r:?}");
+        assert_eq!(invalid_what(r), ADDITIONAL, "{bad}");
+        assert!(message.contains(why), "{bad}: {message}");
+        assert_eq!(
+            f.server.counters().matching("network.*.create_or_update"),
+            calls,
+            "{bad}: refused before any write"
+        );
+    }
 }
