@@ -1158,9 +1158,9 @@ impl OctaviaLoadBalancer {
             if let Some((owner_svc, owner_cluster)) = parse_fip_description(&fip.description) {
                 let namespace = conf.service.split_once('/').map(|(ns, _)| ns).unwrap_or_default();
                 let same_ns = owner_svc.split_once('/').is_some_and(|(ns, _)| ns == namespace);
-                if !(owner_cluster == cluster && same_ns)
-                    && !self.config.load_balancer.allow_cross_namespace_sharing
-                {
+                let allowed = (owner_cluster == cluster && same_ns)
+                    || self.config.load_balancer.allow_cross_namespace_sharing;
+                if !allowed {
                     return Err(invalid(
                         "spec.loadBalancerIP",
                         format!(
