@@ -10,7 +10,15 @@
 //! - **Paging**: list calls send `limit` and follow `next.href`'s `start` until there is none.
 //! - **Errors**: IBM's error bodies (`{"errors":[{"code","message"}],"trace"}`, IAM's
 //!   `{"errorCode","errorMessage"}`) become [`ClientError::Api`] naming the call, status, code
-//!   and message.
+//!   and message. **Not found** ([`ClientError::is_not_found`]) is only a 404 whose body is
+//!   IBM's typed error (`errors[0].code` `not_found` or `<resource>_not_found`): a proxy's or
+//!   gateway's HTML page, a JSON body without that code, or an empty 404 is an error like any
+//!   other, so nothing is ever taken for gone on their word.
+//! - **Reply size**: every reply body is read up to [`MAX_REPLY_BYTES`]; a longer one is a
+//!   [`ClientError::TooLarge`] (nothing of it is used).
+//! - **Global Tagging**: the user tags attached to a resource's CRN are listed and attached
+//!   (`GET /v3/tags?attached_to=`, `POST /v3/tags/attach`); the load balancers record their
+//!   owner in them (see [`crate::load_balancer`]).
 //! - **Deadlines and retries**: every call runs under a [`Deadline`]; idempotent calls (GET,
 //!   PUT, PATCH, DELETE and the token exchange) are retried on 429 and 5xx (honouring
 //!   `Retry-After`) and on connection faults with [`RETRY`], inside that deadline. Creates
@@ -47,6 +55,11 @@ pub const RETRY: Retry =
     Retry { attempts: 5, base: Duration::from_millis(500), max: Duration::from_secs(8) };
 /// A token is refreshed once this fraction of its lifetime has passed.
 pub const REFRESH_FRACTION: f64 = 0.8;
+/// The largest reply body read from any IBM endpoint (4 MiB: a page of 100 load balancers
+/// or instances is well under 1 MiB). A longer reply is [`ClientError::TooLarge`].
+pub const MAX_REPLY_BYTES: usize = 4 * 1024 * 1024;
+/// Tags per page of a Global Tagging list (its maximum is 1000).
+pub const TAG_PAGE_LIMIT: u32 = 1000;
 
 /// How calls are bounded.
 #[derive(Debug, Clone, Copy)]
@@ -95,6 +108,14 @@ pub enum ClientError {
         /// The deadline.
         deadline: Duration,
     },
+    /// The reply body is longer than [`MAX_REPLY_BYTES`].
+    #[error("IBM Cloud {call}: the reply is larger than {limit} bytes; refused")]
+    TooLarge {
+        /// The call.
+        call: String,
+        /// The limit.
+        limit: usize,
+    },
     /// IBM answered with an error.
     #[error("IBM Cloud {call}: HTTP {status} {code}: {message}{}", trace_suffix(.trace))]
     Api {
@@ -102,8 +123,13 @@ pub enum ClientError {
         call: String,
         /// The HTTP status.
         status: u16,
-        /// IBM's error code (e.g. `not_found`, `load_balancer_update_conflict`).
+        /// IBM's error code (e.g. `not_found`, `load_balancer_update_conflict`); empty when
+        /// the body was not one of IBM's error bodies.
         code: String,
+        /// Whether the body was the VPC / Global Tagging typed error
+        /// (`{"errors":[{"code": ...}]}`), as opposed to IAM's or Resource Manager's shape,
+        /// or no IBM error at all (a proxy's page, an empty body).
+        typed: bool,
         /// IBM's message.
         message: String,
         /// IBM's trace ID, for support cases.
@@ -140,9 +166,17 @@ impl From<DeadlineExceeded> for ClientError {
 }
 
 impl ClientError {
-    /// Whether IBM answered 404 (the resource does not exist).
+    /// Whether IBM itself said the resource does not exist: a 404 carrying IBM's typed error
+    /// body with the code `not_found` or `<resource>_not_found`. A 404 from anything else (an
+    /// HTML page, a JSON body without IBM's code, an empty body) is not "not found": it is an
+    /// error, and never makes anything count as gone.
     pub fn is_not_found(&self) -> bool {
-        matches!(self, ClientError::Api { status: 404, .. })
+        match self {
+            ClientError::Api { status: 404, typed: true, code, .. } => {
+                code == "not_found" || code.ends_with("_not_found")
+            }
+            _ => false,
+        }
     }
 
     /// Whether IBM answered 409 (e.g. the load balancer is busy).
@@ -224,9 +258,9 @@ pub(crate) fn parse_error(
     let v: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
     let s = |v: &Value| v.as_str().map(str::to_string);
     let first = v.get("errors").and_then(|e| e.get(0));
-    let code = first
-        .and_then(|e| e.get("code"))
-        .and_then(s)
+    let typed_code = first.and_then(|e| e.get("code")).and_then(s).filter(|c| !c.is_empty());
+    let typed = typed_code.is_some();
+    let code = typed_code
         .or_else(|| v.get("errorCode").and_then(s))
         .or_else(|| v.get("code").and_then(s))
         .unwrap_or_default();
@@ -248,7 +282,7 @@ pub(crate) fn parse_error(
         .and_then(s)
         .or_else(|| v.get("context").and_then(|c| c.get("requestId")).and_then(s))
         .unwrap_or_default();
-    ClientError::Api { call: call.to_string(), status, code, message, trace, retry_after }
+    ClientError::Api { call: call.to_string(), status, code, typed, message, trace, retry_after }
 }
 
 /// The IBM Cloud client of one provider.
@@ -257,6 +291,7 @@ pub struct IbmClient {
     vpc_url: String,
     iam_url: String,
     rm_url: String,
+    tagging_url: String,
     key_file: PathBuf,
     account_id: String,
     resource_group_name: String,
@@ -271,6 +306,7 @@ impl std::fmt::Debug for IbmClient {
             .field("vpc_url", &self.vpc_url)
             .field("iam_url", &self.iam_url)
             .field("rm_url", &self.rm_url)
+            .field("tagging_url", &self.tagging_url)
             .field("key_file", &self.key_file)
             .finish_non_exhaustive()
     }
@@ -290,6 +326,7 @@ impl IbmClient {
             vpc_url: config.vpc_url.clone(),
             iam_url: config.iam_token_url.clone(),
             rm_url: config.resource_manager_url.clone(),
+            tagging_url: config.tagging_url.clone(),
             key_file: config.credentials_file.clone(),
             account_id: config.account_id.clone(),
             resource_group_name: config.resource_group_name.clone(),
@@ -427,7 +464,8 @@ impl IbmClient {
                     tracing::debug!(call, "IBM Cloud: token refused, fetching a fresh one");
                     continue;
                 }
-                let err = parse_error(call, 401, None, &resp.bytes().await.unwrap_or_default());
+                let body = read_body(call, resp).await.unwrap_or_default();
+                let err = parse_error(call, 401, None, &body);
                 let message = match err {
                     ClientError::Api { message, .. } => message,
                     other => other.to_string(),
@@ -539,7 +577,8 @@ impl IbmClient {
         self.list_all("is.instance.list", "/instances", "instances", &filters).await
     }
 
-    /// `GetInstance`; `Ok(None)` when IBM answers 404 for this ID.
+    /// `GetInstance`; `Ok(None)` only when IBM answers its typed not-found for this ID (see
+    /// [`ClientError::is_not_found`]); any other 404 is an error.
     pub async fn get_instance(&self, id: &str) -> Result<Option<model::Instance>, ClientError> {
         let path = format!("/instances/{}", seg(id));
         match self.vpc_json("is.instance.get", Method::GET, &path, None).await {
@@ -561,7 +600,7 @@ impl IbmClient {
         self.list_all("is.load-balancer.list", "/load_balancers", "load_balancers", &[]).await
     }
 
-    /// `GetLoadBalancer`; `Ok(None)` on 404.
+    /// `GetLoadBalancer`; `Ok(None)` on IBM's typed not-found.
     pub async fn get_load_balancer(
         &self,
         id: &str,
@@ -588,7 +627,7 @@ impl IbmClient {
         .await
     }
 
-    /// `DeleteLoadBalancer`; a 404 counts as done.
+    /// `DeleteLoadBalancer`; IBM's typed not-found counts as done.
     pub async fn delete_load_balancer(&self, id: &str) -> Result<(), ClientError> {
         let path = format!("/load_balancers/{}", seg(id));
         ok_if_gone(self.vpc_call("is.load-balancer.delete", Method::DELETE, &path, &[], None).await)
@@ -618,7 +657,7 @@ impl IbmClient {
         .await
     }
 
-    /// `DeleteLoadBalancerListener`; a 404 counts as done.
+    /// `DeleteLoadBalancerListener`; IBM's typed not-found counts as done.
     pub async fn delete_listener(&self, lb: &str, id: &str) -> Result<(), ClientError> {
         let path = format!("/load_balancers/{}/listeners/{}", seg(lb), seg(id));
         ok_if_gone(
@@ -664,7 +703,7 @@ impl IbmClient {
         .await
     }
 
-    /// `DeleteLoadBalancerPool`; a 404 counts as done.
+    /// `DeleteLoadBalancerPool`; IBM's typed not-found counts as done.
     pub async fn delete_pool(&self, lb: &str, id: &str) -> Result<(), ClientError> {
         let path = format!("/load_balancers/{}/pools/{}", seg(lb), seg(id));
         ok_if_gone(
@@ -701,7 +740,7 @@ impl IbmClient {
         .await
     }
 
-    /// `DeleteLoadBalancerPoolMember`; a 404 counts as done.
+    /// `DeleteLoadBalancerPoolMember`; IBM's typed not-found counts as done.
     pub async fn delete_member(&self, lb: &str, pool: &str, id: &str) -> Result<(), ClientError> {
         let path = format!("/load_balancers/{}/pools/{}/members/{}", seg(lb), seg(pool), seg(id));
         ok_if_gone(
@@ -727,6 +766,87 @@ impl IbmClient {
             )
             .await?;
         items("is.load-balancer.pool.member.replace", &v, "members")
+    }
+
+    // ---- global tagging ----------------------------------------------------------------
+
+    /// The user tags attached to the resource `crn` (Global Tagging `ListTags` with
+    /// `attached_to`), every page.
+    pub async fn list_tags(&self, crn: &str) -> Result<Vec<String>, ClientError> {
+        const CALL: &str = "global-tagging:ListTags";
+        let url = format!("{}/v3/tags", self.tagging_url);
+        let mut names = Vec::new();
+        let mut offset: u64 = 0;
+        for _page in 0..1000 {
+            let query = vec![
+                ("attached_to", crn.to_string()),
+                ("tag_type", "user".to_string()),
+                ("account_id", self.account_id.clone()),
+                ("offset", offset.to_string()),
+                ("limit", TAG_PAGE_LIMIT.to_string()),
+            ];
+            let deadline = Deadline::new(self.options.timeout);
+            let bytes = self
+                .options
+                .retry
+                .run(&deadline, CALL, ClientError::classify, || {
+                    self.send(CALL, Method::GET, &url, &query, None)
+                })
+                .await?;
+            #[derive(serde::Deserialize)]
+            struct Item {
+                name: String,
+            }
+            #[derive(serde::Deserialize)]
+            struct Page {
+                #[serde(default)]
+                total_count: u64,
+                #[serde(default)]
+                items: Vec<Item>,
+            }
+            let page: Page = decode(CALL, &bytes)?;
+            let got = page.items.len() as u64;
+            names.extend(page.items.into_iter().map(|i| i.name));
+            offset += got;
+            if got == 0 || offset >= page.total_count {
+                return Ok(names);
+            }
+        }
+        Err(ClientError::Decode { call: CALL.into(), message: "too many pages".into() })
+    }
+
+    /// Attaches user tags to the resource `crn` (Global Tagging `AttachTag`). Attaching a tag
+    /// that is already attached changes nothing, so the call is retried like a read. A result
+    /// marked `is_error` is an error.
+    pub async fn attach_tags(&self, crn: &str, tags: &[String]) -> Result<(), ClientError> {
+        const CALL: &str = "global-tagging:AttachTag";
+        let url = format!("{}/v3/tags/attach", self.tagging_url);
+        let query = vec![("tag_type", "user".to_string()), ("account_id", self.account_id.clone())];
+        let body = (
+            serde_json::json!({"resources": [{"resource_id": crn}], "tag_names": tags}),
+            "application/json",
+        );
+        let deadline = Deadline::new(self.options.timeout);
+        let bytes = self
+            .options
+            .retry
+            .run(&deadline, CALL, ClientError::classify, || {
+                self.send(CALL, Method::POST, &url, &query, Some(&body))
+            })
+            .await?;
+        let v: Value = decode(CALL, &bytes)?;
+        let results = v.get("results").and_then(Value::as_array).ok_or_else(|| {
+            ClientError::Decode { call: CALL.into(), message: "no \"results\" array".into() }
+        })?;
+        let failed = results.is_empty()
+            || results.iter().any(|r| r.get("is_error").and_then(Value::as_bool) != Some(false));
+        if failed {
+            return Err(ClientError::Decode {
+                call: CALL.into(),
+                message: "the tags were not attached (the result is marked is_error)".into(),
+            });
+        }
+        Ok(())
     }
 
     // ---- resource manager --------------------------------------------------------------
@@ -794,15 +914,31 @@ async fn read_reply(call: &str, resp: reqwest::Response) -> Result<Vec<u8>, Clie
         .get(reqwest::header::RETRY_AFTER)
         .and_then(|v| v.to_str().ok())
         .and_then(parse_retry_after);
-    let bytes = resp
-        .bytes()
-        .await
-        .map_err(|source| ClientError::Transport { call: call.into(), source })?;
+    let bytes = read_body(call, resp).await?;
     if (200..300).contains(&status) {
-        Ok(bytes.to_vec())
+        Ok(bytes)
     } else {
         Err(parse_error(call, status, retry_after, &bytes))
     }
+}
+
+/// The reply body, at most [`MAX_REPLY_BYTES`]: a longer one (announced or read) is
+/// [`ClientError::TooLarge`], and reading stops there.
+async fn read_body(call: &str, mut resp: reqwest::Response) -> Result<Vec<u8>, ClientError> {
+    let too_large = || ClientError::TooLarge { call: call.into(), limit: MAX_REPLY_BYTES };
+    if resp.content_length().is_some_and(|n| n > MAX_REPLY_BYTES as u64) {
+        return Err(too_large());
+    }
+    let mut out = Vec::new();
+    while let Some(chunk) =
+        resp.chunk().await.map_err(|source| ClientError::Transport { call: call.into(), source })?
+    {
+        if out.len() + chunk.len() > MAX_REPLY_BYTES {
+            return Err(too_large());
+        }
+        out.extend_from_slice(&chunk);
+    }
+    Ok(out)
 }
 
 fn decode<T: DeserializeOwned>(call: &str, bytes: &[u8]) -> Result<T, ClientError> {
@@ -886,7 +1022,26 @@ mod tests {
             br#"{"errorCode":"BXNIM0415E","errorMessage":"Provided API key could not be found"}"#,
         );
         assert!(e.to_string().contains("BXNIM0415E"), "{e}");
-        assert!(parse_error("x", 404, None, b"{}").is_not_found());
+        // Not found is IBM's typed error only.
+        let vpc =
+            br#"{"errors":[{"code":"not_found","message":"Instance not found"}],"trace":"t"}"#;
+        assert!(parse_error("x", 404, None, vpc).is_not_found());
+        let typed = br#"{"errors":[{"code":"instance_not_found","message":"gone"}]}"#;
+        assert!(parse_error("x", 404, None, typed).is_not_found());
+        for body in [
+            &b"{}"[..],
+            b"",
+            b"<html><body>404 Not Found: /v1/instances/0717_x</body></html>",
+            br#"{"message":"0717_x not found"}"#,
+            br#"{"code":"not_found","message":"a Resource Manager shape"}"#,
+            br#"{"errors":[{"code":"no_route","message":"x"}]}"#,
+            br#"{"errors":[{"message":"no code"}]}"#,
+        ] {
+            let e = parse_error("x", 404, None, body);
+            assert!(!e.is_not_found(), "{}: {e}", String::from_utf8_lossy(body));
+        }
+        // The typed code at another status is not "not found" either.
+        assert!(!parse_error("x", 400, None, vpc).is_not_found());
     }
 
     #[test]

@@ -4,8 +4,11 @@
 //!
 //! Owns parsing, validation (every error names the key, never quotes a value that could be a
 //! secret), and endpoint resolution: `g2EndpointOverride` / `iamEndpointOverride` /
-//! `rmEndpointOverride`, else IBM's regional (private unless `ENABLE_VPC_PUBLIC_ENDPOINT=true`,
-//! as upstream) endpoints. The API key itself is not in the config: `g2Credentials` names the
+//! `rmEndpointOverride` / `taggingEndpointOverride`, else IBM's regional (private unless
+//! `ENABLE_VPC_PUBLIC_ENDPOINT=true`, as upstream) endpoints. An override must be `https://`:
+//! plain `http://` (the API key and bearer tokens in clear text) is refused unless the host is
+//! a loopback address (the traffic never leaves the machine: a local TLS-terminating proxy,
+//! a test emulator) or `[provider] allowHttpEndpoints = true` says so explicitly. The API key itself is not in the config: `g2Credentials` names the
 //! file holding it, read by [`crate::client`] whenever a token is needed (so a rotated key is
 //! picked up without a restart).
 
@@ -75,6 +78,10 @@ pub struct Config {
     pub iam_token_url: String,
     /// The Resource Manager base URL (resource groups live under `/v2/resource_groups`).
     pub resource_manager_url: String,
+    /// The Global Tagging base URL (`/v3/tags`).
+    pub tagging_url: String,
+    /// `[provider] allowHttpEndpoints`: plain `http://` overrides to non-loopback hosts.
+    pub allow_http_endpoints: bool,
 }
 
 /// The raw `key = value` pairs of the sections we read (keys lower-cased, as gcfg matches
@@ -229,23 +236,37 @@ pub const CONFIG_KEYS: &[KeyDoc] = &[
     KeyDoc {
         section: "provider",
         key: "g2EndpointOverride",
-        value: "http(s) URL",
+        value: "https URL",
         example: "https://us-south.iaas.cloud.ibm.com",
         doc: "VPC API endpoint instead of the regional one.",
     },
     KeyDoc {
         section: "provider",
         key: "iamEndpointOverride",
-        value: "http(s) URL",
+        value: "https URL",
         example: "https://iam.cloud.ibm.com",
         doc: "IAM endpoint instead of the private one.",
     },
     KeyDoc {
         section: "provider",
         key: "rmEndpointOverride",
-        value: "http(s) URL",
+        value: "https URL",
         example: "https://resource-controller.cloud.ibm.com",
         doc: "Resource Manager endpoint.",
+    },
+    KeyDoc {
+        section: "provider",
+        key: "taggingEndpointOverride",
+        value: "https URL",
+        example: "https://tags.global-search-tagging.cloud.ibm.com",
+        doc: "Global Tagging endpoint (ownership tags of load balancers named by `vpc-lb-name`) instead of IBM's (private unless `ENABLE_VPC_PUBLIC_ENDPOINT=true`).",
+    },
+    KeyDoc {
+        section: "provider",
+        key: "allowHttpEndpoints",
+        value: "bool, default `false`",
+        example: "false",
+        doc: "Allow plain `http://` endpoint overrides to non-loopback hosts (the API key and tokens then travel in clear text). Loopback hosts are always allowed.",
     },
     KeyDoc {
         section: "provider",
@@ -306,11 +327,44 @@ fn parse_bool(key: &'static str, value: &str) -> Result<bool, ConfigError> {
     }
 }
 
-fn parse_url(key: &'static str, value: &str) -> Result<String, ConfigError> {
+/// Whether the URL's host is a loopback address (`127.0.0.0/8`, `::1`) or `localhost`.
+fn is_loopback(url: &url::Url) -> bool {
+    match url.host() {
+        Some(url::Host::Ipv4(a)) => a.is_loopback(),
+        Some(url::Host::Ipv6(a)) => a.is_loopback(),
+        Some(url::Host::Domain(d)) => d.eq_ignore_ascii_case("localhost"),
+        None => false,
+    }
+}
+
+/// An endpoint override: `https://`, or `http://` to a loopback host, or `http://` anywhere
+/// with `allow_http` (`[provider] allowHttpEndpoints`).
+fn parse_url(key: &'static str, value: &str, allow_http: bool) -> Result<String, ConfigError> {
     let url = url::Url::parse(value)
         .map_err(|e| ConfigError::Invalid { key, message: format!("not a URL ({e})") })?;
-    if url.scheme() != "https" && url.scheme() != "http" {
-        return Err(ConfigError::Invalid { key, message: "the URL must be http(s)".into() });
+    match url.scheme() {
+        "https" => {}
+        "http" if is_loopback(&url) => {
+            tracing::warn!(key, "cloud config: plain http:// endpoint on a loopback host");
+        }
+        "http" if allow_http => {
+            tracing::warn!(
+                key,
+                "cloud config: plain http:// endpoint allowed by [provider] allowHttpEndpoints: \
+                 the API key and tokens travel in clear text"
+            );
+        }
+        "http" => {
+            return Err(ConfigError::Invalid {
+                key,
+                message: "plain http:// would send the API key and tokens in clear text: use \
+                          https://, or set [provider] allowHttpEndpoints = true to allow it"
+                    .into(),
+            });
+        }
+        _ => {
+            return Err(ConfigError::Invalid { key, message: "the URL must be https".into() });
+        }
     }
     Ok(value.trim_end_matches('/').to_string())
 }
@@ -377,12 +431,16 @@ impl Config {
             }
         }
 
+        let allow_http = parse_bool(
+            "[provider] allowHttpEndpoints",
+            Raw::get(&raw.provider, "allowHttpEndpoints"),
+        )?;
         let public = env
             .get("ENABLE_VPC_PUBLIC_ENDPOINT")
             .is_some_and(|v| v.trim().eq_ignore_ascii_case("true"));
         let stage = region.contains("stage");
         let vpc_url = match p("g2EndpointOverride") {
-            v if !v.is_empty() => parse_url("[provider] g2EndpointOverride", &v)?,
+            v if !v.is_empty() => parse_url("[provider] g2EndpointOverride", &v, allow_http)?,
             _ => {
                 let base = if stage { "iaasdev.cloud.ibm.com" } else { "iaas.cloud.ibm.com" };
                 if public {
@@ -393,7 +451,7 @@ impl Config {
             }
         } + "/v1";
         let iam_base = match p("iamEndpointOverride") {
-            v if !v.is_empty() => parse_url("[provider] iamEndpointOverride", &v)?,
+            v if !v.is_empty() => parse_url("[provider] iamEndpointOverride", &v, allow_http)?,
             _ => match (stage, public) {
                 (true, false) => "https://private.iam.test.cloud.ibm.com".into(),
                 (true, true) => "https://iam.stage1.bluemix.net".into(),
@@ -402,9 +460,17 @@ impl Config {
             },
         };
         let resource_manager_url = match p("rmEndpointOverride") {
-            v if !v.is_empty() => parse_url("[provider] rmEndpointOverride", &v)?,
+            v if !v.is_empty() => parse_url("[provider] rmEndpointOverride", &v, allow_http)?,
             _ if stage => "https://resource-controller.test.cloud.ibm.com".into(),
             _ => "https://resource-controller.cloud.ibm.com".into(),
+        };
+        let tagging_url = match p("taggingEndpointOverride") {
+            v if !v.is_empty() => parse_url("[provider] taggingEndpointOverride", &v, allow_http)?,
+            _ => match (stage, public) {
+                (true, _) => "https://tags.global-search-tagging.test.cloud.ibm.com".into(),
+                (false, false) => "https://tags.private.global-search-tagging.cloud.ibm.com".into(),
+                (false, true) => "https://tags.global-search-tagging.cloud.ibm.com".into(),
+            },
         };
         Ok(Config {
             version,
@@ -432,6 +498,8 @@ impl Config {
             vpc_url,
             iam_token_url: format!("{iam_base}/identity/token"),
             resource_manager_url,
+            tagging_url,
+            allow_http_endpoints: allow_http,
         })
     }
 
@@ -504,6 +572,7 @@ g2VpcSubnetNames = subnet-1, subnet-2
         assert_eq!(c.vpc_url, "https://us-south.private.iaas.cloud.ibm.com/v1");
         assert_eq!(c.iam_token_url, "https://private.iam.cloud.ibm.com/identity/token");
         assert_eq!(c.resource_manager_url, "https://resource-controller.cloud.ibm.com");
+        assert_eq!(c.tagging_url, "https://tags.private.global-search-tagging.cloud.ibm.com");
         assert_eq!(c.kube_config_files, vec!["/etc/kubernetes/kubeconfig"]);
         assert!(c.vpc_node_lookup_error().is_none());
 
@@ -511,6 +580,7 @@ g2VpcSubnetNames = subnet-1, subnet-2
         let c = Config::parse(GOOD, &env).unwrap();
         assert_eq!(c.vpc_url, "https://us-south.iaas.cloud.ibm.com/v1");
         assert_eq!(c.iam_token_url, "https://iam.cloud.ibm.com/identity/token");
+        assert_eq!(c.tagging_url, "https://tags.global-search-tagging.cloud.ibm.com");
     }
 
     #[test]
@@ -518,11 +588,39 @@ g2VpcSubnetNames = subnet-1, subnet-2
         let text = GOOD.to_string()
             + "G2ENDPOINTOVERRIDE = http://127.0.0.1:9000/\n\
                iamEndpointOverride = http://127.0.0.1:9000\n\
-               rmendpointoverride = \"http://127.0.0.1:9001\"\n";
+               rmendpointoverride = \"http://127.0.0.1:9001\"\n\
+               taggingEndpointOverride = https://tags.example.test/\n";
         let c = parse(&text).unwrap();
         assert_eq!(c.vpc_url, "http://127.0.0.1:9000/v1");
         assert_eq!(c.iam_token_url, "http://127.0.0.1:9000/identity/token");
         assert_eq!(c.resource_manager_url, "http://127.0.0.1:9001");
+        assert_eq!(c.tagging_url, "https://tags.example.test");
+    }
+
+    #[test]
+    fn plain_http_to_another_host_needs_the_explicit_opt_in() {
+        for key in [
+            "g2EndpointOverride",
+            "iamEndpointOverride",
+            "rmEndpointOverride",
+            "taggingEndpointOverride",
+        ] {
+            let text = format!("{GOOD}{key} = http://vpc-proxy.internal:8080\n");
+            let err = parse(&text).unwrap_err();
+            let msg = err.to_string();
+            assert!(msg.contains(key) && msg.contains("allowHttpEndpoints"), "{msg}");
+            let allowed = format!("{text}allowHttpEndpoints = true\n");
+            assert!(parse(&allowed).unwrap().allow_http_endpoints, "{key}");
+            // Loopback (the traffic never leaves the machine) needs no opt-in.
+            for host in ["127.0.0.1:9000", "[::1]:9000", "localhost:9000"] {
+                let text = format!("{GOOD}{key} = http://{host}\n");
+                assert!(parse(&text).is_ok(), "{key} {host}");
+            }
+        }
+        let err = parse(&format!("{GOOD}g2EndpointOverride = ftp://x\n")).unwrap_err();
+        assert!(err.to_string().contains("https"), "{err}");
+        let err = parse(&format!("{GOOD}allowHttpEndpoints = maybe\n")).unwrap_err();
+        assert!(err.to_string().contains("allowHttpEndpoints"), "{err}");
     }
 
     #[test]

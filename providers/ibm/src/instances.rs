@@ -14,7 +14,11 @@
 //! label) or name matches a listed instance gets that instance's state (`stopped` →
 //! shut down). A node matching nothing is **gone only** when its worker ID is a VPC instance
 //! ID (seen in a VPC listing by this process, or of the VPC's `<zone code>_<uuid>` form) and
-//! `GetInstance` for that exact ID answers 404. Otherwise (an IKS worker ID that is not a VPC
+//! `GetInstance` for that exact ID answers IBM's typed not-found: a 404 whose JSON error body
+//! (`{"errors":[{"code":"not_found"}]}`, or `<resource>_not_found`) comes from the endpoint
+//! that just listed the VPC's instances. A 404 with an HTML page (a proxy's or gateway's, even
+//! one echoing the instance ID), a JSON body without that code, or no body is an error, and
+//! the Node is kept. Otherwise (an IKS worker ID that is not a VPC
 //! instance, no worker ID at all) it keeps upstream's answer: exists, running. Any failed or
 //! uncertain call is an error (the node is kept), and a providerID of another cloud,
 //! account or cluster is an error.
@@ -324,7 +328,7 @@ impl InstancesV2 for IbmInstances {
                 match worker {
                     Some(id) if self.is_vpc_instance_id(&id) => {
                         // The listing does not have it: ask for this exact ID. Only IBM's
-                        // "no such instance" for it says gone.
+                        // typed "not found" for it says gone (`ClientError::is_not_found`).
                         match self.client.get_instance(&id).await? {
                             None => {
                                 tracing::info!(node = node_name(node), instance = %id, "IBM: VPC instance is gone");

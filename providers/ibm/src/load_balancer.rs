@@ -23,9 +23,23 @@
 //!   until the load balancer is gone. A wait that outlasts [`Timings::max_wait`] ends in
 //!   [`ProviderError::RetryAfter`].
 //! - The status is the load balancer's hostname.
+//!
+//! **Ownership** (issue #29): a load balancer is found by its exact name only (never by ID or
+//! hostname), and it is created, changed or deleted only when it is provably this Service's:
+//!
+//! - a generated name `kube-<clusterID>-<Service UID>` is its own proof (the UID is the API
+//!   server's, and no annotation may name a load balancer of that form: see [`naming`]);
+//! - a load balancer named by `...-vpc-lb-name` is this Service's only when it carries the
+//!   user tags [`tags::CLUSTER`]`<clusterID>` and [`tags::SERVICE_UID`]`<Service UID>`, which
+//!   this provider attaches (Global Tagging) right after creating it, and which nobody with
+//!   rights only in the cluster can write. Any other load balancer of that name is an error
+//!   (the service controller records it as a warning Event): it is not used, not changed,
+//!   and deleting the Service deletes nothing of it.
+//!
+//! The operator tools ([`LoadBalancer::list_cloud_load_balancers`]) count the same proofs.
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Arc;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -51,7 +65,8 @@ pub mod annotations {
     /// `label=value` member filter (allowed label keys only).
     pub const VPC_NODE_SELECTOR: &str =
         "service.kubernetes.io/ibm-load-balancer-cloud-provider-vpc-node-selector";
-    /// An explicit load balancer name.
+    /// An explicit load balancer name (a new one, created and tagged for this Service; an
+    /// existing one only when it carries this cluster's and this Service's tags).
     pub const VPC_LB_NAME: &str =
         "service.kubernetes.io/ibm-load-balancer-cloud-provider-vpc-lb-name";
     /// `proxy-protocol` (VPC); `ipvs` is classic-only.
@@ -103,7 +118,7 @@ pub const ANNOTATIONS: &[KeyDoc] = &[
         key: annotations::VPC_LB_NAME,
         value: "name",
         example: "my-lb",
-        doc: "The load balancer's name instead of `kube-<clusterID>-<uid>` (changing it later re-creates the load balancer).",
+        doc: "The load balancer's name instead of `kube-<clusterID>-<uid>` (changing it later re-creates the load balancer). A load balancer of that name that this cluster did not create for this Service is an error, never adopted; names of the generated `kube-<cluster>-<uid>` form, IDs and hostnames are refused.",
     },
     KeyDoc {
         section: "",
@@ -164,6 +179,148 @@ pub const NODE_SELECTOR_KEYS: [&str; 16] = [
 
 /// The name prefix of the load balancers we create.
 pub const NAME_PREFIX: &str = "kube";
+
+/// The user tags (Global Tagging, `tag_type=user`) that record, on a load balancer named by
+/// the `...-vpc-lb-name` annotation, the cluster and the Service it was created for. Compared
+/// without regard to case (IBM's tags are case-insensitive).
+pub mod tags {
+    /// `ccm-cluster:<clusterID>`.
+    pub const CLUSTER: &str = "ccm-cluster:";
+    /// `ccm-service-uid:<Service UID>`.
+    pub const SERVICE_UID: &str = "ccm-service-uid:";
+    /// `ccm-service:<namespace>.<name>` (for people and the operator tools; cut to 128
+    /// characters, so not part of the proof).
+    pub const SERVICE: &str = "ccm-service:";
+}
+
+/// IBM's user tag rules: 1 to 128 characters, letters, digits, spaces, `_`, `-`, `.`, `:`.
+fn is_valid_tag(tag: &str) -> bool {
+    (1..=128).contains(&tag.len())
+        && tag
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, ' ' | '_' | '-' | '.' | ':'))
+}
+
+/// The tags that mark a load balancer as created by `cluster_id` for `service`: cluster, UID,
+/// and `namespace.name`. An error when the cluster ID or UID cannot be a tag.
+pub fn owner_tags(cluster_id: &str, service: &Service) -> Result<Vec<String>, ProviderError> {
+    let uid = service.metadata.uid.as_deref().unwrap_or_default();
+    let cluster = format!("{}{cluster_id}", tags::CLUSTER);
+    if cluster_id.is_empty() || !is_valid_tag(&cluster) {
+        return Err(ProviderError::other(format!(
+            "[provider] clusterID cannot be written into the ownership tag {cluster:?} (IBM tags allow letters, digits, '_', '-', '.', ':', 128 characters)"
+        )));
+    }
+    let uid_tag = format!("{}{uid}", tags::SERVICE_UID);
+    if uid.is_empty() || !is_valid_tag(&uid_tag) {
+        return Err(ProviderError::other(format!(
+            "Service {} has no usable UID for the ownership tag",
+            service_key(service)
+        )));
+    }
+    let mut service_tag = format!(
+        "{}{}.{}",
+        tags::SERVICE,
+        service.metadata.namespace.as_deref().unwrap_or_default(),
+        service.metadata.name.as_deref().unwrap_or_default()
+    );
+    service_tag.truncate(128);
+    let mut out = vec![cluster.to_ascii_lowercase(), uid_tag.to_ascii_lowercase()];
+    if is_valid_tag(&service_tag) {
+        out.push(service_tag.to_ascii_lowercase());
+    }
+    Ok(out)
+}
+
+/// The value of the tag `prefix<value>` among `have`, if any (case-insensitive prefix).
+fn tag_value<'a>(have: &'a [String], prefix: &str) -> Option<&'a str> {
+    have.iter().find_map(|t| {
+        let head = t.get(..prefix.len())?;
+        head.eq_ignore_ascii_case(prefix).then_some(&t[prefix.len()..])
+    })
+}
+
+/// Whether `name` has the form of a generated name, `kube-<cluster>-<hex UID, maybe cut>`.
+pub fn has_generated_form(name: &str) -> bool {
+    let Some(rest) = name.strip_prefix(&format!("{NAME_PREFIX}-")) else { return false };
+    let Some((cluster, tail)) = rest.rsplit_once('-') else { return false };
+    !cluster.is_empty() && tail.len() >= 8 && tail.chars().all(|c| c.is_ascii_hexdigit())
+}
+
+/// Whether `name` is a valid VPC load balancer name: 1 to 63 lowercase letters, digits and
+/// `-`, starting with a letter and not ending with `-`.
+pub fn is_valid_name(name: &str) -> bool {
+    (1..=63).contains(&name.len())
+        && name.bytes().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-')
+        && name.as_bytes()[0].is_ascii_lowercase()
+        && !name.ends_with('-')
+}
+
+/// Whether `name` has the form of a VPC resource ID (`<4 characters>-<UUID>`, e.g.
+/// `r006-0a1b2c3d-...`).
+pub fn has_id_form(name: &str) -> bool {
+    let Some((region, uuid)) = name.split_once('-') else { return false };
+    let groups: Vec<&str> = uuid.split('-').collect();
+    region.len() == 4
+        && region.chars().all(|c| c.is_ascii_alphanumeric())
+        && groups.iter().map(|g| g.len()).eq([8, 4, 4, 4, 12])
+        && groups.iter().all(|g| g.chars().all(|c| c.is_ascii_hexdigit()))
+}
+
+/// How a Service's load balancer is named, which says how its ownership is proved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Naming {
+    /// `kube-<clusterID>-<uid>`: the name is the proof.
+    Generated(String),
+    /// The `...-vpc-lb-name` annotation: the ownership tags are the proof.
+    Annotated(String),
+}
+
+impl Naming {
+    /// The load balancer's name.
+    pub fn name(&self) -> &str {
+        match self {
+            Naming::Generated(n) | Naming::Annotated(n) => n,
+        }
+    }
+}
+
+/// The Service's load balancer name and how it is owned. An annotation equal to the
+/// generated name is the generated name; any other annotated name that starts with
+/// `kube-<clusterID>-` or has the generated form (another Service's or another cluster's
+/// generated name) is refused: those names are proved by the name alone, so no annotation may
+/// claim one.
+pub fn naming(service: &Service, cluster_id: &str) -> Result<Naming, ProviderError> {
+    let generated = generated_name(service, cluster_id);
+    let Some(named) =
+        annotation(service, annotations::VPC_LB_NAME).map(str::trim).filter(|n| !n.is_empty())
+    else {
+        return Ok(Naming::Generated(generated));
+    };
+    if named == generated {
+        return Ok(Naming::Generated(generated));
+    }
+    if !is_valid_name(named) || has_id_form(named) {
+        return Err(invalid(
+            annotations::VPC_LB_NAME,
+            format!(
+                "{named:?} is not a load balancer name (1-63 lowercase letters, digits and '-', \
+                 starting with a letter, not of a resource ID's form): the load balancer is \
+                 found by its exact name only, never by ID or hostname"
+            ),
+        ));
+    }
+    if named.starts_with(&format!("{NAME_PREFIX}-{cluster_id}-")) || has_generated_form(named) {
+        return Err(invalid(
+            annotations::VPC_LB_NAME,
+            format!(
+                "{named:?} has the form of a name this provider generates for a Service \
+                 (kube-<clusterID>-<Service UID>): such names are reserved; choose another"
+            ),
+        ));
+    }
+    Ok(Naming::Annotated(named.to_string()))
+}
 /// Connections per listener (upstream's value).
 pub const CONNECTION_LIMIT: i64 = 15000;
 
@@ -184,13 +341,19 @@ impl Default for Timings {
 }
 
 /// `kube-<clusterID>-<uid without dashes>`, at most 63 characters, unless the
-/// `...-vpc-lb-name` annotation names the load balancer.
+/// `...-vpc-lb-name` annotation names the load balancer (see [`naming`] for which names are
+/// accepted).
 pub fn load_balancer_name(service: &Service, cluster_id: &str) -> String {
     if let Some(name) = annotation(service, annotations::VPC_LB_NAME)
         && !name.trim().is_empty()
     {
         return name.trim().to_string();
     }
+    generated_name(service, cluster_id)
+}
+
+/// `kube-<clusterID>-<uid without dashes>`, at most 63 characters.
+pub fn generated_name(service: &Service, cluster_id: &str) -> String {
     let uid: String =
         service.metadata.uid.as_deref().unwrap_or_default().chars().filter(|c| *c != '-').collect();
     let mut name = format!("{NAME_PREFIX}-{cluster_id}-{uid}");
@@ -618,24 +781,131 @@ pub fn plan(
     Ok(steps)
 }
 
+/// Whether a found load balancer is the Service's, and if not, why not.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Owner {
+    /// Created by this cluster for this Service.
+    Ours,
+    /// Anything else; the text says what the load balancer carries instead.
+    NotOurs(String),
+}
+
 /// The LoadBalancer of the IBM provider.
 #[derive(Debug)]
 pub struct IbmLoadBalancer {
     client: Arc<IbmClient>,
     config: Arc<Config>,
     timings: Timings,
+    /// Load balancers this process created under an annotated name whose ownership tags are
+    /// not attached yet (ID → Service UID): the recorded ID is the proof until the tags are
+    /// attached on the next sync.
+    unmarked: Mutex<HashMap<String, String>>,
 }
 
 impl IbmLoadBalancer {
     /// Load balancers on this client and config.
     pub fn new(client: Arc<IbmClient>, config: Arc<Config>, timings: Timings) -> Self {
-        IbmLoadBalancer { client, config, timings }
+        IbmLoadBalancer { client, config, timings, unmarked: Mutex::new(HashMap::new()) }
     }
 
-    /// The load balancer named `name` (or, for an annotated name, with that ID or hostname).
+    /// The load balancer named exactly `name` (never matched by ID or hostname). Two of that
+    /// name is an error.
     async fn find(&self, name: &str) -> Result<Option<model::LoadBalancer>, ProviderError> {
         let all = self.client.list_load_balancers().await?;
-        Ok(all.into_iter().find(|lb| lb.name == name || lb.id == name || lb.hostname == name))
+        let mut named: Vec<model::LoadBalancer> =
+            all.into_iter().filter(|lb| lb.name == name).collect();
+        match named.len() {
+            0 | 1 => Ok(named.pop()),
+            n => Err(ProviderError::other(format!("{n} VPC load balancers are named {name}"))),
+        }
+    }
+
+    fn unmarked_uid(&self, id: &str) -> Option<String> {
+        self.unmarked.lock().map(|m| m.get(id).cloned()).unwrap_or(None)
+    }
+
+    fn set_unmarked(&self, id: &str, uid: Option<&str>) {
+        if let Ok(mut m) = self.unmarked.lock() {
+            match uid {
+                Some(uid) => m.insert(id.to_string(), uid.to_string()),
+                None => m.remove(id),
+            };
+        }
+    }
+
+    /// Whether `lb` (found under the Service's name) is this Service's: by its generated name,
+    /// or, for an annotated name, by this cluster's and this Service's tags (or by this
+    /// process's record of having created it, and then the tags are attached now).
+    async fn owner(
+        &self,
+        naming: &Naming,
+        service: &Service,
+        lb: &model::LoadBalancer,
+    ) -> Result<Owner, ProviderError> {
+        if let Naming::Generated(name) = naming {
+            return Ok(if &lb.name == name {
+                Owner::Ours
+            } else {
+                Owner::NotOurs(format!("it is not named {name}"))
+            });
+        }
+        let want = owner_tags(&self.config.cluster_id, service)?;
+        if lb.crn.is_empty() {
+            return Err(ProviderError::other(format!(
+                "load balancer {} ({}) has no CRN: its ownership tags cannot be read",
+                lb.name, lb.id
+            )));
+        }
+        let have = self.client.list_tags(&lb.crn).await?;
+        let holds = |t: &String| have.iter().any(|h| h.eq_ignore_ascii_case(t));
+        if want[..2].iter().all(holds) {
+            return Ok(Owner::Ours);
+        }
+        let uid = service.metadata.uid.as_deref().unwrap_or_default();
+        if self.unmarked_uid(&lb.id).as_deref() == Some(uid) {
+            tracing::info!(service = %service_key(service), load_balancer = %lb.name, "IBM: attaching the ownership tags of a load balancer this process created");
+            self.client.attach_tags(&lb.crn, &want).await?;
+            self.set_unmarked(&lb.id, None);
+            return Ok(Owner::Ours);
+        }
+        let cluster = tag_value(&have, tags::CLUSTER);
+        let owner_uid = tag_value(&have, tags::SERVICE_UID);
+        let why = match (cluster, owner_uid) {
+            (None, _) => "it carries no ownership tags of any cluster".to_string(),
+            (Some(c), _) if !c.eq_ignore_ascii_case(&self.config.cluster_id) => {
+                format!("it belongs to cluster {c}")
+            }
+            (Some(_), Some(u)) => format!("it belongs to the Service with UID {u}"),
+            (Some(_), None) => "it names no Service".to_string(),
+        };
+        Ok(Owner::NotOurs(why))
+    }
+
+    /// The error for a load balancer of the Service's name that is not the Service's.
+    fn not_ours(service: &Service, lb: &model::LoadBalancer, why: &str) -> ProviderError {
+        invalid(
+            &format!("Service {} annotation {}", service_key(service), annotations::VPC_LB_NAME),
+            format!(
+                "load balancer {} ({}) exists and was not created by this cluster for this \
+                 Service ({why}): it is not used, changed or deleted; name another load \
+                 balancer or remove the annotation",
+                lb.name, lb.id
+            ),
+        )
+    }
+
+    /// The Service's load balancer when it exists and is the Service's; `NotOurs` is an
+    /// error naming it.
+    async fn find_ours(
+        &self,
+        naming: &Naming,
+        service: &Service,
+    ) -> Result<Option<model::LoadBalancer>, ProviderError> {
+        let Some(lb) = self.find(naming.name()).await? else { return Ok(None) };
+        match self.owner(naming, service, &lb).await? {
+            Owner::Ours => Ok(Some(lb)),
+            Owner::NotOurs(why) => Err(Self::not_ours(service, &lb, &why)),
+        }
     }
 
     fn status(lb: &model::LoadBalancer) -> LoadBalancerStatus {
@@ -768,9 +1038,12 @@ impl IbmLoadBalancer {
         Ok(ids.into_iter().collect())
     }
 
+    /// Creates the load balancer; `tags`: the ownership tags to attach once it is active
+    /// (annotated names).
     async fn create(
         &self,
         name: &str,
+        tags: Option<Vec<String>>,
         service: &Service,
         options: &ServiceOptions,
         nodes: &[Node],
@@ -807,7 +1080,28 @@ impl IbmLoadBalancer {
             .create_load_balancer(body)
             .await
             .map_err(|e| Self::mutation_error(name, e))?;
-        self.wait_active(&lb.id, name).await
+        let Some(tags) = tags else { return self.wait_active(&lb.id, name).await };
+        // Recorded before anything else can fail: until the tags are attached, this record
+        // is the proof that this process created it for this Service.
+        let uid = service.metadata.uid.as_deref().unwrap_or_default();
+        self.set_unmarked(&lb.id, Some(uid));
+        let lb = self.wait_active(&lb.id, name).await?;
+        if lb.crn.is_empty() {
+            return Err(ProviderError::other(format!(
+                "load balancer {name} ({}) was created without a CRN: it cannot be tagged as this Service's",
+                lb.id
+            )));
+        }
+        self.client.attach_tags(&lb.crn, &tags).await.map_err(|e| {
+            ProviderError::other(format!(
+                "load balancer {name} ({}) was created, but attaching its ownership tags failed \
+                 (tried again on the next sync): {e}",
+                lb.id
+            ))
+        })?;
+        self.set_unmarked(&lb.id, None);
+        tracing::info!(service = %service_key(service), load_balancer = name, tags = %tags.join(","), "IBM: ownership tags attached");
+        Ok(lb)
     }
 
     async fn update(
@@ -940,13 +1234,20 @@ impl IbmLoadBalancer {
 
 #[async_trait]
 impl LoadBalancer for IbmLoadBalancer {
+    /// The status of the Service's load balancer when it exists and is the Service's; a load
+    /// balancer of that name that is not the Service's is reported as none (its address is
+    /// never shown as this Service's).
     async fn get_load_balancer(
         &self,
         _cluster_name: &str,
         service: &Service,
     ) -> Result<Option<LoadBalancerStatus>, ProviderError> {
-        let name = load_balancer_name(service, &self.config.cluster_id);
-        Ok(self.find(&name).await?.map(|lb| Self::status(&lb)))
+        let Ok(naming) = naming(service, &self.config.cluster_id) else { return Ok(None) };
+        let Some(lb) = self.find(naming.name()).await? else { return Ok(None) };
+        Ok(match self.owner(&naming, service, &lb).await? {
+            Owner::Ours => Some(Self::status(&lb)),
+            Owner::NotOurs(_) => None,
+        })
     }
 
     fn load_balancer_name(&self, _cluster_name: &str, service: &Service) -> String {
@@ -960,9 +1261,17 @@ impl LoadBalancer for IbmLoadBalancer {
         nodes: &[Node],
     ) -> Result<LoadBalancerStatus, ProviderError> {
         let options = service_options(service)?;
-        let name = load_balancer_name(service, &self.config.cluster_id);
-        let lb = match self.find(&name).await? {
-            None => return Ok(Self::status(&self.create(&name, service, &options, nodes).await?)),
+        let naming = naming(service, &self.config.cluster_id)?;
+        let name = naming.name().to_string();
+        let lb = match self.find_ours(&naming, service).await? {
+            None => {
+                let tags = match &naming {
+                    Naming::Annotated(_) => Some(owner_tags(&self.config.cluster_id, service)?),
+                    Naming::Generated(_) => None,
+                };
+                let lb = self.create(&name, tags, service, &options, nodes).await?;
+                return Ok(Self::status(&lb));
+            }
             Some(lb) if lb.is_active() => lb,
             Some(lb) => self.wait_active(&lb.id, &name).await?,
         };
@@ -977,8 +1286,9 @@ impl LoadBalancer for IbmLoadBalancer {
         nodes: &[Node],
     ) -> Result<(), ProviderError> {
         let options = service_options(service)?;
-        let name = load_balancer_name(service, &self.config.cluster_id);
-        let lb = match self.find(&name).await? {
+        let naming = naming(service, &self.config.cluster_id)?;
+        let name = naming.name().to_string();
+        let lb = match self.find_ours(&naming, service).await? {
             None => {
                 tracing::warn!(service = %service_key(service), load_balancer = %name, "IBM: load balancer not found for update");
                 return Ok(());
@@ -989,13 +1299,29 @@ impl LoadBalancer for IbmLoadBalancer {
         self.update(lb, service, &options, nodes).await.map(|_| ())
     }
 
+    /// Deletes the Service's load balancer when it is the Service's. A load balancer of the
+    /// Service's name that is not its own is left as it is (a warning names it) and the
+    /// deletion succeeds: nothing of the Service's own exists. A failed ownership check is an
+    /// error (nothing is deleted).
     async fn ensure_load_balancer_deleted(
         &self,
         _cluster_name: &str,
         service: &Service,
     ) -> Result<(), ProviderError> {
-        let name = load_balancer_name(service, &self.config.cluster_id);
+        let naming = match naming(service, &self.config.cluster_id) {
+            Ok(n) => n,
+            Err(e) => {
+                // A reserved annotated name: this provider never created anything under it.
+                tracing::warn!(service = %service_key(service), error = %e, "IBM: nothing to delete");
+                return Ok(());
+            }
+        };
+        let name = naming.name().to_string();
         let Some(lb) = self.find(&name).await? else { return Ok(()) };
+        if let Owner::NotOurs(why) = self.owner(&naming, service, &lb).await? {
+            tracing::warn!(service = %service_key(service), load_balancer = %name, id = %lb.id, reason = %why, "IBM: load balancer of the Service's name was not created for this Service: not deleting it");
+            return Ok(());
+        }
         if lb.provisioning_status != "delete_pending" {
             if !lb.is_active() && lb.provisioning_status != "failed" {
                 self.wait_active(&lb.id, &name).await?;
@@ -1006,35 +1332,52 @@ impl LoadBalancer for IbmLoadBalancer {
                 .await
                 .map_err(|e| Self::mutation_error(&name, e))?;
         }
-        self.wait_gone(&lb.id, &name).await
+        self.wait_gone(&lb.id, &name).await?;
+        self.set_unmarked(&lb.id, None);
+        Ok(())
     }
 
-    /// Every VPC load balancer the account shows; owned when named `kube-<clusterID>-...`
-    /// (IBM VPC load balancers carry no cluster tags: the name is upstream's ownership
-    /// mark). A name given by the `...-vpc-lb-name` annotation is not recognisable, so such
-    /// load balancers never count as owned. Their public IPs go with them.
+    /// Every VPC load balancer the account shows; owned when it carries the same proof the
+    /// controller uses: the generated name `kube-<clusterID>-...` (no annotation may take
+    /// such a name), or this cluster's ownership tag (annotated names; the Service comes from
+    /// its `ccm-service:` tag). A load balancer whose tags cannot be read counts as not owned
+    /// (a warning names it). Their public IPs go with them.
     async fn list_cloud_load_balancers(
         &self,
         _cluster_name: &str,
     ) -> Result<Vec<CloudLoadBalancer>, ProviderError> {
         let all = self.client.list_load_balancers().await?;
-        Ok(all.iter().map(|lb| self.inventory_entry(lb)).collect())
+        let mut out = Vec::with_capacity(all.len());
+        for lb in &all {
+            let (owned, service) = match self.ownership(lb).await {
+                Ok(o) => o,
+                Err(e) => {
+                    tracing::warn!(load_balancer = %lb.name, id = %lb.id, error = %e, "IBM: ownership tags cannot be read: counted as not owned");
+                    (false, None)
+                }
+            };
+            out.push(Self::inventory_entry(lb, owned, service));
+        }
+        Ok(out)
     }
 
-    /// Deletes an owned VPC load balancer (looked up again by ID; gone already: `Ok`) and
-    /// waits until it is gone.
+    /// Deletes an owned VPC load balancer (looked up again by ID and its ownership proved
+    /// again; gone already: `Ok`) and waits until it is gone.
     async fn delete_cloud_load_balancer(
         &self,
         _cluster_name: &str,
         lb: &CloudLoadBalancer,
     ) -> Result<(), ProviderError> {
         let Some(fresh) = self.client.get_load_balancer(&lb.id).await? else { return Ok(()) };
-        if !self.inventory_entry(&fresh).owned || fresh.name != lb.name {
+        let (owned, _) = self.ownership(&fresh).await?;
+        if !owned || fresh.name != lb.name {
             return Err(ProviderError::Invalid {
                 what: format!("load balancer {}", fresh.name),
                 message: format!(
-                    "not named {}: not owned by this cluster, refusing to delete it",
-                    self.owned_prefix()
+                    "neither named {} nor tagged {}{}: not owned by this cluster, refusing to delete it",
+                    self.owned_prefix(),
+                    tags::CLUSTER,
+                    self.config.cluster_id
                 ),
             });
         }
@@ -1059,21 +1402,51 @@ impl IbmLoadBalancer {
         format!("{NAME_PREFIX}-{}-", self.config.cluster_id)
     }
 
-    fn inventory_entry(&self, lb: &model::LoadBalancer) -> CloudLoadBalancer {
+    /// Whether this cluster created `lb` (generated name, or this cluster's ownership tag),
+    /// and the `<namespace>/<name>` its tags record.
+    async fn ownership(
+        &self,
+        lb: &model::LoadBalancer,
+    ) -> Result<(bool, Option<String>), ProviderError> {
+        if self.config.cluster_id.is_empty() {
+            return Ok((false, None));
+        }
+        if lb.name.starts_with(&self.owned_prefix()) {
+            return Ok((true, None));
+        }
+        if lb.crn.is_empty() {
+            return Ok((false, None));
+        }
+        let have = self.client.list_tags(&lb.crn).await?;
+        let owned = tag_value(&have, tags::CLUSTER)
+            .is_some_and(|c| c.eq_ignore_ascii_case(&self.config.cluster_id))
+            && tag_value(&have, tags::SERVICE_UID).is_some();
+        let service = owned
+            .then(|| tag_value(&have, tags::SERVICE))
+            .flatten()
+            .and_then(|v| v.split_once('.'))
+            .map(|(ns, name)| format!("{ns}/{name}"));
+        Ok((owned, service))
+    }
+
+    fn inventory_entry(
+        lb: &model::LoadBalancer,
+        owned: bool,
+        service: Option<String>,
+    ) -> CloudLoadBalancer {
         let mut ingress: Vec<String> = Vec::new();
         if !lb.hostname.is_empty() {
             ingress.push(lb.hostname.clone());
         }
         let ips = if lb.is_public { &lb.public_ips } else { &lb.private_ips };
         ingress.extend(ips.iter().map(|a| a.address.clone()));
-        let owned = !self.config.cluster_id.is_empty() && lb.name.starts_with(&self.owned_prefix());
         CloudLoadBalancer {
             name: lb.name.clone(),
             kind: "VPC load balancer".into(),
             id: lb.id.clone(),
             ingress,
             owned,
-            service: None,
+            service,
             resources: lb
                 .public_ips
                 .iter()
@@ -1166,6 +1539,66 @@ mod tests {
         assert_eq!(parse_pool_name("tcp-80-30080"), Some(("tcp".into(), 80, 30080)));
         assert_eq!(parse_pool_name("http-80-30080"), None);
         assert_eq!(parse_pool_name("tcp-80"), None);
+    }
+
+    #[test]
+    fn annotated_names_of_the_generated_form_are_refused_and_tags_name_cluster_and_service() {
+        let own = service(&[], &[(80, 30080)], None);
+        assert_eq!(
+            naming(&own, "clus1").unwrap(),
+            Naming::Generated("kube-clus1-6f7f1b2c123456789abcdef012345678".into())
+        );
+        let same = service(
+            &[(annotations::VPC_LB_NAME, "kube-clus1-6f7f1b2c123456789abcdef012345678")],
+            &[(80, 30080)],
+            None,
+        );
+        assert!(matches!(naming(&same, "clus1").unwrap(), Naming::Generated(_)));
+        let mine = service(&[(annotations::VPC_LB_NAME, " my-lb ")], &[(80, 30080)], None);
+        assert_eq!(naming(&mine, "clus1").unwrap(), Naming::Annotated("my-lb".into()));
+        assert_eq!(naming(&mine, "clus1").unwrap().name(), "my-lb");
+        for reserved in [
+            "kube-clus1-0a0a0a0a111122223333444444444444",
+            "kube-clus1-anything",
+            "kube-clus2-0a0a0a0a111122223333444444444444",
+            "kube-c-0a0a0a0a",
+        ] {
+            let svc = service(&[(annotations::VPC_LB_NAME, reserved)], &[(80, 30080)], None);
+            let e = naming(&svc, "clus1").unwrap_err().to_string();
+            assert!(e.contains(annotations::VPC_LB_NAME) && e.contains("reserved"), "{e}");
+        }
+        for free in ["kube-other-web", "web-lb", "kube"] {
+            assert!(!has_generated_form(free), "{free}");
+        }
+        let long = "a".repeat(64);
+        for not_a_name in [
+            "r006-dbc3865e-d8e5-4b4a-839a-21ba00d6e2ae",
+            "76d1aae9-us-south.lb.appdomain.cloud",
+            "My-LB",
+            "1lb",
+            "lb-",
+            long.as_str(),
+        ] {
+            let svc = service(&[(annotations::VPC_LB_NAME, not_a_name)], &[(80, 30080)], None);
+            let e = naming(&svc, "clus1").unwrap_err().to_string();
+            assert!(e.contains(annotations::VPC_LB_NAME) && e.contains("exact name"), "{e}");
+        }
+
+        let tags = owner_tags("clus1", &mine).unwrap();
+        assert_eq!(
+            tags,
+            [
+                "ccm-cluster:clus1",
+                "ccm-service-uid:6f7f1b2c-1234-5678-9abc-def012345678",
+                "ccm-service:default.web"
+            ]
+        );
+        assert!(tags.iter().all(|t| is_valid_tag(t)));
+        assert_eq!(tag_value(&tags, "CCM-SERVICE:"), Some("default.web"));
+        assert!(owner_tags("clus/1", &mine).unwrap_err().to_string().contains("clusterID"));
+        let mut no_uid = mine.clone();
+        no_uid.metadata.uid = None;
+        assert!(owner_tags("clus1", &no_uid).is_err());
     }
 
     #[test]

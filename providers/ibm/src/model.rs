@@ -101,6 +101,8 @@ pub struct Profile {
 pub struct LoadBalancer {
     /// The load balancer ID.
     pub id: String,
+    /// Its CRN (Global Tagging attaches tags to it).
+    pub crn: String,
     /// The name.
     pub name: String,
     /// The DNS name clients use.

@@ -17,6 +17,18 @@
 //! | `…/{id}/listeners[/{id}]` | `vpc.load_balancer_listeners.{list,create,get,update,delete}` |
 //! | `…/{id}/pools[/{id}]` | `vpc.load_balancer_pools.{list,create,get,update,delete}` |
 //! | `…/pools/{id}/members[/{id}]` | `vpc.load_balancer_pool_members.{list,create,replace,get,update,delete}` |
+//! | `GET /v3/tags`, `POST /v3/tags/attach`, `POST /v3/tags/detach` | `tagging.tags.{list,attach,detach}` |
+//!
+//! Global Tagging (user tags only) as IBM's API answers it: tags are attached to a resource's
+//! CRN (here: load balancers), `attach`/`detach` take `{"resources":[{"resource_id"}],
+//! "tag_names":[...]}` (or `tag_name`) and answer `{"results":[{"resource_id","is_error"}]}`
+//! (`is_error` for a CRN this account does not have), `GET /v3/tags?attached_to=<crn>` pages
+//! `{"total_count","offset","limit","items":[{"name"}]}` with `offset`/`limit` (1..=1000).
+//! Rejected as IBM does: a tag that is not 1-128 letters, digits, spaces, `_`, `-`, `.`, `:`
+//! (400), no resources or no tag names (400), another account's `account_id` (403), a
+//! `tag_type` other than `user` (400: only user tags are emulated). Tags are
+//! case-insensitive and kept lower-cased; they go when their load balancer is deleted, and the
+//! state dump lists each load balancer's `tags`.
 //!
 //! Rules enforced as IBM does: every VPC and Resource Manager call needs a bearer token this
 //! emulator issued and that has not expired (401); VPC calls need `version=YYYY-MM-DD` and
@@ -302,6 +314,9 @@ fn route(method: &Method, path: &str) -> (String, Vec<String>) {
         (Method::DELETE, ["v1", "load_balancers", _, "pools", _, "members", _]) => {
             ("vpc.load_balancer_pool_members.delete", ids(&[2, 4, 6]))
         }
+        (Method::GET, ["v3", "tags"]) => ("tagging.tags.list", vec![]),
+        (Method::POST, ["v3", "tags", "attach"]) => ("tagging.tags.attach", vec![]),
+        (Method::POST, ["v3", "tags", "detach"]) => ("tagging.tags.detach", vec![]),
         (m, ["v1", ..]) => return (format!("vpc.unknown.{}", m.as_str().to_lowercase()), vec![]),
         (m, _) => return (format!("http.unknown.{}", m.as_str().to_lowercase()), vec![]),
     };
@@ -382,6 +397,8 @@ struct Lb {
     created_at: String,
     private_ip: String,
     public_ip: Option<String>,
+    /// Global Tagging user tags attached to its CRN (lower-cased).
+    tags: std::collections::BTreeSet<String>,
 }
 
 #[derive(Debug, Default)]
@@ -1194,6 +1211,9 @@ impl IbmCloud {
             };
             return reply(StatusCode::OK, &json!({ "resources": list }));
         }
+        if op.starts_with("tagging.") {
+            return self.tagging(op, &q, &ctx, req).unwrap_or_else(|e| e);
+        }
         if !req.uri().path().starts_with("/v1/") {
             return err(
                 StatusCode::NOT_FOUND,
@@ -1509,6 +1529,7 @@ impl IbmCloud {
             created_at: now_rfc3339(),
             private_ip,
             public_ip: is_public.then(|| format!("203.0.113.{}", 10 + n % 240)),
+            tags: Default::default(),
         };
         if let Some(pools) = v.get("pools") {
             let pools =
@@ -1945,6 +1966,7 @@ impl IbmCloud {
                         })
                         .collect::<Vec<_>>()
                 );
+                v["tags"] = json!(lb.tags.iter().collect::<Vec<_>>());
                 v["pools"] = json!(
                     lb.pools
                         .iter()
@@ -1983,6 +2005,130 @@ impl IbmCloud {
             "load_balancers": lbs,
             "tokens_issued": st.tokens_issued,
         })
+    }
+}
+
+/// A Global Tagging user tag: 1-128 letters, digits, spaces, `_`, `-`, `.`, `:`.
+fn valid_tag(t: &str) -> bool {
+    (1..=128).contains(&t.len())
+        && t.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, ' ' | '_' | '-' | '.' | ':'))
+}
+
+impl IbmCloud {
+    /// Global Tagging: list, attach, detach user tags on load balancers' CRNs.
+    fn tagging(&self, op: &str, q: &Query, ctx: &Ctx, req: &Request<Bytes>) -> Res<Resp> {
+        if let Some(a) = q.get("account_id")
+            && a != ctx.account
+        {
+            return Err(err(
+                StatusCode::FORBIDDEN,
+                "forbidden",
+                format!("The token is not authorized for account '{a}'."),
+            ));
+        }
+        match q.get("tag_type") {
+            None | Some("user") => {}
+            Some(t) => {
+                return Err(bad(format!(
+                    "tag_type {t:?}: only user tags are emulated (user, service, access in IBM Cloud)"
+                )));
+            }
+        }
+        let mut st = lock(&self.state);
+        Self::settle(&mut st);
+        let crn_of = |lb: &Lb| ctx.crn("load-balancer", &lb.id);
+        if op == "tagging.tags.list" {
+            let number = |key: &str, default: u64, lo: u64, hi: u64| -> Res<u64> {
+                match q.get(key) {
+                    None => Ok(default),
+                    Some(v) => match v.parse::<u64>() {
+                        Ok(n) if (lo..=hi).contains(&n) => Ok(n),
+                        _ => Err(bad(format!("{key} must be an integer from {lo} to {hi}"))),
+                    },
+                }
+            };
+            let offset = number("offset", 0, 0, u64::MAX)?;
+            let limit = number("limit", 100, 1, 1000)?;
+            let mut names = std::collections::BTreeSet::new();
+            for lb in &st.lbs {
+                if q.get("attached_to").is_none_or(|c| c == crn_of(lb)) {
+                    names.extend(lb.tags.iter().cloned());
+                }
+            }
+            let total = names.len();
+            let items: Vec<Value> = names
+                .into_iter()
+                .skip(offset as usize)
+                .take(limit as usize)
+                .map(|n| json!({"name": n}))
+                .collect();
+            return Ok(reply(
+                StatusCode::OK,
+                &json!({"total_count": total, "offset": offset, "limit": limit, "items": items}),
+            ));
+        }
+        let v = body_json(req)?;
+        let resources = v.get("resources").and_then(Value::as_array).filter(|r| !r.is_empty());
+        let Some(resources) = resources else {
+            return Err(err(
+                StatusCode::BAD_REQUEST,
+                "validation_required_field_missing",
+                "resources is required: a non-empty array of {\"resource_id\": <CRN>}",
+            ));
+        };
+        let mut names: Vec<String> = match (v.get("tag_names"), v.get("tag_name")) {
+            (Some(Value::Array(a)), _) => {
+                a.iter().map(|t| t.as_str().unwrap_or_default().to_string()).collect()
+            }
+            (None, Some(Value::String(t))) => vec![t.clone()],
+            _ => Vec::new(),
+        };
+        if names.is_empty() {
+            return Err(err(
+                StatusCode::BAD_REQUEST,
+                "validation_required_field_missing",
+                "tag_names (or tag_name) is required",
+            ));
+        }
+        if let Some(bad_tag) = names.iter().find(|t| !valid_tag(t)) {
+            return Err(err(
+                StatusCode::BAD_REQUEST,
+                "invalid_tag_name",
+                format!(
+                    "The tag {bad_tag:?} is not valid: 1-128 characters, letters, digits, spaces, '_', '-', '.', ':'."
+                ),
+            ));
+        }
+        for n in &mut names {
+            *n = n.to_ascii_lowercase();
+        }
+        let attach = op == "tagging.tags.attach";
+        let mut results = Vec::new();
+        for r in resources {
+            let crn = r.get("resource_id").and_then(Value::as_str).unwrap_or_default();
+            let found = st.lbs.iter_mut().find(|lb| !crn.is_empty() && crn_of(lb) == crn);
+            let is_error = match found {
+                Some(lb) => {
+                    for n in &names {
+                        if attach {
+                            lb.tags.insert(n.clone());
+                        } else {
+                            lb.tags.remove(n);
+                        }
+                    }
+                    false
+                }
+                None => true,
+            };
+            results.push(json!({"resource_id": crn, "is_error": is_error}));
+        }
+        Ok(reply(StatusCode::OK, &json!({ "results": results })))
+    }
+
+    /// The user tags attached to the load balancer `id` (tests).
+    pub fn load_balancer_tags(&self, id: &str) -> Option<Vec<String>> {
+        let st = lock(&self.state);
+        st.lbs.iter().find(|l| l.id == id).map(|l| l.tags.iter().cloned().collect())
     }
 }
 

@@ -124,3 +124,31 @@ async fn lists_follow_next_pages() {
     assert_eq!(all.len(), 233);
     assert_eq!(f.server.counters().get("vpc.instances.list"), 3, "pages of 100");
 }
+
+#[tokio::test]
+async fn a_reply_larger_than_the_cap_is_refused_naming_the_call() {
+    let f = start().await;
+    let c = f.provider.client();
+    let huge = format!(r#"{{"subnets":[],"padding":"{}"}}"#, "x".repeat(5 * 1024 * 1024));
+    f.server
+        .inject(
+            FaultRule::new("vpc.subnets.list", Fault::Status { status: 200, body: Some(huge) })
+                .times(1),
+        )
+        .unwrap();
+    let err = c.list_subnets().await.unwrap_err();
+    assert!(matches!(err, ClientError::TooLarge { .. }), "{err}");
+    assert!(err.to_string().contains("is.subnet.list"), "{err}");
+    // An error reply is capped too.
+    let page = format!("<html>{}</html>", "y".repeat(5 * 1024 * 1024));
+    f.server
+        .inject(
+            FaultRule::new("vpc.instances.get", Fault::Status { status: 404, body: Some(page) })
+                .times(1),
+        )
+        .unwrap();
+    let err = c.get_instance("0717_x").await.unwrap_err();
+    assert!(matches!(err, ClientError::TooLarge { .. }), "{err}");
+    // The next reply of normal size is read as usual.
+    assert_eq!(c.list_subnets().await.unwrap().len(), 4);
+}

@@ -48,7 +48,8 @@ pub fn config_text(url: &str, account: &str, key_file: &std::path::Path) -> Stri
          cluster-default-provider = g2\naccountID = {account}\nclusterID = {CLUSTER}\n\
          region = us-south\ng2workerServiceAccountID = {account}\ng2VpcName = vpc-1\n\
          g2Credentials = {}\ng2ResourceGroupName = default\ng2VpcSubnetNames = subnet-1,subnet-2\n\
-         g2EndpointOverride = {url}\niamEndpointOverride = {url}\nrmEndpointOverride = {url}\n",
+         g2EndpointOverride = {url}\niamEndpointOverride = {url}\nrmEndpointOverride = {url}\n\
+         taggingEndpointOverride = {url}\n",
         key_file.display()
     )
 }
@@ -68,6 +69,15 @@ pub async fn start_with(opts: IbmOptions, client: ClientOptions) -> Fixture {
     let config = Config::parse(&text, &BTreeMap::new()).unwrap();
     let provider = IbmProvider::new(config, client, TIMINGS).unwrap();
     Fixture { cloud, server, provider, _dir: dir }
+}
+
+/// A second provider on the fixture's emulator and API key, for another cluster ID.
+pub fn provider_for(f: &Fixture, cluster: &str) -> IbmProvider {
+    let key = f._dir.path().join("api-key");
+    let text = config_text(&f.server.url(), &f.cloud.account_id(), &key)
+        .replace(&format!("clusterID = {CLUSTER}\n"), &format!("clusterID = {cluster}\n"));
+    let config = Config::parse(&text, &BTreeMap::new()).unwrap();
+    IbmProvider::new(config, ClientOptions::default(), TIMINGS).unwrap()
 }
 
 pub async fn start() -> Fixture {

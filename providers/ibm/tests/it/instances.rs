@@ -139,3 +139,53 @@ async fn existence_comes_from_the_vpc_and_only_a_404_for_a_known_instance_says_g
     let aws = node("y", &[], Some("aws:///us-east-1a/i-0123"), None);
     assert!(inst.instance_exists(&aws).await.is_err());
 }
+
+/// A proxy's or gateway's HTML 404 page that echoes the request (and so the instance ID).
+fn html_404(id: &str) -> String {
+    format!(
+        "<!DOCTYPE html><html><head><title>404 Not Found</title></head><body><h1>Not Found</h1>\
+         <p>The requested URL /v1/instances/{id} was not found on this server.</p>\
+         <hr><address>Apache/2.4.57 Server at vpc.internal Port 443</address></body></html>"
+    )
+}
+
+#[tokio::test]
+async fn a_404_that_is_not_ibms_typed_not_found_never_says_an_instance_is_gone() {
+    use ccm_emulators::faults::{Fault, FaultRule};
+    let f = start().await;
+    let inst = f.provider.ibm_instances();
+    let client = f.provider.client();
+    let account = f.cloud.account_id();
+    let id_a = f.cloud.instance_id("node-a").unwrap();
+    // A VPC instance ID of the right form that the listing does not show: the provider asks
+    // GetInstance for it, and only IBM's typed not-found may say gone.
+    let unlisted = "0717_e21b7391-2ca2-4ab5-84a8-b92157a633b0";
+    let unlisted_node =
+        node("node-x", &[], Some(&format!("ibm://{account}///{CLUSTER}/{unlisted}")), None);
+    let bodies = [
+        ("an HTML page echoing the ID", html_404(unlisted)),
+        ("a JSON body without IBM's code", format!(r#"{{"message":"{unlisted} not found"}}"#)),
+        (
+            "a JSON body with another code",
+            r#"{"errors":[{"code":"no_route","message":"x"}]}"#.into(),
+        ),
+        ("an empty body", String::new()),
+    ];
+    for (what, body) in bodies {
+        let rule =
+            FaultRule::new("vpc.instances.get", Fault::Status { status: 404, body: Some(body) });
+        let _id = f.server.inject(rule).unwrap();
+        // The client: an error, not "no such instance" (node-a exists).
+        let got = client.get_instance(&id_a).await;
+        assert!(got.is_err(), "{what}: GetInstance answered {got:?}");
+        // The provider: the Node is kept (an error), never NotFound.
+        let out = inst.instance_status_batch(std::slice::from_ref(&unlisted_node)).await;
+        assert!(out[0].is_err(), "{what}: the node's instance status was {:?}", out[0]);
+        assert!(inst.instance_exists(&unlisted_node).await.is_err(), "{what}");
+        f.server.admin().clear_faults().await.unwrap();
+    }
+    // IBM's own typed answer for that exact ID still says gone.
+    let out = inst.instance_status_batch(std::slice::from_ref(&unlisted_node)).await;
+    assert!(matches!(out[0], Ok(InstanceStatus::NotFound)), "{:?}", out[0]);
+    assert!(client.get_instance(unlisted).await.unwrap().is_none());
+}

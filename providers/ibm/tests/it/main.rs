@@ -5,6 +5,7 @@
 //! |---|---|
 //! | `instances` | nodes by label and by VPC lookup (one list call per batch), existence and shutdown, an outage deletes nothing |
 //! | `client` | IBM error bodies, token expiry renewed, throttling retried, a hung call ends at its deadline, paging |
+//! | `tenant` | a Service never gets, changes or deletes a load balancer its cluster did not create for it (`vpc-lb-name`) |
 //! | `load_balancer` | public and private load balancers as upstream builds them, member updates, deletion leaves nothing |
 // Test helpers panic on failure by design.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -13,3 +14,4 @@ mod client;
 mod fixture;
 mod instances;
 mod load_balancer;
+mod tenant;

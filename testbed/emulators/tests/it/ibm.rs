@@ -579,6 +579,127 @@ async fn ibm_pools_members_and_health_monitors_are_kept_and_replaced() {
     assert_eq!(state["cloud"]["instances"].as_array().unwrap().len(), 8);
 }
 
+async fn post(ibm: &Ibm, path: &str, body: Value) -> (u16, Value) {
+    ibm.call_with(reqwest::Method::POST, path, Some(&ibm.token), Some(body)).await
+}
+
+/// The user tags attached to `crn`, as Global Tagging lists them.
+async fn tags_of(ibm: &Ibm, crn: &str) -> Vec<String> {
+    let q = url::form_urlencoded::Serializer::new(String::new())
+        .append_pair("attached_to", crn)
+        .append_pair("tag_type", "user")
+        .finish();
+    let (s, v) =
+        ibm.call_with(reqwest::Method::GET, &format!("/v3/tags?{q}"), Some(&ibm.token), None).await;
+    assert_eq!(s, 200, "{v}");
+    let names: Vec<String> =
+        v["items"].as_array().unwrap().iter().map(|i| i["name"].as_str().unwrap().into()).collect();
+    assert_eq!(v["total_count"], names.len(), "{v}");
+    names
+}
+
+#[tokio::test]
+async fn ibm_global_tagging_attaches_lists_and_refuses_as_ibm_does() {
+    let ibm = Ibm::start_held().await;
+    let subnet = ibm.subnet_id("subnet-a").await;
+    let (s, lb) =
+        ibm.vpc(reqwest::Method::POST, "load_balancers", Some(lb_body("tagged", &subnet))).await;
+    assert_eq!(s, 201, "{lb}");
+    let crn = lb["crn"].as_str().unwrap().to_string();
+    let account = ibm.cloud.account_id();
+    assert!(crn.starts_with("crn:v1:bluemix:public:is:us-south:a/") && crn.contains(&account));
+    assert!(tags_of(&ibm, &crn).await.is_empty());
+
+    // Attach (case-insensitive, kept lower-cased), idempotent; tags on a pending load
+    // balancer are fine (tags are not load balancer changes).
+    let body =
+        json!({"resources": [{"resource_id": crn}], "tag_names": ["ccm-cluster:C1", "env:test"]});
+    let (s, v) =
+        post(&ibm, &format!("/v3/tags/attach?tag_type=user&account_id={account}"), body.clone())
+            .await;
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(v["results"], json!([{"resource_id": crn, "is_error": false}]));
+    let (s, _) = post(&ibm, "/v3/tags/attach", body).await;
+    assert_eq!(s, 200);
+    assert_eq!(tags_of(&ibm, &crn).await, ["ccm-cluster:c1", "env:test"]);
+    // Another resource's CRN, or one of no resource: is_error, nothing attached.
+    let other =
+        crn.replace(lb["id"].as_str().unwrap(), "r006-00000000-0000-4000-8000-000000000000");
+    let (s, v) = post(
+        &ibm,
+        "/v3/tags/attach",
+        json!({"resources": [{"resource_id": other}], "tag_name": "x"}),
+    )
+    .await;
+    assert_eq!(s, 200);
+    assert_eq!(v["results"][0]["is_error"], true, "{v}");
+    assert!(tags_of(&ibm, &other).await.is_empty());
+    // Rejections.
+    for (body, code) in [
+        (
+            json!({"resources": [{"resource_id": crn}], "tag_names": ["no/slash"]}),
+            "invalid_tag_name",
+        ),
+        (
+            json!({"resources": [{"resource_id": crn}], "tag_names": ["x".repeat(129)]}),
+            "invalid_tag_name",
+        ),
+        (
+            json!({"resources": [{"resource_id": crn}], "tag_names": []}),
+            "validation_required_field_missing",
+        ),
+        (json!({"resources": [], "tag_names": ["a"]}), "validation_required_field_missing"),
+    ] {
+        let (s, v) = post(&ibm, "/v3/tags/attach", body).await;
+        assert_eq!(s, 400, "{v}");
+        assert_ibm_error(&v, code);
+    }
+    let (s, v) = post(
+        &ibm,
+        "/v3/tags/attach?account_id=someone-else",
+        json!({"resources": [{"resource_id": crn}], "tag_names": ["a"]}),
+    )
+    .await;
+    assert_eq!(s, 403, "{v}");
+    let (s, _) = post(
+        &ibm,
+        "/v3/tags/attach?tag_type=access",
+        json!({"resources": [{"resource_id": crn}], "tag_names": ["a:b"]}),
+    )
+    .await;
+    assert_eq!(s, 400);
+    let (s, _) =
+        ibm.call_with(reqwest::Method::GET, "/v3/tags?limit=1001", Some(&ibm.token), None).await;
+    assert_eq!(s, 400);
+    let (s, _) = ibm.call_with(reqwest::Method::GET, "/v3/tags", None, None).await;
+    assert_eq!(s, 401, "a token is required");
+    // Paging, detach, the state dump, and deletion takes the tags along.
+    let (s, v) = ibm
+        .call_with(reqwest::Method::GET, "/v3/tags?offset=1&limit=1", Some(&ibm.token), None)
+        .await;
+    assert_eq!(s, 200);
+    assert_eq!(
+        (v["total_count"].as_u64(), v["items"][0]["name"].as_str()),
+        (Some(2), Some("env:test"))
+    );
+    let (s, _) = post(
+        &ibm,
+        "/v3/tags/detach",
+        json!({"resources": [{"resource_id": crn}], "tag_names": ["env:test"]}),
+    )
+    .await;
+    assert_eq!(s, 200);
+    assert_eq!(tags_of(&ibm, &crn).await, ["ccm-cluster:c1"]);
+    let state = ibm.server.admin().state().await.unwrap();
+    assert_eq!(state["cloud"]["load_balancers"][0]["tags"], json!(["ccm-cluster:c1"]));
+    ibm.cloud.complete_pending();
+    let id = lb["id"].as_str().unwrap();
+    let (s, _) = ibm.vpc(reqwest::Method::DELETE, &format!("load_balancers/{id}"), None).await;
+    assert_eq!(s, 202);
+    ibm.cloud.complete_pending();
+    assert!(tags_of(&ibm, &crn).await.is_empty());
+}
+
 #[tokio::test]
 async fn ibm_faults_answer_in_ibm_shapes() {
     let ibm = Ibm::start(IbmOptions::default()).await;
