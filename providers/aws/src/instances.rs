@@ -49,24 +49,31 @@ pub enum InstanceRef {
 /// The instance ID in a providerID. Accepts `aws:///<zone>/<id>`, `aws:////<id>`,
 /// `aws://<zone>/<id>` and a bare `i-...`; the ID must start with `i-` and contain no `/`.
 pub fn parse_provider_id(provider_id: &str) -> Result<String, ProviderError> {
+    provider_id_parts(provider_id).map(|(_, id)| id)
+}
+
+/// The location (the zone of `aws:///<zone>/<id>`, else the host of `aws://<zone or
+/// region>/<id>`; `None` when neither is given) and the instance ID of a providerID.
+pub fn provider_id_parts(provider_id: &str) -> Result<(Option<String>, String), ProviderError> {
     let invalid = |message: &str| ProviderError::Invalid {
         what: format!("providerID {provider_id:?}"),
         message: message.to_string(),
     };
-    let path = if let Some(rest) = provider_id.strip_prefix("aws://") {
-        // `aws://<host>/<path>`: the host part (usually empty) is ignored, as a URL parser would.
+    let (host, path) = if let Some(rest) = provider_id.strip_prefix("aws://") {
+        // `aws://<host>/<path>`: the host (usually empty) is a zone or a region.
         match rest.find('/') {
-            Some(i) => &rest[i..],
+            Some(i) => (&rest[..i], &rest[i..]),
             None => return Err(invalid("expected aws:///<zone>/<instance-id>")),
         }
     } else if provider_id.contains("://") {
         return Err(invalid("not an aws:// providerID"));
     } else {
-        provider_id
+        ("", provider_id)
     };
     let tokens: Vec<&str> = path.trim_matches('/').split('/').collect();
-    let id = match tokens.as_slice() {
-        [id] | [_, id] => *id,
+    let (zone, id) = match tokens.as_slice() {
+        [id] => ("", *id),
+        [zone, id] => (*zone, *id),
         _ => return Err(invalid("expected aws:///<zone>/<instance-id>")),
     };
     if id.starts_with("fargate-") {
@@ -75,7 +82,32 @@ pub fn parse_provider_id(provider_id: &str) -> Result<String, ProviderError> {
     if !id.starts_with("i-") || id.len() < 3 {
         return Err(invalid("the instance ID must start with i-"));
     }
-    Ok(id.to_string())
+    let location = [zone, host].into_iter().find(|l| !l.is_empty()).map(str::to_string);
+    Ok((location, id.to_string()))
+}
+
+/// Whether a providerID's location (a zone such as `us-east-1a` or the Local Zone
+/// `us-east-1-bos-1a`, or a region) lies in `region`.
+pub fn location_in_region(location: &str, region: &str) -> bool {
+    location == region
+        || location.strip_prefix(region).is_some_and(|rest| {
+            (rest.len() == 1 && rest.bytes().all(|b| b.is_ascii_lowercase()))
+                || rest.starts_with('-')
+        })
+}
+
+/// The error for a providerID naming a zone or region other than the configured one: its
+/// instance ID means nothing in this region (an ID absent here is no proof that the instance
+/// is gone), so the Node is neither looked up nor deleted.
+fn foreign_region(provider_id: &str, location: &str, region: &str) -> ProviderError {
+    ProviderError::Invalid {
+        what: format!("providerID {provider_id:?}"),
+        message: format!(
+            "names {location}, which is not in this manager's region {region}: the instance is \
+             not looked up here (an ID unknown in {region} would not prove it gone); run a \
+             manager for that region, or fix the providerID"
+        ),
+    }
 }
 
 /// The providerID of an instance: `aws:///<az>/<instance-id>`.
@@ -538,8 +570,35 @@ impl AwsInstances {
     }
 
     async fn find_nodes(&self, nodes: &[Node], fresh: bool) -> Vec<Found> {
-        let refs: Vec<Result<InstanceRef, ProviderError>> =
-            nodes.iter().map(instance_ref).collect();
+        // A providerID naming another region is an error, before any lookup (issue #29).
+        let located = nodes.iter().any(|n| {
+            provider_id_of(n)
+                .and_then(|p| provider_id_parts(p).ok())
+                .is_some_and(|(l, _)| l.is_some())
+        });
+        let region = if located {
+            match self.clients.get().await {
+                Ok(c) => Some(c.region.clone()),
+                Err(e) => {
+                    let e = Arc::new(e);
+                    return nodes.iter().map(|_| Err(copy_error(&e))).collect();
+                }
+            }
+        } else {
+            None
+        };
+        let refs: Vec<Result<InstanceRef, ProviderError>> = nodes
+            .iter()
+            .map(|n| {
+                if let (Some(region), Some(pid)) = (&region, provider_id_of(n))
+                    && let Ok((Some(location), _)) = provider_id_parts(pid)
+                    && !location_in_region(&location, region)
+                {
+                    return Err(foreign_region(pid, &location, region));
+                }
+                instance_ref(n)
+            })
+            .collect();
         let valid: Vec<InstanceRef> =
             refs.iter().filter_map(|r| r.as_ref().ok().cloned()).collect();
         let mut found = self.lookup(&valid, fresh).await.into_iter();
@@ -599,7 +658,12 @@ impl AwsInstances {
 /// Whether the node's instance is named by its providerID (the only lookup whose "no such
 /// instance" may delete the Node).
 fn has_provider_id(node: &Node) -> bool {
-    node.spec.as_ref().and_then(|s| s.provider_id.as_deref()).is_some_and(|p| !p.is_empty())
+    provider_id_of(node).is_some()
+}
+
+/// The node's providerID, when set.
+fn provider_id_of(node: &Node) -> Option<&str> {
+    node.spec.as_ref().and_then(|s| s.provider_id.as_deref()).filter(|p| !p.is_empty())
 }
 
 /// The lifecycle answer for one node. `by_provider_id`: the instance was looked up by the ID
@@ -764,6 +828,30 @@ mod tests {
             assert!(matches!(err, ProviderError::Invalid { .. }), "{bad}: {err:?}");
         }
         assert_eq!(provider_id("us-east-1a", "i-1"), "aws:///us-east-1a/i-1");
+        for (pid, location) in [
+            ("aws:///us-east-1a/i-0abc", Some("us-east-1a")),
+            ("aws://us-west-2/i-0abc", Some("us-west-2")),
+            ("aws://eu-west-1b/i-0abc", Some("eu-west-1b")),
+            ("aws:////i-0abc", None),
+            ("i-0abc", None),
+        ] {
+            let (l, id) = provider_id_parts(pid).unwrap();
+            assert_eq!((l.as_deref(), id.as_str()), (location, "i-0abc"), "{pid}");
+        }
+    }
+
+    #[test]
+    fn zones_and_regions_belong_to_their_region_only() {
+        for l in
+            ["us-east-1", "us-east-1a", "us-east-1f", "us-east-1-bos-1a", "us-east-1-wl1-bos-wlz-1"]
+        {
+            assert!(location_in_region(l, "us-east-1"), "{l}");
+        }
+        for l in
+            ["eu-west-1a", "us-east-10a", "us-east-2a", "us-east-1ab", "us-east", "", "us-east-1A"]
+        {
+            assert!(!location_in_region(l, "us-east-1"), "{l}");
+        }
     }
 
     #[test]

@@ -3,9 +3,12 @@
 //! a classic ELB (`k8s-elb-<name>`) and the target groups of an NLB; and deletion of one that
 //! is tagged `kubernetes.io/cluster/<id>=owned` through the same code as a Service's deletion.
 //!
-//! Ownership is decided only by the `owned` tag of this cluster (`shared`, the legacy
-//! `KubernetesCluster` tag, another cluster's tag or no tag: not ours). Without a cluster ID
-//! (an untagged cloud) nothing counts as owned, so nothing can be deleted.
+//! Ownership is decided only by the tags written at creation, never by a name: this
+//! cluster's `kubernetes.io/cluster/<id>=owned` AND a `kubernetes.io/service-name=<ns>/<name>`
+//! naming the Service it was made for (`shared`, the legacy `KubernetesCluster` tag, another
+//! cluster's tag, no tag, or the cluster tag without a Service: not ours; a name of our shape,
+//! `a<uid>` or `k8s-elb-<name>`, proves nothing). Without a cluster ID (an untagged cloud)
+//! nothing counts as owned, so nothing can be deleted.
 
 use std::collections::BTreeMap;
 
@@ -30,10 +33,21 @@ pub const CLASSIC_LEFTOVER: &str = "classic ELB (gone; security group left)";
 /// Tags as a map.
 type Tags = BTreeMap<String, String>;
 
+/// Whether a `kubernetes.io/service-name` value names a Service (`<namespace>/<name>`).
+fn names_service(value: &str) -> bool {
+    value.split_once('/').is_some_and(|(ns, name)| !ns.is_empty() && !name.is_empty())
+}
+
 impl AwsLoadBalancer {
     /// Whether these tags mark a resource created by this cluster (never without a cluster ID).
     fn owned_by_cluster(&self, tags: &Tags) -> bool {
         self.tags.key().is_some_and(|k| tags.get(&k).map(String::as_str) == Some(OWNED))
+    }
+
+    /// Whether these tags mark a load balancer this cluster created for a Service: its owned
+    /// tag and a Service name (`<ns>/<name>`).
+    fn owned_for_service(&self, tags: &Tags) -> bool {
+        self.owned_by_cluster(tags) && tags.get(SERVICE_NAME_TAG).is_some_and(|s| names_service(s))
     }
 
     /// Classic ELBs and NLBs with their resources, and whether this cluster owns them.
@@ -85,7 +99,7 @@ impl AwsLoadBalancer {
         for d in &all {
             let name = d.load_balancer_name().unwrap_or_default().to_string();
             let t = tags.remove(&name).unwrap_or_default();
-            let owned = self.owned_by_cluster(&t);
+            let owned = self.owned_for_service(&t);
             let mut resources = Vec::new();
             if owned && !d.security_groups().is_empty() {
                 let groups = self
@@ -137,15 +151,17 @@ impl AwsLoadBalancer {
                 continue;
             };
             let listed = lbs.iter().any(|l| l.kind == CLASSIC && l.name == lb_name);
-            if lb_name.is_empty() || listed || !self.sg_is_ours(&sg) {
-                continue;
-            }
             let service = sg
                 .tags()
                 .iter()
                 .find(|t| t.key() == Some(SERVICE_NAME_TAG))
                 .and_then(|t| t.value())
+                .filter(|s| names_service(s))
                 .map(str::to_string);
+            // The group's own tags must prove it: this cluster's owned tag and a Service.
+            if lb_name.is_empty() || listed || !self.sg_is_ours(&sg) || service.is_none() {
+                continue;
+            }
             out.push(CloudLoadBalancer {
                 name: lb_name.to_string(),
                 kind: CLASSIC_LEFTOVER.into(),
@@ -192,7 +208,7 @@ impl AwsLoadBalancer {
         for lb in &all {
             let arn = lb.load_balancer_arn().unwrap_or_default().to_string();
             let t = tags.get(&arn).cloned().unwrap_or_default();
-            let owned = self.owned_by_cluster(&t);
+            let owned = self.owned_for_service(&t);
             let mut resources = Vec::new();
             if owned {
                 let groups = elbv2

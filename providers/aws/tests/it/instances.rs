@@ -198,6 +198,44 @@ async fn not_found_by_name_is_an_error_never_gone() {
     assert!(matches!(err, ProviderError::InstanceNotFound), "{err:?}");
 }
 
+/// Issue #29 (LOW): a providerID naming a zone or region other than the manager's is an error,
+/// never looked up here: an instance ID absent from this region (or reused by another
+/// instance here) says nothing about the Node's instance, so it is neither "gone" (deleted)
+/// nor initialised with another instance's metadata.
+#[tokio::test]
+async fn a_provider_id_of_another_region_is_an_error_never_gone() {
+    let moto = Moto::start().await.unwrap();
+    let ec2 = moto.ec2().await;
+    let net = network(&ec2, "regions").await.unwrap();
+    let here = run_instances(&ec2, &net.subnets[0].0, "regions", 1, None).await.unwrap().remove(0);
+    let here_id = here.instance_id().unwrap().to_string();
+
+    let (cloud, _) = moto.cloud("regions", "").await.unwrap();
+    let iv2 = cloud.instances_v2().unwrap();
+    let nodes = vec![
+        // Absent from us-east-1: looked up here, it would be "gone" and the Node deleted.
+        node("absent", Some("aws:///eu-west-1a/i-0000000000000000f".into())),
+        node("region-form", Some("aws://eu-west-1/i-0000000000000000f".into())),
+        // The same ID as an instance here: not that instance.
+        node("reused", Some(format!("aws:///us-west-2b/{here_id}"))),
+        // This region's zones, Local Zones included, are looked up as before.
+        node("local", Some(format!("aws:///us-east-1a/{here_id}"))),
+        node("local-zone", Some("aws:///us-east-1-bos-1a/i-0000000000000000f".into())),
+    ];
+    let status = iv2.instance_status_batch(&nodes).await;
+    for (n, s) in nodes[..3].iter().zip(&status) {
+        let name = n.metadata.name.as_deref().unwrap();
+        let err = s.as_ref().expect_err(name);
+        let shown = err.to_string();
+        assert!(shown.contains("not in this manager's region us-east-1"), "{name}: {shown}");
+        assert!(iv2.instance_exists(n).await.is_err(), "{name}");
+        let err = iv2.instance_metadata(n).await.unwrap_err();
+        assert!(!matches!(err, ProviderError::InstanceNotFound), "{name}: {err:?}");
+    }
+    assert!(matches!(status[3], Ok(InstanceStatus::Running)), "{:?}", status[3]);
+    assert!(matches!(status[4], Ok(InstanceStatus::NotFound)), "{:?}", status[4]);
+}
+
 /// Issue #21 (chaos suite, partial answers): a DescribeInstances page that does not list a
 /// running instance (empty, or truncated) is not "gone": the ID is asked for by itself and
 /// only EC2's `InvalidInstanceID.NotFound` is. Before the fix one empty page deleted every

@@ -415,3 +415,76 @@ async fn resources_left_by_a_create_or_delete_cut_short_are_found_and_deleted() 
     lbs.ensure_load_balancer_deleted("cut", &other).await.unwrap();
     assert!(sg_named(&ec2, &other_group).await.is_some());
 }
+
+/// Issue #29 (LOW): `orphans` owns only what carries this cluster's `owned` tag AND the
+/// Service it was made for; a load balancer of our name shape, or with the cluster tag but no
+/// Service, is listed as not owned and `orphans --delete` refuses it.
+#[tokio::test]
+async fn orphans_own_only_load_balancers_tagged_with_the_cluster_and_a_service() {
+    use aws_sdk_elasticloadbalancing::types::{Listener, Tag as ElbTag};
+    let moto = Moto::start().await.unwrap();
+    let ec2 = moto.ec2().await;
+    let elb = moto.elb().await;
+    let net = network(&ec2, "inv").await.unwrap();
+    let insts = run_instances(&ec2, &net.subnets[0].0, "inv", 1, None).await.unwrap();
+    let nodes = vec![node(
+        insts[0].private_dns_name().unwrap(),
+        Some(format!("aws:///us-east-1a/{}", insts[0].instance_id().unwrap())),
+    )];
+    let (cloud, _) = moto.cloud("inv", "").await.unwrap();
+    let lbs = cloud.load_balancer().unwrap();
+    let svc = service("web", "8a1b2c3d-0000-4000-8000-000000000030", &[]);
+    let ours = default_load_balancer_name(&svc);
+    lbs.ensure_load_balancer("inv", &svc, &nodes).await.unwrap();
+
+    // Hand-made: our name shape without tags, and the cluster's owned tag without a Service.
+    let lookalike =
+        default_load_balancer_name(&service("x", "9a1b2c3d-0000-4000-8000-000000000031", &[]));
+    for (name, tags) in [
+        (lookalike.as_str(), vec![]),
+        ("cluster-tag-only", vec![("kubernetes.io/cluster/inv", "owned")]),
+    ] {
+        elb.create_load_balancer()
+            .load_balancer_name(name)
+            .listeners(
+                Listener::builder()
+                    .protocol("TCP")
+                    .load_balancer_port(80)
+                    .instance_port(30080)
+                    .build()
+                    .unwrap(),
+            )
+            .subnets(&net.subnets[0].0)
+            .set_tags(Some(
+                tags.iter()
+                    .map(|(k, v)| ElbTag::builder().key(*k).value(*v).build().unwrap())
+                    .collect(),
+            ))
+            .send()
+            .await
+            .unwrap();
+    }
+
+    let listed = lbs.list_cloud_load_balancers("inv").await.unwrap();
+    let owned: BTreeMap<&str, bool> = listed.iter().map(|l| (l.name.as_str(), l.owned)).collect();
+    assert_eq!(
+        owned,
+        BTreeMap::from([
+            (ours.as_str(), true),
+            (lookalike.as_str(), false),
+            ("cluster-tag-only", false)
+        ])
+    );
+    for name in [lookalike.as_str(), "cluster-tag-only"] {
+        let l = listed.iter().find(|l| l.name == name).unwrap();
+        let e = lbs.delete_cloud_load_balancer("inv", l).await.unwrap_err();
+        assert!(matches!(e, ProviderError::Invalid { .. }), "{name}: {e}");
+    }
+    let left = elb.describe_load_balancers().send().await.unwrap();
+    let mut names: Vec<&str> =
+        left.load_balancer_descriptions().iter().filter_map(|d| d.load_balancer_name()).collect();
+    names.sort_unstable();
+    let mut want = vec![ours.as_str(), lookalike.as_str(), "cluster-tag-only"];
+    want.sort_unstable();
+    assert_eq!(names, want);
+}
