@@ -1434,6 +1434,7 @@ impl GcpCloud {
             ));
         }
         self.check_refs(&st, coll, &mut body)?;
+        Self::check_ip(&st, scope, coll, &body)?;
         let id = Self::next_id(&mut st, &name);
         let link = self.link(scope, coll, &name);
         body["kind"] = json!(format!("compute#{}", singular(coll)));
@@ -1527,6 +1528,73 @@ impl GcpCloud {
         }
         st.res.insert(key, body);
         Ok(self.start_op(&mut st, scope, &link, Action::Create, "insert"))
+    }
+
+    /// The IPv4 range of the subnetwork `link` names (`None` when unknown).
+    fn subnet_range(st: &State, link: &str) -> Option<ipnet::Ipv4Net> {
+        let name = link.rsplit('/').next()?;
+        st.res
+            .iter()
+            .find(|((c, _, n), _)| c == "subnetworks" && n == name)
+            .and_then(|(_, v)| v["ipCidrRange"].as_str())
+            .and_then(|r| r.parse().ok())
+    }
+
+    /// Compute's refusals of an IP a new address or forwarding rule asks for: an internal IP
+    /// outside its subnetwork's range (400 `invalid`), an IP another address of the scope
+    /// holds (409 `IP_IN_USE_BY_ANOTHER_RESOURCE`), a forwarding rule on an IP, protocol and
+    /// port another forwarding rule of the scope already uses (400 `invalid`).
+    fn check_ip(st: &State, scope: &str, coll: &str, body: &Value) -> Res<()> {
+        let (field, internal) = match coll {
+            "addresses" => ("address", body["addressType"] == "INTERNAL"),
+            "forwardingRules" => ("IPAddress", body["loadBalancingScheme"] == "INTERNAL"),
+            _ => return Ok(()),
+        };
+        let Some(ip) = body[field].as_str().filter(|s| !s.is_empty()) else {
+            return Ok(());
+        };
+        if internal
+            && let Ok(addr) = ip.parse::<std::net::Ipv4Addr>()
+            && let Some(range) = body["subnetwork"].as_str().and_then(|l| Self::subnet_range(st, l))
+            && !range.contains(&addr)
+        {
+            return Err(bad(
+                "invalid",
+                format!(
+                    "Invalid value for field 'resource.{field}': '{ip}'. Requested internal IP is outside the subnetwork CIDR range."
+                ),
+            ));
+        }
+        let same_scope = |c: &str, s: &str| c == coll && s == scope;
+        if coll == "addresses" {
+            if st.res.iter().any(|((c, s, _), v)| same_scope(c, s) && v["address"] == ip) {
+                return Err(err(
+                    409,
+                    "conflict",
+                    format!(
+                        "IP_IN_USE_BY_ANOTHER_RESOURCE - IP '{ip}' is already being used by another resource."
+                    ),
+                ));
+            }
+            return Ok(());
+        }
+        let protocol = |v: &Value| v["IPProtocol"].as_str().unwrap_or("TCP").to_string();
+        let mine = rule_ports(body);
+        let clash = st.res.iter().any(|((c, s, _), v)| {
+            same_scope(c, s)
+                && v["IPAddress"] == ip
+                && protocol(v) == protocol(body)
+                && overlaps(&rule_ports(v), &mine)
+        });
+        if clash {
+            return Err(bad(
+                "invalid",
+                format!(
+                    "Invalid value for field 'resource.IPAddress': '{ip}'. Specified IP address is in-use and would result in a conflict."
+                ),
+            ));
+        }
+        Ok(())
     }
 
     fn full_link(&self, s: &str) -> String {
@@ -1922,6 +1990,32 @@ fn render_op(op: &Operation, base: &str, scope: &str, op_type: Option<&str>) -> 
         v["endTime"] = json!(rfc3339_now());
     }
     v
+}
+
+/// The port ranges a forwarding rule listens on (`allPorts`, no port range or no ports: all).
+fn rule_ports(v: &Value) -> Vec<(u32, u32)> {
+    let parse = |s: &str| -> Option<(u32, u32)> {
+        let (a, b) = s.split_once('-').unwrap_or((s, s));
+        Some((a.trim().parse().ok()?, b.trim().parse().ok()?))
+    };
+    if v["allPorts"] == true {
+        return vec![(0, 65535)];
+    }
+    let mut out: Vec<(u32, u32)> = Vec::new();
+    if let Some(r) = v["portRange"].as_str().filter(|s| !s.is_empty()) {
+        out.extend(parse(r));
+    }
+    for p in v["ports"].as_array().into_iter().flatten().filter_map(Value::as_str) {
+        out.extend(parse(p));
+    }
+    if out.is_empty() {
+        out.push((0, 65535));
+    }
+    out
+}
+
+fn overlaps(a: &[(u32, u32)], b: &[(u32, u32)]) -> bool {
+    a.iter().any(|(a0, a1)| b.iter().any(|(b0, b1)| a0 <= b1 && b0 <= a1))
 }
 
 fn rfc3339_at(secs: u64) -> String {

@@ -246,3 +246,90 @@ async fn mutations_are_operations_and_references_are_checked() {
     let state = g.server.admin().state().await.unwrap();
     assert_eq!(state["cloud"]["resources"]["forwardingRules"][0]["name"], "fr", "{state}");
 }
+
+/// Compute's refusals of an IP another resource holds or a subnetwork does not contain: the
+/// `tenant_isolation` attacks (a second forwarding rule on another cluster's IP and port, an
+/// internal load balancer on someone's external IP) fail here as they fail in Compute.
+#[tokio::test]
+async fn ips_in_use_or_outside_the_subnetwork_are_refused() {
+    let world = World::parse(
+        r#"
+zones: [europe-west1-b]
+networks:
+  - { name: net, cidr: 10.0.0.0/8 }
+subnets:
+  - { name: sub, network: net, zone: europe-west1-b, cidr: 10.1.0.0/16 }
+instances:
+  - { name: n-0, zone: europe-west1-b, subnet: sub, private_ips: [10.1.0.2] }
+"#,
+    )
+    .unwrap();
+    let g = Gcp::start(world, GcpOptions::default()).await;
+    let r = "regions/europe-west1";
+    let post = |coll: &str, body: Value| {
+        let path = format!("{r}/{coll}");
+        let g = &g;
+        async move { g.call(reqwest::Method::POST, &path, Some(body)).await }
+    };
+    let reason = |v: &Value| v["error"]["errors"][0]["reason"].as_str().map(String::from);
+    let message = |v: &Value| v["error"]["message"].as_str().unwrap_or_default().to_string();
+    assert_eq!(post("addresses", json!({"name": "victim"})).await.0, 200);
+    let ip = g.get(&format!("{r}/addresses/victim")).await["address"].as_str().unwrap().to_string();
+    assert_eq!(
+        post(
+            "targetPools",
+            json!({"name": "tp", "instances": ["zones/europe-west1-b/instances/n-0"]})
+        )
+        .await
+        .0,
+        200
+    );
+    let rule = |name: &str, ports: &str, proto: &str| {
+        json!({"name": name, "IPAddress": ip, "IPProtocol": proto, "portRange": ports,
+            "target": format!("{r}/targetPools/tp")})
+    };
+    assert_eq!(post("forwardingRules", rule("victim", "443-443", "TCP")).await.0, 200);
+
+    // A second rule on the same IP, protocol and port: 400 invalid, nothing created.
+    let (s, v) = post("forwardingRules", rule("attacker", "443-443", "TCP")).await;
+    assert_eq!((s, reason(&v).as_deref()), (400, Some("invalid")), "{v}");
+    assert!(message(&v).contains("Specified IP address is in-use"), "{v}");
+    let (s, v) = post("forwardingRules", rule("attacker", "400-500", "TCP")).await;
+    assert_eq!(s, 400, "an overlapping port range: {v}");
+    let (s, _) = g.call(reqwest::Method::GET, &format!("{r}/forwardingRules/attacker"), None).await;
+    assert_eq!(s, 404, "the refused rule does not exist");
+    // Another port or protocol on the same IP is allowed (as in Compute).
+    assert_eq!(post("forwardingRules", rule("other-port", "80-80", "TCP")).await.0, 200);
+    assert_eq!(post("forwardingRules", rule("other-proto", "443-443", "UDP")).await.0, 200);
+
+    // Reserving an IP another address holds: 409 IP_IN_USE_BY_ANOTHER_RESOURCE.
+    let (s, v) = post("addresses", json!({"name": "steal", "address": ip})).await;
+    assert_eq!(s, 409, "{v}");
+    assert!(message(&v).starts_with("IP_IN_USE_BY_ANOTHER_RESOURCE"), "{v}");
+    let (s, _) = g.call(reqwest::Method::GET, &format!("{r}/addresses/steal"), None).await;
+    assert_eq!(s, 404);
+
+    // Internal addresses and rules: only IPs of their subnetwork.
+    let sub = format!("{r}/subnetworks/sub");
+    let (s, v) = post(
+        "addresses",
+        json!({"name": "ilb", "address": ip, "addressType": "INTERNAL", "subnetwork": sub}),
+    )
+    .await;
+    assert_eq!((s, reason(&v).as_deref()), (400, Some("invalid")), "{v}");
+    assert!(message(&v).contains("outside the subnetwork CIDR range"), "{v}");
+    let (s, v) = post(
+        "forwardingRules",
+        json!({"name": "ilb", "IPAddress": ip, "loadBalancingScheme": "INTERNAL",
+            "subnetwork": sub, "ports": ["8443"]}),
+    )
+    .await;
+    assert_eq!((s, reason(&v).as_deref()), (400, Some("invalid")), "{v}");
+    assert!(message(&v).contains("outside the subnetwork CIDR range"), "{v}");
+    let (s, v) = post(
+        "addresses",
+        json!({"name": "ilb", "address": "10.1.200.7", "addressType": "INTERNAL", "subnetwork": sub}),
+    )
+    .await;
+    assert_eq!(s, 200, "an IP of the subnetwork: {v}");
+}
