@@ -78,7 +78,7 @@ pub fn cloud_config(dir: &std::path::Path, url: &str, account: &str) -> String {
          [provider]\ncluster-default-provider = g2\naccountID = {account}\nclusterID = {CLUSTER}\n\
          region = us-south\ng2workerServiceAccountID = {account}\ng2VpcName = vpc-1\n\
          g2Credentials = {}\ng2ResourceGroupName = default\ng2VpcSubnetNames = subnet-1,subnet-2\n\
-         g2EndpointOverride = {url}\niamEndpointOverride = {url}\nrmEndpointOverride = {url}\n",
+         g2EndpointOverride = {url}\niamEndpointOverride = {url}\nrmEndpointOverride = {url}\ntaggingEndpointOverride = {url}\n",
         key.display()
     )
 }

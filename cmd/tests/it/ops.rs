@@ -473,8 +473,9 @@ mod ibm {
         let lbs = provider.load_balancer().unwrap();
         let nodes = vec![kubelet_node("node-a", "10.240.0.4", "True")];
 
-        // "keep" stays; "gone" is deleted without a finalizer; "named" has an annotated name
-        // (not recognisable as the cluster's, so never an orphan) and is deleted too.
+        // "keep" stays; "gone" is deleted without a finalizer; "named" has an annotated name,
+        // created and tagged for this cluster and its Service (issue #29: the tags are the
+        // ownership proof), and is deleted too: both are provable orphans.
         let services: Api<Service> = Api::namespaced(env.client.clone(), "default");
         let mut names = Vec::new();
         for (name, port) in [("keep", 80), ("gone", 81), ("named", 82)] {
@@ -504,7 +505,11 @@ mod ibm {
         let (code, json, _) =
             run_tool(&BIN, &tool_args("orphans", &config, &reader, &["--output=json"]), "").await;
         assert_eq!(code, Some(0));
-        assert_eq!(orphan_names(&json), vec![names[1].clone()]);
+        let mut orphans = orphan_names(&json);
+        orphans.sort();
+        let mut want = vec![names[1].clone(), names[2].clone()];
+        want.sort();
+        assert_eq!(orphans, want);
         let v: Value = serde_json::from_str(&json).unwrap();
         assert_eq!(v["orphans"][0]["resources"][0]["kind"], "public IP");
 
@@ -513,6 +518,7 @@ mod ibm {
                 .await;
         assert_eq!(code, Some(0), "{out}{err}");
         assert!(out.contains(&format!("deleted {}", names[1])), "{out}");
+        assert!(out.contains(&format!("deleted {}", names[2])), "{out}");
         let mut left: Vec<String> = provider
             .client()
             .list_load_balancers()
@@ -522,8 +528,6 @@ mod ibm {
             .map(|l| l.name)
             .collect();
         left.sort();
-        let mut want = vec![names[0].clone(), names[2].clone()];
-        want.sort();
-        assert_eq!(left, want, "only the orphan was deleted");
+        assert_eq!(left, vec![names[0].clone()], "only the orphans were deleted");
     }
 }

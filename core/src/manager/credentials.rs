@@ -1,6 +1,8 @@
 //! `--use-service-account-credentials`: each controller acts as its own ServiceAccount in
 //! `kube-system` (named by its client name: `node-controller`, `service-controller`,
-//! `route-controller`, ...), as upstream's dynamic client builder.
+//! `route-controller`, ...), as upstream's dynamic client builder, or by
+//! `--controller-service-account-prefix` + client name (issue #29: upstream's names are
+//! kube-controller-manager's own accounts, bound to its bootstrap roles).
 //!
 //! The ServiceAccount is created when missing. Tokens come from the TokenRequest API (one
 //! hour), are written to a private file (mode 0600, never logged) that the client re-reads,
@@ -31,12 +33,20 @@ pub(crate) struct ServiceAccountClients {
     /// The per-ServiceAccount configurations (token file set up and refreshed); every
     /// [`Self::client_for`] builds a new client from one, with its own rate-limit bucket.
     configs: tokio::sync::Mutex<HashMap<String, kube::Config>>,
+    /// `--controller-service-account-prefix`: the accounts are `<prefix><client name>`.
+    prefix: String,
     qps: f32,
     burst: u32,
 }
 
 impl ServiceAccountClients {
-    pub(crate) fn new(root: Client, base: kube::Config, qps: f32, burst: u32) -> Self {
+    pub(crate) fn new(
+        root: Client,
+        base: kube::Config,
+        prefix: &str,
+        qps: f32,
+        burst: u32,
+    ) -> Self {
         let dir = std::env::temp_dir().join(token_dir_name());
         ServiceAccountClients {
             root,
@@ -44,6 +54,7 @@ impl ServiceAccountClients {
             dir,
             dir_created: Default::default(),
             configs: Default::default(),
+            prefix: prefix.to_string(),
             qps,
             burst,
         }
@@ -70,7 +81,9 @@ impl ServiceAccountClients {
     /// `--kube-api-burst` bucket (two controllers sharing a ServiceAccount, like
     /// cloud-node and cloud-node-lifecycle, still get one bucket each, as upstream's
     /// `ClientOrDie` builds a new client per call).
-    pub(crate) async fn client_for(&self, name: &str) -> Result<Client, String> {
+    pub(crate) async fn client_for(&self, client_name: &str) -> Result<Client, String> {
+        let name = &format!("{}{client_name}", self.prefix);
+        let name = name.as_str();
         let mut configs = self.configs.lock().await;
         if let Some(c) = configs.get(name) {
             return super::client_from(c.clone(), name, self.qps, self.burst)

@@ -34,6 +34,25 @@ fn parse_bool(s: &str) -> Result<bool, String> {
     }
 }
 
+/// A ServiceAccount name prefix: the name `<prefix><client name>` must stay a DNS subdomain
+/// (lower-case letters, digits, '-' and '.', starting with a letter or digit; at most 253
+/// characters with the longest client name).
+fn parse_service_account_prefix(s: &str) -> Result<String, String> {
+    if s.is_empty() {
+        return Ok(String::new());
+    }
+    if s.len() > 200 {
+        return Err("longer than 200 characters".into());
+    }
+    if !s.starts_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit()) {
+        return Err("must start with a lower-case letter or a digit".into());
+    }
+    if !s.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.') {
+        return Err("only lower-case letters, digits, '-' and '.' are allowed".into());
+    }
+    Ok(s.to_string())
+}
+
 fn parse_version(s: &str) -> Result<bool, String> {
     if s == "raw" { Ok(true) } else { parse_bool(s) }
 }
@@ -63,6 +82,14 @@ pub struct Flags {
     /// If true, use individual service account credentials for each controller.
     #[arg(long, action = ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false", value_parser = parse_bool, help_heading = "Generic flags")]
     pub use_service_account_credentials: bool,
+    /// With --use-service-account-credentials: a prefix for the per-controller ServiceAccounts
+    /// in kube-system (each controller acts as `kube-system/<prefix><client name>`, e.g.
+    /// `ccm-node-controller`). Empty (the default) uses upstream's names, which are
+    /// kube-controller-manager's own accounts (`node-controller`, `service-controller`,
+    /// `route-controller`) and hold its bootstrap roles; the chart sets a prefix so the CCM
+    /// never mints tokens for those. Lower-case letters, digits, '-' and '.'.
+    #[arg(long, default_value = "", value_parser = parse_service_account_prefix, help_heading = "Generic flags")]
+    pub controller_service_account_prefix: String,
     /// Allow the cluster to run without the cluster-id on cloud instances (deprecated).
     #[arg(long, action = ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false", value_parser = parse_bool, help_heading = "Generic flags")]
     pub allow_untagged_cloud: bool,
@@ -1156,6 +1183,22 @@ mod tests {
             "Generic flags",
         ] {
             assert!(help.contains(flag), "help mentions {flag}");
+        }
+    }
+
+    #[test]
+    fn controller_service_account_prefix_is_a_name_prefix_or_empty() {
+        let off = parse(&["--cloud-provider=test"]).unwrap();
+        assert_eq!(off.flags.controller_service_account_prefix, "", "upstream's names by default");
+        let on = parse(&["--cloud-provider=test", "--controller-service-account-prefix=ccm-"]);
+        assert_eq!(on.unwrap().flags.controller_service_account_prefix, "ccm-");
+        for bad in ["CCM-", "-ccm", "ccm/", "ccm_", "a b"] {
+            let e = parse(&[
+                "--cloud-provider=test",
+                &format!("--controller-service-account-prefix={bad}"),
+            ])
+            .unwrap_err();
+            assert!(e.contains("--controller-service-account-prefix"), "{bad}: {e}");
         }
     }
 

@@ -759,17 +759,17 @@ pub async fn run_until(
         clients.service_accounts = Some(credentials::ServiceAccountClients::new(
             client.clone(),
             kconfig.clone(),
+            &flags.controller_service_account_prefix,
             qps,
             burst,
         ));
     }
-    // Events through a client and bucket of their own (issue #15). With
-    // --use-service-account-credentials events stay on each controller's own ServiceAccount
-    // client, whose RBAC grants them.
+    // Events through a client and bucket of their own (issue #15), acting as the manager
+    // itself also with --use-service-account-credentials: the per-controller accounts then
+    // need no events rule (issue #29: the chart's per-controller roles hold only their
+    // controller's calls), and upstream's manager role grants events.
     let mut controller_config = options.controller_config.clone();
-    if clients.service_accounts.is_none() {
-        controller_config.events_client = Some(ccm_events_client(&clients)?);
-    }
+    controller_config.events_client = Some(ccm_events_client(&clients)?);
     let runner = Arc::new(Runner {
         clients,
         cloud,

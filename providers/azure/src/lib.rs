@@ -125,6 +125,11 @@ impl AzureProvider {
 }
 
 impl CloudProvider for AzureProvider {
+    /// Cloud resources carry `--cluster-name`: public IPs carry `k8s-azure-cluster-name: <cluster>` and the shared load balancer is named after the cluster unless `loadBalancerName` is set.
+    fn names_resources_by_cluster(&self) -> bool {
+        true
+    }
+
     fn name(&self) -> &str {
         PROVIDER_NAME
     }

@@ -100,6 +100,11 @@ impl GcpProvider {
 }
 
 impl CloudProvider for GcpProvider {
+    /// Cloud resources carry `--cluster-name`: routes are named `<cluster-name>-<node UID>`.
+    fn names_resources_by_cluster(&self) -> bool {
+        true
+    }
+
     fn name(&self) -> &str {
         PROVIDER_NAME
     }

@@ -1197,10 +1197,8 @@ where
 {
     let Call { op, method, path, query, body, .. } = *call;
     // The catalog's URL, before anything (version discovery included) is sent to it.
-    let endpoint = session
-        .client()
-        .get_endpoint(call.svc.catalog_type(), session.endpoint_filters())
-        .await?;
+    let endpoint =
+        session.client().get_endpoint(call.svc.catalog_type(), session.endpoint_filters()).await?;
     let host = endpoint.host_str().unwrap_or_default();
     let shown = shown_url(endpoint.scheme(), host, endpoint.port(), endpoint.path());
     call.policy

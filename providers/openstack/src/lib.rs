@@ -106,6 +106,11 @@ impl OpenStackProvider {
 }
 
 impl CloudProvider for OpenStackProvider {
+    /// Cloud resources carry `--cluster-name`: load balancers are named `kube_service_<cluster>_<ns>_<name>` and described with the cluster name (the ownership proof).
+    fn names_resources_by_cluster(&self) -> bool {
+        true
+    }
+
     fn name(&self) -> &str {
         PROVIDER_NAME
     }

@@ -108,7 +108,7 @@ impl Harness for Ibm {
             "[global]\nversion = 1.1.0\n[provider]\ncluster-default-provider = g2\n\
              accountID = {}\nclusterID = {CLUSTER}\nregion = us-south\ng2VpcName = vpc-1\n\
              g2Credentials = {}\ng2ResourceGroupName = default\ng2VpcSubnetNames = subnet-1,subnet-2\n\
-             g2EndpointOverride = {url}\niamEndpointOverride = {url}\nrmEndpointOverride = {url}\n",
+             g2EndpointOverride = {url}\niamEndpointOverride = {url}\nrmEndpointOverride = {url}\ntaggingEndpointOverride = {url}\n",
             self.cloud.account_id(),
             key.display()
         )
