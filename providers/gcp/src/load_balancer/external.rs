@@ -301,8 +301,30 @@ async fn verify_requested_ip(
     rule_ip: &str,
 ) -> Result<bool, LbError> {
     let ip = conf.requested_ip.as_str();
+    super::refuse_ip_of_other_rules(api, lb, ip).await?;
     match api.address_by_ip(ip).await? {
         Some(a) => {
+            // An address the cluster did not reserve, used by a rule that is not this
+            // Service's: someone else's load balancer (refused, as Compute would refuse the
+            // second rule on its IP and port).
+            let foreign: Vec<&str> = a
+                .users
+                .iter()
+                .filter(|u| u.contains("/forwardingRules/"))
+                .map(|u| crate::client::last_segment(u))
+                .filter(|n| *n != lb)
+                .collect();
+            if a.name.as_deref() != Some(lb) && !foreign.is_empty() {
+                return Err(ProviderError::Invalid {
+                    what: "spec.loadBalancerIP".into(),
+                    message: format!(
+                        "requested IP {ip} (address {}) is used by the forwarding rule(s) {} of another load balancer",
+                        a.name.as_deref().unwrap_or_default(),
+                        foreign.join(", ")
+                    ),
+                }
+                .into());
+            }
             let tier = tier_of(a.network_tier.as_ref().and_then(|t| t.name()));
             if tier != conf.tier {
                 return Err(ProviderError::Invalid {

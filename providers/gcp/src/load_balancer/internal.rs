@@ -67,6 +67,24 @@ pub(crate) async fn ensure(
             ),
         })?,
     };
+    // Before anything is created: an IP another load balancer answers on is refused.
+    if !conf.requested_ip.is_empty() {
+        super::refuse_ip_of_other_rules(&cx.api, &cx.lb, &conf.requested_ip).await?;
+        if let Some(a) = cx.api.address_by_ip(&conf.requested_ip).await? {
+            let kind = a.address_type.as_ref().and_then(|t| t.name()).unwrap_or("EXTERNAL");
+            if kind != "INTERNAL" {
+                return Err(ProviderError::Invalid {
+                    what: "spec.loadBalancerIP".into(),
+                    message: format!(
+                        "requested IP {} is held by the {kind} address {}; an internal load balancer needs an INTERNAL address of its subnetwork",
+                        conf.requested_ip,
+                        a.name.as_deref().unwrap_or_default()
+                    ),
+                }
+                .into());
+            }
+        }
+    }
     let _guard = lbs.shared.lock().await;
 
     let bs_name = naming::backend_service(
@@ -727,11 +745,17 @@ impl AddressHold {
             .into());
         }
         // The IP is reserved already: the user's address (used, never released) or ours.
+        // Compute refused the IP (outside the subnetwork's range, held by another resource)
+        // and no address holds it: the request is at fault.
         let Some(found) = api.address_by_ip(&self.target).await? else {
-            return Err(ProviderError::other(format!(
-                "failed to get address by IP {} after reservation attempt: {err}",
-                self.target
-            ))
+            return Err(ProviderError::Invalid {
+                what: "spec.loadBalancerIP".into(),
+                message: format!(
+                    "Compute refused to reserve the internal IP {} in subnetwork {}: {err}",
+                    self.target,
+                    last_segment(&self.subnet)
+                ),
+            }
             .into());
         };
         self.validate(&found).map_err(|m| ProviderError::Invalid {

@@ -346,6 +346,36 @@ impl GceLoadBalancer {
     }
 }
 
+/// `spec.loadBalancerIP` may not be an IP another load balancer answers on: a forwarding
+/// rule of the region other than this Service's own `<lb>` holding `ip` (another Service's,
+/// another cluster's, a person's) makes the request an error before anything is created,
+/// so the IP never reaches the status (kube-proxy would capture traffic meant for it).
+pub(crate) async fn refuse_ip_of_other_rules(
+    api: &Api<'_>,
+    lb: &str,
+    ip: &str,
+) -> Result<(), LbError> {
+    let others: Vec<String> = api
+        .forwarding_rules()
+        .await?
+        .into_iter()
+        .filter(|f| f.ip_address.as_deref() == Some(ip))
+        .filter_map(|f| f.name)
+        .filter(|n| n != lb)
+        .collect();
+    if others.is_empty() {
+        return Ok(());
+    }
+    Err(ProviderError::Invalid {
+        what: "spec.loadBalancerIP".into(),
+        message: format!(
+            "requested IP {ip} is in use by the forwarding rule(s) {} of another load balancer; choose an IP only this Service uses",
+            others.join(", ")
+        ),
+    }
+    .into())
+}
+
 /// A status with one ingress IP.
 pub(crate) fn status(ip: &str) -> LoadBalancerStatus {
     LoadBalancerStatus {

@@ -858,3 +858,79 @@ async fn orphans_never_delete_a_load_balancer_without_this_cluster_s_proof() {
     let listed = t.lb.list_cloud_load_balancers("kubernetes").await.unwrap();
     assert!(listed.iter().all(|l| !l.owned), "{listed:?}");
 }
+
+/// Issue #29 (HIGH, tenant isolation): `spec.loadBalancerIP` naming an IP another load
+/// balancer answers on (another Service's reserved address, in use by its forwarding rule) is
+/// an error naming the field, before anything is created; the IP never reaches a status.
+#[tokio::test]
+async fn an_ip_another_load_balancer_uses_is_refused_before_anything_is_created() {
+    let t = setup().await;
+    let c = t.f.client.compute().await.unwrap();
+    t.f.client
+        .mutate("compute.addresses.insert", || {
+            c.addresses
+                .insert()
+                .set_project(PROJECT)
+                .set_region(REGION)
+                .set_body(Address::new().set_name("victim-ip"))
+                .send()
+        })
+        .await
+        .unwrap();
+    let theirs = t.one("addresses", "victim-ip")["address"].as_str().unwrap().to_string();
+    let mut victim = svc(UID2, "victim", &[80], &[]);
+    victim.spec.as_mut().unwrap().load_balancer_ip = Some(theirs.clone());
+    assert_eq!(ip(&t.ensure(&victim, &nodes_ab()).await.unwrap()), theirs);
+    let victim_rules = t.names("forwardingRules");
+
+    let refused = |e: &ProviderError| matches!(e, ProviderError::Invalid { what, .. } if what == "spec.loadBalancerIP");
+    // External, same port: the victim's reserved address (in use by its rule).
+    let before = t.muts();
+    let mut s = web(&[]);
+    s.spec.as_mut().unwrap().load_balancer_ip = Some(theirs.clone());
+    let e = t.ensure(&s, &nodes_ab()).await.unwrap_err();
+    assert!(refused(&e), "{e}");
+    assert_eq!(diff(&before, &t.muts()), BTreeMap::new(), "nothing created");
+    // Internal: the victim's external IP as an internal load balancer's IP.
+    let mut s = internal();
+    s.spec.as_mut().unwrap().load_balancer_ip = Some(theirs.clone());
+    let e = t.ensure(&s, &nodes_ab()).await.unwrap_err();
+    assert!(refused(&e), "{e}");
+    assert_eq!(diff(&before, &t.muts()), BTreeMap::new(), "nothing created");
+    assert_eq!(t.names("forwardingRules"), victim_rules);
+    assert_eq!(t.one("forwardingRules", victim_rules[0].as_str())["IPAddress"], theirs.as_str());
+}
+
+/// Issue #29 (HIGH, tenant isolation): an internal load balancer never takes an IP outside its
+/// subnetwork: an unattached EXTERNAL address, or an IP no address holds that Compute refuses
+/// to reserve in the subnetwork, is an error naming `spec.loadBalancerIP`; nothing is left.
+#[tokio::test]
+async fn an_internal_load_balancer_never_takes_an_ip_outside_its_subnetwork() {
+    let t = setup().await;
+    let c = t.f.client.compute().await.unwrap();
+    t.f.client
+        .mutate("compute.addresses.insert", || {
+            c.addresses
+                .insert()
+                .set_project(PROJECT)
+                .set_region(REGION)
+                .set_body(Address::new().set_name("hand-made"))
+                .send()
+        })
+        .await
+        .unwrap();
+    let hand = t.one("addresses", "hand-made")["address"].as_str().unwrap().to_string();
+    let refused = |e: &ProviderError| matches!(e, ProviderError::Invalid { what, .. } if what == "spec.loadBalancerIP");
+    let before = t.muts();
+    let mut s = internal();
+    s.spec.as_mut().unwrap().load_balancer_ip = Some(hand.clone());
+    let e = t.ensure(&s, &nodes_ab()).await.unwrap_err();
+    assert!(refused(&e), "{e}");
+    assert_eq!(diff(&before, &t.muts()), BTreeMap::new(), "nothing created");
+    // An IP no address holds, outside subnet-a: Compute refuses the reservation.
+    s.spec.as_mut().unwrap().load_balancer_ip = Some("192.0.2.10".into());
+    let e = t.ensure(&s, &nodes_ab()).await.unwrap_err();
+    assert!(refused(&e), "{e}");
+    assert_eq!(t.names("forwardingRules"), Vec::<String>::new());
+    assert_eq!(t.names("addresses"), vec!["hand-made"]);
+}
