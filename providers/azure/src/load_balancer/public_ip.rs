@@ -77,6 +77,27 @@ pub fn owned_by(pip: &PublicIpAddress, service: &str, cluster: &str) -> bool {
         && tag(pip, CLUSTER_TAG, LEGACY_CLUSTER_TAG).is_none_or(|c| c.eq_ignore_ascii_case(cluster))
 }
 
+/// Why Service `service` (`<namespace>/<name>`) of `cluster` may not use `pip`: it is
+/// tagged for another cluster, or for a Service of another namespace. `None` when it may: a
+/// user's (untagged) public IP, or one of this cluster (or legacy, without a cluster tag)
+/// tagged only for Services of the same namespace (upstream's sharing). The reason names
+/// neither the other cluster nor the other Service.
+pub fn refusal(pip: &PublicIpAddress, service: &str, cluster: &str) -> Option<String> {
+    if tag(pip, CLUSTER_TAG, LEGACY_CLUSTER_TAG).is_some_and(|c| !c.eq_ignore_ascii_case(cluster)) {
+        return Some(format!("public IP {} is tagged for another cluster", pip.name()));
+    }
+    let ns = namespace(service);
+    services_of(pip)
+        .iter()
+        .any(|s| !namespace(s).eq_ignore_ascii_case(ns))
+        .then(|| format!("public IP {} is tagged for a Service of another namespace", pip.name()))
+}
+
+/// The namespace of a `<namespace>/<name>` key (the whole key when it has no `/`).
+fn namespace(key: &str) -> &str {
+    key.split_once('/').map_or(key, |(ns, _)| ns)
+}
+
 /// The public IPs of the Services.
 pub struct PublicIps {
     client: Arc<ArmClient>,
@@ -176,6 +197,11 @@ impl PublicIps {
                     return Ok(Action::Put(pip));
                 };
                 let mut pip = pip;
+                // Another cluster's or another namespace's: never re-tagged, used or
+                // reported (an error naming the annotation; nothing written).
+                if let Some(message) = refusal(&pip, &svc.key, cluster) {
+                    return Err(ProviderError::Invalid { what: source.clone(), message });
+                }
                 // Used by something else (another Service's frontend, a NIC): sharing one
                 // public IP between Services is not supported.
                 if let Some(user) = &pip.properties.ip_configuration {
@@ -443,6 +469,22 @@ mod tests {
         assert!(owned_by(&p, "default/web", "k"));
         assert!(!owned_by(&p, "default/web", "other-cluster"));
         assert!(owned_by(&pip(&[(LEGACY_SERVICE_TAG, "default/web")]), "default/web", "k"));
+    }
+
+    #[test]
+    fn refused_when_tagged_for_another_cluster_or_namespace() {
+        assert_eq!(refusal(&pip(&[("team", "a")]), "b/x", "k"), None);
+        let same = pip(&[(SERVICE_TAG, "b/web"), (CLUSTER_TAG, "K")]);
+        assert_eq!(refusal(&same, "b/x", "k"), None);
+        assert_eq!(refusal(&pip(&[(LEGACY_SERVICE_TAG, "b/web")]), "b/x", "k"), None);
+        for p in [
+            pip(&[(SERVICE_TAG, "b/web"), (CLUSTER_TAG, "other")]),
+            pip(&[(CLUSTER_TAG, "other")]),
+            pip(&[(SERVICE_TAG, "b/web,a/victim"), (CLUSTER_TAG, "k")]),
+            pip(&[(LEGACY_SERVICE_TAG, "a/victim")]),
+        ] {
+            assert!(refusal(&p, "b/x", "k").is_some(), "{p:?}");
+        }
     }
 
     #[test]

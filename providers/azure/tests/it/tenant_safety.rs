@@ -1,7 +1,9 @@
 //! Tenant safety (issue #29) against the emulator: a Service's annotations that name ARM
 //! resources cannot splice the ARM URL (`..`, `?`, `#`, `/`) to reach another resource, name
 //! only the resource groups the config allows, and `azure-additional-public-ips` never puts
-//! an address kube-proxy would capture in-cluster traffic for into the status.
+//! an address kube-proxy would capture in-cluster traffic for into the status. A public IP
+//! tagged for another cluster, or for a Service of another namespace, is never re-tagged,
+//! used or reported.
 
 // Test helpers panic on failure by design.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -14,7 +16,7 @@ use ccm_provider_azure::load_balancer::AzureLoadBalancer;
 use serde_json::json;
 
 use crate::fixture::{self, CLUSTER, NSG};
-use crate::load_balancer::{UID, UID2, arm_calls, id, invalid_what, ips, nodes, setup, svc};
+use crate::load_balancer::{UID, UID2, arm_calls, id, invalid_what, ips, nodes, pip, setup, svc};
 
 const PIP_NAME: &str = "service.beta.kubernetes.io/azure-pip-name";
 const RESOURCE_GROUP: &str = "service.beta.kubernetes.io/azure-load-balancer-resource-group";
@@ -175,4 +177,101 @@ async fn allowed_additional_public_ips_are_only_public_ips_the_cluster_may_use()
             "{bad}: refused before any write"
         );
     }
+}
+
+/// A Service of namespace `ns`.
+fn in_namespace(
+    uid: &str,
+    ns: &str,
+    name: &str,
+    a: &[(&str, &str)],
+) -> k8s_openapi::api::core::v1::Service {
+    let mut s = svc(uid, name, &[(443, "TCP")], a);
+    s.metadata.namespace = Some(ns.into());
+    s
+}
+
+#[tokio::test]
+async fn a_public_ip_of_another_cluster_or_namespace_is_never_retagged_used_or_reported() {
+    let f = fixture::start().await;
+    let lbs = setup(&f);
+    // Tagged as upstream's manager of cluster `othercluster` tags its Service's public IP;
+    // this cluster's public IP of a Service in another namespace; and a legacy one (no
+    // cluster tag) of a Service in another namespace.
+    let planted = [
+        (
+            "othercluster-a0f1e2d3c4b5a69788796a5b4c3d2e1f",
+            "20.1.2.3",
+            json!({"k8s-azure-cluster-name": "othercluster", "k8s-azure-service": "tenant-a/victim"}),
+        ),
+        (
+            "victim-ip",
+            "20.1.2.6",
+            json!({"k8s-azure-cluster-name": CLUSTER, "k8s-azure-service": "tenant-a/victim"}),
+        ),
+        ("legacy-ip", "20.1.2.7", json!({"k8s-azure-service": "tenant-a/victim"})),
+    ];
+    for (name, address, tags) in &planted {
+        f.cloud
+            .put_resource(
+                &id(&f, "Microsoft.Network/publicIPAddresses", name),
+                json!({"sku": {"name": "Standard"}, "tags": tags, "properties": {"ipAddress": address, "publicIPAllocationMethod": "Static"}}),
+            )
+            .unwrap();
+    }
+    let lb_id = id(&f, "Microsoft.Network/loadBalancers", CLUSTER);
+    for (name, address, _) in &planted {
+        let before = pip(&f, name).unwrap();
+        for by_address in [false, true] {
+            let mut s = if by_address {
+                in_namespace(UID2, "tenant-b", "attack-1", &[])
+            } else {
+                in_namespace(UID2, "tenant-b", "attack-1", &[(PIP_NAME, name)])
+            };
+            if by_address {
+                s.spec.as_mut().unwrap().load_balancer_ip = Some(address.to_string());
+            }
+            let case = format!("{name} by {}", if by_address { "loadBalancerIP" } else { "name" });
+            let r = lbs.ensure_load_balancer(CLUSTER, &s, &nodes()).await;
+            if let Ok(status) = &r {
+                assert!(
+                    !format!("{status:?}").contains(address),
+                    "{case}: the attacker reports {address}: {status:?}"
+                );
+            }
+            let message = format!("{r:?}");
+            assert_eq!(
+                invalid_what(r),
+                if by_address { "loadBalancerIP" } else { PIP_NAME },
+                "{case}"
+            );
+            assert!(message.contains(name), "{case}: the message names the public IP: {message}");
+            assert_eq!(pip(&f, name).unwrap(), before, "{case}: the public IP was rewritten");
+            assert!(f.cloud.resource(&lb_id).is_none(), "{case}: a load balancer was made");
+            lbs.ensure_load_balancer_deleted(CLUSTER, &s).await.unwrap();
+            assert_eq!(pip(&f, name).unwrap(), before, "{case}: changed by the deletion");
+        }
+    }
+    assert_eq!(f.server.counters().matching("network.*.create_or_update"), 0, "nothing written");
+}
+
+#[tokio::test]
+async fn a_public_ip_of_this_cluster_and_namespace_may_be_shared_and_is_given_back() {
+    let f = fixture::start().await;
+    let lbs = setup(&f);
+    let name = "team-ip";
+    let tags = json!({"k8s-azure-cluster-name": CLUSTER, "k8s-azure-service": "tenant-b/other"});
+    f.cloud
+        .put_resource(
+            &id(&f, "Microsoft.Network/publicIPAddresses", name),
+            json!({"sku": {"name": "Standard"}, "tags": tags, "properties": {"ipAddress": "20.1.2.8", "publicIPAllocationMethod": "Static"}}),
+        )
+        .unwrap();
+    let s = in_namespace(UID, "tenant-b", "web", &[(PIP_NAME, name)]);
+    let status = lbs.ensure_load_balancer(CLUSTER, &s, &nodes()).await.unwrap();
+    assert_eq!(ips(&status), vec!["20.1.2.8".parse::<IpAddr>().unwrap()]);
+    assert_eq!(pip(&f, name).unwrap()["tags"]["k8s-azure-service"], "tenant-b/other,tenant-b/web");
+    lbs.ensure_load_balancer_deleted(CLUSTER, &s).await.unwrap();
+    let after = pip(&f, name).expect("still tagged for tenant-b/other: kept");
+    assert_eq!(after["tags"]["k8s-azure-service"], "tenant-b/other");
 }
