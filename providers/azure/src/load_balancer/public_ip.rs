@@ -122,6 +122,14 @@ impl PublicIps {
         if !groups.iter().any(|g| g.eq_ignore_ascii_case(&cluster_rg)) {
             groups.push(cluster_rg);
         }
+        self.list_in(groups).await
+    }
+
+    /// Every public IP of the resource groups `groups`, one listing each.
+    async fn list_in(
+        &self,
+        groups: impl IntoIterator<Item = String>,
+    ) -> Result<Vec<PublicIpAddress>, ProviderError> {
         let mut out = Vec::new();
         for rg in groups {
             let collection = self.client.collection_id(&rg, PIP_TYPE)?;
@@ -253,23 +261,7 @@ impl PublicIps {
                 );
                 self.client.list("network.public_ip_addresses.list_all", &all, NETWORK, &[]).await?
             }
-            ServiceGroups::Only(groups) => {
-                let mut out = Vec::new();
-                for rg in groups {
-                    let collection = self.client.collection_id(&rg, PIP_TYPE)?;
-                    out.extend(
-                        self.client
-                            .list::<PublicIpAddress>(
-                                "network.public_ip_addresses.list",
-                                &collection,
-                                NETWORK,
-                                &[],
-                            )
-                            .await?,
-                    );
-                }
-                out
-            }
+            ServiceGroups::Only(groups) => self.list_in(groups).await?,
         };
         for ip in &svc.additional_public_ips {
             let Some(pip) = pips.iter().find(|p| {
