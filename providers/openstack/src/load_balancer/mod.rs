@@ -574,7 +574,9 @@ impl OctaviaLoadBalancer {
                     match self.api().get_load_balancer(id).await? {
                         None => return Ok(()),
                         Some(lb) if lb.provisioning_status == "PENDING_DELETE" => break,
-                        Some(lb) if lb.is_pending() => {
+                        // Still pending, or it was pending when Octavia refused and has
+                        // settled since: try again (within max_wait).
+                        Some(lb) if lb.is_pending() || pending_conflict(&e) => {
                             tokio::time::sleep(self.timings.poll).await;
                         }
                         Some(_) => return Err(ctx(name, "deleting", e)),

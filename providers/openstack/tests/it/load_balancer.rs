@@ -677,6 +677,21 @@ async fn an_error_load_balancer_is_an_error_naming_it() {
             .times(1),
         )
         .unwrap();
+    // Octavia refuses the delete as pending, and by the time it is asked again the load
+    // balancer has settled: the delete is tried again, not given up (a CI flake once).
+    let pending = json!({"faultcode": "Client", "faultstring": "Invalid state PENDING_CREATE of loadbalancer resource x", "debuginfo": null});
+    f.server
+        .inject(
+            FaultRule::new(
+                "octavia.loadbalancers.delete",
+                Fault::Status { status: 409, body: Some(pending.to_string()) },
+            )
+            .times(1),
+        )
+        .unwrap();
+    f.server
+        .inject(FaultRule::new("octavia.loadbalancers.get", Fault::Latency { ms: 300 }).times(1))
+        .unwrap();
     let e = lb.ensure_load_balancer(CLUSTER, &svc, &ns).await.unwrap_err();
     assert!(e.to_string().contains(LB_NAME) && e.to_string().contains("ERROR"), "{e}");
     assert!(e.to_string().contains("was deleted"), "{e}");
