@@ -1,10 +1,17 @@
-//! `cloud-controller-manager-gcp` (`--cloud-provider=gce`, as upstream).
+//! `cloud-controller-manager-gcp` (`--cloud-provider=gce`, as upstream), with GCP's own flags
+//! ([`ccm_provider_gcp::extensions`]).
 
 use std::sync::Arc;
 
 fn main() -> std::process::ExitCode {
-    ccm_cmd::main_with(
+    let extensions = ccm_provider_gcp::extensions();
+    let parsed = extensions.parsed.clone();
+    ccm_core::manager::main_with_extensions(
         ccm_provider_gcp::PROVIDER_NAME,
-        Box::new(|config| Ok(Arc::new(ccm_provider_gcp::GcpProvider::from_cloud_config(config)?))),
+        Box::new(move |config| {
+            Ok(Arc::new(ccm_provider_gcp::GcpProvider::from_command_line(config, &parsed)?))
+        }),
+        extensions,
+        std::env::args_os(),
     )
 }

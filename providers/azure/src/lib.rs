@@ -92,6 +92,15 @@ impl AzureProvider {
     /// The manager's factory: the `--cloud-config` contents. With `cloudConfigType: file`
     /// everything is set up now (no request sent); otherwise the Secret
     /// `kube-system/azure-cloud-provider` is read when the manager hands over its client.
+    pub fn from_command_line(
+        cloud_config: Option<&[u8]>,
+        flags: &ccm_core::manager::extensions::ProviderFlags,
+    ) -> Result<Self, Error> {
+        let _ = flags.matches();
+        Self::from_cloud_config(cloud_config)
+    }
+
+    /// The manager's factory without the provider's flags (their defaults).
     pub fn from_cloud_config(cloud_config: Option<&[u8]>) -> Result<Self, Error> {
         Self::new(cloud_config, ClientOptions::from_env()?)
     }
@@ -122,6 +131,12 @@ impl AzureProvider {
     pub fn client(&self) -> Option<&Arc<ArmClient>> {
         self.inner.get().map(|i| &i.client)
     }
+}
+
+/// Azure's own flags (upstream `cloud-provider-azure`'s command line), registered with the
+/// manager's; the factory reads their values from [`Extensions::parsed`](ccm_core::manager::extensions::Extensions::parsed).
+pub fn extensions() -> ccm_core::manager::extensions::Extensions {
+    ccm_core::manager::extensions::Extensions::default()
 }
 
 impl CloudProvider for AzureProvider {

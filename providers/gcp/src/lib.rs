@@ -63,6 +63,15 @@ impl GcpProvider {
     /// The manager's factory: the `--cloud-config` contents (none: everything from the
     /// metadata server, as upstream). No request is sent: the metadata server and Compute
     /// are asked on the first cloud call.
+    pub fn from_command_line(
+        cloud_config: Option<&[u8]>,
+        flags: &ccm_core::manager::extensions::ProviderFlags,
+    ) -> Result<Self, Error> {
+        let _ = flags.matches();
+        Self::from_cloud_config(cloud_config)
+    }
+
+    /// The manager's factory without the provider's flags (their defaults).
     pub fn from_cloud_config(cloud_config: Option<&[u8]>) -> Result<Self, Error> {
         let config = match cloud_config {
             None => Config::default(),
@@ -97,6 +106,12 @@ impl GcpProvider {
     pub fn client(&self) -> &Arc<GceClient> {
         &self.client
     }
+}
+
+/// GCP's own flags (upstream `cloud-provider-gcp`'s command line), registered with the
+/// manager's; the factory reads their values from [`Extensions::parsed`](ccm_core::manager::extensions::Extensions::parsed).
+pub fn extensions() -> ccm_core::manager::extensions::Extensions {
+    ccm_core::manager::extensions::Extensions::default()
 }
 
 impl CloudProvider for GcpProvider {
