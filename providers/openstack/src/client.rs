@@ -80,6 +80,37 @@ const MAX_MESSAGE: usize = 500;
 /// 3 MiB); larger is [`ClientError::TooLarge`].
 pub const MAX_BODY: usize = 8 << 20;
 
+/// The User-Agent every call sends when no extra value is set: upstream's component name and
+/// version, then this implementation (where upstream names gophercloud).
+pub const DEFAULT_USER_AGENT: &str = concat!(
+    "openstack-cloud-controller-manager/v",
+    env!("CARGO_PKG_VERSION"),
+    " ccm-rs-openstack/",
+    env!("CARGO_PKG_VERSION")
+);
+
+/// `DEFAULT_USER_AGENT` with the `--user-agent` values, as upstream composes them: each value
+/// is prepended in turn, so the last one given comes first. Empty values are skipped; a value
+/// that cannot be an HTTP header (a control character) is an error naming its position.
+pub fn user_agent_with(extra: &[String]) -> Result<String, ClientError> {
+    let mut parts: Vec<&str> = Vec::with_capacity(extra.len() + 1);
+    for (i, value) in extra.iter().enumerate().rev() {
+        let value = value.trim();
+        if value.is_empty() {
+            continue;
+        }
+        if value.chars().any(|c| c.is_control()) {
+            return Err(config_error(
+                "--user-agent",
+                format!("value #{} holds a control character", i + 1),
+            ));
+        }
+        parts.push(value);
+    }
+    parts.push(DEFAULT_USER_AGENT);
+    Ok(parts.join(" "))
+}
+
 /// A catalog service.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Service {
@@ -490,6 +521,8 @@ pub struct OpenStackClient {
     microversion: AtomicBool,
     extensions: Mutex<Option<BTreeSet<String>>>,
     http_policy: HttpPolicy,
+    /// The `User-Agent` of every service call ([`Self::set_user_agents`]).
+    user_agent: std::sync::RwLock<Arc<str>>,
 }
 
 /// Whether plain `http://` endpoints may be used, and whether that was logged already.
@@ -757,7 +790,29 @@ impl OpenStackClient {
             microversion: AtomicBool::new(true),
             extensions: Mutex::new(None),
             http_policy,
+            user_agent: std::sync::RwLock::new(Arc::from(DEFAULT_USER_AGENT)),
         })
+    }
+
+    /// Adds upstream's `--user-agent` values to the `User-Agent` of every later call, as
+    /// upstream does ([`user_agent_with`]: the last value first, then [`DEFAULT_USER_AGENT`]).
+    /// Replaces values set before. Keystone's authentication requests are sent without it.
+    pub fn set_user_agents(&self, extra: Vec<String>) -> Result<(), ClientError> {
+        let ua = user_agent_with(&extra)?;
+        tracing::debug!(user_agent = %ua, "OpenStack: user agent");
+        match self.user_agent.write() {
+            Ok(mut slot) => *slot = Arc::from(ua),
+            Err(poisoned) => *poisoned.into_inner() = Arc::from(ua),
+        }
+        Ok(())
+    }
+
+    /// The `User-Agent` calls send.
+    pub fn user_agent(&self) -> Arc<str> {
+        match self.user_agent.read() {
+            Ok(ua) => ua.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
     }
 
     /// The options in use.
@@ -945,7 +1000,17 @@ impl OpenStackClient {
         loop {
             let live = self.live(op).await?;
             let microversion = svc == Service::Compute && self.microversion.load(Ordering::Acquire);
-            let call = Call { op, svc, method, path, query, body, policy: &self.http_policy };
+            let user_agent = self.user_agent();
+            let call = Call {
+                op,
+                svc,
+                method,
+                path,
+                query,
+                body,
+                policy: &self.http_policy,
+                user_agent: &user_agent,
+            };
             let sent = match svc {
                 Service::Compute => {
                     exec(&live.session, osauth::services::COMPUTE, &call, microversion).await
@@ -1170,6 +1235,7 @@ struct Call<'a> {
     query: &'a [(&'a str, String)],
     body: Option<&'a Value>,
     policy: &'a HttpPolicy,
+    user_agent: &'a str,
 }
 
 /// What [`exec`] fails with.
@@ -1210,7 +1276,7 @@ where
         Method::Put => session.put(svc, path),
         Method::Delete => session.delete(svc, path),
     };
-    rb = rb.header("accept", "application/json");
+    rb = rb.header("accept", "application/json").header("user-agent", call.user_agent);
     if !query.is_empty() {
         rb = rb.query(query);
     }
@@ -1260,6 +1326,44 @@ fn decode_or_null(op: &str, bytes: &[u8]) -> Result<Value, ClientError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn user_agent_values_are_prepended_as_upstream_does() {
+        let v = |xs: &[&str]| xs.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(user_agent_with(&[]).ok().as_deref(), Some(DEFAULT_USER_AGENT));
+        assert!(DEFAULT_USER_AGENT.starts_with("openstack-cloud-controller-manager/v"));
+        // Upstream prepends each value in turn: the last given comes first.
+        assert_eq!(
+            user_agent_with(&v(&["a/b", "c/d"])).ok(),
+            Some(format!("c/d a/b {DEFAULT_USER_AGENT}"))
+        );
+        assert_eq!(
+            user_agent_with(&v(&["cluster/abc-123", "", "a b"])).ok(),
+            Some(format!("a b cluster/abc-123 {DEFAULT_USER_AGENT}"))
+        );
+        let err = user_agent_with(&v(&["ok", "bad\r\nx-injected: 1"])).err().map(|e| e.to_string());
+        assert_eq!(
+            err.as_deref(),
+            Some("OpenStack client: --user-agent: value #2 holds a control character")
+        );
+    }
+
+    #[test]
+    fn set_user_agents_changes_what_calls_send() {
+        let global = Global {
+            auth_url: "https://keystone.example:5000/v3".into(),
+            username: "u".into(),
+            password: Secret("p".into()),
+            ..Default::default()
+        };
+        let client = OpenStackClient::new(&global, ClientOptions::default()).expect("client");
+        assert_eq!(&*client.user_agent(), DEFAULT_USER_AGENT);
+        client.set_user_agents(vec!["cluster/abc-123".into()]).expect("valid");
+        assert_eq!(&*client.user_agent(), format!("cluster/abc-123 {DEFAULT_USER_AGENT}"));
+        assert!(client.set_user_agents(vec!["\u{7}".into()]).is_err());
+        // A refused value leaves the previous one in place.
+        assert_eq!(&*client.user_agent(), format!("cluster/abc-123 {DEFAULT_USER_AGENT}"));
+    }
 
     #[test]
     fn openstack_error_bodies_are_parsed() {
