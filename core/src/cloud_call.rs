@@ -17,6 +17,8 @@
 //! caller classifies as [`Classified::Transient`], all inside one [`Deadline`] (the deadline
 //! bounds every attempt and every sleep together).
 //!
+//! [`api_metrics`] records every API call in the cloud's upstream metric families.
+//!
 //! ```no_run
 //! # async fn f() -> Result<(), ccm_core::cloud::ProviderError> {
 //! use ccm_core::cloud_call::Deadline;
@@ -25,6 +27,8 @@
 //!     .await?;
 //! # Ok(()) }
 //! ```
+
+pub mod api_metrics;
 
 use std::borrow::Cow;
 use std::fmt::Display;

@@ -224,7 +224,72 @@ pub async fn registered_metrics(
         &registry.lock().unwrap_or_else(|p| p.into_inner()),
     )
     .map_err(|e| e.to_string())?;
-    Ok(metric_docs(&text))
+    let mut docs = metric_docs(&text);
+    // Labelled families without a sample yet are not encoded: add them from their description.
+    for (name, kind, labels, help) in crate::manager::metrics::DESCRIBED {
+        match docs.iter_mut().find(|d| d.name == *name) {
+            Some(d) if d.labels.is_empty() => {
+                d.labels = labels.iter().map(|l| l.to_string()).collect()
+            }
+            Some(_) => {}
+            None => docs.push(MetricDoc {
+                name: name.to_string(),
+                kind: kind.to_string(),
+                help: help.to_string(),
+                labels: labels.iter().map(|l| l.to_string()).collect(),
+            }),
+        }
+    }
+    // Cloud families are listed per cloud ([`all_cloud_metric_families`]).
+    let cloud: Vec<&str> = crate::cloud_call::api_metrics::CLOUDS
+        .iter()
+        .flat_map(|c| c.families.iter().map(|f| f.name))
+        .collect();
+    docs.retain(|d| !cloud.iter().any(|c| c.strip_suffix("_total").unwrap_or(c) == d.name));
+    docs.sort();
+    Ok(docs)
+}
+
+/// Every cloud's API metric families, from the descriptors the clients record through
+/// ([`crate::cloud_call::api_metrics::CLOUDS`]): (cloud title, upstream source, families),
+/// each family under its exact sample name with its label names, whether or not it has a
+/// sample. Clouds without any (vSphere, IBM Cloud) are not listed.
+pub fn all_cloud_metric_families() -> Vec<(&'static str, &'static str, Vec<MetricDoc>)> {
+    crate::cloud_call::api_metrics::CLOUDS
+        .iter()
+        .map(|c| {
+            let docs = c
+                .families
+                .iter()
+                .map(|f| MetricDoc {
+                    name: f.name.to_string(),
+                    kind: f.exposed_type().to_string(),
+                    help: f.help.to_string(),
+                    labels: f.labels.iter().map(|l| l.to_string()).collect(),
+                })
+                .collect();
+            (c.title, c.source, docs)
+        })
+        .collect()
+}
+
+/// The per-cloud sections of the metrics reference, Markdown (`## <cloud>` and a table per
+/// cloud, then a line for the clouds that have no API families).
+pub fn cloud_metrics_markdown() -> String {
+    let mut out = String::new();
+    for (title, source, docs) in all_cloud_metric_families() {
+        out.push_str(&format!(
+            "## {title}\n\nUpstream's names, labels and buckets ({source}). Counters whose \
+             upstream name has no `_total` are served under that exact name with type \
+             `unknown` (OpenMetrics reserves `counter` for `_total` names).\n\n{}\n",
+            metrics_table(&docs)
+        ));
+    }
+    out.push_str(
+        "## vSphere, IBM Cloud\n\nNo API metric families (their upstream providers register \
+         none).\n",
+    );
+    out
 }
 
 #[cfg(test)]
@@ -259,6 +324,27 @@ mod tests {
         assert_eq!(m[1].labels, ["code", "name"]);
         assert_eq!(m[1].kind, "counter");
         assert!(metrics_table(&m).contains("| `b_total` | counter | `code`, `name` | B. |"));
+    }
+
+    #[test]
+    fn every_cloud_family_is_listed_with_its_labels() {
+        let all = all_cloud_metric_families();
+        let titles: Vec<&str> = all.iter().map(|(t, _, _)| *t).collect();
+        assert_eq!(titles, ["AWS", "Azure", "GCP", "OpenStack"]);
+        let find =
+            |name: &str| all.iter().flat_map(|(_, _, d)| d).find(|d| d.name == name).cloned();
+        let gce = find("cloudprovider_gce_api_request_errors").expect("gce errors");
+        assert_eq!(gce.labels, ["request", "region", "zone", "version"]);
+        assert_eq!(gce.kind, "unknown");
+        let os = find("openstack_api_requests_total").expect("openstack total");
+        assert_eq!(
+            (os.kind.as_str(), os.labels.as_slice()),
+            ("counter", &["request".to_string()][..])
+        );
+        assert!(find("cloudprovider_azure_op_failure_count").is_some());
+        assert!(find("cloudprovider_aws_api_request_duration_seconds").is_some());
+        let md = cloud_metrics_markdown();
+        assert!(md.contains("| `cloudprovider_azure_api_request_errors` | unknown | `request`, `resource_group`, `subscription_id`, `source`, `code` |"), "{md}");
     }
 
     #[test]

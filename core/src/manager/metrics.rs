@@ -8,6 +8,10 @@
 //!   status code, or `<error>` when no response came back.
 //! - `leader_election_slowpath_total{name}` (incremented by [`super::leader`]).
 //! - `kubernetes_build_info{...}` (constant 1; the version of this manager).
+//! - `process_*` as Go's process collector serves them, read from `/proc/self` when scraped
+//!   ([`ProcessCollector`]; nothing on systems without `/proc`).
+//! - Each cloud's API call families with upstream's names
+//!   ([`crate::cloud_call::api_metrics`]).
 //!
 //! The families are process-wide (client-go's are global too) and registered in the
 //! manager's registry by [`register`]. Help texts are upstream's without the final period
@@ -19,9 +23,12 @@ use std::sync::LazyLock;
 use std::task::{Context, Poll};
 use std::time::Instant;
 
-use prometheus_client::metrics::counter::Counter;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::metrics::counter::{ConstCounter, Counter};
 use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 use tower::{Layer, Service};
@@ -45,6 +52,29 @@ static FAMILIES: LazyLock<Families> = LazyLock::new(|| Families {
     slowpath: Family::default(),
     build_info: Family::default(),
 });
+
+/// The labelled families of [`register`] as the reference lists them before any sample exists:
+/// (family name as its `# HELP` line gives it, type, label names, help).
+pub const DESCRIBED: &[(&str, &str, &[&str], &str)] = &[
+    (
+        "rest_client_requests",
+        "counter",
+        &["code", "host", "method"],
+        "[ALPHA] Number of HTTP requests, partitioned by status code, method, and host.",
+    ),
+    (
+        "rest_client_request_duration_seconds",
+        "histogram",
+        &["host", "verb"],
+        "[ALPHA] Request latency in seconds. Broken down by verb, and host.",
+    ),
+    (
+        "leader_election_slowpath",
+        "counter",
+        &["name"],
+        "[ALPHA] Total number of slow path exercised in renewing leader leases. 'name' is the string used to identify the lease. Please make sure to group by name.",
+    ),
+];
 
 /// Registers the families in the manager's registry and sets the build info.
 pub fn register(registry: &mut Registry) {
@@ -70,6 +100,129 @@ pub fn register(registry: &mut Registry) {
         f.build_info.clone(),
     );
     f.build_info.get_or_create(&build_info_labels()).set(1);
+    registry.register_collector(Box::new(ProcessCollector));
+    registry.register_collector(crate::cloud_call::api_metrics::collector());
+}
+
+/// Go's process collector (`process_*`), read from `/proc/self` at every scrape.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct ProcessCollector;
+
+/// One reading of `/proc/self`.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct ProcessStats {
+    /// User and system CPU seconds.
+    pub cpu_seconds: f64,
+    /// Open file descriptors.
+    pub open_fds: u64,
+    /// The soft limit of open files (`-1`: unlimited).
+    pub max_fds: f64,
+    /// Virtual memory size in bytes.
+    pub virtual_memory_bytes: f64,
+    /// The soft limit of the address space in bytes (`-1`: unlimited).
+    pub virtual_memory_max_bytes: f64,
+    /// Resident memory size in bytes.
+    pub resident_memory_bytes: f64,
+    /// Start time since the Unix epoch, in seconds.
+    pub start_time_seconds: f64,
+}
+
+/// Clock ticks per second of `/proc/*/stat` (Linux's `USER_HZ`, as Go's procfs assumes).
+const USER_HZ: f64 = 100.0;
+
+/// The soft limit of the `/proc/self/limits` row starting with `row` (`-1` for unlimited).
+fn soft_limit(limits: &str, row: &str) -> Option<f64> {
+    let line = limits.lines().find(|l| l.starts_with(row))?;
+    let soft = line[row.len()..].split_whitespace().next()?;
+    if soft == "unlimited" { Some(-1.0) } else { soft.parse().ok() }
+}
+
+/// `VmSize:`/`VmRSS:` style lines of `/proc/self/status`, in bytes.
+fn status_kb(status: &str, key: &str) -> Option<f64> {
+    let line = status.lines().find(|l| l.starts_with(key))?;
+    let kb: f64 = line[key.len()..].split_whitespace().next()?.parse().ok()?;
+    Some(kb * 1024.0)
+}
+
+impl ProcessStats {
+    /// Reads `/proc/self` (`None` where there is no procfs).
+    pub fn read() -> Option<ProcessStats> {
+        let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+        // Fields after the command name (which may hold spaces) in parentheses.
+        let rest = stat.rsplit_once(')')?.1;
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        // `rest` starts at field 3 (state): utime is field 14, stime 15, starttime 22.
+        let field = |n: usize| fields.get(n - 3).and_then(|v| v.parse::<f64>().ok());
+        let cpu_seconds = (field(14)? + field(15)?) / USER_HZ;
+        let boot = std::fs::read_to_string("/proc/stat").ok().and_then(|s| {
+            s.lines().find_map(|l| l.strip_prefix("btime ")?.trim().parse::<f64>().ok())
+        })?;
+        let start_time_seconds = boot + field(22)? / USER_HZ;
+        let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+        let limits = std::fs::read_to_string("/proc/self/limits").unwrap_or_default();
+        let open_fds =
+            std::fs::read_dir("/proc/self/fd").map(|d| d.count() as u64).unwrap_or_default();
+        Some(ProcessStats {
+            cpu_seconds,
+            // As Go's procfs: the descriptor reading the directory is counted too.
+            open_fds,
+            max_fds: soft_limit(&limits, "Max open files").unwrap_or(-1.0),
+            virtual_memory_bytes: status_kb(&status, "VmSize:").unwrap_or_default(),
+            virtual_memory_max_bytes: soft_limit(&limits, "Max address space").unwrap_or(-1.0),
+            resident_memory_bytes: status_kb(&status, "VmRSS:").unwrap_or_default(),
+            start_time_seconds,
+        })
+    }
+}
+
+fn gauge(
+    encoder: &mut DescriptorEncoder<'_>,
+    name: &str,
+    help: &str,
+    value: f64,
+) -> Result<(), std::fmt::Error> {
+    let m = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
+    ConstGauge::new(value).encode(m)
+}
+
+impl Collector for ProcessCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
+        let Some(p) = ProcessStats::read() else { return Ok(()) };
+        let m = encoder.encode_descriptor(
+            "process_cpu_seconds",
+            "Total user and system CPU time spent in seconds.",
+            None,
+            MetricType::Counter,
+        )?;
+        ConstCounter::new(p.cpu_seconds).encode(m)?;
+        let e = &mut encoder;
+        gauge(e, "process_open_fds", "Number of open file descriptors.", p.open_fds as f64)?;
+        gauge(e, "process_max_fds", "Maximum number of open file descriptors.", p.max_fds)?;
+        gauge(
+            e,
+            "process_virtual_memory_bytes",
+            "Virtual memory size in bytes.",
+            p.virtual_memory_bytes,
+        )?;
+        gauge(
+            e,
+            "process_virtual_memory_max_bytes",
+            "Maximum amount of virtual memory available in bytes.",
+            p.virtual_memory_max_bytes,
+        )?;
+        gauge(
+            e,
+            "process_resident_memory_bytes",
+            "Resident memory size in bytes.",
+            p.resident_memory_bytes,
+        )?;
+        gauge(
+            e,
+            "process_start_time_seconds",
+            "Start time of the process since unix epoch in seconds.",
+            p.start_time_seconds,
+        )
+    }
 }
 
 /// Counts one slow-path renewal of the lease `name` (client-go: the cached lease could not
@@ -174,5 +327,51 @@ where
                 .inc();
             result
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn process_metrics_are_read_from_proc_self() {
+        let p = ProcessStats::read().expect("procfs");
+        assert!(p.open_fds >= 3, "{p:?}");
+        assert!(p.resident_memory_bytes > 1e6 && p.virtual_memory_bytes >= p.resident_memory_bytes);
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs_f64())
+            .unwrap_or_default();
+        // Started in the last hour (a test process), not in the future.
+        assert!(p.start_time_seconds <= now + 1.0 && p.start_time_seconds > now - 3600.0, "{p:?}");
+        assert!(p.max_fds >= p.open_fds as f64 || p.max_fds == -1.0);
+
+        let mut reg = Registry::default();
+        register(&mut reg);
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &reg).unwrap();
+        for name in [
+            "\nprocess_cpu_seconds_total ",
+            "\nprocess_open_fds ",
+            "\nprocess_max_fds ",
+            "\nprocess_virtual_memory_bytes ",
+            "\nprocess_virtual_memory_max_bytes ",
+            "\nprocess_resident_memory_bytes ",
+            "\nprocess_start_time_seconds ",
+        ] {
+            assert!(text.contains(name), "{name} missing:\n{text}");
+        }
+        assert!(text.contains("# TYPE process_cpu_seconds counter"), "{text}");
+    }
+
+    #[test]
+    fn limits_rows_are_parsed() {
+        let limits = "Limit                     Soft Limit           Hard Limit           Units\n\
+                      Max open files            1024                 524288               files\n\
+                      Max address space         unlimited            unlimited            bytes\n";
+        assert_eq!(soft_limit(limits, "Max open files"), Some(1024.0));
+        assert_eq!(soft_limit(limits, "Max address space"), Some(-1.0));
+        assert_eq!(status_kb("VmRSS:\t  2048 kB\n", "VmRSS:"), Some(2048.0 * 1024.0));
     }
 }
