@@ -279,7 +279,7 @@ async fn five_hundred_nodes_joining_at_once_take_a_handful_of_describe_instances
     let histogram_count = sample(
         &body,
         "cloudprovider_aws_api_request_duration_seconds_count",
-        &[r#"request="DescribeInstances""#],
+        &[r#"request="describe_instance""#],
     );
     assert_eq!(histogram_count, calls, "{body}");
     // Spot-check the answers.

@@ -7,10 +7,13 @@
 //! `[ServiceOverride "N"]` sections whose `Region` matches the provider's region replace the
 //! endpoint of that service and sign requests for its `SigningRegion`.
 //!
-//! Every request attempt is counted in `cloudprovider_aws_api_request_total{service,operation}`,
-//! every failed call in `cloudprovider_aws_api_request_errors_total{service,operation}`, and
-//! every call's latency in upstream's `cloudprovider_aws_api_request_duration_seconds{request}`,
-//! through an SDK interceptor, so no call site can forget it.
+//! Every request attempt is counted in `cloudprovider_aws_api_request_total{service,operation}`;
+//! upstream's families are fed through the shared layer ([`ccm_core::cloud_call::api_metrics`]):
+//! every successful call's latency in `cloudprovider_aws_api_request_duration_seconds{request}`,
+//! every failed call in `cloudprovider_aws_api_request_errors{request}`, every answer of 400 and
+//! above in `cloudprovider_aws_api_response_status_total{service,operation,status_code}`, all
+//! through an SDK interceptor, so no call site can forget it. `request` is upstream's name
+//! ([`metric_request`]: `describe_instance`, `create_tags`, ...).
 //!
 //! No call hangs: every client (EC2, ELB, ELBv2, STS for `RoleARN`) carries a
 //! [`CallTimeouts`] (connect 5 s, attempt 10 s, operation 30 s as upstream) in its SDK
@@ -66,7 +69,6 @@ use ccm_core::cloud::ProviderError;
 use ccm_core::cloud_call::{self, StallWatch};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
 use crate::config::CloudConfig;
@@ -136,50 +138,23 @@ impl CallTimeouts {
 type Labels = Vec<(String, String)>;
 
 /// Counts of AWS API calls by service and operation. Cheap to clone; register it once.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct ApiMetrics {
     requests: Family<Labels, Counter>,
-    errors: Family<Labels, Counter>,
-    durations: Family<Labels, Histogram, fn() -> Histogram>,
     throttled: Family<Labels, Counter>,
     delayed: Family<Labels, Counter>,
 }
 
-impl Default for ApiMetrics {
-    fn default() -> Self {
-        fn histogram() -> Histogram {
-            // Upstream's buckets (Prometheus' defaults): 5 ms to 10 s.
-            Histogram::new([0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0])
-        }
-        ApiMetrics {
-            requests: Family::default(),
-            errors: Family::default(),
-            durations: Family::new_with_constructor(histogram),
-            throttled: Family::default(),
-            delayed: Family::default(),
-        }
-    }
-}
-
 impl ApiMetrics {
-    /// Registers the metrics (`cloudprovider_aws_api_request_total`,
-    /// `cloudprovider_aws_api_request_errors_total`, and upstream's
-    /// `cloudprovider_aws_api_request_duration_seconds{request}`) in `registry`.
+    /// Registers the provider's own families (`cloudprovider_aws_api_request_total`,
+    /// `..._delayed_requests_total`) and upstream's `..._throttled_requests_total` in
+    /// `registry`. Upstream's latency, error and status families are the shared layer's,
+    /// served by the manager ([`ccm_core::cloud_call::api_metrics::AWS`]).
     pub fn register(&self, registry: &mut Registry) {
-        registry.register(
-            "cloudprovider_aws_api_request_duration_seconds",
-            "Latency of AWS API calls (including retries), by operation",
-            self.durations.clone(),
-        );
         registry.register(
             "cloudprovider_aws_api_request",
             "AWS API request attempts, by service and operation",
             self.requests.clone(),
-        );
-        registry.register(
-            "cloudprovider_aws_api_request_errors",
-            "AWS API calls that failed (after retries), by service and operation",
-            self.errors.clone(),
         );
         registry.register(
             "cloudprovider_aws_api_throttled_requests",
@@ -209,9 +184,45 @@ impl ApiMetrics {
         self.requests.get_or_create(&labels(service, operation)).get()
     }
 
-    /// Failed calls so far for `service` and `operation`.
-    pub fn errors(&self, service: &str, operation: &str) -> u64 {
-        self.errors.get_or_create(&labels(service, operation)).get()
+    /// Failed calls so far of `operation` (e.g. `DescribeInstances`), process-wide, from
+    /// upstream's `cloudprovider_aws_api_request_errors{request}`.
+    pub fn errors(&self, operation: &str) -> u64 {
+        shared()
+            .value("cloudprovider_aws_api_request_errors", &[metric_request(operation).as_str()])
+    }
+}
+
+fn shared() -> std::sync::Arc<ccm_core::cloud_call::api_metrics::ApiMetrics> {
+    ccm_core::cloud_call::api_metrics::ApiMetrics::of(&ccm_core::cloud_call::api_metrics::AWS)
+}
+
+/// Upstream's `request` label of an SDK operation: upstream's own name for the operations it
+/// records (`DescribeInstances` is `describe_instance`), else the operation in snake case
+/// (`DescribeLoadBalancers` → `describe_load_balancers`).
+pub fn metric_request(operation: &str) -> String {
+    match operation {
+        "DescribeInstances" => "describe_instance".to_string(),
+        other => ccm_core::cloud_call::api_metrics::snake_case(other),
+    }
+}
+
+/// The SDK's service ID (upstream's `service` label of the status counter) of `service`.
+fn service_id(service: &str) -> &'static str {
+    match service {
+        "ec2" => "EC2",
+        "elb" => "Elastic Load Balancing",
+        "elbv2" => "Elastic Load Balancing v2",
+        "sts" => "STS",
+        _ => "unknown",
+    }
+}
+
+impl ApiMetrics {
+    fn status(&self, service: &str, operation: &str, status: u16) {
+        shared().inc(
+            "cloudprovider_aws_api_response_status_total",
+            &[service_id(service), operation, &status.to_string()],
+        );
     }
 }
 
@@ -425,6 +436,9 @@ impl Intercept for CallCounter {
         cfg: &mut ConfigBag,
     ) -> Result<(), BoxError> {
         let ctx = context.inner();
+        if let Some(status) = ctx.response().map(|r| r.status().as_u16()).filter(|s| *s >= 400) {
+            self.metrics.status(self.service, &Self::operation(cfg), status);
+        }
         match ctx.output_or_error() {
             Some(Ok(_)) => self.backoff.answered(),
             Some(Err(_)) => {
@@ -466,13 +480,9 @@ impl Intercept for CallCounter {
     ) -> Result<(), BoxError> {
         cfg.interceptor_state().unset::<CallWatch>();
         let op = Self::operation(cfg);
-        if let Some(CallStart(start)) = cfg.load::<CallStart>() {
-            let request = vec![("request".to_string(), op.clone())];
-            self.metrics.durations.get_or_create(&request).observe(start.elapsed().as_secs_f64());
-        }
-        if matches!(context.output_or_error(), Some(Err(_))) {
-            self.metrics.errors.get_or_create(&labels(self.service, &op)).inc();
-        }
+        let elapsed = cfg.load::<CallStart>().map(|CallStart(s)| s.elapsed()).unwrap_or_default();
+        let failed = matches!(context.output_or_error(), Some(Err(_)));
+        shared().call_finished(&[metric_request(&op).as_str()], elapsed, failed.then_some("error"));
         Ok(())
     }
 }

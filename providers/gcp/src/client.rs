@@ -21,6 +21,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use ccm_core::cloud::ProviderError;
+use ccm_core::cloud_call::api_metrics::{self, ApiMetrics};
 use ccm_core::cloud_call::{Classified, Deadline, DeadlineExceeded, Retry};
 use google_cloud_auth::credentials::{
     CacheableResource, Credentials, CredentialsProvider, EntityTag, mds,
@@ -435,6 +436,46 @@ pub fn endpoint_root(api_endpoint: &url::Url) -> String {
     s.to_string()
 }
 
+/// Upstream's label value for a region or zone a call does not have.
+pub const UNUSED_LABEL: &str = "<n/a>";
+
+/// Upstream's `request` label (`<resource>_<verb>`: `instances_get`, `forwardingrule_create`,
+/// `address_reserve`, `targetpool_add_instances`, ...) of a Compute method
+/// (`compute.<collection>.<method>`), and whether upstream labels it with the region.
+pub fn metric_request(operation: &str) -> (String, bool) {
+    let mut parts = operation.split('.').skip_while(|p| *p == "compute");
+    let collection = parts.next().unwrap_or_default();
+    let method = parts.next().unwrap_or_default();
+    let (resource, regional) = match collection {
+        "instances" => ("instances", false),
+        "forwardingRules" => ("forwardingrule", true),
+        "globalForwardingRules" => ("forwardingrule", false),
+        "addresses" => ("address", true),
+        "globalAddresses" => ("address", false),
+        "targetPools" => ("targetpool", true),
+        "firewalls" => ("firewall", false),
+        "httpHealthChecks" | "healthChecks" => ("healthcheck", false),
+        "regionHealthChecks" => ("healthcheck", true),
+        "backendServices" => ("backendservice", false),
+        "regionBackendServices" => ("backendservice", true),
+        "instanceGroups" => ("instancegroup", false),
+        "routes" => ("routes", false),
+        "zones" => ("zones", true),
+        "zoneOperations" | "regionOperations" | "globalOperations" => ("operations", false),
+        other => return (format!("{}_{}", api_metrics::snake_case(other), method), false),
+    };
+    let verb = match (resource, method) {
+        ("address", "insert") => "reserve".to_string(),
+        (_, "insert") => "create".to_string(),
+        (_, "patch") => "update".to_string(),
+        (_, "addInstance") => "add_instances".to_string(),
+        (_, "removeInstance") => "remove_instances".to_string(),
+        (_, "getHealth") => "get_health".to_string(),
+        (_, other) => api_metrics::snake_case(other),
+    };
+    (format!("{resource}_{verb}"), regional)
+}
+
 impl GceClient {
     /// A client for `global` (no request is sent: credentials, clients and the scope are
     /// set up on the first call).
@@ -532,7 +573,58 @@ impl GceClient {
 
     /// One read (or any idempotent call) under the deadline, retried on throttling, 5xx
     /// and broken connections. `operation` names Compute's method in errors and logs.
-    pub async fn call<T, F, Fut>(&self, operation: &'static str, mut f: F) -> Result<T, GceError>
+    pub async fn call<T, F, Fut>(&self, operation: &'static str, f: F) -> Result<T, GceError>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = google_cloud_gax::Result<T>>,
+    {
+        self.call_in(operation, None, f).await
+    }
+
+    /// [`Self::call`] for a call in `zone` (upstream's `zone` label of the API metrics).
+    pub async fn call_in<T, F, Fut>(
+        &self,
+        operation: &'static str,
+        zone: Option<&str>,
+        f: F,
+    ) -> Result<T, GceError>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = google_cloud_gax::Result<T>>,
+    {
+        let started = std::time::Instant::now();
+        let result = self.call_unmetered(operation, f).await;
+        self.record_call(operation, zone, started, &result);
+        result
+    }
+
+    /// Records one finished call in upstream's `cloudprovider_gce_api_*` families.
+    fn record_call<T>(
+        &self,
+        operation: &str,
+        zone: Option<&str>,
+        started: std::time::Instant,
+        result: &Result<T, GceError>,
+    ) {
+        let (request, regional) = metric_request(operation);
+        let region = match (regional, self.scope.get()) {
+            (true, Some(scope)) if !scope.region.is_empty() => scope.region.as_str(),
+            _ => UNUSED_LABEL,
+        };
+        let zone = zone.filter(|z| !z.is_empty()).unwrap_or(UNUSED_LABEL);
+        let error = result.as_ref().err().map(|_| "error");
+        ApiMetrics::of(&api_metrics::GCE).call_finished(
+            &[request.as_str(), region, zone, "v1"],
+            started.elapsed(),
+            error,
+        );
+    }
+
+    async fn call_unmetered<T, F, Fut>(
+        &self,
+        operation: &'static str,
+        mut f: F,
+    ) -> Result<T, GceError>
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = google_cloud_gax::Result<T>>,
@@ -554,15 +646,22 @@ impl GceClient {
         F: FnMut() -> Fut,
         Fut: Future<Output = google_cloud_gax::Result<Operation>>,
     {
-        let op = self
-            .options
-            .retry
-            .run(&self.options.deadline, operation, classify_mutation, || {
-                let fut = f();
-                async move { fut.await.map_err(|e| from_gax(operation, e)) }
-            })
-            .await?;
-        self.wait(operation, op).await
+        let started = std::time::Instant::now();
+        let result = async {
+            let op = self
+                .options
+                .retry
+                .run(&self.options.deadline, operation, classify_mutation, || {
+                    let fut = f();
+                    async move { fut.await.map_err(|e| from_gax(operation, e)) }
+                })
+                .await?;
+            self.wait(operation, op).await
+        }
+        .await;
+        // As upstream: the call's latency includes waiting for its operation.
+        self.record_call(operation, None, started, &result);
+        result
     }
 
     /// Polls `op` until it is `DONE` (bounded by [`ClientOptions::operation_timeout`]).
@@ -598,7 +697,7 @@ impl GceClient {
         };
         if let Some(zone) = op.zone.as_deref().filter(|z| !z.is_empty()) {
             let zone = last_segment(zone).to_string();
-            self.call("compute.zoneOperations.get", || {
+            self.call_unmetered("compute.zoneOperations.get", || {
                 c.zone_operations
                     .get()
                     .set_project(project.clone())
@@ -609,7 +708,7 @@ impl GceClient {
             .await
         } else if let Some(region) = op.region.as_deref().filter(|r| !r.is_empty()) {
             let region = last_segment(region).to_string();
-            self.call("compute.regionOperations.get", || {
+            self.call_unmetered("compute.regionOperations.get", || {
                 c.region_operations
                     .get()
                     .set_project(project.clone())
@@ -619,7 +718,7 @@ impl GceClient {
             })
             .await
         } else {
-            self.call("compute.globalOperations.get", || {
+            self.call_unmetered("compute.globalOperations.get", || {
                 c.global_operations.get().set_project(project.clone()).set_operation(name).send()
             })
             .await
@@ -943,6 +1042,25 @@ impl CredentialsProvider for AltToken {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn compute_methods_carry_upstreams_request_names() {
+        for (op, request, regional) in [
+            ("compute.instances.get", "instances_get", false),
+            ("compute.instances.list", "instances_list", false),
+            ("compute.forwardingRules.insert", "forwardingrule_create", true),
+            ("compute.addresses.insert", "address_reserve", true),
+            ("compute.addresses.delete", "address_delete", true),
+            ("compute.targetPools.addInstance", "targetpool_add_instances", true),
+            ("compute.targetPools.removeInstance", "targetpool_remove_instances", true),
+            ("compute.firewalls.patch", "firewall_update", false),
+            ("compute.httpHealthChecks.get", "healthcheck_get", false),
+            ("compute.routes.insert", "routes_create", false),
+            ("compute.zones.list", "zones_list", true),
+        ] {
+            assert_eq!(metric_request(op), (request.to_string(), regional), "{op}");
+        }
+    }
 
     #[test]
     fn regions_links_and_endpoints() {

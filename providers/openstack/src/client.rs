@@ -57,6 +57,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use ccm_core::cloud::ProviderError;
+use ccm_core::cloud_call::api_metrics::{self, ApiMetrics};
 use ccm_core::cloud_call::{Classified, Deadline, DeadlineExceeded, Retry, parse_retry_after};
 use osauth::common::IdOrName;
 use osauth::services::{GenericService, ServiceType, VersionSelector};
@@ -109,6 +110,60 @@ pub fn user_agent_with(extra: &[String]) -> Result<String, ClientError> {
     }
     parts.push(DEFAULT_USER_AGENT);
     Ok(parts.join(" "))
+}
+
+/// Upstream's `request` label (`<resource>_<verb>`, e.g. `server_get`, `floating_ip_create`,
+/// `loadbalancer_pool_list`) of an operation named `<service>:<Verb><Resource>`. Router
+/// extra-route changes are upstream's `router_update`; a batch member update is its
+/// `loadbalancer_members_update`.
+pub fn metric_request(op: &str) -> String {
+    let name = op.rsplit(':').next().unwrap_or(op);
+    let verbs = [
+        ("BatchUpdate", "update"),
+        ("Update", "update"),
+        ("Create", "create"),
+        ("Delete", "delete"),
+        ("Get", "get"),
+        ("List", "list"),
+        ("Add", "update"),
+        ("Remove", "update"),
+    ];
+    let Some((verb, rest)) =
+        verbs.iter().find_map(|(prefix, verb)| name.strip_prefix(prefix).map(|r| (*verb, r)))
+    else {
+        return api_metrics::snake_case(name);
+    };
+    let resource = match rest {
+        "Server" | "Servers" => "server",
+        "Flavor" | "Flavors" => "flavor",
+        "FloatingIP" | "FloatingIPs" => "floating_ip",
+        "Port" | "Ports" => "port",
+        "Router" | "Routers" | "ExtraRoutes" => "router",
+        "Subnet" | "Subnets" => "subnet",
+        "Network" | "Networks" => "network",
+        "Extensions" => "network_extension",
+        "SecurityGroup" | "SecurityGroups" => "security_group",
+        "SecurityGroupRule" | "SecurityGroupRules" => "security_group_rule",
+        "LoadBalancer" | "LoadBalancers" => "loadbalancer",
+        "Listener" | "Listeners" => "loadbalancer_listener",
+        "Pool" | "Pools" => "loadbalancer_pool",
+        "Members" if name.starts_with("BatchUpdate") => "loadbalancer_members",
+        "Member" | "Members" => "loadbalancer_member",
+        "HealthMonitor" | "HealthMonitors" => "loadbalancer_healthmonitor",
+        other => return format!("{}_{verb}", api_metrics::snake_case(other)),
+    };
+    format!("{resource}_{verb}")
+}
+
+/// Records one finished call in upstream's `openstack_api_*` families.
+fn record_call<T>(op: &str, started: std::time::Instant, result: &Result<T, ClientError>) {
+    let request = metric_request(op);
+    let error = result.as_ref().err().map(|_| "error");
+    ApiMetrics::of(&api_metrics::OPENSTACK).call_finished(
+        &[request.as_str()],
+        started.elapsed(),
+        error,
+    );
 }
 
 /// A catalog service.
@@ -980,7 +1035,10 @@ impl OpenStackClient {
                 }
             }
         };
-        self.options.retry.run(&deadline, op, classify, attempt).await
+        let started = std::time::Instant::now();
+        let result = self.options.retry.run(&deadline, op, classify, attempt).await;
+        record_call(op, started, &result);
+        result
     }
 
     // ---- raw calls ---------------------------------------------------------------------
@@ -1081,10 +1139,14 @@ impl OpenStackClient {
         } else {
             ClientError::classify
         };
-        self.options
+        let started = std::time::Instant::now();
+        let result = self
+            .options
             .retry
             .run(&deadline, op, classify, || self.send(op, svc, method, path, query, body))
-            .await
+            .await;
+        record_call(op, started, &result);
+        result
     }
 
     /// `GET` of a JSON document; `path` are the segments after the service's versioned
@@ -1112,7 +1174,10 @@ impl OpenStackClient {
         key: &str,
     ) -> Result<Vec<Value>, ClientError> {
         let deadline = Deadline::new(self.options.timeout);
-        deadline.try_run(op, self.list_pages(op, svc, path, query, key)).await
+        let started = std::time::Instant::now();
+        let result = deadline.try_run(op, self.list_pages(op, svc, path, query, key)).await;
+        record_call(op, started, &result);
+        result
     }
 
     async fn list_pages(
@@ -1326,6 +1391,28 @@ fn decode_or_null(op: &str, bytes: &[u8]) -> Result<Value, ClientError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn operations_carry_upstreams_request_names() {
+        for (op, request) in [
+            ("nova:GetServer", "server_get"),
+            ("nova:ListServers", "server_list"),
+            ("nova:GetFlavor", "flavor_get"),
+            ("neutron:CreateFloatingIP", "floating_ip_create"),
+            ("neutron:UpdateFloatingIP", "floating_ip_update"),
+            ("neutron:AddExtraRoutes", "router_update"),
+            ("neutron:ListExtensions", "network_extension_list"),
+            ("neutron:DeleteSecurityGroupRule", "security_group_rule_delete"),
+            ("octavia:CreateLoadBalancer", "loadbalancer_create"),
+            ("octavia:ListPools", "loadbalancer_pool_list"),
+            ("octavia:BatchUpdateMembers", "loadbalancer_members_update"),
+            ("octavia:ListMembers", "loadbalancer_member_list"),
+            ("octavia:GetHealthMonitor", "loadbalancer_healthmonitor_get"),
+            ("keystone:Frobnicate", "frobnicate"),
+        ] {
+            assert_eq!(metric_request(op), request, "{op}");
+        }
+    }
 
     #[test]
     fn user_agent_values_are_prepended_as_upstream_does() {

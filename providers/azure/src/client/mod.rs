@@ -28,6 +28,7 @@ use azure_core::http::{
     PipelineSendOptions, RawResponse, Request, RetryOptions, StatusCode, Transport, Url,
 };
 use ccm_core::cloud::ProviderError;
+use ccm_core::cloud_call::api_metrics::{self, ApiMetrics};
 use ccm_core::cloud_call::{Classified, Deadline, DeadlineExceeded, Retry};
 use futures::StreamExt;
 use serde::Serialize;
@@ -517,6 +518,48 @@ pub fn http_client(ca_pem: Option<&[u8]>) -> Result<reqwest::Client, ClientError
         .map_err(|e| ClientError::Setup { message: format!("building the HTTP client: {e}") })
 }
 
+/// The subscription and resource group an ARM ID or collection path names (either may be
+/// missing).
+fn id_scope(id: &str) -> (Option<&str>, Option<&str>) {
+    let mut subscription = None;
+    let mut group = None;
+    let mut parts = id.trim_start_matches('/').split('/');
+    while let Some(p) = parts.next() {
+        if p.eq_ignore_ascii_case("subscriptions") {
+            subscription = parts.next().filter(|s| !s.is_empty());
+        } else if p.eq_ignore_ascii_case("resourceGroups") {
+            group = parts.next().filter(|s| !s.is_empty());
+            break;
+        }
+    }
+    (subscription, group)
+}
+
+/// Upstream's `request` label (`<resource>_<verb>` as its ARM clients named them:
+/// `load_balancers_get`, `public_ip_addresses_create_or_update`, `vm_list`, `vmss_get`,
+/// `vmssvm_update`, `interfaces_get`, `security_groups_get`, `route_tables_get`,
+/// `subnets_get`) of an operation named `<provider>.<collection>.<method>`.
+pub fn metric_request(operation: &str) -> String {
+    let mut parts = operation.splitn(3, '.');
+    let (_, collection, method) = match (parts.next(), parts.next(), parts.next()) {
+        (Some(p), Some(c), Some(m)) => (p, c, m),
+        _ => return api_metrics::snake_case(operation),
+    };
+    let resource = match collection {
+        "virtual_machines" => "vm",
+        "virtual_machine_scale_sets" => "vmss",
+        "virtual_machine_scale_set_vms" => "vmssvm",
+        "network_interfaces" => "interfaces",
+        "network_security_groups" => "security_groups",
+        other => other,
+    };
+    let method = match method {
+        "list_virtual_machine_scale_set_network_interfaces" => "list_vmss_ni",
+        other => other,
+    };
+    format!("{resource}_{method}")
+}
+
 impl ArmClient {
     /// A client for `config`'s subscription. Sends nothing: credentials are asked on the
     /// first call.
@@ -708,15 +751,15 @@ impl ArmClient {
             request.set_body(b.to_vec());
         }
         let options = PipelineSendOptions { skip_checks: true, ..Default::default() };
-        let response: RawResponse =
-            self.pipeline.send(&Context::new(), &mut request, Some(options)).await.map_err(
-                |e| ArmError::Transport {
-                    operation,
-                    resource: resource.to_string(),
-                    broken: is_broken(&e),
-                    message: transport_message(&e),
-                },
-            )?;
+        let started = std::time::Instant::now();
+        let sent = self.pipeline.send(&Context::new(), &mut request, Some(options)).await;
+        self.record_call(operation, resource, started, sent.as_ref().map(|r| r.status().into()));
+        let response: RawResponse = sent.map_err(|e| ArmError::Transport {
+            operation,
+            resource: resource.to_string(),
+            broken: is_broken(&e),
+            message: transport_message(&e),
+        })?;
         let status = u16::from(response.status());
         let (_, headers, body) = response.deconstruct();
         let body: Vec<u8> = body.to_vec();
@@ -724,6 +767,33 @@ impl ArmClient {
             return Err(status_error(operation, resource, status, &headers, &body));
         }
         Ok((status, headers, body))
+    }
+
+    /// Records one HTTP exchange in upstream's `cloudprovider_azure_api_request_*` families:
+    /// its latency, an error (`code`: the HTTP status, empty without a reply) for a status of
+    /// 400 and above or no reply, and a throttled call for 429.
+    fn record_call(
+        &self,
+        operation: &str,
+        resource: &str,
+        started: std::time::Instant,
+        status: Result<u16, &azure_core::Error>,
+    ) {
+        let request = metric_request(operation);
+        let (subscription, group) = id_scope(resource);
+        let subscription = subscription.unwrap_or(&self.subscription);
+        let group = group.map(str::to_ascii_lowercase).unwrap_or_default();
+        let labels = [request.as_str(), group.as_str(), subscription, ""];
+        let code = match status {
+            Ok(s) if s < 400 => None,
+            Ok(s) => Some(s.to_string()),
+            Err(_) => Some(String::new()),
+        };
+        let metrics = ApiMetrics::of(&api_metrics::AZURE);
+        metrics.call_finished(&labels, started.elapsed(), code.as_deref());
+        if matches!(status, Ok(429)) {
+            metrics.inc("cloudprovider_azure_api_request_throttled_count", &labels);
+        }
     }
 
     fn decode<T: DeserializeOwned>(
@@ -1067,6 +1137,25 @@ fn is_broken(e: &azure_core::Error) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn calls_carry_upstreams_labels() {
+        assert_eq!(metric_request("network.load_balancers.get"), "load_balancers_get");
+        assert_eq!(
+            metric_request("network.public_ip_addresses.create_or_update"),
+            "public_ip_addresses_create_or_update"
+        );
+        assert_eq!(metric_request("compute.virtual_machine_scale_set_vms.update"), "vmssvm_update");
+        assert_eq!(metric_request("compute.virtual_machines.list"), "vm_list");
+        assert_eq!(
+            id_scope("/subscriptions/s-1/resourceGroups/My-RG/providers/Microsoft.Network/x"),
+            (Some("s-1"), Some("My-RG"))
+        );
+        assert_eq!(
+            id_scope("/subscriptions/s-1/providers/Microsoft.Network/x"),
+            (Some("s-1"), None)
+        );
+    }
 
     const SUB: &str = "8ecadfc9-0000-0000-0000-00000000abcd";
 
