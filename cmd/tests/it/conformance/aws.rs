@@ -458,3 +458,4 @@ impl Aws {
 }
 
 super::scenarios!(Aws);
+super::metrics::scenario!(Aws);

@@ -416,3 +416,4 @@ fn str_of<'a>(v: &'a Value, key: &str) -> &'a str {
 }
 
 super::scenarios!(Azure);
+super::metrics::scenario!(Azure);

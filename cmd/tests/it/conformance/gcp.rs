@@ -332,3 +332,4 @@ fn str_of<'a>(v: &'a Value, key: &str) -> &'a str {
 }
 
 super::scenarios!(Gcp);
+super::metrics::scenario!(Gcp);

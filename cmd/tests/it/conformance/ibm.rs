@@ -348,3 +348,4 @@ impl Ibm {
 }
 
 super::scenarios!(Ibm);
+super::metrics::scenario!(Ibm);

@@ -39,6 +39,15 @@ mod azure;
 mod gcp;
 #[cfg(feature = "provider-ibm")]
 pub(crate) mod ibm;
+#[cfg(any(
+    feature = "provider-aws",
+    feature = "provider-azure",
+    feature = "provider-gcp",
+    feature = "provider-ibm",
+    feature = "provider-openstack",
+    feature = "provider-vsphere"
+))]
+pub(crate) mod metrics;
 #[cfg(feature = "provider-openstack")]
 mod openstack;
 #[cfg(feature = "provider-vsphere")]

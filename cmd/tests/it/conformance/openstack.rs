@@ -434,3 +434,4 @@ fn str_of<'a>(v: &'a Value, key: &str) -> &'a str {
 }
 
 super::scenarios!(OpenStack);
+super::metrics::scenario!(OpenStack);

@@ -111,3 +111,4 @@ impl Harness for Vsphere {
 }
 
 super::scenarios!(Vsphere);
+super::metrics::scenario!(Vsphere);
