@@ -53,8 +53,187 @@ fn parse_service_account_prefix(s: &str) -> Result<String, String> {
     Ok(s.to_string())
 }
 
-fn parse_version(s: &str) -> Result<bool, String> {
-    if s == "raw" { Ok(true) } else { parse_bool(s) }
+/// What `--version` asks for (component-base's verflag).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum VersionFlag {
+    /// `--version=false` (the default): run.
+    #[default]
+    Off,
+    /// `--version` / `--version=true`: print `Kubernetes <gitVersion>` and quit.
+    Short,
+    /// `--version=raw`: print the whole version info, Go-style (`version.Info{...}`), and quit.
+    Raw,
+    /// `--version=vX.Y.Z...`: run, reporting this version instead of ours (upstream's dynamic
+    /// version; no effect here beyond what [`VersionInfo::get`] reports).
+    Override(String),
+}
+
+impl VersionFlag {
+    /// Whether the flag asks to print the version and quit.
+    pub fn prints(&self) -> bool {
+        matches!(self, VersionFlag::Short | VersionFlag::Raw)
+    }
+}
+
+fn parse_version(s: &str) -> Result<VersionFlag, String> {
+    if s == "raw" {
+        return Ok(VersionFlag::Raw);
+    }
+    if let Some(rest) = s.strip_prefix('v') {
+        // vMAJOR.MINOR[.PATCH][-pre][+build], as upstream's SetDynamicVersion parses it.
+        let core = rest.split(['-', '+']).next().unwrap_or_default();
+        let parts: Vec<&str> = core.split('.').collect();
+        let numeric = |p: &&str| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit());
+        if (2..=3).contains(&parts.len()) && parts.iter().all(numeric) {
+            return Ok(VersionFlag::Override(s.to_string()));
+        }
+        return Err(format!("invalid version {s:?}: expected vMAJOR.MINOR[.PATCH]"));
+    }
+    match parse_bool(s)? {
+        true => Ok(VersionFlag::Short),
+        false => Ok(VersionFlag::Off),
+    }
+}
+
+/// This binary's version as upstream's `version.Info` (k8s.io/apimachinery): what `--version`
+/// prints. Version from the crate; git commit, tree state and build date from the build's
+/// environment (`CCM_GIT_COMMIT`, `CCM_GIT_TREE_STATE`, `CCM_BUILD_DATE`), "unknown" for a
+/// commit nobody recorded and upstream's epoch default for the date.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VersionInfo {
+    /// Major version (`0`).
+    pub major: String,
+    /// Minor version (`1`).
+    pub minor: String,
+    /// `v<version>`, or the `--version=vX.Y.Z` override.
+    pub git_version: String,
+    /// The commit built, or "unknown".
+    pub git_commit: String,
+    /// `clean`, `dirty` or "".
+    pub git_tree_state: String,
+    /// RFC 3339 build time.
+    pub build_date: String,
+    /// The compiler (`rustc`; `goVersion` stays empty).
+    pub compiler: String,
+    /// `<os>/<arch>` with Go's architecture names (`linux/amd64`).
+    pub platform: String,
+}
+
+impl VersionInfo {
+    /// The version of this build; `flag` may override the reported version.
+    pub fn get(flag: &VersionFlag) -> VersionInfo {
+        let version = env!("CARGO_PKG_VERSION");
+        let mut parts = version.split('.');
+        let major = parts.next().unwrap_or_default().to_string();
+        let minor = parts.next().unwrap_or_default().to_string();
+        let git_version = match flag {
+            VersionFlag::Override(v) => v.clone(),
+            _ => format!("v{version}"),
+        };
+        let env_or = |v: Option<&str>, default: &str| {
+            v.filter(|v| !v.is_empty()).unwrap_or(default).to_string()
+        };
+        let arch = match std::env::consts::ARCH {
+            "x86_64" => "amd64",
+            "aarch64" => "arm64",
+            "x86" => "386",
+            other => other,
+        };
+        VersionInfo {
+            major,
+            minor,
+            git_version,
+            git_commit: env_or(option_env!("CCM_GIT_COMMIT"), "unknown"),
+            git_tree_state: env_or(option_env!("CCM_GIT_TREE_STATE"), ""),
+            build_date: env_or(option_env!("CCM_BUILD_DATE"), "1970-01-01T00:00:00Z"),
+            compiler: "rustc".to_string(),
+            platform: format!("{}/{arch}", std::env::consts::OS),
+        }
+    }
+
+    /// What `--version` prints: `Kubernetes v0.1.0` (verflag's program name and gitVersion).
+    pub fn short(&self) -> String {
+        format!("Kubernetes {}", self.git_version)
+    }
+
+    /// What `--version=raw` prints: Go's `%#v` of `version.Info`, every field in upstream's
+    /// order (the emulation and compatibility fields empty, as upstream's binaries print them).
+    pub fn raw(&self) -> String {
+        let fields: [(&str, &str); 13] = [
+            ("Major", &self.major),
+            ("Minor", &self.minor),
+            ("EmulationMajor", ""),
+            ("EmulationMinor", ""),
+            ("MinCompatibilityMajor", ""),
+            ("MinCompatibilityMinor", ""),
+            ("GitVersion", &self.git_version),
+            ("GitCommit", &self.git_commit),
+            ("GitTreeState", &self.git_tree_state),
+            ("BuildDate", &self.build_date),
+            ("GoVersion", ""),
+            ("Compiler", &self.compiler),
+            ("Platform", &self.platform),
+        ];
+        let body: Vec<String> =
+            fields.iter().map(|(k, v)| format!("{k}:{}", go_quote(v))).collect();
+        format!("version.Info{{{}}}", body.join(", "))
+    }
+}
+
+/// A string as Go's `%#v` (strconv.Quote) writes it: double quotes, `\"` and `\\` escaped,
+/// control characters as `\n`, `\t`, `\xNN` or `\uNNNN`.
+fn go_quote(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\t' => out.push_str("\\t"),
+            '\r' => out.push_str("\\r"),
+            c if (c as u32) < 0x20 || c as u32 == 0x7f => {
+                out.push_str(&format!("\\x{:02x}", c as u32));
+            }
+            c if c.is_control() => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// The commands upstream's manifests and images start their cloud-controller-manager with. An
+/// upstream manifest written for an image without an entrypoint passes one as the container's
+/// first argument (OpenStack's chart and manifests: `args: [/bin/openstack-cloud-controller-manager,
+/// --v=1, ...]`); run with our image's entrypoint, it arrives as the first positional and is
+/// skipped ([`Options::skipped_command`]). Our own binary's names count too
+/// (`cloud-controller-manager-<provider>`, with or without `/usr/local/bin/`).
+pub const UPSTREAM_COMMANDS: &[&str] = &[
+    // OpenStack: image CMD and chart/manifest args[0].
+    "/bin/openstack-cloud-controller-manager",
+    "openstack-cloud-controller-manager",
+    // AWS: image entrypoint.
+    "/bin/aws-cloud-controller-manager",
+    "aws-cloud-controller-manager",
+    // vSphere: image entrypoint.
+    "/bin/vsphere-cloud-controller-manager",
+    "vsphere-cloud-controller-manager",
+    // Azure: image entrypoint and chart/manifest command (on PATH); its build's binary name.
+    "/usr/local/bin/cloud-controller-manager",
+    "cloud-controller-manager",
+    "azure-cloud-controller-manager",
+    // GCP: kube-up's static Pod passes it to its go-runner.
+    "/cloud-controller-manager",
+];
+
+/// Whether `arg` names an upstream cloud-controller-manager command (or ours for `provider`).
+pub fn is_upstream_command(arg: &str, provider: &str) -> bool {
+    if UPSTREAM_COMMANDS.contains(&arg) {
+        return true;
+    }
+    let ours = format!("cloud-controller-manager-{provider}");
+    arg == ours || arg.strip_prefix("/usr/local/bin/") == Some(ours.as_str())
 }
 
 /// The cloud-controller-manager command line.
@@ -390,9 +569,11 @@ pub struct Flags {
     pub node_status_update_frequency: Duration,
 
     // ---- global
-    /// Print version information and quit (--version, --version=true or --version=raw).
+    /// Print version information and quit: --version (or =true) prints `Kubernetes
+    /// v<version>`, --version=raw the whole version info; --version=vX.Y.Z sets the reported
+    /// version.
     #[arg(long, action = ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false", value_parser = parse_version, help_heading = "Global flags")]
-    pub version: bool,
+    pub version: VersionFlag,
     /// Number for the log level verbosity (as klog: 0 info, 2 debug, 4 trace of this manager).
     #[arg(short = 'v', long = "v", default_value = "0", help_heading = "Global flags")]
     pub verbosity: u8,
@@ -419,7 +600,8 @@ pub struct Flags {
     #[arg(long, action = ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false", value_parser = parse_bool, help_heading = "Global flags")]
     pub log_text_split_stream: bool,
 
-    /// Positional arguments are rejected with upstream's message.
+    /// Positional arguments are rejected with upstream's message, except a first one naming
+    /// an upstream cloud-controller-manager command ([`UPSTREAM_COMMANDS`]), which is skipped.
     #[arg(hide = true)]
     pub args: Vec<String>,
 }
@@ -483,6 +665,9 @@ pub struct Options {
     pub webhook_tls: TlsPolicy,
     /// `--healthz-bind-address`, when set.
     pub healthz_bind_address: Option<std::net::SocketAddr>,
+    /// The first positional argument, when it named an upstream command and was skipped (the
+    /// manager logs it once logging is set up).
+    pub skipped_command: Option<String>,
 }
 
 impl Options {
@@ -669,11 +854,12 @@ impl Flags {
         known: &[ControllerDescriptor],
         webhooks: &[(&str, &str)],
     ) -> Result<Options, FlagError> {
-        if let Some(first) = self.args.first() {
-            let _ = first;
+        let skipped_command =
+            self.args.first().filter(|a| is_upstream_command(a, provider)).cloned();
+        let rest = &self.args[usize::from(skipped_command.is_some())..];
+        if !rest.is_empty() {
             return Err(invalid(format!(
-                "\"cloud-controller-manager\" does not take any arguments, got {:?}",
-                self.args
+                "\"cloud-controller-manager\" does not take any arguments, got {rest:?}"
             )));
         }
         if self.cloud_provider.is_empty() {
@@ -869,6 +1055,7 @@ impl Flags {
             tls,
             webhook_tls,
             healthz_bind_address,
+            skipped_command,
         })
     }
 }
@@ -1129,12 +1316,105 @@ mod tests {
             "4",
         ])
         .unwrap();
-        assert!(Flags::try_parse_from(["ccm", "--version=raw"]).unwrap().version);
-        assert!(Flags::try_parse_from(["ccm", "--version"]).unwrap().version);
+        assert_eq!(
+            Flags::try_parse_from(["ccm", "--version=raw"]).unwrap().version,
+            VersionFlag::Raw
+        );
+        assert_eq!(
+            Flags::try_parse_from(["ccm", "--version"]).unwrap().version,
+            VersionFlag::Short
+        );
         let e = parse(&["--cloud-provider=test", "--vmodule=nonsense"]).unwrap_err();
         assert!(e.contains("--vmodule"), "{e}");
         let e = parse(&["--cloud-provider=test", "--log-json-info-buffer-size=lots"]).unwrap_err();
         assert!(e.contains("--log-json-info-buffer-size"), "{e}");
+    }
+
+    #[test]
+    fn an_upstream_command_as_first_argument_is_skipped_any_other_argument_is_refused() {
+        // OpenStack's chart and manifests (v1.36.0): args[0] is the binary of an image with no
+        // entrypoint; ours has one, so it arrives as a positional.
+        let o =
+            parse(&["/bin/openstack-cloud-controller-manager", "--v=1", "--cloud-provider=test"])
+                .unwrap();
+        assert_eq!(o.skipped_command.as_deref(), Some("/bin/openstack-cloud-controller-manager"));
+        assert_eq!(o.flags.verbosity, 1, "the flags after it still apply");
+        for command in UPSTREAM_COMMANDS.iter().copied().chain([
+            "cloud-controller-manager-test",
+            "/usr/local/bin/cloud-controller-manager-test",
+        ]) {
+            let o = parse(&[command, "--cloud-provider=test"]).unwrap_or_else(|e| panic!("{e}"));
+            assert_eq!(o.skipped_command.as_deref(), Some(command));
+        }
+        let o = parse(&["--cloud-provider=test"]).unwrap();
+        assert_eq!(o.skipped_command, None);
+        let refused: &[(&[&str], &str)] = &[
+            // Anything else, or a second positional, stays upstream's error.
+            (&["--cloud-provider=test", "extra"], "got [\"extra\"]"),
+            (&["/bin/sh", "--cloud-provider=test"], "got [\"/bin/sh\"]"),
+            (
+                &["/bin/openstack-cloud-controller-manager", "--cloud-provider=test", "extra"],
+                "got [\"extra\"]",
+            ),
+            (
+                &["cloud-controller-manager", "cloud-controller-manager", "--cloud-provider=test"],
+                "got [\"cloud-controller-manager\"]",
+            ),
+            // Another cloud's binary of ours is not this one.
+            (
+                &["cloud-controller-manager-aws", "--cloud-provider=test"],
+                "cloud-controller-manager-aws",
+            ),
+            (&["/bin/openstack-cloud-controller-manager-x", "--cloud-provider=test"], "-x"),
+        ];
+        for (args, want) in refused {
+            let err = parse(args).err().unwrap_or_else(|| panic!("{args:?} should fail"));
+            assert!(
+                err.contains("does not take any arguments") && err.contains(want),
+                "{args:?}: {err}"
+            );
+        }
+    }
+
+    #[test]
+    fn version_prints_as_upstreams_verflag() {
+        let flag = |a: &str| Flags::try_parse_from(["ccm", a]).map(|f| f.version);
+        assert_eq!(Flags::try_parse_from(["ccm"]).unwrap().version, VersionFlag::Off);
+        assert_eq!(flag("--version=false").unwrap(), VersionFlag::Off);
+        assert_eq!(flag("--version=true").unwrap(), VersionFlag::Short);
+        assert_eq!(flag("--version=v1.36.0").unwrap(), VersionFlag::Override("v1.36.0".into()));
+        assert!(!VersionFlag::Override("v1.36.0".into()).prints(), "an override runs the manager");
+        assert!(VersionFlag::Short.prints() && VersionFlag::Raw.prints());
+        for bad in ["--version=maybe", "--version=v1", "--version=vx.y", "--version=v1.2.3.4"] {
+            let e = flag(bad).unwrap_err().to_string();
+            assert!(e.contains("--version"), "{bad}: {e}");
+        }
+
+        let info = VersionInfo::get(&VersionFlag::Short);
+        let version = env!("CARGO_PKG_VERSION");
+        assert_eq!(info.short(), format!("Kubernetes v{version}"));
+        assert_eq!(
+            VersionInfo::get(&VersionFlag::Override("v1.36.0".into())).short(),
+            "Kubernetes v1.36.0"
+        );
+        assert!(!info.git_commit.is_empty(), "a commit or \"unknown\"");
+        let raw = info.raw();
+        let mut parts = version.split('.');
+        let (major, minor) = (parts.next().unwrap(), parts.next().unwrap());
+        let want = format!(
+            "version.Info{{Major:\"{major}\", Minor:\"{minor}\", EmulationMajor:\"\", \
+             EmulationMinor:\"\", MinCompatibilityMajor:\"\", MinCompatibilityMinor:\"\", \
+             GitVersion:\"v{version}\", GitCommit:\"{}\", GitTreeState:\"{}\", \
+             BuildDate:\"{}\", GoVersion:\"\", Compiler:\"rustc\", Platform:\"{}\"}}",
+            info.git_commit, info.git_tree_state, info.build_date, info.platform
+        );
+        assert_eq!(raw, want);
+        assert!(
+            info.platform == "linux/amd64" || info.platform == "linux/arm64",
+            "{}",
+            info.platform
+        );
+        assert_eq!(go_quote("a\"b\\c\n\u{1}"), r#""a\"b\\c\n\x01""#);
     }
 
     #[test]

@@ -189,12 +189,14 @@ where
             return code;
         }
     };
-    if flags.version {
-        let _ = writeln!(
-            std::io::stdout(),
-            "cloud-controller-manager-{provider} {}",
-            env!("CARGO_PKG_VERSION")
-        );
+    // component-base's verflag: `Kubernetes v<version>`, or the whole version info with =raw.
+    if flags.version.prints() {
+        let info = flags::VersionInfo::get(&flags.version);
+        let line = match flags.version {
+            flags::VersionFlag::Raw => info.raw(),
+            _ => info.short(),
+        };
+        let _ = writeln!(std::io::stdout(), "{line}");
         return ExitCode::SUCCESS;
     }
     let options = match extensions.validate(flags, provider) {
@@ -205,6 +207,12 @@ where
         }
     };
     logging::init(options.log_format, options.flags.verbosity);
+    if let Some(command) = &options.skipped_command {
+        tracing::info!(
+            argument = %command,
+            "skipping the first argument {command:?}: it names an upstream cloud-controller-manager command (the container's args start with it)"
+        );
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(r) => r,
         Err(e) => {
