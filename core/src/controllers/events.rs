@@ -1,15 +1,22 @@
 //! Recording events on the objects the controllers act on, the same way for every controller:
 //! a failure to record is logged, never fatal.
 //!
-//! [`EventRecorder`] publishes events.k8s.io/v1 Events (as kube-rs' `Recorder` does: `create`
-//! and `patch`) and folds repeats the way client-go's event correlator does: the *same*
-//! message about the same object, reason and action becomes one event whose series count
-//! grows; a *different* message is a new event. (kube-rs' `Recorder` folds by reason and
-//! action only, so a second, different `SyncLoadBalancerFailed` would be hidden behind the
-//! first one's text in `kubectl describe`.)
+//! [`EventRecorder`] publishes **core/v1 Events**, as upstream's controllers do (client-go's
+//! `record` package): `source.component` and `reportingComponent` are the controller's
+//! component name (`cloud-node-controller`, `service-controller`, ...; spec §2-§6), so
+//! `kubectl get events --field-selector source=service-controller` finds them and the
+//! events.k8s.io/v1 view shows them as `deprecatedSource`. Upstream's ClusterRoles grant
+//! `events` in the core group only (create, patch, update): that is all this needs (create, and
+//! patch for a repeat).
 //!
-//! What it remembers per series is small (names, the note, a count) and bounded: a series is
-//! forgotten 6 minutes after its last use and at most [`MAX_SERIES`] are kept, like
+//! Repeats fold the way client-go's event correlator does: the *same* message about the same
+//! object, reason and action becomes one event whose `count` grows (a patch of `count` and
+//! `lastTimestamp`); a *different* message is a new event. (kube-rs' `Recorder` folds by
+//! reason and action only, so a second, different `SyncLoadBalancerFailed` would be hidden
+//! behind the first one's text in `kubectl describe`.)
+//!
+//! What it remembers per series is small (names, the message, a count) and bounded: a series
+//! is forgotten 6 minutes after its last use and at most [`MAX_SERIES`] are kept, like
 //! client-go's correlator cache. (kube-rs' `Recorder` keeps every published Event whole, and
 //! one recorder per series had its own map: about 6 kB per Node while a cluster of thousands
 //! registers at once, issue #15.)
@@ -18,9 +25,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::ObjectReference;
-use k8s_openapi::api::events::v1::{Event as K8sEvent, EventSeries};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use k8s_openapi::api::core::v1::{Event as K8sEvent, EventSource, ObjectReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use kube::Resource;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::events::{Event, EventType, Reporter};
@@ -105,7 +111,9 @@ impl EventRecorder {
         self.series.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// A new event about `regarding` (name and fields as kube-rs' `Recorder` gives them).
+    /// A new core/v1 event about `regarding`, as client-go's recorder writes it: named
+    /// `<object>.<hex nanoseconds>`, count 1, first and last timestamps now, `source` and
+    /// `reportingComponent`/`reportingInstance` from the reporter.
     fn new_event(&self, ev: &Event, regarding: &ObjectReference, namespace: &str) -> K8sEvent {
         let now = k8s_openapi::jiff::Timestamp::now();
         let name = format!(
@@ -113,21 +121,16 @@ impl EventRecorder {
             regarding.name.as_deref().unwrap_or(&self.reporter.controller),
             now.as_nanosecond()
         );
+        let component = self.reporter.controller.clone();
         K8sEvent {
-            action: Some(ev.action.clone()),
-            reason: Some(ev.reason.clone()),
-            event_time: Some(MicroTime(now)),
-            regarding: Some(regarding.clone()),
-            note: ev.note.clone(),
             metadata: ObjectMeta {
                 namespace: Some(namespace.to_string()),
                 name: Some(name),
                 ..Default::default()
             },
-            reporting_controller: Some(self.reporter.controller.clone()),
-            reporting_instance: Some(
-                self.reporter.instance.clone().unwrap_or_else(|| self.reporter.controller.clone()),
-            ),
+            involved_object: regarding.clone(),
+            reason: Some(ev.reason.clone()),
+            message: ev.note.clone(),
             type_: Some(
                 match ev.type_ {
                     EventType::Normal => "Normal",
@@ -135,12 +138,24 @@ impl EventRecorder {
                 }
                 .to_string(),
             ),
+            count: Some(1),
+            first_timestamp: Some(Time(now)),
+            last_timestamp: Some(Time(now)),
+            source: Some(EventSource {
+                component: Some(component.clone()),
+                host: self.reporter.instance.clone(),
+            }),
+            reporting_component: Some(component),
+            reporting_instance: Some(
+                self.reporter.instance.clone().unwrap_or_else(|| self.reporter.controller.clone()),
+            ),
+            action: Some(ev.action.clone()),
             ..Default::default()
         }
     }
 
-    /// Publishes `ev` about `regarding`: a new event, or the series of the same message about
-    /// the same object, reason and action grown by one.
+    /// Publishes `ev` about `regarding`: a new event, or the event of the same message about
+    /// the same object, reason and action with its count grown by one.
     async fn record(
         &self,
         object: String,
@@ -153,11 +168,12 @@ impl EventRecorder {
         if let Some(mut last) = repeat {
             let events: Api<K8sEvent> = Api::namespaced(self.client.clone(), &last.namespace);
             last.count += 1;
-            let series = EventSeries {
-                count: last.count,
-                last_observed_time: MicroTime(k8s_openapi::jiff::Timestamp::now()),
-            };
-            let patch = serde_json::json!({ "series": series });
+            // What client-go's correlator patches on a repeat (a strategic-merge patch there;
+            // a merge patch of the same two scalars here).
+            let patch = serde_json::json!({
+                "count": last.count,
+                "lastTimestamp": Time(k8s_openapi::jiff::Timestamp::now()),
+            });
             match events.patch(&last.name, &PatchParams::default(), &Patch::Merge(&patch)).await {
                 Ok(_) => {
                     last.used = Instant::now();
@@ -169,7 +185,7 @@ impl EventRecorder {
                 Err(e) => return Err(e),
             }
         }
-        // Cluster-scoped objects' events go to "default", as kube-rs and client-go put them.
+        // Cluster-scoped objects' events go to "default", as client-go puts them.
         let namespace = regarding.namespace.clone().unwrap_or_else(|| "default".to_string());
         let event = self.new_event(ev, regarding, &namespace);
         let events: Api<K8sEvent> = Api::namespaced(self.client.clone(), &namespace);
@@ -181,7 +197,8 @@ impl EventRecorder {
     }
 }
 
-/// The longest note the API server accepts (events.k8s.io/v1 `note`: at most 1 kB).
+/// The longest message kept (events.k8s.io/v1 caps `note` at 1 kB, and the core/v1 view of
+/// an event is converted to it: a longer message would be cut there anyway).
 pub const MAX_NOTE_BYTES: usize = 1024;
 
 /// A note the API server accepts: one longer than [`MAX_NOTE_BYTES`] is cut on a character
@@ -198,8 +215,9 @@ pub fn truncate_note(note: String) -> String {
     format!("{}...", &note[..end])
 }
 
-/// Publishes an event about `obj` (reason and message as upstream; `action` is the
-/// events.k8s.io action, e.g. `InitializeNode`). Errors are logged and swallowed.
+/// Publishes an event about `obj` (reason and message as upstream; `action`, e.g.
+/// `InitializeNode`, is the event's `action`, which upstream's controllers leave empty). Errors
+/// are logged and swallowed.
 pub async fn publish<K: Resource<DynamicType = ()>>(
     recorder: &EventRecorder,
     obj: &K,

@@ -1,12 +1,16 @@
 //! Lease-based leader election with client-go's semantics (`coordination.k8s.io/v1` Lease,
 //! compatible with Go controller-managers holding the same lock).
 //!
-//! - Acquire: try every retry period (jittered ×1.2). A Lease held by another identity is free
-//!   once its record has not changed for its `leaseDurationSeconds` (measured on our clock from
-//!   when we first observed that record) or once its holder is empty.
-//! - A standby also watches the Lease: a released lock is taken at once, and an unrenewed one
-//!   as soon as it expires (measured from when the watch saw its last renewal), instead of at
-//!   the next jittered retry.
+//! - Acquire: try every retry period (not jittered: a released lock is taken within one period;
+//!   two standbys racing for it are settled by the update's resourceVersion). A Lease held by
+//!   another identity is free once its record has not changed for its `leaseDurationSeconds`
+//!   (measured on our clock from when we first observed that record) or once its holder is
+//!   empty.
+//! - Only `get`, `create` and `update` on the Lease, as client-go's LeaseLock: upstream's
+//!   roles (OpenStack's, Azure's) grant nothing more. A standby polls the Lease with `get`
+//!   every retry period (no list/watch): a released lock (empty holder) is taken at the first
+//!   poll that sees it, and an unrenewed one as soon as it expires, measured from the poll that
+//!   first saw its last record (so at most one retry period later than a watch would have).
 //! - Renew: every retry period. If no renewal succeeded within the renew deadline, or another
 //!   identity took the Lease, leadership is lost.
 //! - Release (on orderly shutdown): holder emptied, `leaseDurationSeconds: 1`.
@@ -15,7 +19,6 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::api::{ObjectMeta, PostParams};
@@ -249,32 +252,14 @@ impl Elector {
         Ok(())
     }
 
-    /// Blocks until this process holds the lock (`true`) or `cancel` fires (`false`).
+    /// Blocks until this process holds the lock (`true`) or `cancel` fires (`false`). Polls the
+    /// Lease every retry period (a `get`, then a `create` or `update` when it is free).
     pub async fn acquire(&mut self, cancel: &CancellationToken) -> bool {
-        let released = Arc::new(tokio::sync::Notify::new());
-        let seen: Observed = Arc::default();
-        let watch_stop = cancel.child_token();
-        tokio::spawn(watch_lease(
-            self.api.clone(),
-            self.cfg.name.clone(),
-            released.clone(),
-            seen.clone(),
-            watch_stop.clone(),
-        ));
-        let _stop_watch = watch_stop.drop_guard();
         tracing::info!(lock = %format!("{}/{}", self.cfg.namespace, self.cfg.name), identity = %self.cfg.identity, "attempting to acquire leader lease");
         let mut last_holder = String::new();
         loop {
             if cancel.is_cancelled() {
                 return false;
-            }
-            // The watch saw records as they were written: use its (earlier) observation time.
-            let watched = seen.lock().unwrap_or_else(|p| p.into_inner()).clone();
-            if let Some((spec, at)) = watched {
-                match &self.observed {
-                    Some((s, t)) if *s == spec && *t <= at => {}
-                    _ => self.observed = Some((spec, at)),
-                }
             }
             let attempt =
                 tokio::time::timeout(self.cfg.renew_deadline, self.try_acquire_or_renew());
@@ -295,19 +280,24 @@ impl Elector {
                 }
                 Err(_) => tracing::warn!(lock = %self.cfg.name, "lease request timed out"),
             }
-            // Retry after the jittered period, or as soon as the observed record expires.
-            let mut wait = jitter(self.cfg.retry_period, 1.2);
-            if let Some((spec, at)) = &self.observed {
-                let dur = u64::try_from(spec.lease_duration_seconds.unwrap_or(0)).unwrap_or(0);
-                let expiry = *at + Duration::from_secs(dur) + Duration::from_millis(20);
-                wait = wait.min(expiry.saturating_duration_since(Instant::now()));
-            }
+            let wait = self.next_poll(Instant::now());
             tokio::select! {
                 _ = cancel.cancelled() => return false,
                 _ = tokio::time::sleep(wait) => {}
-                _ = released.notified() => {}
             }
         }
+    }
+
+    /// How long a standby waits before its next poll at `now`: the retry period, or less when
+    /// the record it observed expires sooner (then it polls just after the expiry).
+    fn next_poll(&self, now: Instant) -> Duration {
+        let mut wait = self.cfg.retry_period;
+        if let Some((spec, at)) = &self.observed {
+            let dur = u64::try_from(spec.lease_duration_seconds.unwrap_or(0)).unwrap_or(0);
+            let expiry = *at + Duration::from_secs(dur) + Duration::from_millis(20);
+            wait = wait.min(expiry.saturating_duration_since(now));
+        }
+        wait
     }
 
     /// Renews until leadership is lost or `cancel` fires.
@@ -380,52 +370,6 @@ impl Elector {
     }
 }
 
-/// The latest Lease record seen by the watch, and when.
-type Observed = Arc<Mutex<Option<(LeaseSpec, Instant)>>>;
-
-/// Records every Lease record as it is written (`seen`), and wakes `released` whenever the
-/// Lease is deleted or its holder becomes empty.
-async fn watch_lease(
-    api: Api<Lease>,
-    name: String,
-    released: Arc<tokio::sync::Notify>,
-    seen: Observed,
-    stop: CancellationToken,
-) {
-    use kube::runtime::watcher::{self, Event};
-    let cfg = watcher::Config::default().fields(&format!("metadata.name={name}"));
-    let stream = watcher::watcher(api, cfg);
-    futures::pin_mut!(stream);
-    loop {
-        let next = tokio::select! {
-            _ = stop.cancelled() => return,
-            n = stream.next() => n,
-        };
-        match next {
-            None => return,
-            Some(Ok(Event::Delete(_))) => released.notify_one(),
-            Some(Ok(Event::Apply(l))) | Some(Ok(Event::InitApply(l))) => {
-                let spec = l.spec.unwrap_or_default();
-                let holder = spec.holder_identity.clone().unwrap_or_default();
-                {
-                    let mut seen = seen.lock().unwrap_or_else(|p| p.into_inner());
-                    if seen.as_ref().map(|(s, _)| s) != Some(&spec) {
-                        *seen = Some((spec, Instant::now()));
-                    }
-                }
-                if holder.is_empty() {
-                    released.notify_one();
-                }
-            }
-            Some(Ok(_)) => {}
-            Some(Err(e)) => {
-                tracing::debug!(error = %e, "lease watch error");
-                tokio::time::sleep(Duration::from_secs(1)).await;
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -438,6 +382,39 @@ mod tests {
         assert_eq!(uuid.len(), 36);
         assert_eq!(uuid.matches('-').count(), 4);
         assert_ne!(identity(), id, "a fresh uuid per process start");
+    }
+
+    fn elector(retry: Duration) -> Elector {
+        // A client that is never called: next_poll only reads the observed record.
+        let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
+        let client = Client::try_from(config).unwrap();
+        let cfg = ElectorConfig {
+            namespace: "kube-system".into(),
+            name: "cloud-controller-manager".into(),
+            identity: "me_1".into(),
+            lease_duration: Duration::from_secs(15),
+            renew_deadline: Duration::from_secs(10),
+            retry_period: retry,
+        };
+        Elector::new(client, cfg)
+    }
+
+    #[tokio::test]
+    async fn a_standby_polls_every_retry_period_and_just_after_the_observed_record_expires() {
+        let mut e = elector(Duration::from_secs(2));
+        let now = Instant::now();
+        assert_eq!(e.next_poll(now), Duration::from_secs(2), "nothing observed yet");
+        let held = LeaseSpec {
+            holder_identity: Some("other_1".into()),
+            lease_duration_seconds: Some(15),
+            ..Default::default()
+        };
+        e.observed = Some((held.clone(), now));
+        assert_eq!(e.next_poll(now), Duration::from_secs(2), "far from expiry: the period");
+        let near = now + Duration::from_secs(14);
+        assert_eq!(e.next_poll(near), Duration::from_millis(1020), "just after the expiry");
+        let past = now + Duration::from_secs(20);
+        assert_eq!(e.next_poll(past), Duration::ZERO, "expired: at once");
     }
 
     #[test]

@@ -20,8 +20,7 @@ use ccm_core::testing::{Fault, ScriptedInstance, TestCloud, TestInstances};
 use ccm_testbed::ControlPlane;
 use ccm_testbed::fixtures::{kubelet_node, node_address as addr};
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Node, NodeAddress};
-use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::api::core::v1::{Event, Node, NodeAddress};
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 
@@ -68,7 +67,7 @@ async fn events_for(client: &Client, node: &str) -> Vec<Event> {
         .expect("list events")
         .items
         .into_iter()
-        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(node))
+        .filter(|e| e.involved_object.name.as_deref() == Some(node))
         .collect()
 }
 
@@ -147,9 +146,11 @@ async fn kubelet_registered_node_is_initialised_like_upstream() {
     })
     .await;
     let synced = events.iter().find(|e| e.reason.as_deref() == Some("Synced")).unwrap();
-    assert_eq!(synced.note.as_deref(), Some("Node synced successfully"));
+    assert_eq!(synced.message.as_deref(), Some("Node synced successfully"));
     assert_eq!(synced.type_.as_deref(), Some("Normal"));
-    assert_eq!(synced.reporting_controller.as_deref(), Some("cloud-node-controller"));
+    assert_eq!(synced.reporting_component.as_deref(), Some("cloud-node-controller"));
+    let source = synced.source.as_ref().and_then(|s| s.component.as_deref());
+    assert_eq!(source, Some("cloud-node-controller"), "core/v1 source.component, as upstream");
 }
 
 async fn provided_ip_case(
@@ -239,7 +240,7 @@ async fn provided_node_ip_unknown_to_the_cloud_keeps_the_node_tainted_with_an_ev
     })
     .await;
     assert_eq!(ev.type_.as_deref(), Some("Warning"));
-    let note = ev.note.unwrap_or_default();
+    let note = ev.message.unwrap_or_default();
     assert!(note.contains("10.9.9.9") && note.contains("node-p"), "event explains why: {note}");
     tokio::time::sleep(Duration::from_secs(2)).await;
     let n = nodes.get("node-p").await.unwrap();
@@ -338,7 +339,7 @@ async fn lifecycle_deletes_gone_taints_shutdown_and_never_deletes_on_cloud_error
     })
     .await;
     assert_eq!(
-        ev.note.as_deref(),
+        ev.message.as_deref(),
         Some("Deleting node gone because it does not exist in the cloud provider")
     );
 

@@ -18,8 +18,7 @@ use ccm_core::names;
 use ccm_core::testing::{LbFault, TestCloud, TestLoadBalancers};
 use ccm_testbed::ControlPlane;
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Namespace, Node, NodeCondition, NodeStatus, Service};
-use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::api::core::v1::{Event, Namespace, Node, NodeCondition, NodeStatus, Service};
 use kube::api::{DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::json;
@@ -92,9 +91,9 @@ pub async fn event_reasons(client: &Client, namespace: &str, name: &str) -> Vec<
         .unwrap()
         .items
         .into_iter()
-        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
+        .filter(|e| e.involved_object.name.as_deref() == Some(name))
         .collect();
-    evs.sort_by_key(|e| e.event_time.as_ref().map(|t| t.0));
+    evs.sort_by_key(|e| e.first_timestamp.as_ref().map(|t| t.0));
     evs.into_iter().filter_map(|e| e.reason).collect()
 }
 
@@ -225,7 +224,7 @@ async fn a_different_failure_is_a_new_event_and_a_repeated_one_is_counted() {
             .items
             .into_iter()
             .filter(|e| e.reason.as_deref() == Some("SyncLoadBalancerFailed"))
-            .map(|e| (e.note.unwrap_or_default(), e.series.map_or(1, |s| s.count)))
+            .map(|e| (e.message.unwrap_or_default(), e.count.unwrap_or(1)))
             .collect();
         evs.sort();
         Some(evs)
@@ -629,9 +628,9 @@ async fn a_hung_ensure_holds_back_no_other_load_balancer() {
     let note = events
         .items
         .iter()
-        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("stuck"))
+        .filter(|e| e.involved_object.name.as_deref() == Some("stuck"))
         .find(|e| e.reason.as_deref() == Some("SyncLoadBalancerFailed"))
-        .and_then(|e| e.note.clone())
+        .and_then(|e| e.message.clone())
         .unwrap_or_default();
     assert!(note.contains("EnsureLoadBalancer") && note.contains("deadline"), "{note}");
     eprintln!("stuck ensure ended after {:?}: {note}", hung_at.elapsed());

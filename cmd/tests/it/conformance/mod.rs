@@ -24,8 +24,7 @@ use std::time::{Duration, Instant};
 use ccm_core::names;
 use ccm_emulators::{Admin, Counters, Fault, FaultRule, PauseMode};
 use ccm_testbed::fixtures::{kubelet_node, load_balancer_service};
-use k8s_openapi::api::core::v1::{Namespace, Node, Service, ServicePort};
-use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::api::core::v1::{Event, Namespace, Node, Service, ServicePort};
 use kube::Api;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 
@@ -829,14 +828,14 @@ async fn routes<H: Harness>() -> Outcome {
 const ATTACK_STEP: Duration = Duration::from_secs(45);
 
 /// Load-balancer Events of the Service with this UID: how many times the manager finished a
-/// pass on it (ensured, updated, or failed), counting each Event's series.
+/// pass on it (ensured, updated, or failed), counting each Event's repeats (`count`).
 async fn lb_passes(events: &Api<Event>, uid: &str) -> u64 {
     let Ok(list) = events.list(&ListParams::default()).await else {
         return 0;
     };
     list.items
         .iter()
-        .filter(|e| e.regarding.as_ref().and_then(|r| r.uid.as_deref()) == Some(uid))
+        .filter(|e| e.involved_object.uid.as_deref() == Some(uid))
         .filter(|e| {
             matches!(
                 e.reason.as_deref(),
@@ -850,7 +849,7 @@ async fn lb_passes(events: &Api<Event>, uid: &str) -> u64 {
                 )
             )
         })
-        .map(|e| e.series.as_ref().map(|s| s.count.max(1) as u64).unwrap_or(1))
+        .map(|e| e.count.map_or(1, |c| c.max(1) as u64))
         .sum()
 }
 
