@@ -6,3 +6,4 @@ mod rbac;
 mod route;
 mod service;
 mod support;
+mod upstream_rbac;
