@@ -30,6 +30,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use ccm_core::cloud::{InstanceMetadata, InstancesV2, ProviderError};
 use ccm_core::controllers::node_util;
+use ccm_core::manager::flags::LogFormat;
 use ccm_core::names;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, NodeAddress};
@@ -474,6 +475,8 @@ pub struct Flags {
     pub beta_topology_labels: bool,
     /// `--v`.
     pub verbosity: u8,
+    /// `--logging-format`: `text` (klog's) or `json` (component-base's).
+    pub log_format: LogFormat,
     /// `--help`.
     pub help: bool,
     /// Flags accepted and ignored, as given.
@@ -492,6 +495,7 @@ impl Default for Flags {
             status_update_frequency: DEFAULT_STATUS_UPDATE_FREQUENCY,
             beta_topology_labels: false,
             verbosity: 2,
+            log_format: LogFormat::Text,
             help: false,
             ignored: Vec::new(),
         }
@@ -510,7 +514,8 @@ Flags:
   --cloud-config string                      azure.json, for --use-instance-metadata=false
   --node-status-update-frequency duration    address refresh period (default 5m0s)
   --enable-deprecated-beta-topology-labels   also write the beta topology labels
-  --v int                                    log verbosity
+  --v int                                    log verbosity (as the manager's -v)
+  --logging-format string                    text (klog's format, default) or json (component-base's)
 Upstream's serving, authentication, authorization and client-tuning flags are accepted and ignored.
 ";
 
@@ -572,6 +577,18 @@ impl Flags {
                     if f.status_update_frequency.is_zero() {
                         return Err(format!("invalid value {v:?} for {flag}: must be positive"));
                     }
+                }
+                "--logging-format" => {
+                    let v = value(&mut args)?;
+                    f.log_format = match v.as_str() {
+                        "text" => LogFormat::Text,
+                        "json" => LogFormat::Json,
+                        other => {
+                            return Err(format!(
+                                "--logging-format: unsupported log format {other:?}; permitted formats: \"json\", \"text\""
+                            ));
+                        }
+                    };
                 }
                 "--v" | "-v" => {
                     let v = value(&mut args)?;
@@ -667,7 +684,12 @@ async fn terminated() {
 
 /// `cloud-node-manager-azure`'s `main`.
 pub fn main() -> ExitCode {
-    let flags = match Flags::parse(std::env::args().skip(1)) {
+    main_with(std::env::args().skip(1))
+}
+
+/// [`main`] with the arguments (without the program name).
+pub fn main_with<I: IntoIterator<Item = String>>(args: I) -> ExitCode {
+    let flags = match Flags::parse(args) {
         Ok(f) => f,
         Err(e) => {
             eprintln!("cloud-node-manager-azure: {e}\n\n{USAGE}");
@@ -678,18 +700,20 @@ pub fn main() -> ExitCode {
         print!("{USAGE}");
         return ExitCode::SUCCESS;
     }
-    ccm_core::manager::logging::init(ccm_core::manager::flags::LogFormat::Text, flags.verbosity);
+    ccm_core::manager::logging::init(flags.log_format, flags.verbosity);
     for flag in &flags.ignored {
         tracing::info!(flag = %flag, "flag accepted for compatibility with upstream and ignored");
     }
+    // From here on every message is a log line in the chosen format (one JSON object a line
+    // with --logging-format=json), so a log pipeline sees why the process ended.
     let Some(node_name) = flags.node_name.clone().or_else(host_name) else {
-        eprintln!("cloud-node-manager-azure: no --node-name and no host name");
+        tracing::error!("cloud-node-manager-azure: no --node-name and no host name");
         return ExitCode::from(2);
     };
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(r) => r,
         Err(e) => {
-            eprintln!("cloud-node-manager-azure: starting the runtime: {e}");
+            tracing::error!(error = %e, "cloud-node-manager-azure: starting the runtime");
             return ExitCode::FAILURE;
         }
     };
@@ -702,8 +726,7 @@ pub fn main() -> ExitCode {
         let (client, instances) = match setup.await {
             Ok(x) => x,
             Err(e) => {
-                tracing::error!("{e}");
-                eprintln!("cloud-node-manager-azure: {e}");
+                tracing::error!(error = %e, "cloud-node-manager-azure: cannot start");
                 return ExitCode::FAILURE;
             }
         };
@@ -755,10 +778,65 @@ mod tests {
         assert!(args(&["--wait-routes=maybe"]).unwrap_err().contains("--wait-routes"));
         assert!(args(&["--use-instance-metadata=false"]).unwrap_err().contains("--cloud-config"));
         assert!(args(&["--node-name"]).unwrap_err().contains("needs an argument"));
+        assert_eq!(args(&["--logging-format=json"]).unwrap().log_format, LogFormat::Json);
+        assert_eq!(args(&["--logging-format", "text"]).unwrap().log_format, LogFormat::Text);
+        assert_eq!(args(&[]).unwrap().log_format, LogFormat::Text);
+        let e = args(&["--logging-format=xml"]).unwrap_err();
+        assert!(e.contains("--logging-format") && e.contains("\"xml\""), "{e}");
         for zero in ["0", "0s", "0.1ns"] {
             let e = args(&[&format!("--node-status-update-frequency={zero}")]).unwrap_err();
             assert!(e.contains("must be positive"), "{zero}: {e}");
         }
+    }
+
+    /// Set in the child process of the logging test: the arguments, one per line.
+    const CHILD: &str = "CCM_NODE_MANAGER_TEST_CHILD";
+
+    /// The child's body (a no-op in an ordinary run): `main` with the given arguments.
+    #[test]
+    fn main_child() {
+        let Ok(argv) = std::env::var(CHILD) else { return };
+        let code = main_with(argv.lines().map(str::to_string));
+        assert_eq!(code, ExitCode::FAILURE);
+    }
+
+    /// Runs `main` in a child process (the log subscriber is once per process): its stderr.
+    fn run_main(argv: &[&str]) -> String {
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "node_manager::tests::main_child", "--nocapture"])
+            .env(CHILD, argv.join("\n"))
+            .env_remove("RUST_LOG")
+            .stdout(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8(out.stderr).unwrap()
+    }
+
+    /// `--logging-format` and `-v` as the manager's: a start that fails (no kubeconfig) is one
+    /// component-base JSON line with `err`, or one klog line, and nothing else on stderr.
+    #[test]
+    fn the_node_manager_logs_in_the_format_and_verbosity_it_is_given() {
+        let kubeconfig = "--kubeconfig=/nonexistent/ccm-test/kubeconfig";
+        let log = run_main(&["--node-name=vm-a", "--logging-format=json", "-v=0", kubeconfig]);
+        let lines: Vec<&str> = log.lines().collect();
+        assert_eq!(lines.len(), 1, "{log}");
+        let line: serde_json::Value = serde_json::from_str(lines[0]).unwrap();
+        assert!(line["ts"].is_f64() && line["caller"].is_string(), "{log}");
+        assert_eq!(line["msg"], "cloud-node-manager-azure: cannot start", "{log}");
+        assert!(
+            line["err"].as_str().unwrap().contains("/nonexistent/ccm-test/kubeconfig"),
+            "{log}"
+        );
+        assert!(line.get("v").is_none(), "an error line has no v: {log}");
+
+        let log = run_main(&["--node-name=vm-a", "--v", "0", kubeconfig]);
+        assert!(log.starts_with('E'), "{log}");
+        assert!(
+            log.contains("node_manager.rs:")
+                && log.contains("] \"cloud-node-manager-azure: cannot start\" err=\"--kubeconfig /nonexistent/ccm-test/kubeconfig"),
+            "{log}"
+        );
     }
 
     #[test]
