@@ -301,6 +301,266 @@ pub fn unknown_key(label: &str, key: &str, bare: bool, line: usize) -> String {
     }
 }
 
+/// A value read from a config file and the warnings reading it gave: keys and sections
+/// upstream's gcfg (`FatalOnly`) would skip, which are skipped here too. Each warning names
+/// the section and key (never a value) and was also logged (`tracing` warn) when read; the
+/// manager may show them to the operator (an Event on the first start).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Parsed<T> {
+    /// What was read.
+    pub value: T,
+    /// One line per skipped key or section, in file order; never quotes a value.
+    pub warnings: Vec<String>,
+}
+
+impl<T> Parsed<T> {
+    /// The same warnings with `f` applied to the value.
+    pub fn map<U>(self, f: impl FnOnce(T) -> U) -> Parsed<U> {
+        Parsed { value: f(self.value), warnings: self.warnings }
+    }
+}
+
+/// How a section is read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SectionKind {
+    /// `[name]`: one block (repeated headers merge). `[name "sub"]` is what gcfg cannot store
+    /// for such a section: a warning, and its keys are skipped.
+    Plain,
+    /// `[name "sub"]`: one block per subsection name (gcfg's map sections). `[name]` alone is
+    /// the block with no name ([`Block::sub`] `None`); the provider decides what it means.
+    Named,
+    /// Known but not read by this provider (another component's section of a shared file):
+    /// skipped with its keys, without a warning.
+    Ignored,
+}
+
+/// A section a provider knows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SectionSpec {
+    /// The name as documented (`Global`, `LoadBalancerClass`); matched case-insensitively.
+    pub name: &'static str,
+    /// Its section in the key table (`VirtualCenter` blocks read `Global`'s keys).
+    pub keys: &'static str,
+    /// How it is read.
+    pub kind: SectionKind,
+}
+
+impl SectionSpec {
+    /// A plain section whose keys are under its own name in the key table.
+    pub const fn plain(name: &'static str) -> Self {
+        SectionSpec { name, keys: name, kind: SectionKind::Plain }
+    }
+
+    /// A section of named blocks whose keys are under its own name in the key table.
+    pub const fn named(name: &'static str) -> Self {
+        SectionSpec { name, keys: name, kind: SectionKind::Named }
+    }
+
+    /// A section skipped without a warning.
+    pub const fn ignored(name: &'static str) -> Self {
+        SectionSpec { name, keys: name, kind: SectionKind::Ignored }
+    }
+}
+
+/// A provider's file layout: its sections and key table. Anything else in a file is skipped
+/// with a warning, as upstream's gcfg `FatalOnly` skips it.
+#[derive(Debug)]
+pub struct Schema {
+    /// Every key the provider reads, by section ([`KeyDoc::section`] compared up to its first
+    /// blank, so `ServiceOverride "<name>"` names the `ServiceOverride` section).
+    pub table: &'static [KeyDoc],
+    /// The sections.
+    pub sections: &'static [SectionSpec],
+    /// Maps a key, as the table spells it, to the key its values are stored under: an alias
+    /// and its key then share one list, in file order (the last of either wins).
+    pub canonical: fn(&'static str) -> &'static str,
+}
+
+/// The identity for [`Schema::canonical`]: no aliases.
+pub fn no_aliases(key: &'static str) -> &'static str {
+    key
+}
+
+/// One block of a file: a plain section (every header of it merged) or one named block of a
+/// [`SectionKind::Named`] section (every header with that name merged).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Block {
+    /// The section's name as the schema spells it.
+    pub name: &'static str,
+    /// The subsection name of a named block.
+    pub sub: Option<String>,
+    /// The line of its first header.
+    pub line: usize,
+    /// Its values, by key as the table spells it (after [`Schema::canonical`]).
+    pub values: Values,
+}
+
+impl Block {
+    /// `[Global]`, `[LoadBalancerClass "gold"]`.
+    pub fn label(&self) -> String {
+        match &self.sub {
+            Some(sub) => format!("[{} {sub:?}]", self.name),
+            None => format!("[{}]", self.name),
+        }
+    }
+}
+
+/// A file read against a [`Schema`]: the blocks of its known sections, in file order.
+#[derive(Debug, Clone)]
+pub struct Document {
+    schema: &'static Schema,
+    blocks: Vec<Block>,
+}
+
+static NO_VALUES: Values = BTreeMap::new();
+
+impl Document {
+    /// The blocks, in the order their first headers appear.
+    pub fn blocks(&self) -> &[Block] {
+        &self.blocks
+    }
+
+    /// Whether a header of section `name` (any subsection) appeared.
+    pub fn has(&self, name: &str) -> bool {
+        self.blocks.iter().any(|b| b.name.eq_ignore_ascii_case(name))
+    }
+
+    fn spec(&self, name: &str) -> Option<&'static SectionSpec> {
+        self.schema.sections.iter().find(|s| s.name.eq_ignore_ascii_case(name))
+    }
+
+    /// Typed reads of the plain section `name` (empty when the file has none). In debug
+    /// builds, a name the schema does not have panics.
+    pub fn section(&self, name: &str) -> Section<'_> {
+        let spec = self.spec(name);
+        debug_assert!(spec.is_some(), "section [{name}] is not in the schema");
+        let keys = spec.map_or("", |s| s.keys);
+        let label = spec.map_or(name, |s| s.name);
+        let values = self
+            .blocks
+            .iter()
+            .find(|b| b.sub.is_none() && b.name.eq_ignore_ascii_case(name))
+            .map_or(&NO_VALUES, |b| &b.values);
+        Section::new(format!("[{label}]"), self.schema.table, keys, values)
+    }
+
+    /// Typed reads of each block of section `name` (named or not), in file order.
+    pub fn blocks_of<'d>(
+        &'d self,
+        name: &'d str,
+    ) -> impl Iterator<Item = (&'d Block, Section<'d>)> + 'd {
+        let keys = self.spec(name).map_or("", |s| s.keys);
+        self.blocks
+            .iter()
+            .filter(move |b| b.name.eq_ignore_ascii_case(name))
+            .map(move |b| (b, Section::new(b.label(), self.schema.table, keys, &b.values)))
+    }
+}
+
+/// Reads `text` against `schema`, as upstream's `gcfg.FatalOnly(gcfg.ReadInto(..))` does:
+/// a syntax error (or a key before any section header) is fatal and names the line; an
+/// unknown section, a subsection on a section that takes none, and an unknown key are
+/// skipped with a warning naming them (never a value, and a bare word not even by name).
+/// Each warning is also logged.
+pub fn read(text: &str, schema: &'static Schema) -> Result<Parsed<Document>, SyntaxError> {
+    let mut blocks: Vec<Block> = Vec::new();
+    let mut warnings = Vec::new();
+    let mut warn = |section: &str, key: Option<&str>, line: usize, message: String| {
+        tracing::warn!(section, key = key.unwrap_or_default(), line, "cloud config: {message}");
+        warnings.push(message);
+    };
+    // `None` before the first header; `Some(None)` in a skipped section; else the block.
+    let mut current: Option<Option<usize>> = None;
+    for statement in statements(text)? {
+        match statement {
+            Statement::Section { name, sub, line } => {
+                let spec = schema.sections.iter().find(|s| s.name.eq_ignore_ascii_case(&name));
+                let shown = match &sub {
+                    Some(s) => format!("[{name} {s:?}]"),
+                    None => format!("[{name}]"),
+                };
+                current = Some(match spec {
+                    None => {
+                        warn(
+                            &shown,
+                            None,
+                            line,
+                            format!(
+                                "unknown section {shown} (line {line}) skipped with its keys, as \
+                                 upstream does"
+                            ),
+                        );
+                        None
+                    }
+                    Some(spec) if spec.kind == SectionKind::Ignored => None,
+                    Some(spec) if spec.kind == SectionKind::Plain && sub.is_some() => {
+                        warn(
+                            &shown,
+                            None,
+                            line,
+                            format!(
+                                "section {shown} (line {line}) skipped with its keys, as upstream \
+                                 does: [{}] takes no subsection name",
+                                spec.name
+                            ),
+                        );
+                        None
+                    }
+                    Some(spec) => {
+                        let i =
+                            match blocks.iter().position(|b| b.name == spec.name && b.sub == sub) {
+                                Some(i) => i,
+                                None => {
+                                    blocks.push(Block {
+                                        name: spec.name,
+                                        sub,
+                                        line,
+                                        values: Values::new(),
+                                    });
+                                    blocks.len() - 1
+                                }
+                            };
+                        Some(i)
+                    }
+                });
+            }
+            Statement::Var { key, value, line } => {
+                let Some(current) = current else {
+                    return Err(SyntaxError { line, message: "expected a section header" });
+                };
+                let Some(block) = current.and_then(|i| blocks.get_mut(i)) else { continue };
+                let keys = schema
+                    .sections
+                    .iter()
+                    .find(|s| s.name == block.name)
+                    .map_or(block.name, |s| s.keys);
+                match lookup(schema.table, keys, &key) {
+                    Some(doc) => {
+                        block.values.entry((schema.canonical)(doc.key)).or_default().push(value);
+                    }
+                    None => {
+                        let label = block.label();
+                        let bare = value.is_none();
+                        let message = if bare {
+                            format!(
+                                "a word without '=' in {label} on line {line} (no known key; \
+                                 not shown, it may be a secret) skipped, as upstream does"
+                            )
+                        } else {
+                            format!(
+                                "unknown key {label} {key} (line {line}) skipped, as upstream \
+                                 does"
+                            )
+                        };
+                        warn(&label, (!bare).then_some(key.as_str()), line, message);
+                    }
+                }
+            }
+        }
+    }
+    Ok(Parsed { value: Document { schema, blocks }, warnings })
+}
+
 /// A gcfg boolean: `true`/`yes`/`on`/`1` or `false`/`no`/`off`/`0`, any case.
 pub fn parse_bool(value: &str) -> Option<bool> {
     match value.to_ascii_lowercase().as_str() {
@@ -616,6 +876,73 @@ mod tests {
         }
         assert!(s.integer("count", 0, 0..=20).unwrap_err().message.contains("from 0 to 20"));
         assert!(!format!("{s:?}").contains("Zq7"));
+    }
+
+    const SCHEMA_TABLE: &[KeyDoc] = &[
+        KeyDoc { section: "Global", key: "name", value: "", example: "x", doc: "" },
+        KeyDoc { section: "Global", key: "alias", value: "", example: "x", doc: "" },
+        KeyDoc { section: "Class \"<name>\"", key: "size", value: "", example: "1", doc: "" },
+    ];
+
+    static SCHEMA: Schema = Schema {
+        table: SCHEMA_TABLE,
+        sections: &[
+            SectionSpec::plain("Global"),
+            SectionSpec::named("Class"),
+            SectionSpec::ignored("Other-Tool"),
+        ],
+        canonical: |k| if k == "alias" { "name" } else { k },
+    };
+
+    #[test]
+    fn unknown_sections_and_keys_are_skipped_with_a_warning_naming_them_never_the_value() {
+        let text = "[global]\nNAME = a\nnmae = Zq7secret\nZq7bare\n[Nope \"n\"]\nname = Zq7x\n\
+                    [Global \"sub\"]\nname = Zq7y\n[other-tool]\nanything = Zq7z\n\
+                    [Class \"gold\"]\nsize = 1\nsise = 2\n[class \"gold\"]\nsize = 3\n\
+                    [Class]\nsize = 4\n[GLOBAL]\nalias = b\n";
+        let parsed = read(text, &SCHEMA).unwrap();
+        let all = parsed.warnings.join("\n");
+        assert!(!all.contains("Zq7"), "{all}");
+        assert_eq!(parsed.warnings.len(), 5, "{all}");
+        assert!(parsed.warnings[0].contains("[Global] nmae (line 3)"), "{all}");
+        assert!(parsed.warnings[1].contains("[Global] on line 4"), "{all}");
+        assert!(parsed.warnings[2].contains("unknown section [Nope \"n\"] (line 5)"), "{all}");
+        assert!(parsed.warnings[3].contains("[Global \"sub\"] (line 7)"), "{all}");
+        assert!(parsed.warnings[4].contains("[Class \"gold\"] sise (line 13)"), "{all}");
+
+        let doc = parsed.value;
+        // An alias shares its key's list: the last of either wins.
+        assert_eq!(doc.section("Global").string("name").unwrap(), "b");
+        assert_eq!(doc.section("global").label(), "[Global]");
+        let classes: Vec<_> = doc
+            .blocks_of("Class")
+            .map(|(b, s)| (b.sub.clone(), b.line, s.list("size"), s.label().to_string()))
+            .collect();
+        assert_eq!(
+            classes,
+            vec![
+                (
+                    Some("gold".into()),
+                    11,
+                    vec!["1".to_string(), "3".into()],
+                    "[Class \"gold\"]".into()
+                ),
+                (None, 16, vec!["4".to_string()], "[Class]".into()),
+            ]
+        );
+        assert!(!doc.has("other-tool") && doc.has("CLASS"));
+    }
+
+    #[test]
+    fn a_key_before_any_header_and_bad_syntax_are_fatal_with_the_line() {
+        assert_eq!(read("\n; c\nname = Zq7\n", &SCHEMA).unwrap_err().line, 3);
+        let e = read("[Global]\nname = a\n[Nope\n", &SCHEMA).unwrap_err();
+        assert_eq!(e.line, 3);
+        // Even inside a skipped section.
+        assert_eq!(read("[Nope]\nk = \"Zq7\n", &SCHEMA).unwrap_err().line, 2);
+        let empty = read("", &SCHEMA).unwrap();
+        assert!(empty.warnings.is_empty() && empty.value.blocks().is_empty());
+        assert_eq!(empty.value.section("Global").string("name").unwrap(), "");
     }
 
     #[test]
