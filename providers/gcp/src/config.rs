@@ -16,12 +16,13 @@
 //! key clears them), a bare boolean key is true, a repeated single-valued key: the last wins,
 //! an empty value is the same as no value (upstream tests each key against `""`).
 //!
+//! **Unknown sections and keys** are skipped with a warning naming them, as upstream's
+//! `gcfg.FatalOnly` skips them ([`Config::config_warnings`]: the manager shows them as an Event
+//! at start), as are the two keys OpenShift's installer writes for its fork
+//! (`external-instance-groups-prefix`, `firewall-rules-management`).
+//!
 //! **Validation**, stricter than upstream where upstream would go on with a config that cannot
-//! work (each difference is in [`CONFIG_KEYS`] and the crate README): an unknown section or
-//! key is an error (upstream's `gcfg.FatalOnly` ignores both, so a misspelt `node-tag` left
-//! the firewall without target tags), except the two keys OpenShift's installer writes for its
-//! fork (`external-instance-groups-prefix`, `firewall-rules-management`), accepted and
-//! ignored with a warning; `token-url`, `api-endpoint` and `container-api-endpoint` must be
+//! work (each difference is in [`CONFIG_KEYS`] and the crate README): `token-url`, `api-endpoint` and `container-api-endpoint` must be
 //! https URLs without user information (URLs are logged; `token-url = nil` still selects
 //! Application Default Credentials), plain `http://` only on a loopback host or with our own
 //! opt-in `allow-http-endpoints = true`; the endpoints carry no query string, and the token
@@ -30,8 +31,8 @@
 //! tags (upstream takes `a,b` as one tag and Compute refuses the firewall); `local-zone` must
 //! be a zone (`<region>-<letter>`).
 
-use ccm_core::gcfg::{self, Section, Statement, Values};
-use ccm_core::reference::{KeyDoc, lookup};
+use ccm_core::gcfg::{self, Schema, Section, SectionSpec};
+use ccm_core::reference::KeyDoc;
 
 /// Why the cloud config cannot be used. Each message names the key (`[global] key`).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -39,12 +40,6 @@ pub enum ConfigError {
     /// The file is not valid gcfg INI (the line is given, never its text).
     #[error("cloud config is not valid: {0}")]
     Syntax(String),
-    /// A section or key upstream does not know (upstream ignores it; a typo would go unseen).
-    #[error(
-        "unknown cloud configuration setting {0} (upstream ignores unknown settings; this \
-         manager refuses them so that a misspelt key is not silently dropped)"
-    )]
-    Unknown(String),
     /// A key has a value that cannot be used.
     #[error("invalid cloud configuration setting {key}: {message}")]
     Invalid {
@@ -127,6 +122,9 @@ pub struct Global {
     pub alpha_features: Vec<String>,
     /// `stack-type`.
     pub stack_type: StackType,
+    /// What reading the file skipped, as upstream does (unknown sections and keys, the
+    /// OpenShift keys): one line each, naming the section and key, never a value.
+    pub warnings: Vec<String>,
 }
 
 /// Where access tokens come from (upstream's `GenerateCloudConfig`). `Debug` shows the token
@@ -180,6 +178,7 @@ impl std::fmt::Debug for Global {
             .field("local_zone", &self.local_zone)
             .field("alpha_features", &self.alpha_features)
             .field("stack_type", &self.stack_type)
+            .field("warnings", &self.warnings)
             .finish()
     }
 }
@@ -367,41 +366,12 @@ pub static CONFIG_KEYS: &[KeyDoc] = &[
     },
 ];
 
-/// Reads the file into `[global]`'s values (every `[global]` block merged, as gcfg does).
-fn read_global(text: &str) -> Result<Values, ConfigError> {
-    let mut values = Values::new();
-    let mut in_global = false;
-    for statement in gcfg::statements(text)? {
-        match statement {
-            Statement::Section { name, sub, line } => {
-                if !name.eq_ignore_ascii_case(GLOBAL) || sub.is_some() {
-                    let sub = sub.map(|s| format!(" {s:?}")).unwrap_or_default();
-                    return Err(ConfigError::Unknown(format!(
-                        "[{name}{sub}] (line {line}; gce.conf has only [global])"
-                    )));
-                }
-                in_global = true;
-            }
-            Statement::Var { key, value, line } => {
-                if !in_global {
-                    return Err(ConfigError::Syntax(format!(
-                        "line {line}: a key before the [global] header"
-                    )));
-                }
-                let Some(doc) = lookup(CONFIG_KEYS, GLOBAL, &key) else {
-                    return Err(ConfigError::Unknown(gcfg::unknown_key(
-                        "[global]",
-                        &key,
-                        value.is_none(),
-                        line,
-                    )));
-                };
-                values.entry(doc.key).or_default().push(value);
-            }
-        }
-    }
-    Ok(values)
-}
+/// `gce.conf`'s one section (upstream's `ConfigFile` has only `Global`, `gcfg:"global"`).
+static SCHEMA: Schema = Schema {
+    table: CONFIG_KEYS,
+    sections: &[SectionSpec::plain(GLOBAL)],
+    canonical: gcfg::no_aliases,
+};
 
 fn invalid(s: &Section<'_>, key: &str, message: impl Into<String>) -> ConfigError {
     s.invalid(key, message).into()
@@ -586,11 +556,14 @@ fn name(s: &Section<'_>, key: &'static str) -> Result<Option<String>, ConfigErro
 impl Config {
     /// Parses and validates `gce.conf` text (an empty text is [`Config::default()`]).
     pub fn parse(text: &str) -> Result<Config, ConfigError> {
-        let values = read_global(text)?;
-        let s = Section::new("[global]", CONFIG_KEYS, GLOBAL, &values);
+        let parsed = gcfg::read(text, &SCHEMA)?;
+        let mut warnings = parsed.warnings;
+        let s = parsed.value.section(GLOBAL);
         for key in FOREIGN_KEYS {
             if s.is_set(key) {
-                tracing::warn!(key, "cloud config: [global] {key} is ignored (an OpenShift key)");
+                let message = format!("[global] {key} is ignored (an OpenShift key)");
+                tracing::warn!(key, "cloud config: {message}");
+                warnings.push(message);
             }
         }
         let alpha_features = s.list("alpha-features");
@@ -617,8 +590,17 @@ impl Config {
             local_zone: local_zone(&s)?,
             alpha_features,
             stack_type: stack_type(&s)?,
+            warnings,
         };
         Ok(Config { global })
+    }
+
+    /// What reading the file skipped, as upstream's gcfg (`FatalOnly`) skips it: unknown
+    /// sections and keys (and the OpenShift keys), one line each naming the section and key,
+    /// never a value. Each was logged as a warning when read; the manager may also show them
+    /// as an Event.
+    pub fn config_warnings(&self) -> &[String] {
+        &self.global.warnings
     }
 }
 
@@ -703,6 +685,7 @@ alpha-features = SkipIGsManagement
             local_zone: Some("us-central1-b".into()),
             alpha_features: vec!["ILBSubsets".into(), "SkipIGsManagement".into()],
             stack_type: StackType::DualStack,
+            warnings: Vec::new(),
         };
         assert_eq!(c.global, expected);
     }
@@ -799,7 +782,6 @@ alpha-features = SkipIGsManagement
             err_of(&format!("{creds}token-body\n")),
             err_of(&format!("[global]\ntoken-body = \"{SECRET}\n")),
             err_of(&format!("[global]\ntoken-body = \"{SECRET}\\q\"\n")),
-            err_of(&format!("{creds}{SECRET}\n")),
             err_of(&format!("{creds}token_body = {SECRET}\n")),
             err_of(&format!("token-body = {SECRET}\n[global]\n")),
             err_of(&format!("[global] {SECRET}\n")),
@@ -813,6 +795,11 @@ alpha-features = SkipIGsManagement
             let shown = format!("{e} / {e:?}");
             assert!(!shown.contains("Zq7"), "{shown}");
         }
+        // A bare word (a pasted secret?) is skipped, as upstream's gcfg skips it, with a
+        // warning that names only its line.
+        let c = Config::parse(&format!("{creds}{SECRET}\n")).unwrap();
+        let shown = format!("{:?} {c:?}", c.config_warnings());
+        assert!(!shown.contains("Zq7") && shown.contains("line 4"), "{shown}");
     }
 
     /// Issue #29 (LOW): plain http needs an explicit opt-in (loopback aside: the emulator and a
@@ -851,14 +838,19 @@ alpha-features = SkipIGsManagement
     }
 
     #[test]
-    fn an_unknown_key_or_section_is_named() {
-        let e = err_of("[global]\nnode-tag = k8s-node\n");
-        assert_eq!(e, ConfigError::Unknown("[global] node-tag".into()));
-        assert!(e.to_string().contains("[global] node-tag"), "{e}");
-        let e = err_of("[global]\nproject-id = p\n[LoadBalancer]\n");
-        assert!(e.to_string().contains("[LoadBalancer]"), "{e}");
-        let e = err_of("[global \"x\"]\n");
-        assert!(matches!(e, ConfigError::Unknown(_)), "{e}");
+    fn unknown_keys_and_sections_are_skipped_with_a_warning_naming_them_as_upstream() {
+        let c = Config::parse(
+            "[global]\nproject-id = p\nnode-tag = Zq7s3cret\n[LoadBalancer]\nkey = Zq7s3cret\n\
+             [global \"x\"]\nproject-id = other\n",
+        )
+        .unwrap();
+        assert_eq!(c.global.project_id.as_deref(), Some("p"));
+        let w = c.config_warnings();
+        assert_eq!(w.len(), 3, "{w:?}");
+        assert!(w[0].contains("unknown key [global] node-tag (line 3)"), "{w:?}");
+        assert!(w[1].contains("unknown section [LoadBalancer] (line 4)"), "{w:?}");
+        assert!(w[2].contains("[global \"x\"] (line 6)"), "{w:?}");
+        assert!(!w.join(" ").contains("Zq7"), "{w:?}");
         let e = err_of("project-id = p\n");
         assert!(matches!(&e, ConfigError::Syntax(m) if m.contains("line 1")), "{e}");
     }
@@ -873,6 +865,7 @@ alpha-features = SkipIGsManagement
         .unwrap();
         assert_eq!(c.global.node_tags, vec!["c-master", "c-worker"]);
         assert_eq!(c.global.subnetwork_name.as_deref(), Some("c-worker-subnet"));
+        assert_eq!(c.config_warnings().len(), 2, "{:?}", c.config_warnings());
     }
 
     #[test]

@@ -7,7 +7,7 @@
 use ccm_emulators::gcp::GcpOptions;
 use ccm_emulators::server::ServerOptions;
 use ccm_provider_gcp::client::{GceClient, link};
-use ccm_provider_gcp::config::{CONFIG_KEYS, Config, ConfigError, Credentials, StackType};
+use ccm_provider_gcp::config::{CONFIG_KEYS, Config, Credentials, StackType};
 
 use crate::fixture::{self, NETWORK, PROJECT, REGION, WORLD, ZONE_A, ZONE_B};
 
@@ -57,10 +57,13 @@ async fn no_file_is_the_metadata_server_default() {
 }
 
 #[test]
-fn a_typo_in_a_key_is_refused_not_ignored() {
-    // Upstream ignores `node-tag`, and the load balancer's firewall then has no target tags.
-    let e = Config::parse("[global]\nproject-id = p\nnode-tag = k8s-node\n").unwrap_err();
-    assert_eq!(e, ConfigError::Unknown("[global] node-tag".into()));
+fn a_typo_in_a_key_is_skipped_with_a_warning_naming_it_as_upstream() {
+    // Upstream's gcfg (FatalOnly) skips `node-tag`; so do we, with a warning the manager shows.
+    let c = Config::parse("[global]\nproject-id = p\nnode-tag = k8s-node\n").unwrap();
+    assert!(c.global.node_tags.is_empty());
+    assert_eq!(c.config_warnings().len(), 1, "{:?}", c.config_warnings());
+    assert!(c.config_warnings()[0].contains("[global] node-tag (line 3)"));
+    assert!(!c.config_warnings()[0].contains("k8s-node"));
     // `a,b` is not two tags.
     let e = Config::parse("[global]\nnode-tags = k8s-node,web\n").unwrap_err();
     assert!(e.to_string().contains("[global] node-tags"), "{e}");
