@@ -27,7 +27,7 @@ use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use ccm_core::gcfg::{self, Section, Statement, Values};
+use ccm_core::gcfg::{self, Schema, Section, SectionSpec};
 use ccm_core::reference::KeyDoc;
 use ipnet::IpNet;
 use serde::Deserialize;
@@ -41,7 +41,7 @@ pub enum ConfigError {
     /// The YAML document does not parse or has an unknown/ill-typed key.
     #[error("vSphere cloud config (YAML): {0}")]
     Yaml(String),
-    /// The INI document does not parse or has an unknown section/key.
+    /// The INI document does not parse (the line is named, never its text).
     #[error("vSphere cloud config (INI): {0}")]
     Ini(String),
     /// A value is invalid.
@@ -166,6 +166,9 @@ pub struct Config {
     pub secret: Option<SecretRef>,
     /// A directory holding the Secret's keys as files (`<vcenter>.username`, ...).
     pub secrets_directory: Option<PathBuf>,
+    /// What reading an INI file skipped, as upstream's gcfg does: one line per unknown section
+    /// or key, naming it, never a value.
+    pub warnings: Vec<String>,
 }
 
 /// Credential sources besides the config itself.
@@ -334,8 +337,9 @@ fn detect(text: &str) -> Format {
     }
 }
 
-/// Every INI key the parser accepts, with its documentation: `parse_ini` refuses a key that is
-/// not here and the tests feed every example back in, so this table is the parser's own list.
+/// Every INI key the parser reads, with its documentation: `parse_ini` skips a key that is not
+/// here with a warning (as upstream's gcfg does) and the tests feed every example back in, so
+/// this table is the parser's own list.
 /// `[Global]` keys are also accepted in `[VirtualCenter "<server>"]`, where they override
 /// `[Global]` for that server. `ccm-docgen` renders it as the configuration reference.
 pub const CONFIG_KEYS: &[KeyDoc] = &[
@@ -537,32 +541,27 @@ pub const CONFIG_KEYS: &[KeyDoc] = &[
     },
 ];
 
-/// A section of the INI config this provider reads.
-enum IniSection {
-    Global,
-    VirtualCenter(String),
-    Labels,
-    Nodes,
-}
-
-impl IniSection {
-    /// Its section in [`CONFIG_KEYS`] (`[VirtualCenter]` takes `[Global]`'s keys).
-    fn doc_section(&self) -> &'static str {
-        match self {
-            IniSection::Global | IniSection::VirtualCenter(_) => "Global",
-            IniSection::Labels => "Labels",
-            IniSection::Nodes => "Nodes",
-        }
-    }
-
-    /// How errors name it: `[Global]`, `[VirtualCenter "vc1"]`.
-    fn label(&self) -> String {
-        match self {
-            IniSection::VirtualCenter(name) => format!("[VirtualCenter \"{name}\"]"),
-            other => format!("[{}]", other.doc_section()),
-        }
-    }
-}
+/// The INI file's sections: upstream's `[Global]`, `[VirtualCenter "<server>"]` (which takes
+/// `[Global]`'s keys), `[Labels]` and `[Nodes]`; the NSX-T, route and in-tree volume
+/// sections are skipped without a warning (other components read them).
+static INI_SCHEMA: Schema = Schema {
+    table: CONFIG_KEYS,
+    sections: &[
+        SectionSpec::plain("Global"),
+        SectionSpec { name: "VirtualCenter", keys: "Global", kind: gcfg::SectionKind::Named },
+        SectionSpec::plain("Labels"),
+        SectionSpec::plain("Nodes"),
+        SectionSpec::ignored("LoadBalancer"),
+        SectionSpec::ignored("LoadBalancerClass"),
+        SectionSpec::ignored("NSXT"),
+        SectionSpec::ignored("Route"),
+        SectionSpec::ignored("Workspace"),
+        SectionSpec::ignored("Disk"),
+        SectionSpec::ignored("Network"),
+    ],
+    // `datacenter` is an alias: one key, so the last of either wins.
+    canonical: |k| if k == "datacenter" { "datacenters" } else { k },
+};
 
 impl From<gcfg::ValueError> for ConfigError {
     fn from(e: gcfg::ValueError) -> Self {
@@ -571,90 +570,28 @@ impl From<gcfg::ValueError> for ConfigError {
 }
 
 /// The INI config, read with the providers' shared gcfg reader ([`ccm_core::gcfg`], the
-/// dialect upstream reads it with): errors give the line and the key, never a value, and a
-/// bare word that is no known key (a password pasted on a line of its own) is named by its
-/// line only. Sections that repeat merge, as in gcfg; a repeated key's last value wins.
-/// Unknown sections and keys are errors; the NSX-T, in-tree volume and workspace sections
-/// are accepted and ignored.
-fn parse_ini(text: &str) -> Result<RawConfig, ConfigError> {
-    let mut global = Values::new();
-    let mut vcenters: BTreeMap<String, Values> = BTreeMap::new();
-    let mut labels = Values::new();
-    let mut nodes = Values::new();
-    // `None` before the first header; `Some(None)` inside a section that is ignored.
-    let mut current: Option<Option<IniSection>> = None;
-    let statements = gcfg::statements(text).map_err(|e| ConfigError::Ini(e.to_string()))?;
-    for statement in statements {
-        match statement {
-            Statement::Section { name, sub, line } => {
-                let section = match (name.to_ascii_lowercase().as_str(), sub) {
-                    ("global", None) => Some(IniSection::Global),
-                    ("virtualcenter", Some(server)) => {
-                        vcenters.entry(server.clone()).or_default();
-                        Some(IniSection::VirtualCenter(server))
-                    }
-                    ("labels", None) => Some(IniSection::Labels),
-                    ("nodes", None) => Some(IniSection::Nodes),
-                    (
-                        "loadbalancer" | "loadbalancerclass" | "nsxt" | "route" | "workspace"
-                        | "disk" | "network",
-                        _,
-                    ) => None,
-                    ("virtualcenter", None) => {
-                        return Err(ConfigError::Ini(format!(
-                            "line {line}: a vCenter needs its server: [VirtualCenter \"<server>\"]"
-                        )));
-                    }
-                    (_, sub) => {
-                        let sub = sub.map(|s| format!(" {s:?}")).unwrap_or_default();
-                        return Err(ConfigError::Ini(format!(
-                            "line {line}: unknown section [{name}{sub}]"
-                        )));
-                    }
-                };
-                current = Some(section);
-            }
-            Statement::Var { key, value, line } => {
-                let Some(section) = &current else {
-                    return Err(ConfigError::Ini(format!(
-                        "line {line}: a key before any section header"
-                    )));
-                };
-                let Some(section) = section else { continue };
-                let Some(doc) =
-                    ccm_core::reference::lookup(CONFIG_KEYS, section.doc_section(), &key)
-                else {
-                    return Err(ConfigError::Ini(format!(
-                        "unknown key {}",
-                        gcfg::unknown_key(&section.label(), &key, value.is_none(), line)
-                    )));
-                };
-                let values = match section {
-                    IniSection::Global => &mut global,
-                    IniSection::VirtualCenter(server) => {
-                        vcenters.entry(server.clone()).or_default()
-                    }
-                    IniSection::Labels => &mut labels,
-                    IniSection::Nodes => &mut nodes,
-                };
-                // `datacenter` is an alias: one key, so the last of either wins.
-                let key = if doc.key == "datacenter" { "datacenters" } else { doc.key };
-                values.entry(key).or_default().push(value);
-            }
-        }
+/// dialect upstream reads it with): syntax errors give the line, never its text; value errors
+/// name the key, never the value. Sections that repeat merge, as in gcfg; a repeated key's last
+/// value wins. Unknown sections and keys are skipped with a warning (returned), as upstream's
+/// `gcfg.FatalOnly` skips them; a bare word that is no known key (a password pasted on a line
+/// of its own) is named by its line only.
+fn parse_ini(text: &str) -> Result<(RawConfig, Vec<String>), ConfigError> {
+    let parsed = gcfg::read(text, &INI_SCHEMA).map_err(|e| ConfigError::Ini(e.to_string()))?;
+    let doc = &parsed.value;
+    let mut raw =
+        RawConfig { global: ini_vcenter(&doc.section("Global"))?, ..RawConfig::default() };
+    for (block, s) in doc.blocks_of("VirtualCenter") {
+        let Some(server) = &block.sub else {
+            return Err(ConfigError::Ini(format!(
+                "line {}: a vCenter needs its server: [VirtualCenter \"<server>\"]",
+                block.line
+            )));
+        };
+        raw.vcenter.insert(server.clone(), ini_vcenter(&s)?);
     }
-    let mut raw = RawConfig {
-        global: ini_vcenter(&Section::new("[Global]", CONFIG_KEYS, "Global", &global))?,
-        ..RawConfig::default()
-    };
-    for (server, values) in &vcenters {
-        let label = IniSection::VirtualCenter(server.clone()).label();
-        let vc = ini_vcenter(&Section::new(label, CONFIG_KEYS, "Global", values))?;
-        raw.vcenter.insert(server.clone(), vc);
-    }
-    let s = Section::new("[Labels]", CONFIG_KEYS, "Labels", &labels);
+    let s = doc.section("Labels");
     raw.labels = RawLabels { zone: ini_scalar(&s, "zone")?, region: ini_scalar(&s, "region")? };
-    let s = Section::new("[Nodes]", CONFIG_KEYS, "Nodes", &nodes);
+    let s = doc.section("Nodes");
     raw.nodes = RawNodes {
         internal_network_subnet_cidr: ini_list(&s, "internal-network-subnet-cidr")?,
         external_network_subnet_cidr: ini_list(&s, "external-network-subnet-cidr")?,
@@ -663,7 +600,7 @@ fn parse_ini(text: &str) -> Result<RawConfig, ConfigError> {
         exclude_internal_network_subnet_cidr: ini_list(&s, "exclude-internal-network-subnet-cidr")?,
         exclude_external_network_subnet_cidr: ini_list(&s, "exclude-external-network-subnet-cidr")?,
     };
-    Ok(raw)
+    Ok((raw, parsed.warnings))
 }
 
 /// A string value (a bare key is an error naming it).
@@ -824,7 +761,7 @@ fn parse_cidrs(key: String, list: &Option<List>) -> Result<Vec<IpNet>, ConfigErr
         .map(|s| {
             s.parse::<IpNet>().map_err(|e| ConfigError::Invalid {
                 key: key.clone(),
-                message: format!("{s:?} is not a CIDR: {e}"),
+                message: format!("an entry is not a CIDR: {e}"),
             })
         })
         .collect()
@@ -892,7 +829,7 @@ fn apply_env_overrides(
         {
             return Err(ConfigError::Invalid {
                 key: format!("VCENTER_{id}_PORT"),
-                message: format!("{p:?} is not a port number"),
+                message: "not a port number".into(),
             });
         }
         if let Some(Scalar(v)) = var("INSECURE") {
@@ -934,16 +871,24 @@ impl Config {
             message: format!("not UTF-8: {e}"),
         })?;
         let format = detect(text);
-        let raw = match format {
+        let (raw, warnings) = match format {
             Format::Ini => parse_ini(text)?,
-            Format::Yaml if text.trim().is_empty() => RawConfig::default(),
+            Format::Yaml if text.trim().is_empty() => (RawConfig::default(), Vec::new()),
             Format::Yaml => {
                 let options = serde_saphyr::options! { with_snippet: false };
-                serde_saphyr::from_str_with_options::<RawConfig>(text, options)
-                    .map_err(|e| ConfigError::Yaml(yaml_error(text, &e)))?
+                let raw = serde_saphyr::from_str_with_options::<RawConfig>(text, options)
+                    .map_err(|e| ConfigError::Yaml(yaml_error(text, &e)))?;
+                (raw, Vec::new())
             }
         };
-        Self::validate(format, raw, env)
+        Ok(Config { warnings, ..Self::validate(format, raw, env)? })
+    }
+
+    /// What reading an INI file skipped, as upstream's gcfg (`FatalOnly`) skips it: unknown
+    /// sections and keys, one line each naming the section and key, never a value. Each was
+    /// logged as a warning when read; the manager may also show them as an Event.
+    pub fn config_warnings(&self) -> &[String] {
+        &self.warnings
     }
 
     fn validate(
@@ -1001,13 +946,13 @@ impl Config {
                 Some((p, src)) => p.parse::<u16>().ok().filter(|p| *p != 0).ok_or_else(|| {
                     ConfigError::Invalid {
                         key: key_of(&src, "port", "port"),
-                        message: format!("{p:?} is not a port number"),
+                        message: "not a port number".into(),
                     }
                 })?,
                 None => match env_get("VSPHERE_VCENTER_PORT") {
                     Some(p) => p.parse::<u16>().map_err(|_| ConfigError::Invalid {
                         key: "VSPHERE_VCENTER_PORT".into(),
-                        message: format!("{p:?} is not a port number"),
+                        message: "not a port number".into(),
                     })?,
                     None => 443,
                 },
@@ -1038,10 +983,10 @@ impl Config {
                         out.push(match item.to_ascii_lowercase().as_str() {
                             "ipv4" => IpFamily::V4,
                             "ipv6" => IpFamily::V6,
-                            other => {
+                            _ => {
                                 return Err(ConfigError::Invalid {
                                     key: keys.key(ip_src, "ipFamily", "ip-family"),
-                                    message: format!("{other:?} is not ipv4 or ipv6"),
+                                    message: "an entry is not ipv4 or ipv6".into(),
                                 });
                             }
                         });
@@ -1181,7 +1126,15 @@ impl Config {
             }
         }
         let secrets_directory = non_empty(&g.secrets_directory).map(PathBuf::from);
-        Ok(Config { format, vcenters, labels, nodes, secret, secrets_directory })
+        Ok(Config {
+            format,
+            vcenters,
+            labels,
+            nodes,
+            secret,
+            secrets_directory,
+            warnings: Vec::new(),
+        })
     }
 
     /// The connection settings of every vCenter, with credentials resolved; fails naming
@@ -1260,6 +1213,9 @@ impl Config {
 }
 
 #[cfg(test)]
+mod upstream_examples;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 
@@ -1290,8 +1246,10 @@ mod tests {
                 panic!("[{}] {} = {}: {e}", k.section, k.key, k.example);
             }
         }
-        let err = parse("[Global]\nuser = u\nnot-a-key = 1\n").unwrap_err();
-        assert!(err.to_string().contains("not-a-key"), "{err}");
+        // Anything else is skipped with a warning naming it, as upstream's gcfg skips it.
+        let cfg = parse("[Global]\nserver = vc\nnot-a-key = 1\n").unwrap();
+        assert_eq!(cfg.config_warnings().len(), 1, "{:?}", cfg.config_warnings());
+        assert!(cfg.config_warnings()[0].contains("[Global] not-a-key"));
     }
 
     #[test]
@@ -1386,8 +1344,8 @@ exclude-internal-network-subnet-cidr = "10.1.0.0/16,10.2.0.0/16"
         assert!(e.contains("nodes.internalNetworkSubnetCidr"), "{e}");
         let e = err("[Global]\nserver = vc\n[Nodes]\ninternal-network-subnet-cidr = nope\n");
         assert!(e.contains("[Nodes] internal-network-subnet-cidr"), "{e}");
-        let e = err("[Global]\nserver = vc\nbogus = 1\n");
-        assert!(e.contains("bogus") && e.contains("INI"), "{e}");
+        let e = err("[Global]\nserver = vc\nbogus = 1\n[Global\n");
+        assert!(e.contains("line 4") && e.contains("INI"), "{e}");
         let e = err("[VirtualCenter \"vc1\"]\nport = x\n");
         assert!(e.contains("[VirtualCenter \"vc1\"] port"), "{e}");
         let e = err("global: {user: a}\n");
@@ -1464,22 +1422,24 @@ exclude-internal-network-subnet-cidr = "10.1.0.0/16,10.2.0.0/16"
             ("blanks", "hunter2 secret", "[Global]\nserver = vc\n  hunter2 secret\nport = 1\n", 3),
             ("an unknown section", "hunter2secret", "[Global]\n[Bogus]\nhunter2secret\n", 2),
         ] {
+            // A bare word is skipped with a warning, as upstream's gcfg skips an unknown key
+            // (the config may then fail for what it lacks); other text is a syntax error.
             let (result, logs) = logged(|| parse(text));
-            let Err(err) = result else {
-                failures.push(format!("{what}: accepted"));
-                continue;
+            let shown = match &result {
+                Err(err) => format!("{err} {err:?}"),
+                Ok(c) => c.config_warnings().join("\n"),
             };
-            let shown = format!("{err} {err:?}");
-            eprintln!("{what}: {err}");
+            eprintln!("{what}: {shown}");
             let fragment = &pw[..7];
             if shown.contains(fragment) {
-                failures.push(format!("{what}: the error quotes the bare line: {err}"));
+                failures
+                    .push(format!("{what}: the error or warning quotes the bare line: {shown}"));
             }
             if logs.contains(fragment) {
                 failures.push(format!("{what}: the log quotes the bare line: {logs}"));
             }
-            if !(shown.contains("INI") && shown.contains(&format!("line {line}"))) {
-                failures.push(format!("{what}: no `line {line}` in: {err}"));
+            if !format!("{shown}\n{logs}").contains(&format!("line {line}")) {
+                failures.push(format!("{what}: no `line {line}` in: {shown}\n{logs}"));
             }
         }
         assert!(failures.is_empty(), "{}", failures.join("\n"));
@@ -1566,11 +1526,6 @@ exclude-internal-network-subnet-cidr = "10.1.0.0/16,10.2.0.0/16"
                 "legacy INI, unclosed quote",
                 format!("[Global]\nuser = u\npassword = \"{PW}\nport = 443\n"),
                 &["INI", "line"],
-            ),
-            (
-                "legacy INI, unknown key",
-                format!("[Global]\npassword = \"{PW}\"\nprot = 443\n"),
-                &["INI", "prot"],
             ),
         ];
         for (what, text, wanted) in cases {
