@@ -11,11 +11,18 @@
 //! a test emulator) or `[provider] allowHttpEndpoints = true` says so explicitly. The API key itself is not in the config: `g2Credentials` names the
 //! file holding it, read by [`crate::client`] whenever a token is needed (so a rotated key is
 //! picked up without a restart).
+//!
+//! **Syntax** is gcfg's, read by the providers' shared reader [`ccm_core::gcfg`], as upstream
+//! reads it: a syntax error is fatal and names its line; an unknown section or key is skipped
+//! with a warning naming it ([`Config::config_warnings`]: the manager shows them as an Event at
+//! start), as upstream's `gcfg.FatalOnly` skips it; `[load-balancer-deployment]` (classic
+//! only) is skipped without one.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use ccm_core::reference::{KeyDoc, has_key, lookup};
+use ccm_core::gcfg::{self, Schema, Section, SectionSpec};
+use ccm_core::reference::KeyDoc;
 
 /// The versions of the cloud config upstream accepts in `[global] version`.
 pub const SUPPORTED_VERSIONS: [&str; 2] = ["1.0.0", "1.1.0"];
@@ -29,9 +36,12 @@ pub enum ConfigError {
     /// No cloud config was given (upstream requires one).
     #[error("cloud config required but none specified (--cloud-config)")]
     Missing,
-    /// The file is not valid INI.
+    /// The file is not valid gcfg INI (the line is named, never its text).
     #[error("cloud config is not valid INI: {0}")]
     Syntax(String),
+    /// A value that cannot be read as its type (names the key, never the value).
+    #[error(transparent)]
+    Value(#[from] gcfg::ValueError),
     /// A required key is missing or empty.
     #[error("missing required cloud configuration setting: {0}")]
     Required(&'static str),
@@ -82,64 +92,41 @@ pub struct Config {
     pub tagging_url: String,
     /// `[provider] allowHttpEndpoints`: plain `http://` overrides to non-loopback hosts.
     pub allow_http_endpoints: bool,
+    /// What reading the file skipped, as upstream does: one line per unknown section or key,
+    /// naming it, never a value.
+    pub warnings: Vec<String>,
 }
 
-/// The raw `key = value` pairs of the sections we read (keys lower-cased, as gcfg matches
-/// them case-insensitively).
-#[derive(Debug, Default)]
-struct Raw {
-    global: BTreeMap<String, Vec<String>>,
-    kubernetes: BTreeMap<String, Vec<String>>,
-    provider: BTreeMap<String, Vec<String>>,
+/// The file's sections; `[load-balancer-deployment]` (classic's keepalived deployment) is
+/// skipped without a warning on VPC.
+static SCHEMA: Schema = Schema {
+    table: CONFIG_KEYS,
+    sections: &[
+        SectionSpec::plain("global"),
+        SectionSpec::plain("kubernetes"),
+        SectionSpec::plain("provider"),
+        SectionSpec::ignored("load-balancer-deployment"),
+    ],
+    canonical: gcfg::no_aliases,
+};
+
+/// A string setting, trimmed; empty when absent.
+fn trimmed(s: &Section<'_>, key: &'static str) -> Result<String, ConfigError> {
+    Ok(s.string(key)?.trim().to_string())
 }
 
-impl Raw {
-    fn get<'a>(section: &'a BTreeMap<String, Vec<String>>, key: &str) -> &'a str {
-        debug_assert!(has_key(CONFIG_KEYS, key), "config key {key} is not in CONFIG_KEYS");
-        section
-            .get(&key.to_ascii_lowercase())
-            .and_then(|v| v.last())
-            .map(|s| s.trim())
-            .unwrap_or_default()
+/// A boolean setting: absent or empty is false, a bare key true (gcfg's blank value).
+fn boolean(s: &Section<'_>, named: &'static str, key: &'static str) -> Result<bool, ConfigError> {
+    match s.last(key) {
+        None => Ok(false),
+        Some(None) => Ok(true),
+        Some(Some(v)) => parse_bool(named, v.trim()),
     }
 }
 
-fn parse_raw(text: &str) -> Result<Raw, ConfigError> {
-    let opt = ini::ParseOption { enabled_quote: true, enabled_escape: false, ..Default::default() };
-    // The parser's messages are fixed texts: only the position is added, never the line.
-    let doc = ini::Ini::load_from_str_opt(text, opt).map_err(|p| {
-        ConfigError::Syntax(format!("line {}, column {}: {}", p.line, p.col, p.msg))
-    })?;
-    let mut raw = Raw::default();
-    for (section, props) in doc.iter() {
-        let Some(section) = section else {
-            if let Some((key, _)) = props.iter().next() {
-                return Err(ConfigError::Syntax(format!("key {key:?} is outside any section")));
-            }
-            continue;
-        };
-        let target = match section.trim().to_ascii_lowercase().as_str() {
-            "global" => &mut raw.global,
-            "kubernetes" => &mut raw.kubernetes,
-            "provider" => &mut raw.provider,
-            // Classic-only (keepalived deployment): accepted and ignored on VPC.
-            "load-balancer-deployment" => continue,
-            other => {
-                // gcfg (FatalOnly) ignores unknown sections and keys: so do we, loudly.
-                tracing::warn!(section = other, "cloud config: unknown section ignored");
-                continue;
-            }
-        };
-        for (key, value) in props.iter() {
-            target.entry(key.to_ascii_lowercase()).or_default().push(value.to_string());
-        }
-    }
-    Ok(raw)
-}
-
-/// Every key the parser reads, with its documentation: `Raw::get` reads only keys listed here
-/// (checked in debug builds and so by every test), unknown `[provider]` keys are warned about
-/// (upstream's gcfg ignores them), and the tests feed every example back in. `ccm-docgen`
+/// Every key the parser reads, with its documentation: the parser reads only keys listed here
+/// (checked in debug builds and so by every test), unknown keys are skipped with a warning (as
+/// upstream's gcfg skips them), and the tests feed every example back in. `ccm-docgen`
 /// renders it as the configuration reference.
 pub const CONFIG_KEYS: &[KeyDoc] = &[
     KeyDoc {
@@ -323,7 +310,10 @@ fn parse_bool(key: &'static str, value: &str) -> Result<bool, ConfigError> {
     match value.to_ascii_lowercase().as_str() {
         "" | "false" | "no" | "off" | "0" => Ok(false),
         "true" | "yes" | "on" | "1" => Ok(true),
-        _ => Err(ConfigError::Invalid { key, message: format!("{value:?} is not a boolean") }),
+        _ => Err(ConfigError::Invalid {
+            key,
+            message: "not a boolean (true/false, yes/no, on/off, 1/0)".into(),
+        }),
     }
 }
 
@@ -373,36 +363,32 @@ impl Config {
     /// Parses and validates the cloud config. `env` is the process environment
     /// (`ENABLE_VPC_PUBLIC_ENDPOINT=true` selects IBM's public endpoints, as upstream).
     pub fn parse(text: &str, env: &BTreeMap<String, String>) -> Result<Config, ConfigError> {
-        let raw = parse_raw(text)?;
-        let version = Raw::get(&raw.global, "version").to_string();
+        let parsed = gcfg::read(text, &SCHEMA).map_err(|e| ConfigError::Syntax(e.to_string()))?;
+        let doc = &parsed.value;
+        let (global, kubernetes, provider) =
+            (doc.section("global"), doc.section("kubernetes"), doc.section("provider"));
+        let version = trimmed(&global, "version")?;
         if !SUPPORTED_VERSIONS.contains(&version.as_str()) {
             return Err(ConfigError::Invalid {
                 key: "[global] version",
                 message: format!(
-                    "{version:?} is not supported (use {})",
+                    "not a supported version (use {})",
                     SUPPORTED_VERSIONS.join(" or ")
                 ),
             });
         }
-        for key in raw.provider.keys() {
-            if lookup(CONFIG_KEYS, "provider", key).is_none() {
-                tracing::warn!(key = %key, "cloud config: unknown key in [provider] ignored");
-            }
-        }
-        let p = |k: &str| Raw::get(&raw.provider, k).to_string();
-        let required = |k: &'static str, ini: &str| -> Result<String, ConfigError> {
-            let v = p(ini);
+        let p = |k: &'static str| trimmed(&provider, k);
+        let required = |k: &'static str, ini: &'static str| -> Result<String, ConfigError> {
+            let v = p(ini)?;
             if v.is_empty() { Err(ConfigError::Required(k)) } else { Ok(v) }
         };
         let cluster_id = required("[provider] clusterID", "clusterID")?;
-        let provider_type = p("cluster-default-provider");
-        if provider_type != PROVIDER_TYPE_VPC {
+        if p("cluster-default-provider")? != PROVIDER_TYPE_VPC {
             return Err(ConfigError::Invalid {
                 key: "[provider] cluster-default-provider",
-                message: format!(
-                    "{provider_type:?}: only VPC infrastructure (\"g2\") is supported; upstream's \
-                     classic load balancer is not public either"
-                ),
+                message: "only VPC infrastructure (\"g2\") is supported; upstream's classic load \
+                          balancer is not public either"
+                    .into(),
             });
         }
         let account_id = required("[provider] accountID", "accountID")?;
@@ -431,15 +417,12 @@ impl Config {
             }
         }
 
-        let allow_http = parse_bool(
-            "[provider] allowHttpEndpoints",
-            Raw::get(&raw.provider, "allowHttpEndpoints"),
-        )?;
+        let allow_http = boolean(&provider, "[provider] allowHttpEndpoints", "allowHttpEndpoints")?;
         let public = env
             .get("ENABLE_VPC_PUBLIC_ENDPOINT")
             .is_some_and(|v| v.trim().eq_ignore_ascii_case("true"));
         let stage = region.contains("stage");
-        let vpc_url = match p("g2EndpointOverride") {
+        let vpc_url = match p("g2EndpointOverride")? {
             v if !v.is_empty() => parse_url("[provider] g2EndpointOverride", &v, allow_http)?,
             _ => {
                 let base = if stage { "iaasdev.cloud.ibm.com" } else { "iaas.cloud.ibm.com" };
@@ -450,7 +433,7 @@ impl Config {
                 }
             }
         } + "/v1";
-        let iam_base = match p("iamEndpointOverride") {
+        let iam_base = match p("iamEndpointOverride")? {
             v if !v.is_empty() => parse_url("[provider] iamEndpointOverride", &v, allow_http)?,
             _ => match (stage, public) {
                 (true, false) => "https://private.iam.test.cloud.ibm.com".into(),
@@ -459,12 +442,12 @@ impl Config {
                 (false, true) => "https://iam.cloud.ibm.com".into(),
             },
         };
-        let resource_manager_url = match p("rmEndpointOverride") {
+        let resource_manager_url = match p("rmEndpointOverride")? {
             v if !v.is_empty() => parse_url("[provider] rmEndpointOverride", &v, allow_http)?,
             _ if stage => "https://resource-controller.test.cloud.ibm.com".into(),
             _ => "https://resource-controller.cloud.ibm.com".into(),
         };
-        let tagging_url = match p("taggingEndpointOverride") {
+        let tagging_url = match p("taggingEndpointOverride")? {
             v if !v.is_empty() => parse_url("[provider] taggingEndpointOverride", &v, allow_http)?,
             _ => match (stage, public) {
                 (true, _) => "https://tags.global-search-tagging.test.cloud.ibm.com".into(),
@@ -474,23 +457,17 @@ impl Config {
         };
         Ok(Config {
             version,
-            kube_config_files: raw
-                .kubernetes
-                .get("config-file")
-                .cloned()
-                .unwrap_or_default()
-                .into_iter()
-                .filter(|s| !s.trim().is_empty())
-                .collect(),
-            set_network_unavailable: parse_bool(
+            kube_config_files: kubernetes.list("config-file"),
+            set_network_unavailable: boolean(
+                &kubernetes,
                 "[kubernetes] set-network-unavailable",
-                Raw::get(&raw.kubernetes, "set-network-unavailable"),
+                "set-network-unavailable",
             )?,
-            cni_provider: Raw::get(&raw.kubernetes, "cniProvider").to_string(),
+            cni_provider: trimmed(&kubernetes, "cniProvider")?,
             account_id,
             cluster_id,
             region,
-            worker_account_id: p("g2workerServiceAccountID"),
+            worker_account_id: p("g2workerServiceAccountID")?,
             vpc_name,
             credentials_file,
             resource_group_name,
@@ -500,7 +477,15 @@ impl Config {
             resource_manager_url,
             tagging_url,
             allow_http_endpoints: allow_http,
+            warnings: parsed.warnings,
         })
+    }
+
+    /// What reading the file skipped, as upstream's gcfg (`FatalOnly`) skips it: unknown
+    /// sections and keys, one line each naming the section and key, never a value. Each was
+    /// logged as a warning when read; the manager may also show them as an Event.
+    pub fn config_warnings(&self) -> &[String] {
+        &self.warnings
     }
 
     /// Whether VPC lookups of nodes are allowed: upstream refuses them when the workers were
@@ -671,9 +656,32 @@ g2VpcSubnetNames = subnet-1, subnet-2
     }
 
     #[test]
-    fn unknown_sections_and_keys_are_ignored_as_upstream() {
+    fn unknown_sections_and_keys_are_skipped_with_a_warning_naming_them_as_upstream() {
         let text = GOOD.to_string()
-            + "futureKey = 1\n[load-balancer-deployment]\nimage = x\n[other]\na = b\n";
-        assert!(parse(&text).is_ok());
+            + "futureKey = Zq7secret\n[load-balancer-deployment]\nimage = Zq7x\n[other]\na = Zq7y\n\
+               [global]\nversiom = Zq7z\n";
+        let c = parse(&text).unwrap();
+        let w = c.config_warnings();
+        assert_eq!(w.len(), 3, "{w:?}");
+        assert!(w[0].contains("unknown key [provider] futureKey (line 15)"), "{w:?}");
+        assert!(w[1].contains("unknown section [other] (line 18)"), "{w:?}");
+        assert!(w[2].contains("unknown key [global] versiom (line 21)"), "{w:?}");
+        assert!(!w.join(" ").contains("Zq7"), "a value is shown: {w:?}");
+        assert!(parse(GOOD).unwrap().config_warnings().is_empty());
+    }
+
+    #[test]
+    fn malformed_syntax_is_fatal_naming_the_line_never_the_text() {
+        for (text, line) in [
+            (format!("{GOOD}[provider\n"), 15),
+            (format!("{GOOD}g2Credentials: /Zq7secret\n"), 15),
+            (format!("{GOOD}region = \"Zq7secret\n"), 15),
+            ("accountID = Zq7secret\n[provider]\n".to_string(), 1),
+        ] {
+            let err = parse(&text).unwrap_err();
+            assert!(matches!(err, ConfigError::Syntax(_)), "{text}: {err:?}");
+            let shown = format!("{err} {err:?}");
+            assert!(shown.contains(&format!("line {line}")) && !shown.contains("Zq7"), "{shown}");
+        }
     }
 }
