@@ -23,14 +23,17 @@
 //! `client.ReadClouds`) and, deliberately, at parse time what upstream only finds out when a
 //! value is used (`lb-method`, monitor settings, `os-endpoint-type`, `address-sort-order`,
 //! `lb-version`, credentials): see [`CONFIG_KEYS`] and the crate README for each difference.
-//! Unknown sections and keys are errors (upstream's `gcfg.FatalOnly` ignores them), except
-//! `[BlockStorage]`, which the Cinder CSI driver reads from the same file: accepted, ignored.
+//! Unknown sections and keys are skipped with a warning naming them, as upstream's
+//! `gcfg.FatalOnly` skips them ([`Config::config_warnings`]: the manager shows them as an
+//! Event at start); `[BlockStorage]`, which the Cinder CSI driver reads from the same file, is
+//! skipped without one. A `[LoadBalancerClass]` without a name (upstream stores it under the
+//! empty name, which no Service can select) is skipped with a warning too.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use ccm_core::gcfg::{self, Section, Statement, Values};
-use ccm_core::reference::{KeyDoc, lookup};
+use ccm_core::gcfg::{self, Schema, Section, SectionSpec, Values};
+use ccm_core::reference::KeyDoc;
 
 /// Why the cloud config cannot be used. Each message names the key (`[Section] key`).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -41,9 +44,6 @@ pub enum ConfigError {
     /// The file is not valid INI (or the clouds.yaml is not valid YAML).
     #[error("cloud config is not valid: {0}")]
     Syntax(String),
-    /// A key upstream does not know (a typo would otherwise be silently ignored).
-    #[error("unknown cloud configuration setting {0}")]
-    Unknown(String),
     /// A required key is missing or empty.
     #[error("missing required cloud configuration setting: {0}")]
     Required(&'static str),
@@ -96,6 +96,9 @@ pub struct Config {
     pub metadata: MetadataOpts,
     /// `OS_CCM_REGIONAL=true` in the environment: providerIDs `openstack://<region>/<id>`.
     pub regional_provider_id: bool,
+    /// What reading the file skipped, as upstream does: one line per unknown section or key,
+    /// naming it, never a value.
+    pub warnings: Vec<String>,
 }
 
 /// `[Global]`: Keystone credentials and TLS.
@@ -935,66 +938,50 @@ struct Raw {
     sections: BTreeMap<Sect, Values>,
 }
 
-fn read_gcfg(text: &str) -> Result<Raw, ConfigError> {
+/// `cloud.conf`'s sections (upstream's `Config`: `Global`, `LoadBalancer`,
+/// `LoadBalancerClass` by name, `Networking`, `Route`, `Metadata`), and the Cinder CSI
+/// driver's `[BlockStorage]` of a shared file.
+static SCHEMA: Schema = Schema {
+    table: CONFIG_KEYS,
+    sections: &[
+        SectionSpec::plain("Global"),
+        SectionSpec::plain("LoadBalancer"),
+        SectionSpec::named("LoadBalancerClass"),
+        SectionSpec::plain("Networking"),
+        SectionSpec::plain("Route"),
+        SectionSpec::plain("Metadata"),
+        SectionSpec::ignored("BlockStorage"),
+    ],
+    canonical: canonical_key,
+};
+
+/// Reads the file with the shared gcfg reader; unknown sections and keys become warnings.
+fn read_gcfg(text: &str) -> Result<(Raw, Vec<String>), ConfigError> {
+    let parsed = gcfg::read(text, &SCHEMA)?;
+    let mut warnings = parsed.warnings;
     let mut raw = Raw::default();
-    // `None` before the first header; `Some(None)` inside `[BlockStorage]` (ignored).
-    let mut current: Option<Option<Sect>> = None;
-    for statement in gcfg::statements(text)? {
-        match statement {
-            Statement::Section { name, sub, line } => {
-                let lower = name.to_ascii_lowercase();
-                let sect = match (lower.as_str(), sub) {
-                    ("global", None) => Some(Sect::Global),
-                    ("loadbalancer", None) => Some(Sect::LoadBalancer),
-                    ("loadbalancerclass", Some(class)) => Some(Sect::Class(class)),
-                    ("loadbalancerclass", None) => {
-                        return Err(ConfigError::Invalid {
-                            key: "[LoadBalancerClass]".into(),
-                            message: format!(
-                                "line {line}: a class needs a name: [LoadBalancerClass \"name\"]"
-                            ),
-                        });
-                    }
-                    ("networking", None) => Some(Sect::Networking),
-                    ("route", None) => Some(Sect::Route),
-                    ("metadata", None) => Some(Sect::Metadata),
-                    // The Cinder CSI driver's section of a shared cloud.conf.
-                    ("blockstorage", _) => None,
-                    (_, sub) => {
-                        let sub = sub.map(|s| format!(" {s:?}")).unwrap_or_default();
-                        return Err(ConfigError::Unknown(format!("[{name}{sub}] (line {line})")));
-                    }
-                };
-                if let Some(sect) = &sect {
-                    raw.sections.entry(sect.clone()).or_default();
-                }
-                current = Some(sect);
+    for block in parsed.value.blocks() {
+        let sect = match (block.name, &block.sub) {
+            ("Global", _) => Sect::Global,
+            ("LoadBalancer", _) => Sect::LoadBalancer,
+            ("LoadBalancerClass", Some(class)) => Sect::Class(class.clone()),
+            ("LoadBalancerClass", None) => {
+                let message = format!(
+                    "[LoadBalancerClass] (line {}) has no name, so no Service can select it: \
+                     skipped with its keys (write [LoadBalancerClass \"name\"])",
+                    block.line
+                );
+                tracing::warn!(section = "LoadBalancerClass", "cloud config: {message}");
+                warnings.push(message);
+                continue;
             }
-            Statement::Var { key, value, line } => {
-                let Some(sect) = &current else {
-                    return Err(ConfigError::Syntax(format!(
-                        "line {line}: a key before any section header"
-                    )));
-                };
-                let Some(sect) = sect else { continue };
-                let Some(doc) = lookup(CONFIG_KEYS, sect.doc_name(), &key) else {
-                    return Err(ConfigError::Unknown(gcfg::unknown_key(
-                        &sect.label(),
-                        &key,
-                        value.is_none(),
-                        line,
-                    )));
-                };
-                raw.sections
-                    .entry(sect.clone())
-                    .or_default()
-                    .entry(canonical_key(doc.key))
-                    .or_default()
-                    .push(value);
-            }
-        }
+            ("Networking", _) => Sect::Networking,
+            ("Route", _) => Sect::Route,
+            _ => Sect::Metadata,
+        };
+        raw.sections.insert(sect, block.values.clone());
     }
-    Ok(raw)
+    Ok((raw, warnings))
 }
 
 fn invalid(key: String, message: impl Into<String>) -> ConfigError {
@@ -1045,16 +1032,13 @@ impl SectionExt for Section<'_> {
         let Some(secs) = secs else {
             return Err(invalid(
                 self.key(key),
-                format!("{v:?} is not a duration (e.g. 5s, 1m) nor a number of seconds"),
+                "not a duration (e.g. 5s, 1m) nor a number of seconds",
             ));
         };
         if secs == 0 {
-            return Err(invalid(
-                self.key(key),
-                format!("{v:?} is less than 1s (Octavia takes whole seconds)"),
-            ));
+            return Err(invalid(self.key(key), "less than 1s (Octavia takes whole seconds)"));
         }
-        u32::try_from(secs).map_err(|_| invalid(self.key(key), format!("{v:?} is too long")))
+        u32::try_from(secs).map_err(|_| invalid(self.key(key), "too long"))
     }
 }
 
@@ -1094,7 +1078,7 @@ fn endpoint_type(key: String, value: &str) -> Result<String, ConfigError> {
     if ENDPOINT_TYPES.contains(&lower.as_str()) {
         Ok(lower)
     } else {
-        Err(invalid(key, format!("{value:?} is not one of {}", ENDPOINT_TYPES.join(", "))))
+        Err(invalid(key, format!("not one of {}", ENDPOINT_TYPES.join(", "))))
     }
 }
 
@@ -1122,9 +1106,10 @@ fn cidrs(key: String, value: &str) -> Result<Vec<ipnet::IpNet>, ConfigError> {
     value
         .split(|c: char| c == ',' || c.is_whitespace())
         .filter(|s| !s.is_empty())
-        .map(|item| {
+        .enumerate()
+        .map(|(n, item)| {
             item.parse::<ipnet::IpNet>().map(|n| n.trunc()).map_err(|_| {
-                invalid(key.clone(), format!("{item:?} is not a CIDR (e.g. 10.0.0.0/8)"))
+                invalid(key.clone(), format!("entry {} is not a CIDR (e.g. 10.0.0.0/8)", n + 1))
             })
         })
         .collect()
@@ -1139,12 +1124,15 @@ fn search_order(key: String, value: &str) -> Result<String, ConfigError> {
     if elements.len() > 2 {
         return Err(invalid(key, "cannot contain more than 2 elements"));
     }
-    for e in elements {
+    for (n, e) in elements.into_iter().enumerate() {
         let e = e.trim();
         if e != "configDrive" && e != "metadataService" {
             return Err(invalid(
                 key,
-                format!("invalid element {e:?}: use \"configDrive\" and/or \"metadataService\""),
+                format!(
+                    "element {} is invalid: use \"configDrive\" and/or \"metadataService\"",
+                    n + 1
+                ),
             ));
         }
     }
@@ -1629,7 +1617,7 @@ impl Config {
         env: &BTreeMap<String, String>,
         read_file: &dyn Fn(&Path) -> std::io::Result<String>,
     ) -> Result<Config, ConfigError> {
-        let raw = read_gcfg(text)?;
+        let (raw, warnings) = read_gcfg(text)?;
         let global = parse_global(&raw.section(Sect::Global), env, read_file)?;
         let load_balancer = parse_load_balancer(&raw.section(Sect::LoadBalancer))?;
 
@@ -1671,12 +1659,8 @@ impl Config {
         };
         let request_timeout = m.string("request-timeout")?;
         if !request_timeout.is_empty() {
-            ccm_core::manager::duration::parse(&request_timeout).map_err(|_| {
-                invalid(
-                    m.key("request-timeout"),
-                    format!("{request_timeout:?} is not a Go duration (e.g. 30s)"),
-                )
-            })?;
+            ccm_core::manager::duration::parse(&request_timeout)
+                .map_err(|_| invalid(m.key("request-timeout"), "not a Go duration (e.g. 30s)"))?;
         }
         let metadata = MetadataOpts { search_order: search, request_timeout };
 
@@ -1698,7 +1682,15 @@ impl Config {
             route,
             metadata,
             regional_provider_id: regional == Some("true"),
+            warnings,
         })
+    }
+
+    /// What reading the file skipped, as upstream's gcfg (`FatalOnly`) skips it: unknown
+    /// sections and keys, one line each naming the section and key, never a value. Each was
+    /// logged as a warning when read; the manager may also show them as an Event.
+    pub fn config_warnings(&self) -> &[String] {
+        &self.warnings
     }
 }
 
@@ -1769,16 +1761,13 @@ fn parse_load_balancer(s: &Section<'_>) -> Result<LoadBalancerOpts, ConfigError>
     let lb_method = s.string_or("lb-method", &d.lb_method)?;
     let upper = lb_method.trim().to_ascii_uppercase();
     if !LB_METHODS.contains(&upper.as_str()) {
-        return Err(invalid(
-            s.key("lb-method"),
-            format!("{lb_method:?} is not one of {}", LB_METHODS.join(", ")),
-        ));
+        return Err(invalid(s.key("lb-method"), format!("not one of {}", LB_METHODS.join(", "))));
     }
     // Upstream refuses any other version when the load-balancer controller starts.
     if let Some(v) = s.non_empty("lb-version")?
         && v.trim() != "v2"
     {
-        return Err(invalid(s.key("lb-version"), format!("{v:?}: only v2 is supported")));
+        return Err(invalid(s.key("lb-version"), "only v2 is supported"));
     }
     if s.last("use-octavia").is_some() {
         s.boolean("use-octavia", true)?;
@@ -1832,6 +1821,9 @@ fn parse_load_balancer(s: &Section<'_>) -> Result<LoadBalancerOpts, ConfigError>
     }
     Ok(lb)
 }
+
+#[cfg(test)]
+mod upstream_examples;
 
 #[cfg(test)]
 mod tests {
@@ -2036,6 +2028,7 @@ request-timeout = 5s
                 request_timeout: "5s".into(),
             },
             regional_provider_id: false,
+            warnings: Vec::new(),
         };
         assert_eq!(c, expected);
     }
@@ -2166,21 +2159,34 @@ request-timeout = 5s
     }
 
     #[test]
-    fn an_unknown_key_or_section_is_named() {
-        let e = err_of(&format!("{MINIMAL}[LoadBalancer]\nlb-methd = ROUND_ROBIN\n"));
-        assert_eq!(e, ConfigError::Unknown("[LoadBalancer] lb-methd".into()));
-        assert!(e.to_string().contains("[LoadBalancer] lb-methd"), "{e}");
-        let e = err_of(&format!("{MINIMAL}[LoadBalancerClass \"gold\"]\nlb-method = x\n"));
-        assert_eq!(e, ConfigError::Unknown("[LoadBalancerClass \"gold\"] lb-method".into()));
-        let e = err_of(&format!("{MINIMAL}[Loadbalancers]\n"));
-        assert!(e.to_string().contains("[Loadbalancers]"), "{e}");
-        let e = err_of(&format!("{MINIMAL}[Route \"r\"]\n"));
-        assert!(matches!(e, ConfigError::Unknown(_)), "{e}");
-        let e = err_of(&format!("{MINIMAL}[LoadBalancerClass]\nsubnet-id = s\n"));
-        assert_eq!(invalid_key(&e), "[LoadBalancerClass]");
+    fn unknown_keys_and_sections_are_skipped_with_a_warning_naming_them_as_upstream() {
+        let warnings_of = |extra: &str| {
+            let c = parse(&format!("{MINIMAL}{extra}")).unwrap();
+            let w = c.config_warnings().to_vec();
+            assert!(!w.join(" ").contains("Zq7"), "a value is shown: {w:?}");
+            (c, w)
+        };
+        let (c, w) =
+            warnings_of("[LoadBalancer]\nlb-methd = Zq7x\nlb-method = LEAST_CONNECTIONS\n");
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert!(w[0].contains("unknown key [LoadBalancer] lb-methd"), "{w:?}");
+        assert_eq!(c.load_balancer.lb_method, "LEAST_CONNECTIONS");
+        let (c, w) = warnings_of("[LoadBalancerClass \"gold\"]\nlb-method = Zq7x\nsubnet-id = s\n");
+        assert!(w[0].contains("[LoadBalancerClass \"gold\"] lb-method"), "{w:?}");
+        assert_eq!(c.lb_classes["gold"].subnet_id.as_deref(), Some("s"));
+        let (_, w) = warnings_of("[Loadbalancers]\npassword = Zq7x\n");
+        assert!(w[0].contains("unknown section [Loadbalancers]"), "{w:?}");
+        let (c, w) = warnings_of("[Route \"r\"]\nrouter-id = Zq7x\n");
+        assert!(w[0].contains("[Route \"r\"]") && c.route.router_id.is_empty(), "{w:?}");
+        let (c, w) = warnings_of("[LoadBalancerClass]\nsubnet-id = Zq7x\n");
+        assert!(w[0].contains("[LoadBalancerClass] (line") && c.lb_classes.is_empty(), "{w:?}");
         // A key of another section.
-        let e = err_of(&format!("{MINIMAL}[Route]\nsubnet-id = s\n"));
-        assert_eq!(e, ConfigError::Unknown("[Route] subnet-id".into()));
+        let (_, w) = warnings_of("[Route]\nsubnet-id = Zq7x\n");
+        assert!(w[0].contains("unknown key [Route] subnet-id"), "{w:?}");
+        // A bare word (a pasted secret?) is named by its line only.
+        let (_, w) = warnings_of("[Global]\nZq7secret\n");
+        assert!(w[0].contains("[Global] on line"), "{w:?}");
+        assert!(parse(MINIMAL).unwrap().config_warnings().is_empty());
     }
 
     #[test]
@@ -2228,7 +2234,8 @@ request-timeout = 5s
         }
         let e =
             err_of(&format!("{MINIMAL}[Networking]\naddress-sort-order = 10.0.0.0/8,fd00::/129\n"));
-        assert!(e.to_string().contains("\"fd00::/129\""), "{e}");
+        // The entry is named by its place, never quoted (no value is).
+        assert!(e.to_string().contains("entry 2") && !e.to_string().contains("fd00"), "{e}");
     }
 
     #[test]
@@ -2273,8 +2280,7 @@ request-timeout = 5s
             err_of(&format!("[Global]\npassword = \"{SECRET}\n")),
             err_of(&format!("[Global]\npassword = \"{SECRET}\\q\"\n")),
             err_of(&format!("[Global]\npassword = {SECRET}\\x\n")),
-            // The secret pasted alone on a line, or after a bad key.
-            err_of(&format!("{MINIMAL}{SECRET}\n")),
+            // The secret after a bad key.
             err_of(&format!("{MINIMAL}pass_word = {SECRET}\n")),
             err_of(&format!("{MINIMAL}password : {SECRET}\n")),
             err_of(&format!("password = {SECRET}\n[Global]\n")),
@@ -2290,6 +2296,11 @@ request-timeout = 5s
             assert!(!shown.contains(SECRET), "{shown}");
             assert!(!shown.contains("Zq7"), "{shown}");
         }
+        // The secret pasted alone on a line is skipped, as upstream's gcfg skips it, with a
+        // warning that names only its line.
+        let c = parse(&format!("{MINIMAL}{SECRET}\n")).unwrap();
+        let shown = format!("{:?} {c:?}", c.config_warnings());
+        assert!(!shown.contains("Zq7") && shown.contains("line 5"), "{shown}");
     }
 
     #[test]
