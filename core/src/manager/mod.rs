@@ -210,7 +210,7 @@ where
     if let Some(command) = &options.skipped_command {
         tracing::info!(
             argument = %command,
-            "skipping the first argument {command:?}: it names an upstream cloud-controller-manager command (the container's args start with it)"
+            "skipping the first argument: it names an upstream cloud-controller-manager command (the container's args start with it)"
         );
     }
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
