@@ -448,6 +448,12 @@ const IGNORED_FLAGS: &[&str] = &[
     "--log-file",
     "--add-dir-header",
     "--skip-headers",
+    // component-base's logging flags other than --logging-format and -v (the manager accepts
+    // them as no-ops too: lines are written unbuffered to stderr).
+    "--log-flush-frequency",
+    "--vmodule",
+    "--log-json-",
+    "--log-text-",
     "--tls-",
     "--authentication-",
     "--authorization-",
@@ -516,7 +522,8 @@ Flags:
   --enable-deprecated-beta-topology-labels   also write the beta topology labels
   --v int                                    log verbosity (as the manager's -v)
   --logging-format string                    text (klog's format, default) or json (component-base's)
-Upstream's serving, authentication, authorization and client-tuning flags are accepted and ignored.
+Upstream's serving, authentication, authorization, client-tuning and other logging flags are
+accepted and ignored.
 ";
 
 fn parse_bool(flag: &str, v: &str) -> Result<bool, String> {
@@ -781,6 +788,17 @@ mod tests {
         assert_eq!(args(&["--logging-format=json"]).unwrap().log_format, LogFormat::Json);
         assert_eq!(args(&["--logging-format", "text"]).unwrap().log_format, LogFormat::Text);
         assert_eq!(args(&[]).unwrap().log_format, LogFormat::Text);
+        let f = args(&[
+            "--logging-format=json",
+            "--log-flush-frequency=5s",
+            "--log-json-split-stream",
+            "--vmodule",
+            "x=2",
+            "--v=3",
+        ])
+        .unwrap();
+        assert_eq!((f.log_format, f.verbosity), (LogFormat::Json, 3));
+        assert_eq!(f.ignored, ["--log-flush-frequency", "--log-json-split-stream", "--vmodule"]);
         let e = args(&["--logging-format=xml"]).unwrap_err();
         assert!(e.contains("--logging-format") && e.contains("\"xml\""), "{e}");
         for zero in ["0", "0s", "0.1ns"] {
