@@ -11,6 +11,7 @@
 //! | [`routes`] | Routes: pod-CIDR routes in the cluster route table |
 //! | [`credential`] | ECR registry patterns, token decoding, cache duration (credential plugin) |
 //! | [`metadata`] | drop-in without a cloud config: region, VPC and cluster ID from IMDS and tags |
+//! | [`tagging`] | the `tagging` controller and its flags (`--tags`, `--resources`, `--tagging-controller-*`) |
 //! | `testing` | (feature `testing`) moto fixtures: SDK clients, cloud config, VPC, instances |
 //!
 //! Upstream decisions kept or changed are listed in `providers/aws/README.md`.
@@ -18,6 +19,7 @@
 use std::sync::Arc;
 
 use ccm_core::cloud::{BoxError, CloudProvider, InstancesV2, LoadBalancer, ProviderInit, Routes};
+use ccm_core::manager::extensions::{Extensions, ProviderFlags};
 
 pub mod client;
 pub mod config;
@@ -26,6 +28,7 @@ pub mod instances;
 pub mod load_balancer;
 pub mod metadata;
 pub mod routes;
+pub mod tagging;
 pub mod tags;
 #[cfg(feature = "testing")]
 pub mod testing;
@@ -36,10 +39,23 @@ pub use config::{CloudConfig, ConfigError};
 use instances::AwsInstances;
 use load_balancer::AwsLoadBalancer;
 use routes::AwsRoutes;
+use tagging::TaggingOptions;
 use tags::ClusterTags;
 
 /// The provider name, as given to `--cloud-provider`.
 pub const PROVIDER_NAME: &str = "aws";
+
+/// What AWS adds to the manager, as upstream's `aws-cloud-controller-manager` registers it:
+/// the `tagging` controller (disabled by default) and its flags ([`tagging`]). The binary's
+/// factory is [`Cloud::from_command_line`] with a clone of the returned
+/// [`Extensions::parsed`].
+pub fn extensions() -> Extensions {
+    Extensions {
+        controllers: vec![tagging::controller()],
+        flags: tagging::flags(),
+        ..Extensions::default()
+    }
+}
 
 /// The cloud config could not be used to build the provider.
 #[derive(Debug, thiserror::Error)]
@@ -69,9 +85,27 @@ pub struct Cloud {
     instances: Arc<AwsInstances>,
     routes: Arc<AwsRoutes>,
     load_balancer: Arc<AwsLoadBalancer>,
+    /// The `tagging` controller's flags.
+    tagging: TaggingOptions,
 }
 
 impl Cloud {
+    /// The manager's factory: [`Self::from_config`] with the provider's own flags (the
+    /// `tagging` controller's) read from the parsed command line.
+    pub fn from_command_line(
+        config: Option<&[u8]>,
+        flags: &ProviderFlags,
+    ) -> Result<Self, AwsError> {
+        Ok(Self::from_config(config)?.with_tagging(TaggingOptions::from_flags(flags)))
+    }
+
+    /// Sets the `tagging` controller's options (default: none; the controller refuses to
+    /// start without `--tags` and `--resources`).
+    pub fn with_tagging(mut self, options: TaggingOptions) -> Self {
+        self.tagging = options;
+        self
+    }
+
     /// Builds the provider from the `--cloud-config` contents (none: all defaults). The SDK
     /// clients are created on first use from the default credential chain.
     ///
@@ -146,7 +180,14 @@ impl Cloud {
             tags,
             config.clone(),
         ));
-        Cloud { config, clients, instances, routes, load_balancer }
+        Cloud {
+            config,
+            clients,
+            instances,
+            routes,
+            load_balancer,
+            tagging: TaggingOptions::default(),
+        }
     }
 
     /// The AWS API call counters (register them in the manager's registry).

@@ -14,5 +14,6 @@ mod load_balancer_parity;
 mod metadata;
 mod moto;
 mod routes;
+mod tagging;
 mod throttling;
 mod timeouts;
