@@ -41,6 +41,13 @@ use crate::load_balancer::{IbmLoadBalancer, Timings};
 /// The provider name, as given to `--cloud-provider`.
 pub const PROVIDER_NAME: &str = "ibm";
 
+/// What IBM adds to the manager: nothing. Upstream's `ibm-cloud-controller-manager` runs the
+/// stock controllers with the stock `k8s.io/cloud-provider` command line and registers no flag
+/// of its own, so every upstream flag is already the manager's.
+pub fn extensions() -> ccm_core::manager::extensions::Extensions {
+    ccm_core::manager::extensions::Extensions::default()
+}
+
 /// Why the provider could not be built.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {

@@ -22,6 +22,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use ccm_core::cloud::{CloudProvider, InstancesV2, LoadBalancer, Routes};
+use ccm_core::manager::extensions::{Extensions, ProviderFlags, flag};
 
 use crate::client::{ClientError, ClientOptions, OpenStackClient};
 use crate::config::{Config, ConfigError};
@@ -31,6 +32,26 @@ use crate::routes::OpenStackRoutes;
 
 /// The provider name, as given to `--cloud-provider`.
 pub const PROVIDER_NAME: &str = "openstack";
+
+/// `--user-agent`: upstream's one own flag (`openstack.AddExtraFlags`).
+const USER_AGENT_FLAG: &str = "user-agent";
+
+/// What OpenStack adds to the manager: upstream's `--user-agent` (repeatable; each value is
+/// added to the `User-Agent` of every OpenStack call, see
+/// [`client::user_agent_with`]). The binary's factory is
+/// [`OpenStackProvider::from_command_line`] with a clone of [`Extensions::parsed`].
+pub fn extensions() -> Extensions {
+    Extensions {
+        flags: vec![
+            flag::string_array(USER_AGENT_FLAG)
+                .help(
+                    "Extra data for the User-Agent of OpenStack calls; repeat the flag to add                      more than one (the last given comes first).",
+                )
+                .help_heading("OpenStack client flags"),
+        ],
+        ..Extensions::default()
+    }
+}
 
 /// Why the provider could not be built.
 #[derive(Debug, thiserror::Error)]
@@ -58,6 +79,20 @@ pub struct OpenStackProvider {
 }
 
 impl OpenStackProvider {
+    /// The manager's factory: [`Self::from_cloud_config`], then the `--user-agent` values of
+    /// the parsed command line on the client (an unusable value is an error naming it).
+    pub fn from_command_line(
+        cloud_config: Option<&[u8]>,
+        flags: &ProviderFlags,
+    ) -> Result<Self, Error> {
+        let provider = Self::from_cloud_config(cloud_config)?;
+        let extra = flags.strings(USER_AGENT_FLAG);
+        if !extra.is_empty() {
+            provider.client.set_user_agents(extra)?;
+        }
+        Ok(provider)
+    }
+
     /// The manager's factory: the `--cloud-config` contents and this process's environment
     /// (`OS_CCM_REGIONAL`, and for `use-clouds` the clouds.yaml search variables). No request
     /// is sent: Keystone is asked on the first cloud call.

@@ -33,10 +33,17 @@ pub mod fuzzing {
     }
 }
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ccm_core::cloud::{BoxError, CloudProvider, InstancesV2, ProviderInit};
+use async_trait::async_trait;
+use ccm_core::cloud::{
+    BoxError, CloudProvider, InstanceMetadata, InstanceStatus, InstancesV2, ProviderError,
+    ProviderInit,
+};
+use ccm_core::manager::extensions::{Extensions, ProviderFlags, accepted_only, flag};
+use k8s_openapi::api::core::v1::Node;
 
 use crate::client::ClientError;
 use crate::config::{Config, ConfigError, CredentialSources};
@@ -52,6 +59,44 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long logging out of every vCenter at shutdown may take in all.
 pub const LOGOUT_DEADLINE: Duration = Duration::from_secs(5);
 
+/// `--node-labels` (upstream `vsphere/options.AddFlags`).
+const NODE_LABELS_FLAG: &str = "node-labels";
+
+/// What vSphere adds to the manager, as upstream's `vsphere-cloud-controller-manager`
+/// registers it: `--node-labels` (acted on: the labels are added to every Node's metadata),
+/// and the flags of upstream's paravirtual (Supervisor cluster) mode, which this provider does
+/// not implement: accepted, and warned about when set. The binary's factory is
+/// [`VsphereProvider::from_command_line`] with a clone of [`Extensions::parsed`].
+pub fn extensions() -> Extensions {
+    let paravirtual = accepted_only;
+    Extensions {
+        flags: vec![
+            flag::string_to_string(NODE_LABELS_FLAG)
+                .help(
+                    "Labels to add to every vSphere Node when it is initialised, as key=value \
+                     pairs (each key a Kubernetes label key; an empty value is allowed).",
+                )
+                .help_heading("Cloud node controller flags"),
+            paravirtual(flag::boolean("is-legacy-paravirtual", false).help(
+                "Upstream paravirtual mode: capw.vmware.com machine labels. Paravirtual mode is \
+                 not implemented here.",
+            )),
+            paravirtual(flag::boolean("enable-vpc-mode", false).help(
+                "Upstream paravirtual mode: the routable pod controller in VPC mode. Not \
+                 implemented here.",
+            )),
+            paravirtual(flag::value("pod-ip-pool-type", "Public|Private").help(
+                "Upstream paravirtual VPC mode: the pod IP pool type. Not implemented here.",
+            )),
+            paravirtual(flag::boolean("enable-service-annotation-propagation", false).help(
+                "Upstream paravirtual mode: copy Service annotations to the Supervisor cluster. \
+                 Not implemented here.",
+            )),
+        ],
+        ..Extensions::default()
+    }
+}
+
 /// Why the provider could not be built.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -61,6 +106,22 @@ pub enum Error {
     /// A client could not be set up (e.g. an unreadable CA file).
     #[error(transparent)]
     Client(#[from] ClientError),
+}
+
+/// Why the provider could not be built from the command line.
+#[derive(Debug, thiserror::Error)]
+pub enum CommandLineError {
+    /// The provider could not be built from its config.
+    #[error(transparent)]
+    Provider(#[from] Error),
+    /// A `--node-labels` key is not a Kubernetes label key.
+    #[error("invalid --node-labels key {key:?}: {message}")]
+    NodeLabel {
+        /// The key.
+        key: String,
+        /// What is wrong with it.
+        message: String,
+    },
 }
 
 /// The vSphere provider.
@@ -73,6 +134,8 @@ pub struct VsphereProvider {
     loader: Option<Arc<Loader>>,
     /// Every connection made, for [`VsphereProvider::logout`].
     conns: Connections,
+    /// `--node-labels`: added to every Node's metadata.
+    node_labels: BTreeMap<String, String>,
 }
 
 impl VsphereProvider {
@@ -153,7 +216,29 @@ impl VsphereProvider {
                 conns.clone(),
             ))
         });
-        Ok(VsphereProvider { config, instances, loader, conns })
+        Ok(VsphereProvider { config, instances, loader, conns, node_labels: BTreeMap::new() })
+    }
+
+    /// The manager's factory: [`Self::from_cloud_config`] with the provider's own flags from
+    /// the parsed command line (`--node-labels`, each key checked as upstream does).
+    pub fn from_command_line(
+        cloud_config: Option<&[u8]>,
+        flags: &ProviderFlags,
+    ) -> Result<Self, CommandLineError> {
+        let labels = flags.string_map(NODE_LABELS_FLAG);
+        for key in labels.keys() {
+            if let Err(message) = check_label_key(key) {
+                return Err(CommandLineError::NodeLabel { key: key.clone(), message });
+            }
+        }
+        Ok(Self::from_cloud_config(cloud_config)?.with_node_labels(labels))
+    }
+
+    /// Adds `labels` to every Node's metadata (`--node-labels`; the instances' own labels win
+    /// on a clash).
+    pub fn with_node_labels(mut self, labels: BTreeMap<String, String>) -> Self {
+        self.node_labels = labels;
+        self
     }
 
     /// Logs out of every vCenter session this provider opened (`SessionManager.Logout` and
@@ -181,7 +266,13 @@ impl CloudProvider for VsphereProvider {
     }
 
     fn instances_v2(&self) -> Option<Arc<dyn InstancesV2>> {
-        Some(self.instances.clone())
+        if self.node_labels.is_empty() {
+            return Some(self.instances.clone());
+        }
+        Some(Arc::new(WithNodeLabels {
+            inner: self.instances.clone(),
+            labels: self.node_labels.clone(),
+        }))
     }
 
     /// Reads the credentials Secret(s) through the handed client and connects the vCenters
@@ -228,6 +319,106 @@ async fn logout_all(conns: &Connections, deadline: Duration) -> usize {
         Err(_) => {
             tracing::warn!(deadline = ?deadline, "vCenter logout did not finish in time; sessions will expire");
             0
+        }
+    }
+}
+
+/// `--node-labels` on top of the instances: every metadata answer carries the labels.
+struct WithNodeLabels {
+    inner: Arc<Instances>,
+    labels: BTreeMap<String, String>,
+}
+
+impl WithNodeLabels {
+    fn add(&self, mut meta: InstanceMetadata) -> InstanceMetadata {
+        for (k, v) in &self.labels {
+            meta.additional_labels.entry(k.clone()).or_insert_with(|| v.clone());
+        }
+        meta
+    }
+}
+
+#[async_trait]
+impl InstancesV2 for WithNodeLabels {
+    async fn instance_exists(&self, node: &Node) -> Result<bool, ProviderError> {
+        self.inner.instance_exists(node).await
+    }
+
+    async fn instance_shutdown(&self, node: &Node) -> Result<bool, ProviderError> {
+        self.inner.instance_shutdown(node).await
+    }
+
+    async fn instance_metadata(&self, node: &Node) -> Result<InstanceMetadata, ProviderError> {
+        self.inner.instance_metadata(node).await.map(|m| self.add(m))
+    }
+
+    async fn instance_metadata_batch(
+        &self,
+        nodes: &[Node],
+    ) -> Vec<Result<InstanceMetadata, ProviderError>> {
+        let all = self.inner.instance_metadata_batch(nodes).await;
+        all.into_iter().map(|r| r.map(|m| self.add(m))).collect()
+    }
+
+    async fn instance_status_batch(
+        &self,
+        nodes: &[Node],
+    ) -> Vec<Result<InstanceStatus, ProviderError>> {
+        self.inner.instance_status_batch(nodes).await
+    }
+
+    fn max_batch(&self) -> usize {
+        self.inner.max_batch()
+    }
+}
+
+/// A Kubernetes label key (apimachinery's `IsQualifiedName`): an optional DNS-subdomain
+/// prefix and `/`, then a name of at most 63 characters, alphanumeric at both ends with
+/// `-`, `_` and `.` inside.
+fn check_label_key(key: &str) -> Result<(), String> {
+    let (prefix, name) = match key.split_once('/') {
+        Some((p, n)) => (Some(p), n),
+        None => (None, key),
+    };
+    if let Some(p) = prefix {
+        let label_ok = |l: &str| {
+            !l.is_empty()
+                && l.len() <= 63
+                && l.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                && !l.starts_with('-')
+                && !l.ends_with('-')
+        };
+        if p.is_empty() || p.len() > 253 || !p.split('.').all(label_ok) {
+            return Err("the prefix must be a DNS subdomain (lowercase alphanumerics, '-' and \
+                        '.', at most 253 characters)"
+                .into());
+        }
+    }
+    let edge = |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric());
+    let ok = !name.is_empty()
+        && name.len() <= 63
+        && edge(name.chars().next())
+        && edge(name.chars().last())
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    if !ok {
+        return Err("the name must be at most 63 characters, alphanumeric at both ends, with \
+                    '-', '_' and '.' inside"
+            .into());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod flag_tests {
+    use super::*;
+
+    #[test]
+    fn node_label_keys_are_checked_as_kubernetes_label_keys() {
+        for ok in ["a", "node.foo.bar", "foo.bar/mapi", "example.com/A_b-c.9"] {
+            assert_eq!(check_label_key(ok), Ok(()), "{ok}");
+        }
+        for bad in ["", "-a", "a-", "/a", "Foo.com/a", "a/b/c", "x/", &"a".repeat(64)] {
+            assert!(check_label_key(bad).is_err(), "{bad:?} accepted");
         }
     }
 }

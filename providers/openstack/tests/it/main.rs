@@ -12,6 +12,7 @@
 
 mod client;
 mod fixture;
+mod flags;
 mod instances;
 mod load_balancer;
 mod routes;
