@@ -4,6 +4,11 @@
 //! 16-hex-digit ID under both keys (ingress-gce reads the same ConfigMap, so both controllers
 //! agree). Read once, then kept: upstream watches the ConfigMap, but a changed ID would orphan
 //! every shared resource, so a change takes effect at the next start (logged then).
+//!
+//! Read as upstream's informer reads it: a `list` of `kube-system` ConfigMaps with the field
+//! selector `metadata.name=ingress-uid`, never a `get` (issue #30: upstream's role grants
+//! `list`/`watch` on ConfigMaps and no `get`, so a `get` was Forbidden on every retry).
+//! Creating it needs `create`, as upstream.
 
 use std::collections::BTreeMap;
 use std::io::Read;
@@ -11,7 +16,7 @@ use std::sync::{Mutex, OnceLock};
 
 use ccm_core::cloud::ProviderError;
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::{Api, ObjectMeta, PostParams};
+use kube::api::{Api, ListParams, ObjectMeta, PostParams};
 
 /// The ConfigMap's namespace.
 pub const NAMESPACE: &str = "kube-system";
@@ -21,6 +26,9 @@ pub const CONFIG_MAP: &str = "ingress-uid";
 pub const KEY_UID: &str = "uid";
 /// The provider's UID key (wins when present).
 pub const KEY_PROVIDER_UID: &str = "provider-uid";
+
+/// How long one API request about the ConfigMap may take.
+const API_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// The ID a ConfigMap's data gives: `provider-uid`, else `uid`.
 pub fn id_from_data(data: &BTreeMap<String, String>) -> Option<String> {
@@ -93,6 +101,22 @@ impl ClusterId {
     }
 }
 
+/// The ConfigMap through a `list` with the field selector `metadata.name=ingress-uid` (what
+/// upstream's single-object informer sends); `None` when it does not exist.
+async fn find(api: &Api<ConfigMap>) -> Result<Option<ConfigMap>, kube::Error> {
+    let params = ListParams::default().fields(&format!("metadata.name={CONFIG_MAP}"));
+    let list = api.list(&params).await?;
+    Ok(list.items.into_iter().find(|cm| cm.metadata.name.as_deref() == Some(CONFIG_MAP)))
+}
+
+fn id_of(cm: ConfigMap) -> Result<String, ProviderError> {
+    id_from_data(&cm.data.unwrap_or_default()).ok_or_else(|| {
+        ProviderError::other(format!(
+            "GCE cluster ID: ConfigMap {NAMESPACE}/{CONFIG_MAP} has neither `{KEY_PROVIDER_UID}` nor `{KEY_UID}`"
+        ))
+    })
+}
+
 async fn read_or_create(kube: &kube::Client) -> Result<String, ProviderError> {
     let api: Api<ConfigMap> = Api::namespaced(kube.clone(), NAMESPACE);
     let fail = |what: &str, e: kube::Error| {
@@ -101,13 +125,18 @@ async fn read_or_create(kube: &kube::Client) -> Result<String, ProviderError> {
             e,
         )
     };
-    let existing = api.get_opt(CONFIG_MAP).await.map_err(|e| fail("reading", e))?;
+    let timeout = || {
+        ProviderError::other(format!(
+            "GCE cluster ID: the API server did not answer about ConfigMap {NAMESPACE}/{CONFIG_MAP} within {}s",
+            API_TIMEOUT.as_secs()
+        ))
+    };
+    let existing = tokio::time::timeout(API_TIMEOUT, find(&api))
+        .await
+        .map_err(|_| timeout())?
+        .map_err(|e| fail("listing", e))?;
     if let Some(cm) = existing {
-        return id_from_data(&cm.data.unwrap_or_default()).ok_or_else(|| {
-            ProviderError::other(format!(
-                "GCE cluster ID: ConfigMap {NAMESPACE}/{CONFIG_MAP} has neither `{KEY_PROVIDER_UID}` nor `{KEY_UID}`"
-            ))
-        });
+        return id_of(cm);
     }
     let id = make_uid();
     let cm = ConfigMap {
@@ -122,19 +151,26 @@ async fn read_or_create(kube: &kube::Client) -> Result<String, ProviderError> {
         ])),
         ..Default::default()
     };
-    match api.create(&PostParams::default(), &cm).await {
+    let created = tokio::time::timeout(API_TIMEOUT, api.create(&PostParams::default(), &cm))
+        .await
+        .map_err(|_| timeout())?;
+    match created {
         Ok(_) => {
             tracing::info!(cluster_id = %id, "GCE: created ConfigMap kube-system/ingress-uid with a new cluster ID");
             Ok(id)
         }
         // Created meanwhile (ingress-gce, another replica): read theirs.
         Err(kube::Error::Api(s)) if s.code == 409 => {
-            let cm = api.get(CONFIG_MAP).await.map_err(|e| fail("reading", e))?;
-            id_from_data(&cm.data.unwrap_or_default()).ok_or_else(|| {
-                ProviderError::other(format!(
-                    "GCE cluster ID: ConfigMap {NAMESPACE}/{CONFIG_MAP} has neither `{KEY_PROVIDER_UID}` nor `{KEY_UID}`"
-                ))
-            })
+            let cm = tokio::time::timeout(API_TIMEOUT, find(&api))
+                .await
+                .map_err(|_| timeout())?
+                .map_err(|e| fail("listing", e))?;
+            match cm {
+                Some(cm) => id_of(cm),
+                None => Err(ProviderError::other(format!(
+                    "GCE cluster ID: creating ConfigMap {NAMESPACE}/{CONFIG_MAP} said it exists, but listing it found none"
+                ))),
+            }
         }
         Err(e) => Err(fail("creating", e)),
     }

@@ -4,6 +4,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod client;
+mod cluster_id;
 mod config;
 mod credential;
 mod fixture;
