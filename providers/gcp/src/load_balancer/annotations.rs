@@ -125,15 +125,15 @@ pub const ANNOTATIONS: &[KeyDoc] = &[
     ),
     kd(
         keys::STATUS_TARGET_POOL,
-        "(output, not written)",
+        "(output) the target pool's name",
         "",
-        "Upstream writes it only with `--enable-l4-lb-annotations` (off by default); this provider does not write it.",
+        "Written with `--enable-l4-lb-annotations` (off by default, as upstream) on an external load balancer's Service; removed from an internal one's.",
     ),
     kd(
         keys::STATUS_BACKEND_SERVICE,
-        "(output, not written)",
+        "(output) the backend service's name",
         "",
-        "Upstream writes it only with `--enable-l4-lb-annotations` (off by default); this provider does not write it.",
+        "Written with `--enable-l4-lb-annotations` (off by default, as upstream) on an internal load balancer's Service; removed from an external one's.",
     ),
 ];
 

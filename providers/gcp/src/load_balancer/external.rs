@@ -23,7 +23,7 @@ use k8s_openapi::api::core::v1::{LoadBalancerStatus, Node, Service};
 
 use super::annotations::{self, Class, NetworkTier, ServiceConfig, has_finalizer, keys};
 use super::api::Api;
-use super::firewall::{self, L4_HEALTH_CHECK_RANGES, PRIORITY};
+use super::firewall::{self, PRIORITY};
 use super::hosts::{self, Host, comparable_path};
 use super::{Ctx, GceLoadBalancer, LbError, naming, status};
 
@@ -464,13 +464,13 @@ async fn ensure_health_check_firewall(
     } else {
         naming::firewall_description(&conf.service, ip)
     };
-    let sources: Vec<String> = L4_HEALTH_CHECK_RANGES.iter().map(|s| s.to_string()).collect();
+    let sources = cx.hc_sources;
     let want = firewall::object(
         api,
         &naming::external_health_check_firewall(&cx.cluster_id, &hc.name, hc.nodes),
         &desc,
         ip,
-        &sources,
+        sources,
         "tcp",
         &[hc.port.to_string()],
         tags,

@@ -27,7 +27,7 @@ use k8s_openapi::api::core::v1::{LoadBalancerStatus, Node};
 use super::annotations::{Class, ServiceConfig, has_finalizer, keys};
 use super::api::Api;
 use super::external::{HC_HEALTHY, HC_INTERVAL, HC_TIMEOUT, HC_UNHEALTHY};
-use super::firewall::{self, L4_HEALTH_CHECK_RANGES};
+use super::firewall;
 use super::hosts;
 use super::{Ctx, GceLoadBalancer, LbError, annotations, naming, status};
 use crate::client::{GceError, last_segment};
@@ -533,9 +533,9 @@ async fn ensure_firewalls(
         &cx.cluster_id,
         shared_hc,
     ));
-    let sources: Vec<String> = L4_HEALTH_CHECK_RANGES.iter().map(|s| s.to_string()).collect();
+    let sources = cx.hc_sources;
     let want =
-        firewall::object(api, &hc_fw, "", "", &sources, "tcp", &[hc_port.to_string()], tags, None);
+        firewall::object(api, &hc_fw, "", "", sources, "tcp", &[hc_port.to_string()], tags, None);
     firewall::ensure(api, &want, firewall::internal_equal).await
 }
 

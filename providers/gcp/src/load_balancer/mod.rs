@@ -50,8 +50,12 @@ use k8s_openapi::api::core::v1::{LoadBalancerIngress, LoadBalancerStatus, Node, 
 pub use annotations::ANNOTATIONS;
 use annotations::{Class, Scheme, ServiceConfig, has_finalizer, keys};
 use api::Api;
+pub use firewall::L4_HEALTH_CHECK_RANGES;
 
 use crate::client::{GceClient, GceError};
+
+/// How long one Kubernetes API request of the load balancers may take.
+const KUBE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Delays the load balancers ask the service controller for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -64,6 +68,29 @@ pub struct Timings {
 impl Default for Timings {
     fn default() -> Self {
         Timings { conflict_retry: Duration::from_secs(5) }
+    }
+}
+
+/// What upstream's command line sets for the load balancers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LbOptions {
+    /// The source ranges of the health-check firewalls (`k8s-<clusterID>-node-http-hc`,
+    /// `k8s-<hc>-http-hc`, `k8s-<lb>-fw-hc`...): `--cloud-provider-gce-lb-src-cidrs`, by
+    /// default Google's health checkers and L3/L4 proxies ([`L4_HEALTH_CHECK_RANGES`]).
+    pub health_check_sources: Vec<String>,
+    /// `--enable-l4-lb-annotations`: after a sync, the Service is annotated with the
+    /// resource that carries its traffic (`networking.gke.io/target-pool` for the external
+    /// load balancer, `networking.gke.io/backend-service` for the internal one; the other
+    /// key removed), as upstream.
+    pub resource_annotations: bool,
+}
+
+impl Default for LbOptions {
+    fn default() -> Self {
+        LbOptions {
+            health_check_sources: L4_HEALTH_CHECK_RANGES.iter().map(|s| s.to_string()).collect(),
+            resource_annotations: false,
+        }
     }
 }
 
@@ -87,12 +114,15 @@ pub(crate) struct Ctx<'a> {
     pub cluster_id: String,
     /// The Service.
     pub service: &'a Service,
+    /// The health-check firewalls' source ranges ([`LbOptions::health_check_sources`]).
+    pub hc_sources: &'a [String],
 }
 
 /// The GCE load balancers.
 pub struct GceLoadBalancer {
     client: Arc<GceClient>,
     timings: Timings,
+    options: LbOptions,
     cluster_id: cluster_id::ClusterId,
     kube: std::sync::OnceLock<kube::Client>,
     /// Serialises the changes to resources Services share (the nodes health check and its
@@ -117,11 +147,23 @@ impl GceLoadBalancer {
         GceLoadBalancer {
             client,
             timings,
+            options: LbOptions::default(),
             cluster_id: cluster_id::ClusterId::default(),
             kube: std::sync::OnceLock::new(),
             shared: tokio::sync::Mutex::new(()),
             tags: Mutex::new(None),
         }
+    }
+
+    /// These load balancers with the command line's `options`.
+    pub fn with_options(mut self, options: LbOptions) -> Self {
+        self.options = options;
+        self
+    }
+
+    /// The options in use.
+    pub fn options(&self) -> &LbOptions {
+        &self.options
     }
 
     /// The Kubernetes client (from the provider's `initialize`): reads (or creates) the
@@ -160,7 +202,13 @@ impl GceLoadBalancer {
     async fn ctx<'a>(&'a self, service: &'a Service) -> Result<Ctx<'a>, LbError> {
         let cluster_id = self.cluster_id.get().await?;
         let api = Api::new(&self.client).await?;
-        Ok(Ctx { api, lb: default_load_balancer_name(service), cluster_id, service })
+        Ok(Ctx {
+            api,
+            lb: default_load_balancer_name(service),
+            cluster_id,
+            service,
+            hc_sources: &self.options.health_check_sources,
+        })
     }
 
     /// Upstream's `GetNodeTags`: `node-tags`, else computed from the instances of `names`
@@ -218,14 +266,18 @@ impl GceLoadBalancer {
                     existing = None;
                 }
             }
-            match conf.scheme {
+            let status = match conf.scheme {
                 Scheme::External => {
-                    Box::pin(external::ensure(self, &cx, &conf, existing, nodes)).await
+                    Box::pin(external::ensure(self, &cx, &conf, existing, nodes)).await?
                 }
                 Scheme::Internal => {
-                    Box::pin(internal::ensure(self, &cx, &conf, existing, nodes)).await
+                    Box::pin(internal::ensure(self, &cx, &conf, existing, nodes)).await?
                 }
+            };
+            if self.options.resource_annotations {
+                self.annotate_resources(&cx, &conf).await?;
             }
+            Ok(status)
         };
         Box::pin(run).await.map_err(|e| self.finish(&lb, &key, e))
     }
@@ -286,6 +338,69 @@ impl GceLoadBalancer {
             self.remove_upstream_finalizers(service).await
         };
         run.await.map_err(|e| self.finish(&lb, &key, e))
+    }
+
+    /// `--enable-l4-lb-annotations`: the Service names the resource carrying its traffic
+    /// (`networking.gke.io/target-pool: <lb>` for the external load balancer,
+    /// `networking.gke.io/backend-service: <backend service>` for the internal one) and loses
+    /// the other key, written (through the `status` subresource, as upstream) only when they
+    /// differ from the Service's.
+    async fn annotate_resources(&self, cx: &Ctx<'_>, conf: &ServiceConfig) -> Result<(), LbError> {
+        let want: [(&str, Option<String>); 2] = match conf.scheme {
+            Scheme::External => [
+                (keys::STATUS_TARGET_POOL, Some(cx.lb.clone())),
+                (keys::STATUS_BACKEND_SERVICE, None),
+            ],
+            Scheme::Internal => [
+                (keys::STATUS_TARGET_POOL, None),
+                (
+                    keys::STATUS_BACKEND_SERVICE,
+                    Some(naming::backend_service(
+                        &cx.lb,
+                        &cx.cluster_id,
+                        conf.share_backend,
+                        &conf.protocol,
+                        &conf.k8s_affinity,
+                    )),
+                ),
+            ],
+        };
+        let have = cx.service.metadata.annotations.as_ref();
+        if want.iter().all(|(k, v)| have.and_then(|a| a.get(*k)) == v.as_ref()) {
+            return Ok(());
+        }
+        let service = annotations::service_key(cx.service);
+        let (Some(kube), Some(name)) = (self.kube.get(), cx.service.metadata.name.as_deref())
+        else {
+            return Err(ProviderError::other(format!(
+                "--enable-l4-lb-annotations: cannot annotate Service {service}: no Kubernetes client"
+            ))
+            .into());
+        };
+        let ns = cx.service.metadata.namespace.as_deref().unwrap_or("default");
+        let api: kube::Api<Service> = kube::Api::namespaced(kube.clone(), ns);
+        let annotations: serde_json::Map<String, serde_json::Value> =
+            want.iter().map(|(k, v)| (k.to_string(), serde_json::json!(v))).collect();
+        let patch = serde_json::json!({ "metadata": { "annotations": annotations } });
+        let params = kube::api::PatchParams::default();
+        let patch = kube::api::Patch::Merge(&patch);
+        let call = api.patch_status(name, &params, &patch);
+        match tokio::time::timeout(KUBE_TIMEOUT, call).await {
+            Ok(Ok(_)) => {
+                tracing::info!(%service, annotations = ?want, "GCE: annotated the Service with its load balancer's resources");
+                Ok(())
+            }
+            Ok(Err(e)) => Err(ProviderError::with_source(
+                format!("failed to set resource annotations on Service {service}: {e}"),
+                e,
+            )
+            .into()),
+            Err(_) => Err(ProviderError::other(format!(
+                "failed to set resource annotations on Service {service}: no answer from the API server within {}s",
+                KUBE_TIMEOUT.as_secs()
+            ))
+            .into()),
+        }
     }
 
     /// Removes upstream's `gke.networking.io/l4-{netlb,ilb}-v1` finalizers (written by the
