@@ -5,6 +5,7 @@
 
 mod client;
 mod cluster_id;
+mod command_line;
 mod config;
 mod credential;
 mod fixture;
