@@ -1773,7 +1773,7 @@ pub async fn load_from(
     file: Option<&[u8]>,
     kube: Option<kube::Client>,
     at: &SecretLocation,
-    env: &dyn Fn(&str) -> Option<String>,
+    env: &(dyn Fn(&str) -> Option<String> + Sync),
 ) -> Result<Config, ConfigError> {
     let file_doc = match file {
         Some(bytes) => Some(Document::parse(std::str::from_utf8(bytes).map_err(|e| {
@@ -1829,11 +1829,12 @@ pub async fn load_from(
     Ok(config)
 }
 
-/// One `get` of the Secret; `None` when it does not exist.
-async fn read_secret(
+/// One `get` of the Secret: the bytes of its key `at.key`; `None` when the Secret does not
+/// exist (a Secret without the key is an error naming the key).
+pub async fn read_secret_bytes(
     client: kube::Client,
     at: &SecretLocation,
-) -> Result<Option<Document>, ConfigError> {
+) -> Result<Option<Vec<u8>>, ConfigError> {
     use k8s_openapi::api::core::v1::Secret;
     let fail = |message: String| ConfigError::Secret {
         namespace: at.namespace.clone(),
@@ -1846,7 +1847,7 @@ async fn read_secret(
         .map_err(|_| fail(format!("no answer within {}s", SECRET_READ_TIMEOUT.as_secs())))?
         .map_err(|e| fail(format!("reading it: {e}")))?;
     let Some(secret) = secret else { return Ok(None) };
-    let bytes = secret
+    secret
         .data
         .as_ref()
         .and_then(|d| d.get(&at.key))
@@ -1854,7 +1855,21 @@ async fn read_secret(
         .or_else(|| {
             secret.string_data.as_ref().and_then(|d| d.get(&at.key)).map(|s| s.clone().into_bytes())
         })
-        .ok_or_else(|| fail(format!("has no key {:?}", at.key)))?;
+        .map(Some)
+        .ok_or_else(|| fail(format!("has no key {:?}", at.key)))
+}
+
+/// One `get` of the Secret, its key parsed; `None` when it does not exist.
+async fn read_secret(
+    client: kube::Client,
+    at: &SecretLocation,
+) -> Result<Option<Document>, ConfigError> {
+    let fail = |message: String| ConfigError::Secret {
+        namespace: at.namespace.clone(),
+        name: at.name.clone(),
+        message,
+    };
+    let Some(bytes) = read_secret_bytes(client, at).await? else { return Ok(None) };
     let text = std::str::from_utf8(&bytes)
         .map_err(|_| fail(format!("key {:?} is not UTF-8 text", at.key)))?;
     Document::parse(text).map(Some).map_err(|e| {

@@ -4,6 +4,7 @@
 
 mod backend;
 mod client;
+mod command_line;
 mod config;
 mod credential;
 mod fixture;
