@@ -17,6 +17,7 @@ import (
 	"github.com/gophercloud/gophercloud/v2/openstack/compute/v2/availabilityzones"
 	"github.com/gophercloud/gophercloud/v2/openstack/compute/v2/flavors"
 	"github.com/gophercloud/gophercloud/v2/openstack/compute/v2/servers"
+	"github.com/gophercloud/gophercloud/v2/openstack/loadbalancer/v2/apiversions"
 	"github.com/gophercloud/gophercloud/v2/openstack/loadbalancer/v2/listeners"
 	"github.com/gophercloud/gophercloud/v2/openstack/loadbalancer/v2/loadbalancers"
 	"github.com/gophercloud/gophercloud/v2/openstack/loadbalancer/v2/monitors"
@@ -465,6 +466,111 @@ func main() {
 		fail("a cascade-deleted pool: want 404, got %v", err)
 	}
 	ok("octavia.loadbalancers.cascade_delete")
+
+	// Octavia version discovery: every v2 minor version up to the current one, as a current
+	// Octavia lists them (upstream's CCM gates tags on >= 2.5, allowed_cidrs on >= 2.12 and
+	// HTTP monitors on UDP pools on >= 2.16 by the highest one listed).
+	vp, err := apiversions.List(lbc).AllPages(ctx)
+	must(err, "octavia versions")
+	vs, err := apiversions.ExtractAPIVersions(vp)
+	must(err, "octavia versions extract")
+	current, listed := "", map[string]string{}
+	for _, v := range vs {
+		listed[v.ID] = v.Status
+		if v.Status == "CURRENT" {
+			current = v.ID
+		}
+	}
+	if current != "v2.27" || listed["v2.0"] != "SUPPORTED" || listed["v2.5"] != "SUPPORTED" ||
+		listed["v2.12"] != "SUPPORTED" || listed["v2.16"] != "SUPPORTED" || len(vs) != 28 {
+		fail("octavia versions: want v2.0..v2.26 SUPPORTED and v2.27 CURRENT, got %+v", vs)
+	}
+	ok("octavia.versions")
+
+	// Octavia's fully populated create: one POST carries listeners with their default pools,
+	// members and health monitors; every child is created (ids, PENDING_CREATE with the load
+	// balancer, then ACTIVE) and readable on its own.
+	tcpMembers := []pools.CreateMemberOpts{{Address: "10.0.0.10", ProtocolPort: 30080}, {Address: "10.0.0.11", ProtocolPort: 30080}}
+	fullOpts := loadbalancers.CreateOpts{Name: "kube_service_kubernetes_default_full", VipSubnetID: subnet.ID,
+		Tags: []string{"kube_service_kubernetes_default_full"},
+		Listeners: []listeners.CreateOpts{
+			{Name: "listener_0_full", Protocol: listeners.ProtocolTCP, ProtocolPort: 80,
+				DefaultPool: &pools.CreateOpts{Name: "pool_0_full", Protocol: pools.ProtocolTCP, LBMethod: pools.LBMethodRoundRobin,
+					Members: tcpMembers,
+					Monitor: monitors.CreateOpts{Name: "monitor_0_full", Type: "TCP", Delay: 5, Timeout: 3, MaxRetries: 1}}},
+			{Name: "listener_1_full", Protocol: listeners.ProtocolUDP, ProtocolPort: 53,
+				DefaultPool: &pools.CreateOpts{Name: "pool_1_full", Protocol: pools.ProtocolUDP, LBMethod: pools.LBMethodSourceIp,
+					Members: []pools.CreateMemberOpts{{Address: "10.0.0.10", ProtocolPort: 30053}}}},
+		}}
+	full, err := loadbalancers.Create(ctx, lbc, fullOpts).Extract()
+	must(err, "fully populated lb create")
+	if full.ProvisioningStatus != "PENDING_CREATE" || len(full.Listeners) != 2 || len(full.Pools) != 2 {
+		fail("a fully populated create answers the whole tree: %d listeners, %d pools (%s)", len(full.Listeners), len(full.Pools), full.ProvisioningStatus)
+	}
+	for _, p := range full.Pools {
+		if p.ID == "" || p.ProvisioningStatus != "PENDING_CREATE" || len(p.Members) == 0 || p.Members[0].ID == "" {
+			fail("a fully populated create's pool: %+v", p)
+		}
+	}
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(300 * time.Millisecond) {
+		l, err := loadbalancers.Get(ctx, lbc, full.ID).Extract()
+		must(err, "fully populated lb get")
+		if l.ProvisioningStatus == "ACTIVE" {
+			break
+		}
+		if time.Now().After(deadline) {
+			fail("the fully populated lb never became ACTIVE")
+		}
+	}
+	fullLp, err := listeners.List(lbc, listeners.ListOpts{LoadbalancerID: full.ID}).AllPages(ctx)
+	must(err, "fully populated listeners list")
+	fls, _ := listeners.ExtractListeners(fullLp)
+	if len(fls) != 2 {
+		fail("the fully populated lb's listeners: %+v", fls)
+	}
+	for _, l := range fls {
+		if l.DefaultPoolID == "" || l.ProvisioningStatus != "ACTIVE" {
+			fail("a fully populated listener: %+v", l)
+		}
+		p, err := pools.Get(ctx, lbc, l.DefaultPoolID).Extract()
+		must(err, "a fully populated listener's default pool")
+		mp, err := pools.ListMembers(lbc, p.ID, pools.ListMembersOpts{}).AllPages(ctx)
+		must(err, "a fully populated pool's members")
+		ms, _ := pools.ExtractMembers(mp)
+		switch l.ProtocolPort {
+		case 80:
+			if len(ms) != 2 || p.MonitorID == "" || p.LBMethod != "ROUND_ROBIN" {
+				fail("the TCP listener's pool: %+v, members %+v", p, ms)
+			}
+			m, err := monitors.Get(ctx, lbc, p.MonitorID).Extract()
+			must(err, "a fully populated pool's monitor")
+			if m.Type != "TCP" || m.MaxRetries != 1 || len(m.Pools) != 1 || m.Pools[0].ID != p.ID {
+				fail("the TCP pool's monitor: %+v", m)
+			}
+		case 53:
+			if len(ms) != 1 || ms[0].ProtocolPort != 30053 || p.MonitorID != "" || p.Protocol != "UDP" {
+				fail("the UDP listener's pool: %+v, members %+v", p, ms)
+			}
+		default:
+			fail("an unexpected listener: %+v", l)
+		}
+	}
+	ok("octavia.loadbalancers.create_fully_populated")
+	// The same validation as the separate creates, and all or nothing: two listeners on one
+	// port is the listener create's 409, and no part of the tree is left behind.
+	dup := fullOpts
+	dup.Name = "kube_service_kubernetes_default_dup"
+	dup.Listeners = []listeners.CreateOpts{fullOpts.Listeners[0], fullOpts.Listeners[0]}
+	if _, err := loadbalancers.Create(ctx, lbc, dup).Extract(); !is(err, 409) {
+		fail("a fully populated create with two listeners on port 80: want 409, got %v", err)
+	}
+	dp, err := loadbalancers.List(lbc, loadbalancers.ListOpts{Name: dup.Name}).AllPages(ctx)
+	must(err, "lb list after a refused tree")
+	if dls, _ := loadbalancers.ExtractLoadBalancers(dp); len(dls) != 0 {
+		fail("a refused fully populated create left a load balancer: %+v", dls)
+	}
+	ok("octavia.loadbalancers.create_fully_populated_refused_whole")
+	must(loadbalancers.Delete(ctx, lbc, full.ID, loadbalancers.DeleteOpts{Cascade: true}).ExtractErr(), "fully populated lb cascade delete")
 
 	// Token expiry: the emulator issues 6 s tokens (emulator-args); a call after expiry is a
 	// 401 that gophercloud answers by re-authenticating.

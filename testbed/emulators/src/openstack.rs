@@ -21,7 +21,14 @@
 //! backslash escapes are understood, otherwise a substring match); a load balancer is
 //! `PENDING_CREATE`/`PENDING_UPDATE`/`PENDING_DELETE` for a configurable time after each change
 //! to it or its children, and any change while it is pending is a 409 ("immutable");
-//! deleting a load balancer with children is a 400 unless `cascade=true`; deleting a security
+//! deleting a load balancer with children is a 400 unless `cascade=true`; a load balancer
+//! create may carry the whole tree (Octavia's "fully populated" create: `listeners` with a
+//! `default_pool` — inline, or naming one of the body's `pools` — and pools with `members` and
+//! a `healthmonitor`): every child is validated as its own create would be and created with
+//! the load balancer (`PENDING_CREATE`, then `ACTIVE`), the reply shows the tree in full, and a
+//! refused child refuses the whole create (nothing is left behind); `GET /load-balancer/` (and
+//! `/load-balancer/v2`) lists every v2 minor version up to v2.[`OCTAVIA_MAX_MINOR`]
+//! (`CURRENT`; the others `SUPPORTED`); deleting a security
 //! group a port uses is a 409; extra routes' next hops must be on a subnet (400).
 //! Errors: Nova `{"itemNotFound": {"code","message"}}`-style, Neutron
 //! `{"NeutronError": {"type","message","detail"}}`, Octavia
@@ -299,7 +306,9 @@ fn route(method: &Method, path: &str) -> String {
         ["network", "v2.0", c, _] if neutron_coll(c).is_some() => {
             format!("neutron.{}.{}", c.replace('-', "_"), verb(method, true))
         }
-        ["load-balancer"] if method == Method::GET => "octavia.versions".into(),
+        ["load-balancer"] | ["load-balancer", "v2"] if method == Method::GET => {
+            "octavia.versions".into()
+        }
         ["load-balancer", "v2", "lbaas", "pools", _, "members"] if method == Method::PUT => {
             "octavia.members.batch_update".into()
         }
@@ -904,6 +913,59 @@ fn microversion(req: &Request<Bytes>) -> (u32, u32) {
     (a.parse().unwrap_or(2), b.parse().unwrap_or(1))
 }
 
+/// The newest Octavia API minor version this emulator claims (`v2.<n>`).
+pub const OCTAVIA_MAX_MINOR: u32 = 27;
+
+/// When each Octavia v2 minor version appeared (nominal dates; clients read only `id` and
+/// `status`).
+const OCTAVIA_VERSION_DATES: [&str; OCTAVIA_MAX_MINOR as usize + 1] = [
+    "2016-12-11",
+    "2018-04-20",
+    "2018-07-31",
+    "2018-12-18",
+    "2018-12-19",
+    "2019-01-21",
+    "2019-01-25",
+    "2019-01-25",
+    "2019-02-12",
+    "2019-03-04",
+    "2019-03-05",
+    "2019-06-24",
+    "2019-09-11",
+    "2019-09-13",
+    "2019-10-12",
+    "2020-03-10",
+    "2020-03-15",
+    "2020-03-28",
+    "2020-04-29",
+    "2020-05-12",
+    "2020-08-24",
+    "2020-09-03",
+    "2021-04-22",
+    "2021-05-14",
+    "2021-06-09",
+    "2021-10-02",
+    "2022-08-29",
+    "2023-05-05",
+];
+
+/// Octavia's version discovery (`GET /`): every v2 minor version up to
+/// [`OCTAVIA_MAX_MINOR`], the newest `CURRENT`, the others `SUPPORTED`, each linking the one
+/// `/v2` endpoint (minor versions share it).
+fn octavia_versions(base: &str) -> Value {
+    let versions: Vec<Value> = OCTAVIA_VERSION_DATES
+        .iter()
+        .enumerate()
+        .map(|(minor, date)| {
+            let status = if minor == OCTAVIA_MAX_MINOR as usize { "CURRENT" } else { "SUPPORTED" };
+            json!({"id": format!("v2.{minor}"), "status": status,
+                "updated": format!("{date}T00:00:00Z"),
+                "links": [{"rel": "self", "href": format!("{base}/load-balancer/v2")}]})
+        })
+        .collect();
+    json!({ "versions": versions })
+}
+
 fn body_json(req: &Request<Bytes>, svc: Svc) -> Res<Value> {
     serde_json::from_slice(req.body()).map_err(|e| {
         err(svc, StatusCode::BAD_REQUEST, "BadRequest", format!("Malformed request body: {e}"))
@@ -944,14 +1006,7 @@ impl OpenStackCloud {
                     "links": [{"rel": "self", "href": format!("{base}/network/v2.0/")}]}]}),
                 ));
             }
-            "octavia.versions" => {
-                return Ok(reply(
-                    StatusCode::OK,
-                    &json!({"versions": [{"id": "v2.0", "status": "CURRENT",
-                    "updated": "2023-03-01T00:00:00Z",
-                    "links": [{"rel": "self", "href": format!("{base}/load-balancer/v2")}]}]}),
-                ));
-            }
+            "octavia.versions" => return Ok(reply(StatusCode::OK, &octavia_versions(&base))),
             _ => {}
         }
         self.check_token(req, svc)?;
@@ -1673,6 +1728,29 @@ fn obad(msg: impl AsRef<str>) -> Resp {
     err(Svc::Octavia, StatusCode::BAD_REQUEST, "", msg)
 }
 
+/// The keys of an Octavia create body that nest children (the "fully populated" create).
+const NESTED: &[&str] = &["listeners", "pools", "default_pool", "members", "healthmonitor"];
+
+/// A nested list of child objects (absent or null: none).
+fn nested_list(v: Option<Value>, what: &str) -> Res<Vec<Value>> {
+    match v {
+        None | Some(Value::Null) => Ok(Vec::new()),
+        Some(Value::Array(a)) => a.into_iter().map(|x| nested_object(x, what)).collect(),
+        Some(_) => {
+            Err(obad(format!("Invalid input for field/attribute {what}. Value: not a list.")))
+        }
+    }
+}
+
+/// A nested child object.
+fn nested_object(v: Value, what: &str) -> Res<Value> {
+    if v.is_object() {
+        Ok(v)
+    } else {
+        Err(obad(format!("Invalid input for field/attribute {what}. Value: not an object.")))
+    }
+}
+
 fn onf(what: &str, id: &str) -> Resp {
     err(Svc::Octavia, StatusCode::NOT_FOUND, "", format!("{what} {id} not found."))
 }
@@ -1736,7 +1814,9 @@ impl OpenStackCloud {
         };
         let status = match (coll, lbst) {
             ("loadbalancers", s) => s,
-            (_, "PENDING_CREATE" | "PENDING_UPDATE" | "PENDING_DELETE") => "PENDING_UPDATE",
+            // Children made with their load balancer (a fully populated create).
+            (_, "PENDING_CREATE") => "PENDING_CREATE",
+            (_, "PENDING_UPDATE" | "PENDING_DELETE") => "PENDING_UPDATE",
             (_, "ERROR") => "ERROR",
             _ => "ACTIVE",
         };
@@ -1785,6 +1865,382 @@ impl OpenStackCloud {
             m.remove("listener_id");
         }
         o
+    }
+
+    /// Creates one Octavia object from its create body (`spec`, the body's inner object) with
+    /// the children the body nests: a load balancer's `listeners` and `pools`, a listener's
+    /// `default_pool`, a pool's `members` and `healthmonitor` (Octavia's "fully populated"
+    /// create). Each child is validated as its own create would be; `nested` children skip the
+    /// pending check (their load balancer is being created by this very call). Every object
+    /// made is pushed to `created`, so the caller can undo them all when one fails (Octavia
+    /// creates the whole tree or nothing). Returns the object as stored and its load balancer.
+    fn create_tree(
+        &self,
+        st: &mut State,
+        coll: &'static str,
+        mut spec: Value,
+        pool_id: &str,
+        nested: bool,
+        created: &mut Vec<(&'static str, String)>,
+    ) -> Res<(Value, String)> {
+        let project = self.project_id();
+        let now = civil(now_secs() as u64);
+        let mut kids: BTreeMap<&str, Value> = BTreeMap::new();
+        let allowed: &[&str] = match coll {
+            "loadbalancers" => &["listeners", "pools"],
+            "listeners" => &["default_pool"],
+            "pools" => &["members", "healthmonitor"],
+            _ => &[],
+        };
+        if let Some(m) = spec.as_object_mut() {
+            for k in NESTED {
+                if let Some(v) = m.remove(*k) {
+                    if !allowed.contains(k) {
+                        return Err(obad(format!("Invalid input for field/attribute {k}.")));
+                    }
+                    kids.insert(k, v);
+                }
+            }
+        }
+        let new_id = st.next_id(coll);
+        let mut o = json!({"id": new_id, "name": "", "description": "", "admin_state_up": true,
+            "project_id": project, "tenant_id": project, "tags": [], "created_at": now, "updated_at": now});
+        let lb = match coll {
+            "loadbalancers" => {
+                let subnet = if let Some(s) = spec["vip_subnet_id"].as_str() {
+                    st.find("subnets", s)
+                        .cloned()
+                        .ok_or_else(|| obad(format!("Subnet {s} not found.")))?
+                } else if let Some(n) = spec["vip_network_id"].as_str() {
+                    st.coll("subnets")
+                        .iter()
+                        .find(|s| s["network_id"].as_str() == Some(n))
+                        .cloned()
+                        .ok_or_else(|| obad(format!("Network {n} not found.")))?
+                } else if spec["vip_port_id"].is_string() {
+                    st.coll("subnets").first().cloned().ok_or_else(|| obad("no subnet"))?
+                } else {
+                    return Err(obad(
+                        "Validation failure: VIP must contain one of: vip_port_id, vip_network_id, vip_subnet_id.",
+                    ));
+                };
+                let cidr = subnet["cidr"].as_str().unwrap_or("10.0.0.0/24").to_string();
+                let used: BTreeSet<String> = st
+                    .coll("ports")
+                    .iter()
+                    .flat_map(|p| p["fixed_ips"].as_array().cloned().unwrap_or_default())
+                    .filter_map(|f| f["ip_address"].as_str().map(str::to_string))
+                    .collect();
+                let vip = spec["vip_address"]
+                    .as_str()
+                    .map(str::to_string)
+                    .or_else(|| (200..254).map(|n| nth_host(&cidr, n)).find(|a| !used.contains(a)))
+                    .ok_or_else(|| {
+                        err(
+                            Svc::Octavia,
+                            StatusCode::CONFLICT,
+                            "",
+                            "No more IP addresses available",
+                        )
+                    })?;
+                let port = add_port(st, &format!("lb-{new_id}"), &subnet, &vip, "nova");
+                for p in st.coll("ports").iter_mut() {
+                    if p["id"].as_str() == Some(port.as_str()) {
+                        p["device_owner"] = json!("Octavia");
+                        p["name"] = json!(format!("octavia-lb-{new_id}"));
+                    }
+                }
+                merge(
+                    &mut o,
+                    json!({"vip_address": vip, "vip_port_id": port, "vip_subnet_id": subnet["id"],
+                    "vip_network_id": subnet["network_id"], "vip_qos_policy_id": null, "provider": "amphora",
+                    "flavor_id": null, "availability_zone": null, "additional_vips": []}),
+                );
+                for k in [
+                    "name",
+                    "description",
+                    "flavor_id",
+                    "availability_zone",
+                    "provider",
+                    "tags",
+                    "admin_state_up",
+                ] {
+                    if let Some(v) = spec.get(k) {
+                        o[k] = v.clone();
+                    }
+                }
+                new_id.clone()
+            }
+            "listeners" => {
+                let lb = spec["loadbalancer_id"].as_str().unwrap_or_default().to_string();
+                if !st.ocoll("loadbalancers").iter().any(|l| l["id"].as_str() == Some(lb.as_str()))
+                {
+                    return Err(obad(format!("Load Balancer {lb} not found.")));
+                }
+                if !nested {
+                    Self::mutable(st, &lb)?;
+                }
+                let port = spec["protocol_port"]
+                    .as_u64()
+                    .ok_or_else(|| obad("Missing mandatory field: protocol_port"))?;
+                let proto = spec["protocol"]
+                    .as_str()
+                    .ok_or_else(|| obad("Missing mandatory field: protocol"))?
+                    .to_string();
+                let clash = st.octavia.get("listeners").into_iter().flatten().any(|l| {
+                    st.lb_of.get(l["id"].as_str().unwrap_or_default()) == Some(&lb)
+                        && l["protocol_port"].as_u64() == Some(port)
+                        && (l["protocol"] == json!("UDP")) == (proto == "UDP")
+                });
+                if clash {
+                    return Err(err(
+                        Svc::Octavia,
+                        StatusCode::CONFLICT,
+                        "",
+                        format!(
+                            "Another Listener on this Load Balancer is already using protocol_port {port}"
+                        ),
+                    ));
+                }
+                merge(
+                    &mut o,
+                    json!({"protocol": proto, "protocol_port": port, "default_pool_id": null,
+                    "connection_limit": -1, "timeout_client_data": 50000, "timeout_member_connect": 5000,
+                    "timeout_member_data": 50000, "timeout_tcp_inspect": 0, "insert_headers": {},
+                    "allowed_cidrs": null, "default_tls_container_ref": null, "sni_container_refs": []}),
+                );
+                merge(&mut o, spec);
+                if let Some(m) = o.as_object_mut() {
+                    m.remove("loadbalancer_id");
+                }
+                lb
+            }
+            "pools" => {
+                let lb = if let Some(l) = spec["loadbalancer_id"].as_str() {
+                    l.to_string()
+                } else if let Some(l) = spec["listener_id"].as_str() {
+                    st.lb_of
+                        .get(l)
+                        .cloned()
+                        .ok_or_else(|| obad(format!("Listener {l} not found.")))?
+                } else {
+                    return Err(obad(
+                        "Validation failure: Must provide a listener_id or loadbalancer_id.",
+                    ));
+                };
+                if !st.ocoll("loadbalancers").iter().any(|l| l["id"].as_str() == Some(lb.as_str()))
+                {
+                    return Err(obad(format!("Load Balancer {lb} not found.")));
+                }
+                if !nested {
+                    Self::mutable(st, &lb)?;
+                }
+                for k in ["lb_algorithm", "protocol"] {
+                    if !spec[k].is_string() {
+                        return Err(obad(format!("Missing mandatory field: {k}")));
+                    }
+                }
+                merge(&mut o, json!({"session_persistence": null, "tls_enabled": false}));
+                merge(&mut o, spec.clone());
+                if let Some(m) = o.as_object_mut() {
+                    m.remove("loadbalancer_id");
+                }
+                if let Some(l) = spec["listener_id"].as_str() {
+                    for x in st.ocoll("listeners").iter_mut() {
+                        if x["id"].as_str() == Some(l) {
+                            x["default_pool_id"] = json!(new_id);
+                        }
+                    }
+                }
+                lb
+            }
+            "healthmonitors" => {
+                let pool = spec["pool_id"].as_str().unwrap_or_default().to_string();
+                let lb = st
+                    .lb_of
+                    .get(&pool)
+                    .cloned()
+                    .ok_or_else(|| obad(format!("Pool {pool} not found.")))?;
+                if !nested {
+                    Self::mutable(st, &lb)?;
+                }
+                if st
+                    .ocoll("healthmonitors")
+                    .iter()
+                    .any(|h| h["pools"][0]["id"].as_str() == Some(pool.as_str()))
+                {
+                    return Err(err(
+                        Svc::Octavia,
+                        StatusCode::CONFLICT,
+                        "",
+                        format!("Pool {pool} already has a health monitor"),
+                    ));
+                }
+                for k in ["type", "delay", "timeout", "max_retries"] {
+                    if spec[k].is_null() {
+                        return Err(obad(format!("Missing mandatory field: {k}")));
+                    }
+                }
+                merge(
+                    &mut o,
+                    json!({"max_retries_down": 3, "http_method": null, "url_path": null,
+                    "expected_codes": null, "pools": [{"id": pool}]}),
+                );
+                merge(&mut o, spec);
+                if let Some(m) = o.as_object_mut() {
+                    m.remove("pool_id");
+                }
+                lb
+            }
+            _ => {
+                let lb = st.lb_of.get(pool_id).cloned().unwrap_or_default();
+                if !nested {
+                    Self::mutable(st, &lb)?;
+                }
+                let addr = spec["address"]
+                    .as_str()
+                    .ok_or_else(|| obad("Missing mandatory field: address"))?
+                    .to_string();
+                let port = spec["protocol_port"]
+                    .as_u64()
+                    .ok_or_else(|| obad("Missing mandatory field: protocol_port"))?;
+                if st.ocoll("members").iter().any(|m| {
+                    m["pool_id"].as_str() == Some(pool_id)
+                        && m["address"].as_str() == Some(addr.as_str())
+                        && m["protocol_port"].as_u64() == Some(port)
+                }) {
+                    return Err(err(
+                        Svc::Octavia,
+                        StatusCode::CONFLICT,
+                        "",
+                        format!("Duplicate member with address {addr} and protocol_port {port}"),
+                    ));
+                }
+                merge(
+                    &mut o,
+                    json!({"weight": 1, "backup": false, "subnet_id": null, "monitor_address": null,
+                    "monitor_port": null, "pool_id": pool_id}),
+                );
+                merge(&mut o, spec);
+                lb
+            }
+        };
+        st.lb_of.insert(new_id.clone(), lb.clone());
+        if coll == "loadbalancers" {
+            st.lb_of.remove(&new_id);
+        }
+        st.ocoll(coll).push(o.clone());
+        created.push((coll, new_id.clone()));
+        match coll {
+            "loadbalancers" => {
+                // The graph's pools first, so a listener's `default_pool` may name one of them.
+                let mut named: BTreeMap<String, String> = BTreeMap::new();
+                for mut p in nested_list(kids.remove("pools"), "pools")? {
+                    p["loadbalancer_id"] = json!(new_id);
+                    let (po, _) = self.create_tree(st, "pools", p, "", true, created)?;
+                    if let (Some(n), Some(i)) = (po["name"].as_str(), po["id"].as_str())
+                        && !n.is_empty()
+                    {
+                        named.insert(n.to_string(), i.to_string());
+                    }
+                }
+                for mut l in nested_list(kids.remove("listeners"), "listeners")? {
+                    l["loadbalancer_id"] = json!(new_id);
+                    let by_name = l["default_pool"]
+                        .as_object()
+                        .filter(|d| !d.contains_key("lb_algorithm"))
+                        .and_then(|d| d.get("name"))
+                        .and_then(Value::as_str)
+                        .map(|n| named.get(n).cloned().ok_or(n.to_string()));
+                    match by_name {
+                        Some(Ok(pid)) => {
+                            if let Some(m) = l.as_object_mut() {
+                                m.remove("default_pool");
+                            }
+                            l["default_pool_id"] = json!(pid);
+                        }
+                        Some(Err(n)) => return Err(obad(format!("Pool {n} not found."))),
+                        None => {}
+                    }
+                    self.create_tree(st, "listeners", l, "", true, created)?;
+                }
+            }
+            "listeners" => {
+                if let Some(dp) = kids.remove("default_pool").filter(|v| !v.is_null()) {
+                    let mut dp = nested_object(dp, "default_pool")?;
+                    dp["listener_id"] = json!(new_id);
+                    dp["loadbalancer_id"] = json!(lb);
+                    self.create_tree(st, "pools", dp, "", true, created)?;
+                }
+            }
+            "pools" => {
+                for m in nested_list(kids.remove("members"), "members")? {
+                    self.create_tree(st, "members", m, &new_id, true, created)?;
+                }
+                if let Some(hm) = kids.remove("healthmonitor").filter(|v| !v.is_null()) {
+                    let mut hm = nested_object(hm, "healthmonitor")?;
+                    hm["pool_id"] = json!(new_id);
+                    self.create_tree(st, "healthmonitors", hm, "", true, created)?;
+                }
+            }
+            _ => {}
+        }
+        Ok((o, lb))
+    }
+
+    /// Undoes the objects a failed create made (newest first), with a load balancer's VIP port
+    /// and operation.
+    fn rollback(st: &mut State, created: &[(&'static str, String)]) {
+        for (c, id) in created.iter().rev() {
+            st.ocoll(c).retain(|o| o["id"].as_str() != Some(id.as_str()));
+            st.lb_of.remove(id);
+            if *c == "pools" {
+                for l in st.ocoll("listeners").iter_mut() {
+                    if l["default_pool_id"].as_str() == Some(id.as_str()) {
+                        l["default_pool_id"] = Value::Null;
+                    }
+                }
+            }
+            if *c == "loadbalancers" {
+                let device = format!("lb-{id}");
+                st.coll("ports").retain(|p| p["device_id"].as_str() != Some(device.as_str()));
+                st.lb_ops.remove(id);
+            }
+        }
+    }
+
+    /// An object rendered with its children in full, as Octavia answers a fully populated
+    /// create: a load balancer's listeners and pools, a pool's members and health monitor.
+    fn render_full(st: &State, coll: &str, o: &Value) -> Value {
+        let mut r = Self::render(st, coll, o);
+        let full = |c: &str, id: &Value| -> Value {
+            st.octavia
+                .get(c)
+                .into_iter()
+                .flatten()
+                .find(|x| x["id"] == *id)
+                .map(|x| Self::render_full(st, c, x))
+                .unwrap_or(Value::Null)
+        };
+        let expand = |c: &str, v: &Value| -> Value {
+            Value::Array(v.as_array().into_iter().flatten().map(|x| full(c, &x["id"])).collect())
+        };
+        match coll {
+            "loadbalancers" => {
+                r["listeners"] = expand("listeners", &r["listeners"]);
+                r["pools"] = expand("pools", &r["pools"]);
+            }
+            "pools" => {
+                r["members"] = expand("members", &r["members"]);
+                r["healthmonitor"] = if r["healthmonitor_id"].is_null() {
+                    Value::Null
+                } else {
+                    full("healthmonitors", &r["healthmonitor_id"])
+                };
+            }
+            _ => {}
+        }
+        r
     }
 
     /// The load balancer of `lb_or_child`, refusing changes while it is pending (409).
@@ -1941,243 +2397,29 @@ impl OpenStackCloud {
                     .cloned()
                     .filter(Value::is_object)
                     .ok_or_else(|| obad(format!("Missing mandatory field: {single}")))?;
-                let new_id = st.next_id(coll);
-                let mut o = json!({"id": new_id, "name": "", "description": "", "admin_state_up": true,
-                    "project_id": project, "tenant_id": project, "tags": [], "created_at": now, "updated_at": now});
-                let lb = match coll {
-                    "loadbalancers" => {
-                        let subnet = if let Some(s) = spec["vip_subnet_id"].as_str() {
-                            st.find("subnets", s)
-                                .cloned()
-                                .ok_or_else(|| obad(format!("Subnet {s} not found.")))?
-                        } else if let Some(n) = spec["vip_network_id"].as_str() {
-                            st.coll("subnets")
-                                .iter()
-                                .find(|s| s["network_id"].as_str() == Some(n))
-                                .cloned()
-                                .ok_or_else(|| obad(format!("Network {n} not found.")))?
-                        } else if spec["vip_port_id"].is_string() {
-                            st.coll("subnets").first().cloned().ok_or_else(|| obad("no subnet"))?
-                        } else {
-                            return Err(obad(
-                                "Validation failure: VIP must contain one of: vip_port_id, vip_network_id, vip_subnet_id.",
-                            ));
-                        };
-                        let cidr = subnet["cidr"].as_str().unwrap_or("10.0.0.0/24").to_string();
-                        let used: BTreeSet<String> = st
-                            .coll("ports")
-                            .iter()
-                            .flat_map(|p| p["fixed_ips"].as_array().cloned().unwrap_or_default())
-                            .filter_map(|f| f["ip_address"].as_str().map(str::to_string))
-                            .collect();
-                        let vip = spec["vip_address"]
-                            .as_str()
-                            .map(str::to_string)
-                            .or_else(|| {
-                                (200..254).map(|n| nth_host(&cidr, n)).find(|a| !used.contains(a))
-                            })
-                            .ok_or_else(|| {
-                                err(
-                                    Svc::Octavia,
-                                    StatusCode::CONFLICT,
-                                    "",
-                                    "No more IP addresses available",
-                                )
-                            })?;
-                        let port =
-                            add_port(&mut st, &format!("lb-{new_id}"), &subnet, &vip, "nova");
-                        for p in st.coll("ports").iter_mut() {
-                            if p["id"].as_str() == Some(port.as_str()) {
-                                p["device_owner"] = json!("Octavia");
-                                p["name"] = json!(format!("octavia-lb-{new_id}"));
-                            }
+                let graph = NESTED
+                    .iter()
+                    .any(|k| spec.get(*k).is_some_and(|v| !v.is_null() && *v != json!([])));
+                let mut created = Vec::new();
+                let (o, lb) =
+                    match self.create_tree(&mut st, coll, spec, &pool_id, false, &mut created) {
+                        Ok(x) => x,
+                        Err(e) => {
+                            Self::rollback(&mut st, &created);
+                            return Err(e);
                         }
-                        merge(
-                            &mut o,
-                            json!({"vip_address": vip, "vip_port_id": port, "vip_subnet_id": subnet["id"],
-                            "vip_network_id": subnet["network_id"], "vip_qos_policy_id": null, "provider": "amphora",
-                            "flavor_id": null, "availability_zone": null, "additional_vips": []}),
-                        );
-                        for k in [
-                            "name",
-                            "description",
-                            "flavor_id",
-                            "availability_zone",
-                            "provider",
-                            "tags",
-                            "admin_state_up",
-                        ] {
-                            if let Some(v) = spec.get(k) {
-                                o[k] = v.clone();
-                            }
-                        }
-                        new_id.clone()
-                    }
-                    "listeners" => {
-                        let lb = spec["loadbalancer_id"].as_str().unwrap_or_default().to_string();
-                        if !st
-                            .ocoll("loadbalancers")
-                            .iter()
-                            .any(|l| l["id"].as_str() == Some(lb.as_str()))
-                        {
-                            return Err(obad(format!("Load Balancer {lb} not found.")));
-                        }
-                        Self::mutable(&st, &lb)?;
-                        let port = spec["protocol_port"]
-                            .as_u64()
-                            .ok_or_else(|| obad("Missing mandatory field: protocol_port"))?;
-                        let proto = spec["protocol"]
-                            .as_str()
-                            .ok_or_else(|| obad("Missing mandatory field: protocol"))?
-                            .to_string();
-                        let clash = st.octavia.get("listeners").into_iter().flatten().any(|l| {
-                            st.lb_of.get(l["id"].as_str().unwrap_or_default()) == Some(&lb)
-                                && l["protocol_port"].as_u64() == Some(port)
-                                && (l["protocol"] == json!("UDP")) == (proto == "UDP")
-                        });
-                        if clash {
-                            return Err(err(
-                                Svc::Octavia,
-                                StatusCode::CONFLICT,
-                                "",
-                                format!(
-                                    "Another Listener on this Load Balancer is already using protocol_port {port}"
-                                ),
-                            ));
-                        }
-                        merge(
-                            &mut o,
-                            json!({"protocol": proto, "protocol_port": port, "default_pool_id": null,
-                            "connection_limit": -1, "timeout_client_data": 50000, "timeout_member_connect": 5000,
-                            "timeout_member_data": 50000, "timeout_tcp_inspect": 0, "insert_headers": {},
-                            "allowed_cidrs": null, "default_tls_container_ref": null, "sni_container_refs": []}),
-                        );
-                        merge(&mut o, spec);
-                        if let Some(m) = o.as_object_mut() {
-                            m.remove("loadbalancer_id");
-                        }
-                        lb
-                    }
-                    "pools" => {
-                        let lb = if let Some(l) = spec["loadbalancer_id"].as_str() {
-                            l.to_string()
-                        } else if let Some(l) = spec["listener_id"].as_str() {
-                            st.lb_of
-                                .get(l)
-                                .cloned()
-                                .ok_or_else(|| obad(format!("Listener {l} not found.")))?
-                        } else {
-                            return Err(obad(
-                                "Validation failure: Must provide a listener_id or loadbalancer_id.",
-                            ));
-                        };
-                        if !st
-                            .ocoll("loadbalancers")
-                            .iter()
-                            .any(|l| l["id"].as_str() == Some(lb.as_str()))
-                        {
-                            return Err(obad(format!("Load Balancer {lb} not found.")));
-                        }
-                        Self::mutable(&st, &lb)?;
-                        for k in ["lb_algorithm", "protocol"] {
-                            if !spec[k].is_string() {
-                                return Err(obad(format!("Missing mandatory field: {k}")));
-                            }
-                        }
-                        merge(&mut o, json!({"session_persistence": null, "tls_enabled": false}));
-                        merge(&mut o, spec.clone());
-                        if let Some(m) = o.as_object_mut() {
-                            m.remove("loadbalancer_id");
-                        }
-                        if let Some(l) = spec["listener_id"].as_str() {
-                            for x in st.ocoll("listeners").iter_mut() {
-                                if x["id"].as_str() == Some(l) {
-                                    x["default_pool_id"] = json!(new_id);
-                                }
-                            }
-                        }
-                        lb
-                    }
-                    "healthmonitors" => {
-                        let pool = spec["pool_id"].as_str().unwrap_or_default().to_string();
-                        let lb = st
-                            .lb_of
-                            .get(&pool)
-                            .cloned()
-                            .ok_or_else(|| obad(format!("Pool {pool} not found.")))?;
-                        Self::mutable(&st, &lb)?;
-                        if st
-                            .ocoll("healthmonitors")
-                            .iter()
-                            .any(|h| h["pools"][0]["id"].as_str() == Some(pool.as_str()))
-                        {
-                            return Err(err(
-                                Svc::Octavia,
-                                StatusCode::CONFLICT,
-                                "",
-                                format!("Pool {pool} already has a health monitor"),
-                            ));
-                        }
-                        for k in ["type", "delay", "timeout", "max_retries"] {
-                            if spec[k].is_null() {
-                                return Err(obad(format!("Missing mandatory field: {k}")));
-                            }
-                        }
-                        merge(
-                            &mut o,
-                            json!({"max_retries_down": 3, "http_method": null, "url_path": null,
-                            "expected_codes": null, "pools": [{"id": pool}]}),
-                        );
-                        merge(&mut o, spec);
-                        if let Some(m) = o.as_object_mut() {
-                            m.remove("pool_id");
-                        }
-                        lb
-                    }
-                    _ => {
-                        let lb = st.lb_of.get(&pool_id).cloned().unwrap_or_default();
-                        Self::mutable(&st, &lb)?;
-                        let addr = spec["address"]
-                            .as_str()
-                            .ok_or_else(|| obad("Missing mandatory field: address"))?
-                            .to_string();
-                        let port = spec["protocol_port"]
-                            .as_u64()
-                            .ok_or_else(|| obad("Missing mandatory field: protocol_port"))?;
-                        if st.ocoll("members").iter().any(|m| {
-                            m["pool_id"].as_str() == Some(pool_id.as_str())
-                                && m["address"].as_str() == Some(addr.as_str())
-                                && m["protocol_port"].as_u64() == Some(port)
-                        }) {
-                            return Err(err(
-                                Svc::Octavia,
-                                StatusCode::CONFLICT,
-                                "",
-                                format!(
-                                    "Duplicate member with address {addr} and protocol_port {port}"
-                                ),
-                            ));
-                        }
-                        merge(
-                            &mut o,
-                            json!({"weight": 1, "backup": false, "subnet_id": null, "monitor_address": null,
-                            "monitor_port": null, "pool_id": pool_id}),
-                        );
-                        merge(&mut o, spec);
-                        lb
-                    }
-                };
-                st.lb_of.insert(new_id.clone(), lb.clone());
-                if coll == "loadbalancers" {
-                    st.lb_of.remove(&new_id);
-                }
-                st.ocoll(coll).push(o.clone());
+                    };
                 self.touch(
                     &mut st,
                     &lb,
                     if coll == "loadbalancers" { Action::Create } else { Action::Update },
                 );
-                let r = Self::render(&st, coll, &o);
+                let o = find(&st, o["id"].as_str().unwrap_or_default()).unwrap_or(o);
+                let r = if graph {
+                    Self::render_full(&st, coll, &o)
+                } else {
+                    Self::render(&st, coll, &o)
+                };
                 Ok(reply(StatusCode::CREATED, &json!({ single: r })))
             }
             "update" => {
@@ -2339,6 +2581,22 @@ mod tests {
             route(&Method::POST, "/load-balancer/v2/lbaas/loadbalancers"),
             "octavia.loadbalancers.create"
         );
+    }
+
+    #[test]
+    fn octavia_lists_every_minor_version_up_to_the_current_one() {
+        assert_eq!(route(&Method::GET, "/load-balancer/"), "octavia.versions");
+        assert_eq!(route(&Method::GET, "/load-balancer/v2"), "octavia.versions");
+        let v = octavia_versions("http://h");
+        let list = v["versions"].as_array().cloned().unwrap_or_default();
+        assert_eq!(list.len(), OCTAVIA_MAX_MINOR as usize + 1);
+        assert_eq!(list[0]["id"], "v2.0");
+        assert_eq!(list[0]["status"], "SUPPORTED");
+        let last = &list[list.len() - 1];
+        assert_eq!(last["id"], format!("v2.{OCTAVIA_MAX_MINOR}"));
+        assert_eq!(last["status"], "CURRENT");
+        assert_eq!(last["links"][0]["href"], "http://h/load-balancer/v2");
+        assert_eq!(list.iter().filter(|x| x["status"] == "CURRENT").count(), 1);
     }
 
     #[test]
