@@ -152,6 +152,11 @@ func main() {
 	tags, err := md.InstanceTagsWithContext(ctx)
 	must(err, "metadata tags")
 	want(len(tags) == 2 && tags[0] == "k8s-node", "metadata: tags %v", tags)
+	// The universe domain (cloud.google.com/go/auth reads it through this client for compute
+	// credentials): 200 googleapis.com, as Google's public cloud answers.
+	ud, err := md.GetWithContext(ctx, "universe/universe-domain")
+	must(err, "metadata universe-domain")
+	want(ud == "googleapis.com", "metadata: universe/universe-domain %q", ud)
 	scopes, err := md.ScopesWithContext(ctx, "default")
 	must(err, "metadata scopes")
 	want(len(scopes) >= 1 && strings.Contains(strings.Join(scopes, " "), "cloud-platform"), "metadata: scopes %v", scopes)

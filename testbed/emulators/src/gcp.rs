@@ -6,7 +6,7 @@
 //!
 //! | call | operation (faults and counters key on it) |
 //! |---|---|
-//! | `GET /computeMetadata/v1/…` (`Metadata-Flavor: Google`) | `metadata.get` |
+//! | `GET /computeMetadata/v1/…` (`Metadata-Flavor: Google`; `universe/universe-domain` is `googleapis.com`) | `metadata.get` |
 //! | `POST /token` (gce.conf `token-url`, body ignored) | `token.alt` |
 //! | `GET …/projects/{p}/zones[/{z}]`, `…/regions[/{r}]` | `compute.zones.{list,get}`, `compute.regions.{list,get}` |
 //! | `GET …/aggregated/{coll}` | `compute.{coll}.aggregatedList` |
@@ -958,7 +958,11 @@ impl GcpCloud {
         let nic = inst.as_ref().map(|i| i["networkInterfaces"][0].clone()).unwrap_or(Value::Null);
         let sa = o.service_account.clone();
         let body: Option<String> = match path {
-            "" => Some("instance/\nproject/\n".into()),
+            "" => Some("instance/\nproject/\nuniverse/\n".into()),
+            // The universe this server belongs to (Google's public cloud: `googleapis.com`);
+            // cloud.google.com/go/compute/metadata's `UniverseDomain` reads it.
+            "universe/" => Some("universe-domain\n".into()),
+            "universe/universe-domain" => Some("googleapis.com".into()),
             "project/project-id" => Some(o.project.clone()),
             "project/numeric-project-id" => Some(o.project_number.to_string()),
             "instance/id" => inst.as_ref().and_then(|i| i["id"].as_str().map(String::from)),
