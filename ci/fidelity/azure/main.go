@@ -96,7 +96,7 @@ func main() {
 	if base == "" {
 		fail("EMULATOR_URL is not set")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	cfg := cloud.Configuration{
 		ActiveDirectoryAuthorityHost: base + "/",
@@ -108,6 +108,63 @@ func main() {
 		Cloud:     cfg,
 		Transport: transport{httpClient},
 		Retry:     policy.RetryOptions{MaxRetries: 3, RetryDelay: 200 * time.Millisecond, MaxRetryDelay: 2 * time.Second},
+	}
+
+	// ARM's cloud environments, as upstream cloud-provider-azure reads them from azure.json's
+	// resourceManagerEndpoint before it builds any client: a JSON array, the environment named
+	// like azure.json's `cloud` (any case), non-empty audiences, the AAD login endpoint.
+	envs := armEnvironments(base)
+	for _, name := range []string{"AzurePublicCloud", "azurestackcloud", "AzureCloud"} {
+		e, found := envs[strings.ToLower(name)]
+		if !found || len(e.Authentication.Audiences) == 0 || strings.TrimRight(e.ResourceManager, "/") != base ||
+			strings.TrimRight(e.Authentication.LoginEndpoint, "/") != base || e.Suffixes.AcrLoginServer == nil {
+			fail("arm.metadata_endpoints: environment %q: %+v", name, e)
+		}
+	}
+	ok("arm.metadata_endpoints (api-version=2019-05-01): %d environments, audiences %v", len(envs), envs["azurepubliccloud"].Authentication.Audiences)
+	// Build the cloud configuration from it, as upstream does, and authenticate with AAD
+	// instance discovery ON (msal-go asks https://login.microsoftonline.com/common/discovery/instance
+	// about an authority it does not know; the transport sends that host to the emulator).
+	pub := envs["azurepubliccloud"]
+	discovered := cloud.Configuration{
+		ActiveDirectoryAuthorityHost: pub.Authentication.LoginEndpoint,
+		Services: map[cloud.ServiceName]cloud.ServiceConfiguration{
+			cloud.ResourceManager: {Endpoint: pub.ResourceManager, Audience: pub.Authentication.Audiences[0]},
+		},
+	}
+	dopts := copts
+	dopts.Cloud = discovered
+	dopts.Transport = aadHostTransport{c: httpClient, emulator: base}
+	before := counter(base, "aad.instance_discovery")
+	dcred, err := azidentity.NewClientSecretCredential(tenant, clientID, secret, &azidentity.ClientSecretCredentialOptions{ClientOptions: dopts})
+	must(err, "client secret credential (instance discovery on)")
+	dcompute, err := armcompute.NewClientFactory(sub, dcred, &arm.ClientOptions{ClientOptions: dopts})
+	must(err, "compute client factory (from ARM metadata)")
+	dn := 0
+	for p := dcompute.NewVirtualMachinesClient().NewListPager(rg, nil); p.More(); {
+		page, err := p.NextPage(ctx)
+		must(err, "virtualMachines.list with a credential from instance discovery")
+		dn += len(page.Value)
+	}
+	if dn != 4 || counter(base, "aad.instance_discovery") <= before {
+		fail("instance discovery: %d VMs listed, discovery calls %d -> %d", dn, before, counter(base, "aad.instance_discovery"))
+	}
+	ok("aad.instance_discovery: msal-go discovered the tenant, got a token; ARM listed %d VMs", dn)
+	// An authority AAD does not know is refused the AAD way.
+	{
+		resp, err := httpClient.Get(base + "/common/discovery/instance?api-version=1.1&authorization_endpoint=" +
+			url.QueryEscape("https://aad.example.org/"+tenant+"/oauth2/v2.0/authorize"))
+		must(err, "instance discovery for an unknown authority")
+		var e struct {
+			Error      string `json:"error"`
+			ErrorCodes []int  `json:"error_codes"`
+		}
+		_ = json.NewDecoder(resp.Body).Decode(&e)
+		resp.Body.Close()
+		if resp.StatusCode != 400 || e.Error != "invalid_instance" || len(e.ErrorCodes) == 0 || e.ErrorCodes[0] != 50049 {
+			fail("instance discovery for an unknown authority: %d %+v", resp.StatusCode, e)
+		}
+		ok("aad.instance_discovery: an unknown authority -> 400 invalid_instance (AADSTS50049)")
 	}
 
 	// AAD: a wrong secret is refused; the right one gets a token ARM accepts.
@@ -266,8 +323,9 @@ func main() {
 			computerNames = append(computerNames, str(v.Properties.OSProfile.ComputerName)+"/"+str(v.InstanceID)+"/"+str(v.SKU.Name))
 		}
 	}
-	if len(computerNames) != 3 {
-		fail("virtualMachineScaleSetVMs.list: %v", computerNames)
+	if len(computerNames) != 3 || !strings.HasPrefix(computerNames[0], "pool000000/0/") ||
+		!strings.HasPrefix(computerNames[1], "pool000001/1/") || !strings.HasPrefix(computerNames[2], "pool00000a/10/") {
+		fail("virtualMachineScaleSetVMs.list: want computer names prefix + 6 base-36 digits of the instance ID, got %v", computerNames)
 	}
 	ok("compute.virtual_machine_scale_set_vms.list ($expand=instanceView, paged): %v", computerNames)
 	ssvm, err := ssvms.Get(ctx, rg, "pool", "1", nil)
@@ -336,6 +394,23 @@ func main() {
 		fail("scale-set NIC: want %s, got %s", ssNicID, str(ssNic.ID))
 	}
 	ok("network.network_interfaces.{list_virtual_machine_scale_set_vm_network_interfaces,get_virtual_machine_scale_set_network_interface} pool/1: %s", *ssNic.ID)
+	// Private link services: an empty list in a resource group and in the subscription.
+	plsClient := network.NewPrivateLinkServicesClient()
+	npls := 0
+	for p := plsClient.NewListPager(rg, nil); p.More(); {
+		page, err := p.NextPage(ctx)
+		must(err, "privateLinkServices.list")
+		npls += len(page.Value)
+	}
+	for p := plsClient.NewListBySubscriptionPager(nil); p.More(); {
+		page, err := p.NextPage(ctx)
+		must(err, "privateLinkServices.listBySubscription")
+		npls += len(page.Value)
+	}
+	if npls != 0 {
+		fail("privateLinkServices: want none, got %d", npls)
+	}
+	ok("network.private_link_services.{list,list_all}: {\"value\":[]}")
 	_, err = nics.GetVirtualMachineScaleSetNetworkInterface(ctx, rg, "pool", "1", "no-such-nic", nil)
 	armErr(err, 404, "ResourceNotFound", "getVirtualMachineScaleSetNetworkInterface missing NIC")
 
@@ -368,6 +443,10 @@ func main() {
 		fail("service public IP: %+v", pipRes.Properties)
 	}
 	ok("network.public_ip_addresses.create_or_update (LRO): %s %s", *pipRes.Properties.IPAddress, *pipRes.Properties.ProvisioningState)
+	if pipRes.SKU == nil || pipRes.SKU.Tier == nil || *pipRes.SKU.Tier != armnetwork.PublicIPAddressSKUTierRegional {
+		fail("a public IP created with sku {name: Standard}: want tier Regional, got %+v", pipRes.SKU)
+	}
+	ok("network.public_ip_addresses: sku.tier defaults to Regional")
 
 	// Load balancer: a rule that names a missing probe is refused.
 	lbs := network.NewLoadBalancersClient()
@@ -417,6 +496,10 @@ func main() {
 		fail("load balancer after create: %+v", lbRes.Properties)
 	}
 	ok("network.load_balancers.create_or_update (LRO): frontend, pool, probe, rule; etag %s", *lbRes.Etag)
+	if lbRes.SKU == nil || lbRes.SKU.Tier == nil || *lbRes.SKU.Tier != armnetwork.LoadBalancerSKUTierRegional {
+		fail("a load balancer created with sku {name: Standard}: want tier Regional, got %+v", lbRes.SKU)
+	}
+	ok("network.load_balancers: sku.tier defaults to Regional")
 	// A stale ETag is a 412.
 	stale := "W/\"00000000-0000-0000-0000-000000000000\""
 	_, err = lbs.BeginCreateOrUpdate(policy.WithHTTPHeader(ctx, http.Header{"If-Match": {stale}}), rg, cluster, lbRes.LoadBalancer, nil)
@@ -456,11 +539,35 @@ func main() {
 	_, err = ssModelPoller.PollUntilDone(ctx, &runtimePoll)
 	must(err, "virtualMachineScaleSets.createOrUpdate poll")
 	ok("compute.virtual_machine_scale_sets.create_or_update (LRO): pool in the model")
+	// Compute's PUT keeps what the body omits and ignores read-only properties: upstream
+	// cloud-provider-azure puts a scale-set VM with only its location, hardware profile and
+	// network profile configuration; its networkProfile, osProfile, zones and vmId stay.
+	vm10, err := ssvms.Get(ctx, rg, "pool", "10", nil)
+	must(err, "virtualMachineScaleSetVMs.get pool/10")
+	partialVM := func(pools []*armcompute.SubResource) armcompute.VirtualMachineScaleSetVM {
+		cfg := vm10.Properties.NetworkProfileConfiguration
+		cfg.NetworkInterfaceConfigurations[0].Properties.IPConfigurations[0].Properties.LoadBalancerBackendAddressPools = pools
+		return armcompute.VirtualMachineScaleSetVM{Location: vm10.Location, Properties: &armcompute.VirtualMachineScaleSetVMProperties{
+			HardwareProfile: vm10.Properties.HardwareProfile, NetworkProfileConfiguration: cfg}}
+	}
+	vm10Poller, err := ssvms.BeginUpdate(ctx, rg, "pool", "10", partialVM([]*armcompute.SubResource{{ID: to.Ptr(poolID)}}), nil)
+	must(err, "virtualMachineScaleSetVMs.update pool/10 (partial body)")
+	_, err = vm10Poller.PollUntilDone(ctx, &runtimePoll)
+	must(err, "virtualMachineScaleSetVMs.update pool/10 (partial body) poll")
+	vm10After, err := ssvms.Get(ctx, rg, "pool", "10", nil)
+	must(err, "virtualMachineScaleSetVMs.get pool/10")
+	if vm10After.Properties.NetworkProfile == nil || len(vm10After.Properties.NetworkProfile.NetworkInterfaces) != 1 ||
+		str(vm10After.Properties.NetworkProfile.NetworkInterfaces[0].ID) != str(vm10.Properties.NetworkProfile.NetworkInterfaces[0].ID) ||
+		vm10After.Properties.OSProfile == nil || str(vm10After.Properties.OSProfile.ComputerName) != "pool00000a" ||
+		len(vm10After.Zones) != 1 || str(vm10After.Properties.VMID) != str(vm10.Properties.VMID) || str(vm10After.InstanceID) != "10" {
+		fail("a scale-set VM after a partial PUT lost what the body omitted: %+v", vm10After.Properties)
+	}
+	ok("compute.virtual_machine_scale_set_vms.update (partial body): networkProfile, osProfile, zones, vmId kept")
 	got, err := lbs.Get(ctx, rg, cluster, nil)
 	must(err, "loadBalancers.get")
 	members := got.Properties.BackendAddressPools[0].Properties.BackendIPConfigurations
-	if len(members) != 2 {
-		fail("backend pool: want 2 backendIPConfigurations (NIC + scale-set VM), got %d", len(members))
+	if len(members) != 3 {
+		fail("backend pool: want 3 backendIPConfigurations (NIC + two scale-set VMs), got %d", len(members))
 	}
 	ssMember := false
 	for _, m := range members {
@@ -497,7 +604,7 @@ func main() {
 
 	// Deleting the public IP while the frontend uses it, or the LB while its pool is used, fails.
 	_, err = pips.BeginDelete(ctx, rg, svcPip, nil)
-	armErr(err, 400, "PublicIPAddressInUse", "network.public_ip_addresses.delete in use")
+	armErr(err, 400, "PublicIPAddressCannotBeDeleted", "network.public_ip_addresses.delete in use")
 	_, err = lbs.BeginDelete(ctx, rg, cluster, nil)
 	armErr(err, 400, "InUseBackendAddressPoolCannotBeDeleted", "network.load_balancers.delete with a used pool")
 
@@ -547,6 +654,21 @@ func main() {
 		fail("route table: %d routes", len(rt.Properties.Routes))
 	}
 	ok("network.route_tables.create_or_update (LRO): %d routes", len(rt.Properties.Routes))
+	// A second PUT of a Network resource while the first runs: ARM cancels the first (its
+	// operation ends Canceled, CanceledAndSupersededDueToAnotherOperation) and the second
+	// proceeds.
+	firstPut, err := rts.BeginCreateOrUpdate(ctx, rg, cluster+"-routetable", rt.RouteTable, nil)
+	must(err, "routeTables.createOrUpdate (first)")
+	secondPut, err := rts.BeginCreateOrUpdate(ctx, rg, cluster+"-routetable", rt.RouteTable, nil)
+	must(err, "routeTables.createOrUpdate while another PUT runs")
+	_, err = firstPut.PollUntilDone(ctx, &runtimePoll)
+	var canceled *azcore.ResponseError
+	if !errors.As(err, &canceled) || canceled.ErrorCode != "CanceledAndSupersededDueToAnotherOperation" {
+		fail("the superseded PUT: want its operation Canceled with CanceledAndSupersededDueToAnotherOperation, got %v", err)
+	}
+	_, err = secondPut.PollUntilDone(ctx, &runtimePoll)
+	must(err, "the superseding PUT")
+	ok("network.route_tables.create_or_update twice: the first Canceled (CanceledAndSupersededDueToAnotherOperation), the second Succeeded")
 
 	// Take the pool members out, then delete the load balancer and the public IP (LRO).
 	nic2, err := nics.Get(ctx, rg, nicName, nil)
@@ -563,15 +685,31 @@ func main() {
 	must(err, "virtualMachineScaleSetVMs.update (remove)")
 	_, err = ssPoller.PollUntilDone(ctx, &runtimePoll)
 	must(err, "virtualMachineScaleSetVMs.update (remove) poll")
+	vm10Poller, err = ssvms.BeginUpdate(ctx, rg, "pool", "10", partialVM(nil), nil)
+	must(err, "virtualMachineScaleSetVMs.update pool/10 (partial body, remove)")
+	_, err = vm10Poller.PollUntilDone(ctx, &runtimePoll)
+	must(err, "virtualMachineScaleSetVMs.update pool/10 (partial body, remove) poll")
+	// The scale set's model, with upstream's partial body (location and the network profile
+	// only): its SKU, orchestration mode and OS profile stay.
 	ssModel2, err := sets.Get(ctx, rg, "pool", nil)
 	must(err, "virtualMachineScaleSets.get")
-	ssModel2.Properties.VirtualMachineProfile.NetworkProfile.NetworkInterfaceConfigurations[0].Properties.IPConfigurations[0].Properties.LoadBalancerBackendAddressPools = nil
-	ssModelPoller, err = sets.BeginCreateOrUpdate(ctx, rg, "pool", ssModel2.VirtualMachineScaleSet, nil)
-	must(err, "virtualMachineScaleSets.createOrUpdate (remove)")
+	ssNet := ssModel2.Properties.VirtualMachineProfile.NetworkProfile
+	ssNet.NetworkInterfaceConfigurations[0].Properties.IPConfigurations[0].Properties.LoadBalancerBackendAddressPools = nil
+	ssModelPoller, err = sets.BeginCreateOrUpdate(ctx, rg, "pool", armcompute.VirtualMachineScaleSet{Location: ssModel2.Location,
+		Properties: &armcompute.VirtualMachineScaleSetProperties{VirtualMachineProfile: &armcompute.VirtualMachineScaleSetVMProfile{NetworkProfile: ssNet}}}, nil)
+	must(err, "virtualMachineScaleSets.createOrUpdate (partial body, remove)")
 	_, err = ssModelPoller.PollUntilDone(ctx, &runtimePoll)
-	must(err, "virtualMachineScaleSets.createOrUpdate (remove) poll")
+	must(err, "virtualMachineScaleSets.createOrUpdate (partial body, remove) poll")
+	ssModel3, err := sets.Get(ctx, rg, "pool", nil)
+	must(err, "virtualMachineScaleSets.get")
+	if ssModel3.SKU == nil || ssModel3.SKU.Capacity == nil || *ssModel3.SKU.Capacity != 3 || ssModel3.Properties.OrchestrationMode == nil ||
+		ssModel3.Properties.VirtualMachineProfile.OSProfile == nil || str(ssModel3.Properties.VirtualMachineProfile.OSProfile.ComputerNamePrefix) != "pool" ||
+		ssModel3.Properties.VirtualMachineProfile.NetworkProfile.NetworkInterfaceConfigurations[0].Properties.IPConfigurations[0].Properties.LoadBalancerBackendAddressPools != nil {
+		fail("a scale set after a partial PUT: sku %+v, properties %+v", ssModel3.SKU, ssModel3.Properties)
+	}
+	ok("compute.virtual_machine_scale_sets.create_or_update (partial body): sku, orchestration mode, OS profile kept; pool out of the model")
 	delPoller, err := lbs.BeginDelete(ctx, rg, cluster, nil)
-	must(err, "loadBalancers.delete")
+	must(err, "loadBalancers.delete (every member left with partial bodies)")
 	_, err = delPoller.PollUntilDone(ctx, &runtimePoll)
 	must(err, "loadBalancers.delete poll")
 	_, err = lbs.Get(ctx, rg, cluster, nil)
@@ -738,4 +876,67 @@ func admin(base, rule string) {
 	if resp.StatusCode/100 != 2 {
 		fail("admin fault: %d", resp.StatusCode)
 	}
+}
+
+// armEnvironment is what upstream cloud-provider-azure reads of ARM's /metadata/endpoints.
+type armEnvironment struct {
+	Name            string `json:"name"`
+	ResourceManager string `json:"resourceManager"`
+	Authentication  struct {
+		Audiences     []string `json:"audiences"`
+		LoginEndpoint string   `json:"loginEndpoint"`
+	} `json:"authentication"`
+	Suffixes struct {
+		AcrLoginServer *string `json:"acrLoginServer"`
+		Storage        *string `json:"storage"`
+	} `json:"suffixes"`
+}
+
+// armEnvironments reads ARM's cloud environments (no token, as upstream reads them), by
+// lower-case name.
+func armEnvironments(base string) map[string]armEnvironment {
+	resp, err := httpClient.Get(base + "/metadata/endpoints?api-version=2019-05-01")
+	must(err, "arm.metadata_endpoints")
+	defer resp.Body.Close()
+	var list []armEnvironment
+	if resp.StatusCode != 200 {
+		fail("arm.metadata_endpoints: %d", resp.StatusCode)
+	}
+	must(json.NewDecoder(resp.Body).Decode(&list), "arm.metadata_endpoints: a JSON array of environments")
+	out := map[string]armEnvironment{}
+	for _, e := range list {
+		out[strings.ToLower(e.Name)] = e
+	}
+	return out
+}
+
+// aadHostTransport sends requests for Microsoft's AAD host (msal-go's instance discovery) to
+// the emulator, as a test network's DNS would; everything else goes where it was addressed.
+type aadHostTransport struct {
+	c        *http.Client
+	emulator string
+}
+
+func (t aadHostTransport) Do(r *http.Request) (*http.Response, error) {
+	if r.URL.Host == "login.microsoftonline.com" {
+		u, err := url.Parse(t.emulator)
+		if err != nil {
+			return nil, err
+		}
+		r = r.Clone(r.Context())
+		r.URL.Scheme, r.URL.Host, r.Host = u.Scheme, u.Host, ""
+	}
+	return t.c.Do(r)
+}
+
+// counter reads one operation's call count from the emulator's admin API.
+func counter(base, op string) int {
+	resp, err := httpClient.Get(base + "/__emulator/counters")
+	must(err, "admin counters")
+	defer resp.Body.Close()
+	var c struct {
+		Operations map[string]int `json:"operations"`
+	}
+	must(json.NewDecoder(resp.Body).Decode(&c), "admin counters")
+	return c.Operations[op]
 }

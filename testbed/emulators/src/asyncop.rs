@@ -50,6 +50,7 @@ pub struct Operation {
     started: Instant,
     pending_for: Duration,
     failure: Option<String>,
+    canceled: bool,
 }
 
 impl Operation {
@@ -67,6 +68,12 @@ impl Operation {
     /// How long until it finishes (zero when finished).
     pub fn remaining(&self) -> Duration {
         self.pending_for.saturating_sub(self.started.elapsed())
+    }
+
+    /// Whether it ended because it was canceled ([`AsyncOps::cancel`]); its phase is then
+    /// [`Phase::Failed`] with the cancellation's message.
+    pub fn canceled(&self) -> bool {
+        self.canceled
     }
 }
 
@@ -125,9 +132,25 @@ impl AsyncOps {
             started: Instant::now(),
             pending_for: *lock(&self.pending_for),
             failure,
+            canceled: false,
         };
         lock(&self.ops).insert(id, op.clone());
         op
+    }
+
+    /// Ends a pending operation now as canceled, with `message` (e.g. ARM's
+    /// `CanceledAndSupersededDueToAnotherOperation`); false when it is unknown or already over.
+    pub fn cancel(&self, id: &str, message: impl Into<String>) -> bool {
+        let mut ops = lock(&self.ops);
+        match ops.get_mut(id) {
+            Some(op) if op.phase() == Phase::Pending => {
+                op.pending_for = op.started.elapsed();
+                op.failure = Some(message.into());
+                op.canceled = true;
+                true
+            }
+            _ => false,
+        }
     }
 
     /// The operation with this id.
@@ -163,6 +186,18 @@ impl AsyncOps {
                 })
                 .collect(),
         )
+    }
+}
+
+/// ARM `Azure-AsyncOperation` status body of an operation: [`arm_status`] of its phase, or
+/// `Canceled` with `CanceledAndSupersededDueToAnotherOperation` when it was canceled.
+pub fn arm_operation_status(op: &Operation) -> serde_json::Value {
+    match op.phase() {
+        Phase::Failed(m) if op.canceled() => serde_json::json!({
+            "status": "Canceled",
+            "error": { "code": "CanceledAndSupersededDueToAnotherOperation", "message": m },
+        }),
+        phase => arm_status(&phase),
     }
 }
 

@@ -9,6 +9,8 @@
 //! |---|---|
 //! | `POST /{tenant}/oauth2/v2.0/token` (client credentials: secret or `client_assertion`) | `aad.token` |
 //! | `GET /{tenant}/v2.0/.well-known/openid-configuration` | `aad.openid_configuration` |
+//! | `GET /common/discovery/instance?api-version=1.1&authorization_endpoint=…` | `aad.instance_discovery` |
+//! | `GET /metadata/endpoints?api-version=…` (no token) | `arm.metadata_endpoints` |
 //! | any host: `GET /v2/` (a container registry's AAD challenge: 401, `WWW-Authenticate: Bearer realm="https://<Host>/oauth2/token",service="<Host>"`) | `acr.challenge` |
 //! | any host: `POST /oauth2/exchange` (an issued, unexpired AAD token for `https://containerregistry.azure.net` → an ACR `refresh_token`) | `acr.exchange` |
 //! | `GET /metadata/instance`, `/metadata/loadbalancer` (`Metadata: true`) | `imds.instance`, `imds.loadbalancer` |
@@ -21,30 +23,49 @@
 //! | `…/virtualMachineScaleSets/{ss}[/virtualMachines/{id}]/networkInterfaces[/{nic}]` (uniform scale sets' NICs) | `network.network_interfaces.{list_virtual_machine_scale_set_network_interfaces,list_virtual_machine_scale_set_vm_network_interfaces,get_virtual_machine_scale_set_network_interface}` |
 //! | `…/Microsoft.Network/{loadBalancers,publicIPAddresses,networkSecurityGroups,routeTables,networkInterfaces}[/{name}]` | `network.<type>.{list,list_all,get,create_or_update,delete}` |
 //! | `…/Microsoft.Network/virtualNetworks/{vnet}[/subnets/{name}]` | `network.virtual_networks.get`, `network.subnets.{list,get,create_or_update}` |
+//! | `…/Microsoft.Network/privateLinkServices` (resource group or subscription) | `network.private_link_services.{list,list_all}` |
 //!
 //! Rules enforced as ARM does: every ARM call needs `api-version` (400
 //! `MissingApiVersionParameter`) and a bearer token this emulator issued (401
 //! `AuthenticationFailed` with `WWW-Authenticate`); `PUT` creates (201) or replaces (200) a
-//! whole resource, answers with `provisioningState: Updating` and an `Azure-AsyncOperation`
-//! header, and the resource reads `Succeeded` once the operation is done (`DELETE` answers 202
-//! with `Azure-AsyncOperation` and `Location`, the resource reads `Deleting` until then); a
-//! change while an operation on the resource runs is a 409 `AnotherOperationInProgress`;
-//! `If-Match` with a stale ETag is a 412 `PreconditionFailed`; lists page through `nextLink`
-//! (`$skiptoken`); references are checked (a load-balancing rule naming a missing probe,
-//! frontend or backend pool, a NIC naming a missing backend pool, a frontend naming a missing
-//! public IP or subnet: 400 `InvalidResourceReference`); a public IP in use cannot be deleted
-//! (400 `PublicIPAddressInUse`), nor a backend pool a NIC or scale-set VM still references (400
-//! `InUseBackendAddressPoolCannotBeDeleted`); NSG rule priorities are 100–4096 and unique per
-//! direction (400 `SecurityRuleInvalidPriority`, `SecurityRuleConflict`). Read-only
-//! back-references (`backendIPConfigurations`, a public IP's `ipConfiguration`) are computed
-//! on every read. Unknown fields a client sends are kept and returned unchanged.
+//! whole Network resource, while Compute's `PUT` of a scale set or scale-set VM keeps what the
+//! body omits and ignores read-only properties (`provisioningState`, `instanceView`, `vmId`,
+//! `instanceId`, …) as Compute does; a `PUT` answers with `provisioningState: Updating` and an
+//! `Azure-AsyncOperation` header, and the resource reads `Succeeded` once the operation is done
+//! (`DELETE` answers 202 with `Azure-AsyncOperation` and `Location`, the resource reads
+//! `Deleting` until then); a second `PUT` of a Network resource while the first runs cancels
+//! the first (its operation ends `Canceled`, `CanceledAndSupersededDueToAnotherOperation`) and
+//! proceeds, any other change while an operation on the resource runs is a 409
+//! `AnotherOperationInProgress`; `If-Match` with a stale ETag is a 412 `PreconditionFailed`;
+//! lists page through `nextLink` (`$skiptoken`); references are checked (a load-balancing rule
+//! naming a missing probe, frontend or backend pool, a NIC naming a missing backend pool, a
+//! frontend naming a missing public IP or subnet: 400 `InvalidResourceReference`); a public IP
+//! in use cannot be deleted (400 `PublicIPAddressCannotBeDeleted`), nor a backend pool a NIC or
+//! scale-set VM still references (400 `InUseBackendAddressPoolCannotBeDeleted`); NSG rule
+//! priorities are 100–4096 and unique per direction (400 `SecurityRuleInvalidPriority`,
+//! `SecurityRuleConflict`); a load balancer's or public IP's `sku` without a `tier` reads
+//! `tier: Regional`. Read-only back-references (`backendIPConfigurations`, a public IP's
+//! `ipConfiguration`) are computed on every read. Unknown fields a client sends are kept and
+//! returned unchanged. Private link services are listed (always none) and never kept.
+//!
+//! Discovery, as upstream's CCM does it before building any client: `GET
+//! /metadata/endpoints?api-version=2019-05-01` (no token) answers ARM's JSON array of cloud
+//! environments, one per [`ARM_CLOUD_NAMES`] entry, each with this emulator as
+//! `resourceManager` and `authentication.loginEndpoint` and the management `audiences`;
+//! `GET /common/discovery/instance` (MSAL's AAD instance discovery, whatever `Host` it is
+//! addressed to) answers `tenant_discovery_endpoint` and `metadata` for an authority on this
+//! emulator or one of Microsoft's AAD hosts, AAD's 400 `invalid_instance` (AADSTS50049) for any
+//! other.
 //! Errors: `{"error":{"code","message"}}`.
 //!
 //! World mapping: instances are VMs in resource group [`AzureOptions::resource_group`]
 //! (`Standard_D2s_v3` unless `type`), each with a NIC `<vm>-nic` (private IPs, IPv4 and IPv6)
 //! and, for public IPs, a public IP `<vm>-pip`. An instance tagged `azure.vmss: <set>` is an
-//! instance of the uniform scale set `<set>` instead (instance IDs 0, 1, … in world order;
-//! computer name = the instance's name); the VMSS VM's own name is `<set>_<id>`. A numeric
+//! instance of the uniform scale set `<set>` instead, its computer name the instance's name: a
+//! name of Azure's form, `<set>` and 6 base-36 digits (`pool000000`, `pool00000a`; see
+//! [`vmss_computer_name`]), is the instance ID it encodes (0, 10); any other name (the
+//! shorthand `pool-0`, which Azure never makes) takes the lowest free ID from the number of
+//! instances so far. The VMSS VM's own name is `<set>_<id>`. A numeric
 //! `zone` (`1`) is an availability zone; any other zone means "no zones", and the fault domain
 //! is the tag `azure.fault-domain` (default 0). Power: running, stopped (`PowerState/stopped`)
 //! and terminated (`PowerState/deallocated`). `networks` are virtual networks (one
@@ -63,7 +84,7 @@ use bytes::Bytes;
 use http::{HeaderValue, Method, Request, Response, StatusCode, header};
 use serde_json::{Map, Value, json};
 
-use crate::asyncop::{Action, AsyncOps, Phase, arm_status};
+use crate::asyncop::{Action, AsyncOps, Phase, arm_operation_status};
 use crate::server::{Body, Cloud, ErrorKind, ErrorReply, ServeFuture, full};
 use crate::world::{Instance, PowerState, World};
 
@@ -212,6 +233,8 @@ enum Kind {
     Nic,
     Vnet,
     Subnet,
+    /// Private link services: listed (the provider's upstream looks for its own), never kept.
+    Pls,
 }
 
 impl Kind {
@@ -227,6 +250,7 @@ impl Kind {
             Kind::Nic => "Microsoft.Network/networkInterfaces",
             Kind::Vnet => "Microsoft.Network/virtualNetworks",
             Kind::Subnet => "Microsoft.Network/virtualNetworks/subnets",
+            Kind::Pls => "Microsoft.Network/privateLinkServices",
         }
     }
 
@@ -242,6 +266,7 @@ impl Kind {
             Kind::Nic => "network.network_interfaces",
             Kind::Vnet => "network.virtual_networks",
             Kind::Subnet => "network.subnets",
+            Kind::Pls => "network.private_link_services",
         }
     }
 
@@ -264,6 +289,7 @@ impl Kind {
             ("microsoft.network", "routetables") => Kind::RouteTable,
             ("microsoft.network", "networkinterfaces") => Kind::Nic,
             ("microsoft.network", "virtualnetworks") => Kind::Vnet,
+            ("microsoft.network", "privatelinkservices") => Kind::Pls,
             _ => return None,
         })
     }
@@ -271,7 +297,7 @@ impl Kind {
     /// Whether PUT/DELETE are served (the world's compute and vnets are read-only, apart from
     /// scale sets and their VMs, which take model updates).
     fn writable(self) -> bool {
-        !matches!(self, Kind::Vm | Kind::Vnet)
+        !matches!(self, Kind::Vm | Kind::Vnet | Kind::Pls)
     }
 }
 
@@ -280,6 +306,10 @@ impl Kind {
 enum Target {
     AadToken,
     AadOpenId,
+    /// AAD instance discovery (`/common/discovery/instance`, as MSAL calls it).
+    AadInstanceDiscovery,
+    /// ARM's cloud environments (`/metadata/endpoints`).
+    ArmMetadata,
     /// A container registry's `GET /v2/` (the AAD challenge).
     AcrChallenge,
     /// A container registry's `POST /oauth2/exchange`.
@@ -324,6 +354,10 @@ fn parse_target(method: &Method, path: &str) -> Target {
             return Target::AadToken;
         }
         [_, "v2.0", ".well-known", "openid-configuration"] => return Target::AadOpenId,
+        [_, "discovery", "instance"] if method == Method::GET => {
+            return Target::AadInstanceDiscovery;
+        }
+        ["metadata", "endpoints"] if method == Method::GET => return Target::ArmMetadata,
         ["v2"] if method == Method::GET => return Target::AcrChallenge,
         ["oauth2", "exchange"] if method == Method::POST => return Target::AcrExchange,
         ["metadata", "instance", ..] => return Target::ImdsInstance,
@@ -389,6 +423,8 @@ fn operation_name(method: &Method, t: &Target) -> String {
     match t {
         Target::AadToken => "aad.token".into(),
         Target::AadOpenId => "aad.openid_configuration".into(),
+        Target::AadInstanceDiscovery => "aad.instance_discovery".into(),
+        Target::ArmMetadata => "arm.metadata_endpoints".into(),
         Target::AcrChallenge => "acr.challenge".into(),
         Target::AcrExchange => "acr.exchange".into(),
         Target::ImdsInstance => "imds.instance".into(),
@@ -944,7 +980,7 @@ impl AzureCloud {
                 });
                 st.res.insert(key.clone(), stored(Kind::Vmss, body));
             }
-            let instance_id = st
+            let taken: std::collections::BTreeSet<u64> = st
                 .res
                 .values()
                 .filter(|r| {
@@ -953,9 +989,23 @@ impl AzureCloud {
                             .as_str()
                             .is_some_and(|i| i.to_ascii_lowercase().starts_with(&format!("{key}/")))
                 })
-                .count();
+                .filter_map(|r| r.body["instanceId"].as_str().and_then(|i| i.parse().ok()))
+                .collect();
+            // A name of Azure's form (`<set>` + 6 base-36 digits) is the instance ID it
+            // encodes; any other name (a world's shorthand such as `pool-0`) takes the next
+            // free ID and stays the computer name as written.
+            let instance_id = match vmss_instance_id(set, &inst.name) {
+                Some(n) if taken.contains(&n) => {
+                    return Err(format!(
+                        "instance {}: scale set {set} already has instance ID {n}",
+                        inst.name
+                    ));
+                }
+                Some(n) => n,
+                None => (taken.len() as u64..).find(|n| !taken.contains(n)).unwrap_or_default(),
+            };
             if let Some(ss) = st.res.get_mut(&key) {
-                ss.body["sku"]["capacity"] = json!(instance_id + 1);
+                ss.body["sku"]["capacity"] = json!(taken.len() + 1);
             }
             let id = format!("{vmss_id}/virtualMachines/{instance_id}");
             let nic_cfg: Vec<Value> = ipconfigs
@@ -1180,6 +1230,8 @@ impl AzureCloud {
         match target {
             Target::AadToken => return self.aad_token(req),
             Target::AadOpenId => return self.openid(req),
+            Target::AadInstanceDiscovery => return self.instance_discovery(req, &qs),
+            Target::ArmMetadata => return arm_metadata(req, &qs),
             Target::AcrChallenge => return acr_challenge(req),
             Target::AcrExchange => return self.acr_exchange(req),
             Target::ImdsInstance | Target::ImdsLoadBalancer | Target::ImdsToken => {
@@ -1433,6 +1485,50 @@ impl AzureCloud {
         )
     }
 
+    /// AAD instance discovery: for an authority on this emulator (its own host, a loopback
+    /// address, `localhost`) or one of Microsoft's AAD hosts, the tenant's OpenID
+    /// configuration URL and the host's aliases (the shape MSAL parses); any other authority
+    /// is AAD's `invalid_instance` (AADSTS50049).
+    fn instance_discovery(&self, req: &Request<Bytes>, qs: &[(String, String)]) -> Resp {
+        let host = req_host(req);
+        let auth = q(qs, "authorization_endpoint").unwrap_or_default();
+        let parsed = url::Url::parse(auth).ok();
+        let auth_host = parsed.as_ref().and_then(|u| {
+            u.host_str().map(|h| match u.port() {
+                Some(p) => format!("{h}:{p}"),
+                None => h.to_string(),
+            })
+        });
+        let tenant = parsed
+            .as_ref()
+            .and_then(|u| u.path_segments().and_then(|mut s| s.next()).map(str::to_string))
+            .filter(|t| !t.is_empty());
+        let known = |h: &str| {
+            let name = h.rsplit_once(':').map_or(h, |(n, _)| n);
+            h.eq_ignore_ascii_case(&host)
+                || matches!(name, "localhost" | "127.0.0.1" | "[::1]")
+                || AAD_HOSTS.contains(&name)
+        };
+        let (Some(auth_host), Some(tenant)) = (auth_host.filter(|h| known(h)), tenant) else {
+            return reply(
+                StatusCode::BAD_REQUEST,
+                &json!({ "error": "invalid_instance",
+                    "error_description": "AADSTS50049: Unknown or invalid instance.",
+                    "error_codes": [50049], "timestamp": "",
+                    "trace_id": uuid(auth), "correlation_id": uuid("invalid_instance") }),
+            );
+        };
+        reply(
+            StatusCode::OK,
+            &json!({
+                "tenant_discovery_endpoint": format!("https://{auth_host}/{tenant}/v2.0/.well-known/openid-configuration"),
+                "api-version": "1.1",
+                "metadata": [{ "preferred_network": auth_host, "preferred_cache": auth_host,
+                    "aliases": [auth_host] }],
+            }),
+        )
+    }
+
     fn imds_vm(&self) -> Option<Stored> {
         let st = lock(&self.state);
         st.imds_vm.as_ref().and_then(|k| st.res.get(k)).cloned()
@@ -1616,7 +1712,7 @@ impl AzureCloud {
     }
 
     fn operation_status(&self, id: &str, result: bool) -> Resp {
-        let Some(phase) = self.ops.phase(id) else {
+        let Some(op) = self.ops.get(id) else {
             return err(
                 StatusCode::NOT_FOUND,
                 "OperationNotFound",
@@ -1624,13 +1720,16 @@ impl AzureCloud {
             );
         };
         if result {
-            return match phase {
+            return match op.phase() {
                 Phase::Pending => empty(StatusCode::ACCEPTED),
                 Phase::Done => empty(StatusCode::NO_CONTENT),
+                Phase::Failed(m) if op.canceled() => {
+                    err(StatusCode::CONFLICT, "CanceledAndSupersededDueToAnotherOperation", m)
+                }
                 Phase::Failed(m) => err(StatusCode::BAD_REQUEST, "OperationFailed", m),
             };
         }
-        reply(StatusCode::OK, &arm_status(&phase))
+        reply(StatusCode::OK, &arm_operation_status(&op))
     }
 
     fn list(
@@ -1881,17 +1980,43 @@ impl AzureCloud {
         if let Err(r) = self.check_precondition(req, current.as_ref(), id) {
             return r;
         }
-        if current.as_ref().is_some_and(|c| c.op.is_some()) {
-            return err(
-                StatusCode::CONFLICT,
-                "AnotherOperationInProgress",
-                format!(
-                    "Another operation on this or dependent resource is in progress. To retry later, please use the Retry-After header. Resource: {id}"
-                ),
-            );
+        if let Some((running, action)) = current.as_ref().and_then(|c| c.op.clone()) {
+            // Network (NRP) cancels a running PUT when another PUT of the resource arrives: the
+            // first operation ends `Canceled` (`CanceledAndSupersededDueToAnotherOperation`) and
+            // the second one proceeds. Anything else (a delete running, Compute) is a 409.
+            let supersede = kind.namespace() == "Microsoft.Network"
+                && action == Action::Update
+                && req.method() == Method::PUT
+                && self.ops.cancel(
+                    &running,
+                    format!(
+                        "Operation PutOperation ({running}) was canceled and superseded by another PUT of {id}."
+                    ),
+                );
+            if !supersede {
+                return err(
+                    StatusCode::CONFLICT,
+                    "AnotherOperationInProgress",
+                    format!(
+                        "Another operation on this or dependent resource is in progress. To retry later, please use the Retry-After header. Resource: {id}"
+                    ),
+                );
+            }
         }
         if req.method() == Method::PATCH {
             let Some(c) = &current else { return self_not_found(self, kind, id) };
+            let mut merged = c.body.clone();
+            merge(&mut merged, &body);
+            body = merged;
+        }
+        // Compute's PUT of a scale set or a scale-set VM keeps what the body omits and ignores
+        // read-only properties (upstream's partial bodies rely on it: a VM's `networkProfile`
+        // survives a body that only sets `networkProfileConfiguration`).
+        if req.method() == Method::PUT
+            && matches!(kind, Kind::Vmss | Kind::VmssVm)
+            && let Some(c) = &current
+        {
+            strip_compute_read_only(&mut body);
             let mut merged = c.body.clone();
             merge(&mut merged, &body);
             body = merged;
@@ -1985,9 +2110,9 @@ impl AzureCloud {
                             .is_some_and(|p| ids_eq(p, id))
                         {
                             return bad(
-                                "PublicIPAddressInUse",
+                                "PublicIPAddressCannotBeDeleted",
                                 format!(
-                                    "Public IP address {id} can not be deleted since it is still allocated to resource {}.",
+                                    "Public IP address {id} can not be deleted since it is still allocated to resource {}. In order to delete the public IP, disassociate/detach the Public IP address from the resource.",
                                     c["id"].as_str().unwrap_or_default()
                                 ),
                             );
@@ -2059,6 +2184,7 @@ impl AzureCloud {
         };
         match kind {
             Kind::Lb => {
+                default_sku_tier(body);
                 for key in [
                     "frontendIPConfigurations",
                     "backendAddressPools",
@@ -2271,6 +2397,7 @@ impl AzureCloud {
                 if body.get("sku").is_none() {
                     body["sku"] = json!({ "name": "Standard", "tier": "Regional" });
                 }
+                default_sku_tier(body);
             }
             Kind::Nsg => {
                 let mut seen: BTreeMap<(String, i64), String> = BTreeMap::new();
@@ -2378,7 +2505,7 @@ impl AzureCloud {
                 }
             }
             Kind::Subnet => {}
-            Kind::Vm | Kind::Vnet => {}
+            Kind::Vm | Kind::Vnet | Kind::Pls => {}
         }
         Ok(())
     }
@@ -2394,6 +2521,81 @@ impl AzureCloud {
 /// A uniform scale-set VM's NIC as ARM shows it: its network profile's NIC reference, with
 /// the private IPs the VM was given (`__privateIPs`) and the backend pools its network
 /// profile configuration sets on each IP configuration.
+/// The hosts of Microsoft's own AAD instances (instance discovery vouches for them).
+const AAD_HOSTS: &[&str] = &[
+    "login.microsoftonline.com",
+    "login.windows.net",
+    "login.microsoft.com",
+    "sts.windows.net",
+    "login.chinacloudapi.cn",
+    "login.microsoftonline.us",
+    "login-us.microsoftonline.com",
+];
+
+/// The names ARM's metadata lists this emulator's environment under: ARM's own name for the
+/// public cloud and the names `azure.json`'s `cloud` takes (upstream matches it, any case).
+pub const ARM_CLOUD_NAMES: &[&str] = &["AzureCloud", "AzurePublicCloud", "AzureStackCloud"];
+
+/// The request's `Host` (the emulator serves every name on one port).
+fn req_host(req: &Request<Bytes>) -> String {
+    req.headers().get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("localhost").to_string()
+}
+
+/// ARM's `GET /metadata/endpoints`: with `api-version` 2019-05-01 or later, the JSON array of
+/// cloud environments (one per [`ARM_CLOUD_NAMES`] entry, each pointing the resource manager
+/// and the AAD login endpoint at this emulator, with the management audiences); without
+/// one (or an older one), the legacy single object (`galleryEndpoint`, `graphEndpoint`,
+/// `portalEndpoint`, `authentication`). Needs no token, as ARM's does not.
+fn arm_metadata(req: &Request<Bytes>, qs: &[(String, String)]) -> Resp {
+    let base = format!("https://{}/", req_host(req));
+    let audiences =
+        json!(["https://management.core.windows.net/", "https://management.azure.com/"]);
+    let modern = q(qs, "api-version").is_some_and(|v| v >= "2019-05-01");
+    if !modern {
+        return reply(
+            StatusCode::OK,
+            &json!({
+                "galleryEndpoint": "https://gallery.azure.com/",
+                "graphEndpoint": "https://graph.windows.net/",
+                "portalEndpoint": "https://portal.azure.com/",
+                "authentication": { "loginEndpoint": base, "audiences": audiences },
+            }),
+        );
+    }
+    let envs: Vec<Value> = ARM_CLOUD_NAMES
+        .iter()
+        .map(|name| {
+            json!({
+                "portal": "https://portal.azure.com",
+                "authentication": { "loginEndpoint": base, "audiences": audiences,
+                    "tenant": "common", "identityProvider": "AAD" },
+                "media": "https://rest.media.azure.net",
+                "graphAudience": "https://graph.windows.net/",
+                "graph": "https://graph.windows.net/",
+                "name": name,
+                "suffixes": { "azureDataLakeStoreFileSystem": "azuredatalakestore.net",
+                    "acrLoginServer": "azurecr.io", "sqlServerHostname": "database.windows.net",
+                    "azureDataLakeAnalyticsCatalogAndJob": "azuredatalakeanalytics.net",
+                    "keyVaultDns": "vault.azure.net", "storage": "core.windows.net",
+                    "azureFrontDoorEndpointSuffix": "azurefd.net" },
+                "batch": "https://batch.core.windows.net/",
+                "resourceManager": base,
+                "vmImageAliasDoc": "https://raw.githubusercontent.com/Azure/azure-rest-api-specs/master/arm-compute/quickstart-templates/aliases.json",
+                "activeDirectoryDataLake": "https://datalake.azure.net/",
+                "sqlManagement": "https://management.core.windows.net:8443/",
+                "microsoftGraphResourceId": "https://graph.microsoft.com/",
+                "appInsightsResourceId": "https://api.applicationinsights.io",
+                "appInsightsTelemetryChannelResourceId": "https://dc.applicationinsights.azure.com/v2/track",
+                "attestationResourceId": "https://attest.azure.net",
+                "synapseAnalyticsResourceId": "https://dev.azuresynapse.net",
+                "logAnalyticsResourceId": "https://api.loganalytics.io",
+                "ossrDbmsResourceId": "https://ossrdbms-aad.database.windows.net",
+            })
+        })
+        .collect();
+    reply(StatusCode::OK, &Value::Array(envs))
+}
+
 /// The registry a request is for: its `Host` (the emulator serves every host on one port).
 fn acr_host(req: &Request<Bytes>) -> String {
     req.headers()
@@ -2560,6 +2762,61 @@ fn pool_user(st: &State, pool_id: &str) -> Option<String> {
     })
 }
 
+/// ARM's default `sku.tier` (`Regional`) on a load balancer or public IP whose `sku` names no
+/// tier.
+fn default_sku_tier(body: &mut Value) {
+    if let Some(sku) = body.get_mut("sku").and_then(Value::as_object_mut)
+        && !sku.get("tier").is_some_and(Value::is_string)
+    {
+        sku.insert("tier".into(), json!("Regional"));
+    }
+}
+
+/// Drops the read-only properties of a Compute PUT body (Compute ignores them).
+fn strip_compute_read_only(body: &mut Value) {
+    if let Some(m) = body.as_object_mut() {
+        for k in ["instanceId", "resources", "etag"] {
+            m.remove(k);
+        }
+    }
+    if let Some(p) = body.get_mut("properties").and_then(Value::as_object_mut) {
+        for k in [
+            "provisioningState",
+            "instanceView",
+            "latestModelApplied",
+            "modelDefinitionApplied",
+            "vmId",
+            "uniqueId",
+            "timeCreated",
+        ] {
+            p.remove(k);
+        }
+    }
+}
+
+/// A uniform scale-set instance's computer name as Azure makes it: the scale set's
+/// `computerNamePrefix` and the instance ID in 6 base-36 digits (`pool000000`, `pool00000a`).
+pub fn vmss_computer_name(prefix: &str, instance_id: u64) -> String {
+    const DIGITS: &[u8; 36] = b"0123456789abcdefghijklmnopqrstuvwxyz";
+    let mut d = [b'0'; 6];
+    let mut n = instance_id;
+    for slot in d.iter_mut().rev() {
+        *slot = DIGITS[(n % 36) as usize];
+        n /= 36;
+    }
+    format!("{prefix}{}", String::from_utf8_lossy(&d))
+}
+
+/// The instance ID a computer name of Azure's form (`prefix` + 6 base-36 digits) encodes.
+fn vmss_instance_id(prefix: &str, name: &str) -> Option<u64> {
+    let lower = name.to_ascii_lowercase();
+    let digits = lower.strip_prefix(&prefix.to_ascii_lowercase())?;
+    if digits.len() != 6 {
+        return None;
+    }
+    u64::from_str_radix(digits, 36).ok()
+}
+
 fn merge(target: &mut Value, patch: &Value) {
     match (target, patch) {
         (Value::Object(t), Value::Object(p)) => {
@@ -2637,6 +2894,56 @@ impl Cloud for AzureCloud {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn scale_set_computer_names_are_the_prefix_and_six_base36_digits() {
+        assert_eq!(vmss_computer_name("pool", 0), "pool000000");
+        assert_eq!(vmss_computer_name("pool", 10), "pool00000a");
+        assert_eq!(vmss_computer_name("pool", 36), "pool000010");
+        assert_eq!(vmss_instance_id("pool", "pool00000a"), Some(10));
+        assert_eq!(vmss_instance_id("pool", "POOL000010"), Some(36));
+        assert_eq!(vmss_instance_id("pool", "pool-0"), None);
+        assert_eq!(vmss_instance_id("pool", "pool0000001"), None);
+    }
+
+    #[test]
+    fn a_world_names_scale_set_instances_as_azure_does_or_freely() {
+        let world = World::parse(
+            "instances:\n  - {name: pool00000a, zone: \"1\", tags: {azure.vmss: pool}}\n  - {name: pool-x, zone: \"1\", tags: {azure.vmss: pool}}\n  - {name: pool000000, zone: \"1\", tags: {azure.vmss: pool}}\n",
+        )
+        .unwrap();
+        let c = AzureCloud::new(world, AzureOptions::default());
+        let vms = c.resources("Microsoft.Compute/virtualMachineScaleSets/virtualMachines");
+        let mut got: Vec<(String, String)> = vms
+            .iter()
+            .map(|v| {
+                (
+                    v["instanceId"].as_str().unwrap_or_default().to_string(),
+                    v["properties"]["osProfile"]["computerName"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_string(),
+                )
+            })
+            .collect();
+        got.sort();
+        assert_eq!(
+            got,
+            [
+                ("0".to_string(), "pool000000".to_string()),
+                ("1".to_string(), "pool-x".to_string()),
+                ("10".to_string(), "pool00000a".to_string())
+            ]
+        );
+        let dup = World::parse(
+            "instances:\n  - {name: pool000001, zone: \"1\", tags: {azure.vmss: pool}}\n  - {name: pool000001x, zone: \"1\", tags: {azure.vmss: pool}}\n",
+        )
+        .unwrap();
+        let c = AzureCloud::new(dup, AzureOptions::default());
+        let mut inst = c.world.instances[0].clone();
+        inst.name = "POOL000001".into();
+        assert!(c.add_instance(inst).unwrap_err().contains("already has instance ID 1"));
+    }
 
     #[test]
     fn targets_and_operation_names() {
