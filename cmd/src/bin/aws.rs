@@ -1,10 +1,16 @@
-//! `cloud-controller-manager-aws`.
+//! `cloud-controller-manager-aws`, with AWS's own controller and flags
+//! ([`ccm_provider_aws::extensions`]: the `tagging` controller).
 
 use std::sync::Arc;
 
 fn main() -> std::process::ExitCode {
-    ccm_cmd::main_with(
+    let extensions = ccm_provider_aws::extensions();
+    let parsed = extensions.parsed.clone();
+    ccm_cmd::main_with_ext(
         ccm_provider_aws::PROVIDER_NAME,
-        Box::new(|config| Ok(Arc::new(ccm_provider_aws::Cloud::from_config(config)?))),
+        Box::new(move |config| {
+            Ok(Arc::new(ccm_provider_aws::Cloud::from_command_line(config, &parsed)?))
+        }),
+        extensions,
     )
 }

@@ -61,11 +61,35 @@ async fn metrics_page() -> Result<String, String> {
 }
 
 fn flags_page() -> String {
+    let clouds = [
+        ("AWS", "aws", ccm_provider_aws::extensions()),
+        ("Azure", "azure", ccm_provider_azure::extensions()),
+        ("GCP", "gcp", ccm_provider_gcp::extensions()),
+        ("OpenStack", "openstack", ccm_provider_openstack::extensions()),
+        ("vSphere", "vsphere", ccm_provider_vsphere::extensions()),
+        ("IBM Cloud", "ibm", ccm_provider_ibm::extensions()),
+    ];
+    let mut providers = String::new();
+    for (cloud, bin, ext) in clouds {
+        let table = ext.provider_flags_markdown();
+        let table = if table.is_empty() {
+            "None: upstream's binary registers no flags of its own.\n".to_string()
+        } else {
+            table
+        };
+        providers.push_str(&format!("\n### {cloud} (`cloud-controller-manager-{bin}`)\n\n{table}"));
+    }
     format!(
         "{HEADER}# Flags reference\n\nThe command line of every `cloud-controller-manager-<cloud>` \
          (the shared core's clap command; upstream's flag names and defaults). Booleans take \
-         `--flag`, `--flag=true` or `--flag=false`.\n{}",
-        ccm_core::reference::flags_markdown()
+         `--flag`, `--flag=true` or `--flag=false`.\n{}\n## Provider flags\n\nEach cloud's \
+         binary also takes the flags its upstream binary registers next to the shared ones, so \
+         an upstream command line parses unchanged. A flag marked **no** under \"acted on\" is \
+         accepted and does nothing here: when it is set, the manager logs one warning naming \
+         it (`accepted for compatibility with upstream's command line but not acted on`), and \
+         `--help` lists it under \"{}\".\n{providers}",
+        ccm_core::reference::flags_markdown(),
+        ccm_core::manager::extensions::ACCEPTED_ONLY_HEADING,
     )
 }
 

@@ -1,12 +1,16 @@
-//! `cloud-controller-manager-vsphere`.
+//! `cloud-controller-manager-vsphere`, with vSphere's own flags
+//! ([`ccm_provider_vsphere::extensions`]: `--node-labels`, the paravirtual-mode flags).
 
 use std::sync::Arc;
 
 fn main() -> std::process::ExitCode {
-    ccm_cmd::main_with(
+    let extensions = ccm_provider_vsphere::extensions();
+    let parsed = extensions.parsed.clone();
+    ccm_cmd::main_with_ext(
         ccm_provider_vsphere::PROVIDER_NAME,
-        Box::new(|config| {
-            Ok(Arc::new(ccm_provider_vsphere::VsphereProvider::from_cloud_config(config)?))
+        Box::new(move |config| {
+            Ok(Arc::new(ccm_provider_vsphere::VsphereProvider::from_command_line(config, &parsed)?))
         }),
+        extensions,
     )
 }

@@ -27,6 +27,18 @@ mod chaos;
     feature = "provider-azure"
 ))]
 mod conformance;
+// Issue #30: every upstream flag of each cloud's binary parses (helpers shared by all clouds).
+#[cfg(any(
+    feature = "provider-aws",
+    feature = "provider-vsphere",
+    feature = "provider-ibm",
+    feature = "provider-openstack",
+    feature = "provider-gcp",
+    feature = "provider-azure"
+))]
+mod flags;
+// GCP and Azure flags (issue #30 point 2): upstream's every flag parses, unacted ones warned.
+mod flags_gcp_azure;
 #[cfg(feature = "provider-gcp")]
 mod gcp;
 #[cfg(feature = "provider-ibm")]
