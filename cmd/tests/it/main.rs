@@ -38,6 +38,7 @@ mod conformance;
 ))]
 mod flags;
 // GCP and Azure flags (issue #30 point 2): upstream's every flag parses, unacted ones warned.
+#[cfg(any(feature = "provider-gcp", feature = "provider-azure"))]
 mod flags_gcp_azure;
 #[cfg(feature = "provider-gcp")]
 mod gcp;
