@@ -30,6 +30,7 @@ pub mod chart;
 pub mod fixtures;
 pub mod moto;
 pub mod pki;
+pub mod swap;
 pub mod tools;
 pub mod vcsim;
 
@@ -211,6 +212,11 @@ pub struct StartOptions {
     /// `--service-cluster-ip-range` (default `10.0.0.0/24`; ci/bench's thousand
     /// LoadBalancer Services need a larger one).
     pub service_cidr: Option<String>,
+    /// Write the apiserver's audit log (Metadata level, every identity but `system:masters`)
+    /// to `logs/audit.log`, where [`ControlPlane::forbidden_since`] reads the RBAC denials.
+    /// Off by default (every test's control plane would pay for the writes); also turned on
+    /// for every control plane by `CCM_TESTBED_AUDIT=1`.
+    pub audit: bool,
 }
 
 /// The admin identity: in `system:masters`, so it bypasses RBAC (as envtest's default user).
@@ -231,6 +237,7 @@ pub struct ControlPlane {
     admin_kubeconfig: PathBuf,
     etcd_url: String,
     attempts: u32,
+    audit_log: Option<PathBuf>,
     supervisor: Mutex<Option<(Child, ChildStdin)>>,
 }
 
@@ -400,7 +407,11 @@ impl ControlPlane {
             let pinned = if attempt == 1 {
                 options.clone()
             } else {
-                StartOptions { service_cidr: options.service_cidr.clone(), ..Default::default() }
+                StartOptions {
+                    service_cidr: options.service_cidr.clone(),
+                    audit: options.audit,
+                    ..Default::default()
+                }
             };
             let mut cp = Self::spawn(tools.clone(), &pinned)?;
             cp.attempts = attempt;
@@ -495,6 +506,18 @@ impl ControlPlane {
             "--enable-priority-and-fairness=false".to_string(),
             "--v=1".to_string(),
         ];
+        let audit_log = (pinned.audit || std::env::var_os("CCM_TESTBED_AUDIT").is_some())
+            .then(|| run_dir.join("logs").join("audit.log"));
+        let mut api_args = api_args.to_vec();
+        if let Some(log) = &audit_log {
+            let policy = run_dir.join("audit-policy.yaml");
+            write_file(&policy, audit::POLICY)?;
+            api_args.push(format!("--audit-policy-file={}", policy.display()));
+            api_args.push(format!("--audit-log-path={}", log.display()));
+            api_args.push("--audit-log-format=json".to_string());
+            // No rotation: a mark is a byte offset into this one file.
+            api_args.push("--audit-log-maxsize=0".to_string());
+        }
         let script = |bin: &Path, args: &[String]| {
             let mut s = String::from("#!/bin/sh\nexec ");
             s.push_str(&sh_quote(&bin.display().to_string()));
@@ -538,6 +561,7 @@ impl ControlPlane {
             admin_kubeconfig,
             etcd_url,
             attempts: 1,
+            audit_log,
             supervisor: Mutex::new(Some((child, stdin))),
         };
         cp.write_kubeconfig(&cp.admin_kubeconfig, &Identity::admin())?;
@@ -624,6 +648,36 @@ impl ControlPlane {
     /// A kubeconfig file for the admin identity.
     pub fn admin_kubeconfig_path(&self) -> &Path {
         &self.admin_kubeconfig
+    }
+
+    /// The apiserver's audit log, when the control plane was started with
+    /// [`StartOptions::audit`].
+    pub fn audit_log_path(&self) -> Option<&Path> {
+        self.audit_log.as_deref()
+    }
+
+    /// A point in the audit log: [`ControlPlane::forbidden_since`] reads what was logged after
+    /// it. Fails when the control plane has no audit log.
+    pub fn audit_mark(&self) -> Result<audit::Mark, Error> {
+        let path = self.audit_log_path().ok_or_else(|| {
+            Error::Tools("this control plane was started without an audit log".into())
+        })?;
+        Ok(audit::Mark::of(path))
+    }
+
+    /// Every request the apiserver answered 403 Forbidden (RBAC denials included: the
+    /// authorizer's refusals are audited, unlike in `apiserver_request_total`) after `mark`,
+    /// for users `user` accepts. The audit backend writes an event once the answer is sent:
+    /// a request answered in the last moment may not be there yet (wait a second first).
+    pub fn forbidden_since(
+        &self,
+        mark: &audit::Mark,
+        user: impl Fn(&str) -> bool,
+    ) -> Result<Vec<audit::Denial>, Error> {
+        let path = self.audit_log_path().ok_or_else(|| {
+            Error::Tools("this control plane was started without an audit log".into())
+        })?;
+        audit::denials_since(path, mark, user)
     }
 
     /// Keeps the server logs after this process ends, and says where they are on stderr.
@@ -764,6 +818,118 @@ impl Drop for LogGuard<'_> {
     }
 }
 
+/// The apiserver's audit log as the detector of RBAC denials: the authorizer's refusals
+/// (`403 Forbidden`) are audited with the user and the request's attributes, where the
+/// apiserver's `apiserver_request_total` does not count them.
+pub mod audit {
+    use std::io::{Read as _, Seek as _, SeekFrom};
+    use std::path::Path;
+
+    use super::{Error, io_err};
+
+    /// The audit policy: request metadata (no bodies) of every identity except the admin
+    /// (`system:masters`, never refused), once the response is complete.
+    pub const POLICY: &str = "apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived, ResponseStarted]
+rules:
+  - level: None
+    userGroups: [\"system:masters\"]
+  - level: Metadata
+";
+
+    /// A byte offset in the audit log (the log is never rotated).
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub struct Mark(pub u64);
+
+    impl Mark {
+        /// The end of the log now (0 when nothing was logged yet).
+        pub fn of(path: &Path) -> Mark {
+            Mark(std::fs::metadata(path).map(|m| m.len()).unwrap_or(0))
+        }
+    }
+
+    /// One request the apiserver refused with 403.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    pub struct Denial {
+        /// Who asked (`system:serviceaccount:<ns>:<name>`, a user name).
+        pub user: String,
+        /// The verb (`get`, `list`, `create`, ...).
+        pub verb: String,
+        /// `resource[/subresource]` with `.group` when not core, e.g. `events.events.k8s.io`.
+        pub resource: String,
+        /// `namespace/name`, `namespace/`, `name` or "" (what the request named).
+        pub object: String,
+        /// The request URI.
+        pub uri: String,
+    }
+
+    impl std::fmt::Display for Denial {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "{} {} {}", self.user, self.verb, self.resource)?;
+            if !self.object.is_empty() {
+                write!(f, " {}", self.object)?;
+            }
+            Ok(())
+        }
+    }
+
+    /// The 403 answers logged after `mark` in the audit log at `path`, for users `user`
+    /// accepts. A missing log has none; a line that is not an audit event is skipped (the
+    /// last one may be half written).
+    pub fn denials_since(
+        path: &Path,
+        mark: &Mark,
+        user: impl Fn(&str) -> bool,
+    ) -> Result<Vec<Denial>, Error> {
+        let mut file = match std::fs::File::open(path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(io_err("opening the audit log", path)(e)),
+        };
+        file.seek(SeekFrom::Start(mark.0)).map_err(io_err("reading the audit log", path))?;
+        let mut bytes = Vec::new();
+        file.read_to_end(&mut bytes).map_err(io_err("reading the audit log", path))?;
+        Ok(parse(&String::from_utf8_lossy(&bytes), user))
+    }
+
+    /// The 403 answers in audit log text (JSON lines), for users `user` accepts.
+    pub fn parse(text: &str, user: impl Fn(&str) -> bool) -> Vec<Denial> {
+        let mut out = Vec::new();
+        for line in text.lines() {
+            let Ok(ev) = serde_json::from_str::<serde_json::Value>(line) else { continue };
+            if ev["responseStatus"]["code"].as_u64() != Some(403) {
+                continue;
+            }
+            let name = ev["user"]["username"].as_str().unwrap_or_default();
+            if !user(name) {
+                continue;
+            }
+            let o = &ev["objectRef"];
+            let s = |k: &str| o[k].as_str().unwrap_or_default();
+            let mut resource = s("resource").to_string();
+            if !s("subresource").is_empty() {
+                resource = format!("{resource}/{}", s("subresource"));
+            }
+            if !s("apiGroup").is_empty() {
+                resource = format!("{resource}.{}", s("apiGroup"));
+            }
+            let object = match (s("namespace"), s("name")) {
+                ("", n) => n.to_string(),
+                (ns, n) => format!("{ns}/{n}"),
+            };
+            out.push(Denial {
+                user: name.to_string(),
+                verb: ev["verb"].as_str().unwrap_or_default().to_string(),
+                resource,
+                object,
+                uri: ev["requestURI"].as_str().unwrap_or_default().to_string(),
+            });
+        }
+        out
+    }
+}
+
 fn b64(bytes: &[u8]) -> String {
     use base64::Engine as _;
     base64::engine::general_purpose::STANDARD.encode(bytes)
@@ -825,6 +991,21 @@ mod tests {
         assert_ne!(second, first, "{taken} was reused");
         assert!(std::fs::read_dir(&second).unwrap().next().is_none(), "a fresh, empty directory");
         std::fs::remove_dir_all(&base).unwrap();
+    }
+
+    #[test]
+    fn the_audit_parser_reports_403_answers_of_the_users_asked_for_and_nothing_else() {
+        let forbid = r#"{"kind":"Event","stage":"ResponseComplete","requestURI":"/apis/events.k8s.io/v1/namespaces/default/events","verb":"create","user":{"username":"system:serviceaccount:kube-system:ccm"},"objectRef":{"resource":"events","namespace":"default","apiGroup":"events.k8s.io","apiVersion":"v1"},"responseStatus":{"metadata":{},"status":"Failure","reason":"Forbidden","code":403}}"#;
+        let ok = forbid.replace("403", "201");
+        let other = forbid.replace("kube-system:ccm", "kube-system:other");
+        let text = format!("{forbid}\n{ok}\n{other}\n{{\"half");
+        let got = audit::parse(&text, |u| u.ends_with(":ccm"));
+        assert_eq!(got.len(), 1, "{got:?}");
+        assert_eq!(
+            got[0].to_string(),
+            "system:serviceaccount:kube-system:ccm create events.events.k8s.io default/"
+        );
+        assert_eq!(audit::parse(&text, |_| true).len(), 2);
     }
 
     #[test]

@@ -226,30 +226,95 @@ fn without_the_host_network_the_probes_stay_on_the_secure_port() {
     assert!(c["readinessProbe"].is_null(), "{c}");
 }
 
-/// The sum of the apiserver's `apiserver_request_total` for answers with `code`, and the
-/// `verb resource` of each series with a non-zero count.
-async fn requests_answered(admin: &kube::Client, code: &str) -> (u64, Vec<String>) {
+/// A control plane of its own with the audit log on: the detector of RBAC denials.
+async fn audited_control_plane() -> ControlPlane {
+    let tools = ccm_testbed::tools::Tools::locate().expect("the tools (ci/install-tools)");
+    let options = ccm_testbed::StartOptions { audit: true, ..Default::default() };
+    ControlPlane::start_with_options(tools, options).await.expect("control plane")
+}
+
+/// The requests of ServiceAccounts the apiserver refused (403, RBAC denials included) since
+/// `mark`, from its audit log (after a second for the last answers to be written).
+async fn forbidden_since(cp: &ControlPlane, mark: &ccm_testbed::audit::Mark) -> Vec<String> {
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    cp.forbidden_since(mark, |u| u.starts_with("system:serviceaccount:"))
+        .expect("the audit log")
+        .iter()
+        .map(ToString::to_string)
+        .collect()
+}
+
+/// The sum of the apiserver's `apiserver_request_total` for answers with `code`: what this
+/// file used to count as "Forbidden answers", shown by the test below to miss RBAC denials.
+async fn requests_answered(admin: &kube::Client, code: &str) -> u64 {
     let req = http::Request::get("/metrics").body(Vec::new()).unwrap();
     let text = admin.request_text(req).await.expect("the apiserver's /metrics");
-    let mut total = 0;
-    let mut series = Vec::new();
-    for line in text.lines().filter(|l| l.starts_with("apiserver_request_total{")) {
-        if !line.contains(&format!("code=\"{code}\"")) {
-            continue;
-        }
-        let n: u64 = line.rsplit(' ').next().and_then(|v| v.parse().ok()).unwrap_or(0);
-        total += n;
-        let label = |k: &str| {
-            line.split(&format!("{k}=\"")).nth(1).and_then(|r| r.split('"').next()).unwrap_or("")
-        };
-        series.push(format!(
-            "{} {} {}: {n}",
-            label("verb"),
-            label("resource"),
-            label("subresource")
-        ));
-    }
-    (total, series)
+    text.lines()
+        .filter(|l| l.starts_with("apiserver_request_total{"))
+        .filter(|l| l.contains(&format!("code=\"{code}\"")))
+        .filter_map(|l| l.rsplit(' ').next().and_then(|v| v.parse::<u64>().ok()))
+        .sum()
+}
+
+/// The Forbidden detector catches a planted RBAC denial: a ServiceAccount without any
+/// binding lists Nodes and creates an `events.k8s.io` Event (both refused by the RBAC
+/// authorizer), and the detector reports exactly those two requests, with their user, verb,
+/// resource and namespace, and nothing for the admin's allowed requests in between.
+#[tokio::test]
+async fn the_forbidden_detector_catches_a_planted_rbac_denial() {
+    use k8s_openapi::api::core::v1::Node;
+    use k8s_openapi::api::events::v1::Event;
+    use kube::api::PostParams;
+
+    let cp = audited_control_plane().await;
+    let _logs = cp.log_guard();
+    let admin = cp.admin_client().await.unwrap();
+    let sa_name = unique_name("unbound");
+    let sa: ServiceAccount = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": sa_name, "namespace": "default"}
+    }))
+    .unwrap();
+    Api::<ServiceAccount>::namespaced(admin.clone(), "default")
+        .create(&PostParams::default(), &sa)
+        .await
+        .unwrap();
+    let client = chart::service_account_client(&cp, &admin, "default", &sa_name).await.unwrap();
+    let mark = cp.audit_mark().unwrap();
+    let metric_before = requests_answered(&admin, "403").await;
+
+    let listed = Api::<Node>::all(client.clone()).list(&Default::default()).await;
+    assert!(matches!(&listed, Err(kube::Error::Api(s)) if s.code == 403), "{listed:?}");
+    let event: Event = serde_json::from_value(serde_json::json!({
+        "metadata": {"generateName": "planted-"},
+        "eventTime": "2026-01-01T00:00:00.000000Z",
+        "reportingController": "planted", "reportingInstance": "planted",
+        "action": "Planted", "reason": "Planted", "type": "Normal",
+    }))
+    .unwrap();
+    let events = Api::<Event>::namespaced(client.clone(), "default");
+    let created = events.create(&PostParams::default(), &event).await;
+    assert!(matches!(&created, Err(kube::Error::Api(s)) if s.code == 403), "{created:?}");
+    // Allowed requests of the admin in between are not denials.
+    Api::<Node>::all(admin.clone()).list(&Default::default()).await.unwrap();
+
+    let user = format!("system:serviceaccount:default:{sa_name}");
+    let got = forbidden_since(&cp, &mark).await;
+    assert_eq!(
+        got,
+        vec![format!("{user} list nodes"), format!("{user} create events.events.k8s.io default/")],
+        "the detector's denials"
+    );
+    // Another user's filter sees none of them; a mark taken now sees none either.
+    assert!(cp.forbidden_since(&mark, |u| u == "someone-else").unwrap().is_empty());
+    let now = cp.audit_mark().unwrap();
+    assert!(forbidden_since(&cp, &now).await.is_empty());
+    // What the old check counted: printed for the record (the apiserver's request metric is
+    // not where RBAC denials are reported).
+    let metric_after = requests_answered(&admin, "403").await;
+    eprintln!(
+        "apiserver_request_total{{code=\"403\"}}: {metric_before} before, {metric_after} after \
+         two RBAC denials"
+    );
 }
 
 /// The AWS demo's cloud-controller-manager as the chart runs it: the rendered DaemonSet's
@@ -258,7 +323,7 @@ async fn requests_answered(admin: &kube::Client, code: &str) -> (u64, Vec<String
 /// controller under exactly the chart's RBAC, with leader election, the secure port and the
 /// probes' plain-HTTP healthz port on. It initialises the Nodes and provisions the
 /// LoadBalancer, `/healthz` and `/readyz` answer on the healthz port, and the apiserver
-/// answered no request with 403 (its own control plane: nobody else is refused there).
+/// refused none of its requests (403 in the audit log: RBAC denials included).
 #[cfg(feature = "aws")]
 #[tokio::test]
 async fn the_aws_demo_runs_with_the_charts_args_under_the_charts_service_account() {
@@ -275,7 +340,7 @@ async fn the_aws_demo_runs_with_the_charts_args_under_the_charts_service_account
         .with_test_writer()
         .with_env_filter(tracing_subscriber::EnvFilter::new("info"))
         .try_init();
-    let cp = ControlPlane::start().await.expect("control plane");
+    let cp = audited_control_plane().await;
     let _logs = cp.log_guard();
     let admin = cp.admin_client().await.unwrap();
     let moto = ccm_testbed::moto::Moto::start().await.expect("moto (ci/install-tools)");
@@ -340,7 +405,8 @@ async fn the_aws_demo_runs_with_the_charts_args_under_the_charts_service_account
     assert!(args.iter().any(|a| a.starts_with("--cloud-config=") && a.contains("cloud.conf")));
     // In a pod this is the in-cluster config from the mounted token.
     args.push(format!("--kubeconfig={}", kubeconfig.display()));
-    let (forbidden_before, _) = requests_answered(&admin, "403").await;
+    // From here on, any request of the chart's ServiceAccounts the apiserver refuses counts.
+    let mark = cp.audit_mark().unwrap();
 
     let extensions = ccm_core::manager::extensions::Extensions::default();
     let flags =
@@ -459,10 +525,10 @@ async fn the_aws_demo_runs_with_the_charts_args_under_the_charts_service_account
     shutdown.cancel();
     let ended = manager.join().expect("the manager thread");
     assert!(ended.is_ok(), "the manager ended with {ended:?}");
-    let (forbidden_after, series) = requests_answered(&admin, "403").await;
-    assert_eq!(
-        forbidden_after, forbidden_before,
-        "the apiserver refused requests of the CCM running under the chart's RBAC: {series:?}"
+    let denied = forbidden_since(&cp, &mark).await;
+    assert!(
+        denied.is_empty(),
+        "the apiserver refused requests of the CCM running under the chart's RBAC: {denied:#?}"
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -472,7 +538,7 @@ async fn the_aws_demo_runs_with_the_charts_args_under_the_charts_service_account
 /// the chart's RBAC. The preset's credentials path is exercised for real: the vCenter
 /// credentials are only in the Secret `kube-system/vsphere-cloud-secret`, which the manager
 /// reads through the API with the chart's namespaced Role (`get` on that one Secret). It
-/// initialises a Node from vcsim, and the apiserver answered none of its requests with 403.
+/// initialises a Node from vcsim, and the apiserver refused none of its requests (audit log).
 #[tokio::test]
 async fn the_vsphere_demo_runs_with_the_charts_args_under_the_charts_service_account() {
     use ccm_core::names;
@@ -487,7 +553,7 @@ async fn the_vsphere_demo_runs_with_the_charts_args_under_the_charts_service_acc
         .with_test_writer()
         .with_env_filter(tracing_subscriber::EnvFilter::new("info"))
         .try_init();
-    let cp = ControlPlane::start().await.expect("control plane");
+    let cp = audited_control_plane().await;
     let _logs = cp.log_guard();
     let admin = cp.admin_client().await.unwrap();
     let sim = Vcsim::start_with_login("k8s-ccm@vsphere.local", PASSWORD);
@@ -561,7 +627,8 @@ async fn the_vsphere_demo_runs_with_the_charts_args_under_the_charts_service_acc
         .collect();
     assert!(args.iter().any(|a| a.starts_with("--cloud-config=") && a.ends_with("vsphere.conf")));
     args.push(format!("--kubeconfig={}", kubeconfig.display()));
-    let (forbidden_before, _) = requests_answered(&admin, "403").await;
+    // From here on, any request of the chart's ServiceAccounts the apiserver refuses counts.
+    let mark = cp.audit_mark().unwrap();
 
     let extensions = ccm_core::manager::extensions::Extensions::default();
     let flags =
@@ -627,10 +694,10 @@ async fn the_vsphere_demo_runs_with_the_charts_args_under_the_charts_service_acc
     shutdown.cancel();
     let ended = manager.join().expect("the manager thread");
     assert!(ended.is_ok(), "the manager ended with {ended:?}");
-    let (forbidden_after, series) = requests_answered(&admin, "403").await;
-    assert_eq!(
-        forbidden_after, forbidden_before,
-        "the apiserver refused requests of the CCM running under the chart's RBAC: {series:?}"
+    let denied = forbidden_since(&cp, &mark).await;
+    assert!(
+        denied.is_empty(),
+        "the apiserver refused requests of the CCM running under the chart's RBAC: {denied:#?}"
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
