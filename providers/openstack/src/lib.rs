@@ -45,7 +45,8 @@ pub fn extensions() -> Extensions {
         flags: vec![
             flag::string_array(USER_AGENT_FLAG)
                 .help(
-                    "Extra data for the User-Agent of OpenStack calls; repeat the flag to add                      more than one (the last given comes first).",
+                    "Extra data for the User-Agent of OpenStack calls; repeat the flag to add more \
+                     than one (the last given comes first).",
                 )
                 .help_heading("OpenStack client flags"),
         ],
