@@ -413,6 +413,25 @@ mod flag_tests {
     use super::*;
 
     #[test]
+    fn node_labels_are_added_to_the_metadata_and_the_instance_s_own_labels_win() {
+        let wrapped = WithNodeLabels {
+            inner: Arc::new(Instances::new(Vec::new(), Default::default(), Default::default())),
+            labels: [("team", "a"), ("zone-hint", "flag")]
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .into(),
+        };
+        let own = InstanceMetadata {
+            additional_labels: [("zone-hint".to_string(), "instance".to_string())].into(),
+            ..InstanceMetadata::default()
+        };
+        let got = wrapped.add(own).additional_labels;
+        let want: BTreeMap<String, String> = [("team", "a"), ("zone-hint", "instance")]
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .into();
+        assert_eq!(got, want);
+    }
+
+    #[test]
     fn node_label_keys_are_checked_as_kubernetes_label_keys() {
         for ok in ["a", "node.foo.bar", "foo.bar/mapi", "example.com/A_b-c.9"] {
             assert_eq!(check_label_key(ok), Ok(()), "{ok}");
