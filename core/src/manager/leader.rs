@@ -13,6 +13,10 @@
 //!   first saw its last record (so at most one retry period later than a watch would have).
 //! - Renew: every retry period. If no renewal succeeded within the renew deadline, or another
 //!   identity took the Lease, leadership is lost.
+//! - On acquiring, an Event about the Lease, `Normal` `LeaderElection` `<identity> became
+//!   leader`, as client-go's LeaseLock records it with the manager's recorder (component
+//!   `cloud-controller-manager`), when [`Elector::with_events`] gave one. Recorded in the
+//!   background: the lock never waits on it.
 //! - Release (on orderly shutdown): holder emptied, `leaseDurationSeconds: 1`.
 //!   Upstream's CCM does not release on exit (QUIRK, fixed here: a standby takes over at once).
 
@@ -22,8 +26,11 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::api::{ObjectMeta, PostParams};
+use kube::runtime::events::EventType;
 use kube::{Api, Client};
 use tokio_util::sync::CancellationToken;
+
+use crate::controllers::events::{EventRecorder, publish};
 
 /// Shared view of whether we lead and when we last renewed (for `/healthz` and metrics).
 #[derive(Debug, Clone, Default)]
@@ -88,6 +95,8 @@ pub struct Elector {
     cached: Option<Lease>,
     /// Shared state for health checks.
     pub state: LeaderState,
+    /// Where "became leader" is recorded.
+    events: Option<EventRecorder>,
 }
 
 /// A fresh identity: `hostname_uuid`, as upstream.
@@ -157,7 +166,26 @@ impl Elector {
             observed: None,
             cached: None,
             state: LeaderState::default(),
+            events: None,
         }
+    }
+
+    /// Records `<identity> became leader` about the Lease with `recorder` on each acquisition.
+    pub fn with_events(mut self, recorder: EventRecorder) -> Self {
+        self.events = Some(recorder);
+        self
+    }
+
+    /// Records the acquisition (in the background: an Event never holds up the lock).
+    fn record_acquired(&self) {
+        let (Some(recorder), Some(lease)) = (self.events.clone(), self.cached.clone()) else {
+            return;
+        };
+        let note = format!("{} became leader", self.cfg.identity);
+        tokio::spawn(async move {
+            let reason = "LeaderElection";
+            publish(&recorder, &lease, EventType::Normal, reason, reason, note).await;
+        });
     }
 
     /// The lock's settings.
@@ -267,6 +295,7 @@ impl Elector {
                 Ok(Ok(())) => {
                     tracing::info!(lock = %format!("{}/{}", self.cfg.namespace, self.cfg.name), identity = %self.cfg.identity, "successfully acquired lease");
                     self.state.set(Some(Instant::now()));
+                    self.record_acquired();
                     return true;
                 }
                 Ok(Err(AttemptError::HeldBy(holder))) => {

@@ -55,10 +55,12 @@ use tokio::task::JoinHandle;
 pub use tokio_util::sync::CancellationToken;
 
 use crate::cloud::{BoxError, CloudProvider};
+use crate::controllers::events::EventRecorder;
 use crate::controllers::{
     self, ControllerConfig, ControllerContext, ControllerDescriptor, Started,
 };
 use flags::{Flags, Options};
+use kube::runtime::events::Reporter;
 use leader::{Elector, ElectorConfig, HoldOutcome};
 
 /// The component name (event source, user agent, migration component identity).
@@ -856,7 +858,21 @@ async fn run_controllers(
         Some(m) => m.split(enabled, COMPONENT),
         None => (enabled.to_vec(), Vec::new()),
     };
-    let mut main_elector = Elector::new(client.clone(), lock(&le.name));
+    // "became leader" Events about the Lease, as upstream's recorder (component
+    // cloud-controller-manager) writes them, through the manager's events client.
+    let recorder = runner
+        .config
+        .events_client
+        .as_ref()
+        .map(|c| EventRecorder::new(c.0.clone(), Reporter::from(COMPONENT)));
+    let elector = |name: &str| {
+        let e = Elector::new(client.clone(), lock(name));
+        match &recorder {
+            Some(r) => e.with_events(r.clone()),
+            None => e,
+        }
+    };
+    let mut main_elector = elector(&le.name);
     if let Some(state) = &elector_state {
         main_elector.state = state.clone();
     }
@@ -874,7 +890,7 @@ async fn run_controllers(
     // Migration lock (after the main lock: MigrationReady).
     let migration_name = migration.as_ref().map(|m| m.leader_name.clone());
     let mig_token = CancellationToken::new();
-    let mut mig_elector = migration_name.as_ref().map(|n| Elector::new(client.clone(), lock(n)));
+    let mut mig_elector = migration_name.as_ref().map(|n| elector(n));
 
     let outcome = {
         let main_hold = main_elector.hold(shutdown);

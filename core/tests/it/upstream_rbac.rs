@@ -294,9 +294,21 @@ async fn leader_election_needs_only_get_create_update_on_leases() {
     let spec = || async { leases.get(&lease_name).await.unwrap().spec.unwrap() };
 
     let stop = CancellationToken::new();
-    let mut leader = Elector::new(client.clone(), cfg("leader_1"));
+    // "became leader" is recorded as upstream's LeaseLock does (through the manager's events
+    // client, which upstream's roles let create events: here the admin's).
+    let recorder = EventRecorder::new(admin.clone(), Reporter::from("cloud-controller-manager"));
+    let mut leader = Elector::new(client.clone(), cfg("leader_1")).with_events(recorder);
     assert!(leader.acquire(&stop).await, "the Lease is created and acquired");
     assert_eq!(spec().await.holder_identity.as_deref(), Some("leader_1"));
+    let events = Api::<Event>::namespaced(admin.clone(), "kube-system");
+    let selector = format!("source=cloud-controller-manager,involvedObject.name={lease_name}");
+    let became = wait_for("the LeaderElection event", Duration::from_secs(10), || async {
+        let listed = events.list(&ListParams::default().fields(&selector)).await.ok()?;
+        listed.items.into_iter().find(|e| e.reason.as_deref() == Some("LeaderElection"))
+    })
+    .await;
+    assert_eq!(became.message.as_deref(), Some("leader_1 became leader"));
+    assert_eq!(became.involved_object.kind.as_deref(), Some("Lease"));
 
     // A standby polls the Lease while the leader renews it.
     let mut standby = Elector::new(client.clone(), cfg("standby_1"));
