@@ -11,13 +11,27 @@ use kube::api::DeleteParams;
 
 /// A ServiceAccount bound in `kube-system` to a Role granting `verbs` on ConfigMaps; its client.
 async fn client_with(cp: &ControlPlane, admin: &kube::Client, verbs: &[&str]) -> kube::Client {
+    client_with_rule(
+        cp,
+        admin,
+        serde_json::json!({"apiGroups": [""], "resources": ["configmaps"], "verbs": verbs}),
+    )
+    .await
+}
+
+/// A ServiceAccount bound in `kube-system` to a Role with `rule`; its client.
+async fn client_with_rule(
+    cp: &ControlPlane,
+    admin: &kube::Client,
+    rule: serde_json::Value,
+) -> kube::Client {
     let sa = unique_name("gce-cid");
     let ns = unique_name("gce-cid-ns");
     let rbac = vec![
         serde_json::json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": sa, "namespace": ns}}),
         serde_json::json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
             "metadata": {"name": sa, "namespace": cluster_id::NAMESPACE},
-            "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": verbs}]}),
+            "rules": [rule]}),
         serde_json::json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
             "metadata": {"name": sa, "namespace": cluster_id::NAMESPACE},
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": sa},
@@ -74,6 +88,20 @@ async fn the_cluster_id_is_read_with_list_and_watch_only_and_created_with_create
     cms.replace(cluster_id::CONFIG_MAP, &Default::default(), &cm).await.unwrap();
     let reader = ClusterId::default();
     reader.set_kube(client_with(cp, &admin, &["list", "watch"]).await);
+    assert_eq!(reader.get().await.unwrap(), "feedface");
+
+    // The tightest rule a chart can write: list/watch of that one name (the field selector
+    // names it, so RBAC's resourceNames applies).
+    let reader = ClusterId::default();
+    reader.set_kube(
+        client_with_rule(
+            cp,
+            &admin,
+            serde_json::json!({"apiGroups": [""], "resources": ["configmaps"],
+                "verbs": ["list", "watch"], "resourceNames": [cluster_id::CONFIG_MAP]}),
+        )
+        .await,
+    );
     assert_eq!(reader.get().await.unwrap(), "feedface");
 
     cms.delete(cluster_id::CONFIG_MAP, &DeleteParams::default()).await.unwrap();
