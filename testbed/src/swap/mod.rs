@@ -621,7 +621,14 @@ pub async fn run(case: Case, world: World, dir: &Path) -> Outcome {
     outcome.seconds = start.elapsed().as_secs();
     // The run directory differs per run: `<run>` on the page.
     let here = dir.display().to_string();
-    let hide = |s: &mut String| *s = s.replace(&here, "<run>");
+    let hide = |s: &mut String| {
+        *s = s.replace(&here, "<run>");
+        // The emulators' CA files are in temporary directories of their own.
+        while let Some(start) = s.find("/tmp/ccm-emulator-tls-") {
+            let end = s[start..].find("/ca.crt").map_or(s.len(), |e| start + e + "/ca.crt".len());
+            s.replace_range(start..end, "<the emulator's CA>");
+        }
+    };
     outcome.mappings.iter_mut().for_each(hide);
     outcome.argv.iter_mut().for_each(hide);
     outcome.node_manager_argv.iter_mut().for_each(hide);
@@ -970,7 +977,8 @@ pub fn details(o: &Outcome) -> String {
         }
         let mut t = format!("{title}:\n\n");
         for i in items {
-            t.push_str(&format!("- {}\n", i.replace('\n', " ")));
+            // `<run>` and the like are text, not HTML.
+            t.push_str(&format!("- {}\n", i.replace('\n', " ").replace('<', "&lt;")));
         }
         t.push('\n');
         t
