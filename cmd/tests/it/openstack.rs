@@ -151,9 +151,13 @@ async fn nodes_join_tokens_renew_shutoff_taints_deleted_goes_and_an_outage_delet
     assert!(cloud.tokens_issued() > issued, "no new token after expiry");
     // Warnings and errors only: a bare "401" also matches a random port in a logged URL.
     let logs = ccm.logs();
+    assert!(
+        logs.lines().any(|l| l.starts_with('I') && is_klog_header(l)),
+        "the manager log is not klog's text format, the filter below would match nothing:\n{logs}"
+    );
     let surfaced: Vec<&str> = logs
         .lines()
-        .filter(|l| l.contains(" WARN ") || l.contains(" ERROR "))
+        .filter(|l| is_warning_or_error(l))
         .filter(|l| l.contains("401") || l.to_ascii_lowercase().contains("unauthorized"))
         .collect();
     assert!(surfaced.is_empty(), "a 401 surfaced in the manager log:\n{logs}");
@@ -482,4 +486,15 @@ async fn a_bad_config_fails_at_start_naming_the_key_and_never_the_password() {
 
     // Every run above was given the password: the scanner found it in no output.
     assert!(good.contains(PASSWORD));
+}
+
+/// A klog text line's header: severity letter, then month and day (`W1128 10:30:33.407016 ...`).
+fn is_klog_header(line: &str) -> bool {
+    let b = line.as_bytes();
+    b.len() > 5 && b[1..5].iter().all(u8::is_ascii_digit) && b.get(5) == Some(&b' ')
+}
+
+/// A klog warning (`W`) or error (`E`) line.
+fn is_warning_or_error(line: &str) -> bool {
+    (line.starts_with('W') || line.starts_with('E')) && is_klog_header(line)
 }

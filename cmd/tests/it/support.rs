@@ -80,11 +80,53 @@ pub fn secrets_in(text: &str) -> Vec<SecretKind> {
     let secrets = SECRETS.lock().unwrap_or_else(|e| e.into_inner());
     let mut found: Vec<SecretKind> = Vec::new();
     for (kind, value) in secrets.iter() {
-        if text.contains(value.as_str()) && !found.contains(kind) {
+        if written_forms(value).iter().any(|form| text.contains(form.as_str()))
+            && !found.contains(kind)
+        {
             found.push(*kind);
         }
     }
     found
+}
+
+/// The ways a log can write `value`: as is, quoted Go-style (klog's text format quotes values
+/// as `%q`) and JSON-escaped (`--logging-format=json`). The escaped forms differ from the
+/// value only when it holds a quote, a backslash or a control character; each is searched for
+/// without its surrounding quotes, so a secret inside a longer logged value is found too.
+fn written_forms(value: &str) -> Vec<String> {
+    let json = serde_json::to_string(value).unwrap_or_default();
+    let json = json.trim_start_matches('"').trim_end_matches('"').to_string();
+    let go = go_quote(value);
+    let mut forms = vec![value.to_string()];
+    for form in [json, go] {
+        if !form.is_empty() && !forms.contains(&form) {
+            forms.push(form);
+        }
+    }
+    forms
+}
+
+/// `value` as Go's `strconv.Quote` writes it, without the surrounding quotes.
+fn go_quote(value: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    for c in value.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            '\u{7}' => out.push_str("\\a"),
+            '\u{8}' => out.push_str("\\b"),
+            '\u{c}' => out.push_str("\\f"),
+            '\u{b}' => out.push_str("\\v"),
+            c if (c as u32) < 0x20 || c == '\u{7f}' => {
+                out.push_str(&format!("\\x{:02x}", c as u32))
+            }
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 /// The kind of every registered credential, in registration order.

@@ -321,7 +321,7 @@ async fn controller_selection_metrics_and_delegated_auth() {
     // Every known controller but the disabled one is attempted (started or skipped).
     let expected = known.iter().filter(|c| c.name != disabled_name).collect::<Vec<_>>();
     for c in &expected {
-        ccm.wait_for_log(&format!("Starting \"{}\"", c.name), Duration::from_secs(30)).await;
+        ccm.wait_for_log(&starting(c.name), Duration::from_secs(30)).await;
     }
     let logs = ccm.logs();
     assert!(!logs.contains(disabled_name), "{disabled_name} is never started:\n{logs}");
@@ -340,7 +340,7 @@ async fn controller_selection_metrics_and_delegated_auth() {
         "{metrics}"
     );
     for c in &expected {
-        let started = logs.contains(&format!("Started \"{}\"", c.name));
+        let started = logs.contains(&started(c.name));
         let line = format!(
             "running_managed_controllers{{name=\"{}\",manager=\"cloud-controller-manager\"}} 1",
             c.alias
@@ -386,6 +386,17 @@ async fn lease_renewal(client: &Client, name: &str) -> (k8s_openapi::jiff::Times
 
 const ACQUIRED: &str = "successfully acquired lease";
 
+/// How the manager logs a controller starting: the message `Starting "<name>"`, quoted in the
+/// log line (klog's `%q`, or a JSON string), so its inner quotes appear escaped.
+fn starting(name: &str) -> String {
+    format!("Starting \\\"{name}\\\"")
+}
+
+/// The same for `Started "<name>"`.
+fn started(name: &str) -> String {
+    format!("Started \\\"{name}\\\"")
+}
+
 #[tokio::test]
 async fn leader_election_takeover_on_kill_and_on_sigterm() {
     let (cp, client, dir, kubeconfig) = setup().await;
@@ -404,12 +415,12 @@ async fn leader_election_takeover_on_kill_and_on_sigterm() {
 
     let mut a = spawn("a");
     a.wait_for_log(ACQUIRED, Duration::from_secs(60)).await;
-    a.wait_for_log("Starting \"cloud-node-controller\"", Duration::from_secs(30)).await;
+    a.wait_for_log(&starting("cloud-node-controller"), Duration::from_secs(30)).await;
     let b = spawn("b");
     b.wait_for_log("attempting to acquire leader lease", Duration::from_secs(30)).await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert!(!b.logs().contains(ACQUIRED), "the standby does not lead while A renews");
-    assert!(!b.logs().contains("Starting \""), "the standby runs no controller:\n{}", b.logs());
+    assert!(!b.logs().contains("Starting \\\""), "the standby runs no controller:\n{}", b.logs());
     let holder_a = lease_holder(&client, &lease).await.unwrap();
     assert!(holder_a.contains('_'), "identity is hostname_uuid: {holder_a}");
 
@@ -421,7 +432,7 @@ async fn leader_election_takeover_on_kill_and_on_sigterm() {
     let status = a.wait_exit(Duration::from_secs(20)).await;
     assert_eq!(status.code(), Some(0), "{}", a.logs());
     assert!(a.logs().contains("released leader lease"), "{}", a.logs());
-    b.wait_for_log("Starting \"cloud-node-controller\"", Duration::from_secs(10)).await;
+    b.wait_for_log(&starting("cloud-node-controller"), Duration::from_secs(10)).await;
     let holder_b = lease_holder(&client, &lease).await.unwrap();
     assert_ne!(holder_a, holder_b);
 
@@ -514,7 +525,7 @@ async fn use_service_account_credentials_creates_per_controller_accounts() {
         "--webhook-secure-port=0".into(),
     ]);
     let mut ccm = Ccm::spawn(&dir, "sa", &args);
-    ccm.wait_for_log("Starting \"cloud-node-controller\"", Duration::from_secs(60)).await;
+    ccm.wait_for_log(&starting("cloud-node-controller"), Duration::from_secs(60)).await;
     let sas: Api<ServiceAccount> = Api::namespaced(client.clone(), "kube-system");
     let start = Instant::now();
     while sas.get_opt("node-controller").await.unwrap().is_none() {
@@ -528,7 +539,7 @@ async fn use_service_account_credentials_creates_per_controller_accounts() {
     // The controller's client authenticates as the ServiceAccount (checked by the manager with
     // a SelfSubjectReview through that client).
     ccm.wait_for_log(
-        "user=system:serviceaccount:kube-system:node-controller",
+        "user=\"system:serviceaccount:kube-system:node-controller\"",
         Duration::from_secs(30),
     )
     .await;
@@ -614,7 +625,7 @@ async fn admission_review_round_trip_on_the_webhook_port() {
     for line in logs.lines().filter(|l| !l.trim().is_empty()) {
         let v: serde_json::Value = serde_json::from_str(line)
             .unwrap_or_else(|e| panic!("log line is not JSON ({e}): {line}"));
-        assert!(v["level"].is_string() && v["message"].is_string(), "{line}");
+        assert!(v["msg"].is_string() && v["ts"].is_f64(), "{line}");
     }
 }
 
@@ -689,6 +700,7 @@ async fn leader_migration_hands_a_controller_over_from_a_real_kube_controller_ma
         "--controllers=cloud-node-lifecycle".into(),
         "--secure-port=0".into(),
         "--webhook-secure-port=0".into(),
+        "--logging-format=json".into(),
     ]);
     args.extend(timings.iter().cloned());
     let t0 = Instant::now();
@@ -715,12 +727,16 @@ async fn leader_migration_hands_a_controller_over_from_a_real_kube_controller_ma
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
     let kcm_lease_expiry = kcm_lease_expiry.expect("the KCM's lease was observed");
-    let started_line = "Starting \"cloud-node-lifecycle-controller\"";
-    ccm.wait_for_log(started_line, Duration::from_secs(30)).await;
+    let started_line = starting("cloud-node-lifecycle-controller");
+    ccm.wait_for_log(&started_line, Duration::from_secs(30)).await;
     let logs = ccm.logs();
-    let line = logs.lines().find(|l| l.contains(started_line)).unwrap();
-    let started_at: k8s_openapi::jiff::Timestamp =
-        line.split_whitespace().next().unwrap().parse().unwrap();
+    let line = logs.lines().find(|l| l.contains(&started_line)).unwrap();
+    // --logging-format=json: `ts` is the time in milliseconds since the epoch.
+    let line: serde_json::Value = serde_json::from_str(line).unwrap();
+    let started_at = k8s_openapi::jiff::Timestamp::from_microsecond(
+        (line["ts"].as_f64().unwrap() * 1000.0).round() as i64,
+    )
+    .unwrap();
     let kcm_log_text = std::fs::read_to_string(&kcm_log).unwrap_or_default();
     assert!(
         kcm_log_text.contains("leader migration: starting migrated controllers"),
@@ -733,7 +749,7 @@ async fn leader_migration_hands_a_controller_over_from_a_real_kube_controller_ma
     let holder = lease_holder(&client, &migration_lock).await.unwrap();
     assert_ne!(holder, kcm_identity, "the CCM holds the migration lock now");
     assert!(
-        logs.find(ACQUIRED).unwrap() < logs.find(started_line).unwrap(),
+        logs.find(ACQUIRED).unwrap() < logs.find(&started_line).unwrap(),
         "the CCM led its main lock before the migrated controller started"
     );
     eprintln!(
@@ -838,7 +854,7 @@ async fn a_controller_that_dies_turns_healthz_red_and_ends_the_process_non_zero(
     ]);
     let mut ccm = Ccm::spawn(&dir, "dies", &args);
     // (A NotReady node of another test may kill it even sooner: that is fine.)
-    ccm.wait_for_log("Started \"cloud-node-lifecycle-controller\"", Duration::from_secs(60)).await;
+    ccm.wait_for_log(&started("cloud-node-lifecycle-controller"), Duration::from_secs(60)).await;
 
     // A NotReady node makes the lifecycle controller ask the cloud, which panics.
     let node_name = unique_name("dies-node");
@@ -1313,12 +1329,12 @@ async fn an_upstream_aws_manifest_argument_list_starts_the_binary_unchanged() {
     let (code, _) = curl(&format!("https://127.0.0.1:{port}/livez"), None, &[]).await;
     assert_eq!(code, 200);
     // --logging-format=json: every stderr line is one JSON object.
-    ccm.wait_for_log("\"message\"", Duration::from_secs(30)).await;
+    ccm.wait_for_log("\"msg\"", Duration::from_secs(30)).await;
     let logs = ccm.logs();
     for line in logs.lines().filter(|l| !l.trim().is_empty()) {
         let v: serde_json::Value = serde_json::from_str(line)
             .unwrap_or_else(|e| panic!("not a JSON log line ({e}): {line}\n{logs}"));
-        assert!(v.get("level").is_some(), "{line}");
+        assert!(v["msg"].is_string() && v["ts"].is_f64(), "{line}");
     }
     ccm.signal("-TERM");
     assert_eq!(ccm.wait_exit(Duration::from_secs(30)).await.code(), Some(0), "{}", ccm.logs());
