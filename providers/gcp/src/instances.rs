@@ -259,7 +259,7 @@ pub async fn get_instance(
 ) -> Result<Option<Instance>, GceError> {
     let c = client.compute().await?;
     let got = client
-        .call("compute.instances.get", || {
+        .call_in("compute.instances.get", Some(zone), || {
             c.instances.get().set_project(project).set_zone(zone).set_instance(name).send()
         })
         .await;
@@ -282,7 +282,7 @@ pub async fn list_instances(
     let mut token = String::new();
     loop {
         let page = client
-            .call("compute.instances.list", || {
+            .call_in("compute.instances.list", Some(zone), || {
                 let b = c
                     .instances
                     .list()

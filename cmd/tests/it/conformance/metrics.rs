@@ -110,6 +110,43 @@ pub async fn metrics<H: Harness>() {
         }
         eprintln!("{}: {} series of {sample_name}, e.g. {}", H::PROVIDER, lines.len(), lines[0]);
     }
+    // The samples upstream records beyond the API calls, with its label values: OpenStack's
+    // reconcile of the Service's load balancer, Azure's service operation (resource group,
+    // subscription, `<namespace>/<name>`), GCE's zonal instance calls with their zone.
+    let wanted: &[(&str, &[&str], &[&str])] = match H::PROVIDER {
+        "openstack" => &[
+            (
+                "cloudprovider_openstack_reconcile_duration_seconds_count",
+                &["operation=\"loadbalancer_ensure\""],
+                &[],
+            ),
+            (
+                "cloudprovider_openstack_reconcile_total",
+                &["operation=\"loadbalancer_ensure\""],
+                &[],
+            ),
+        ],
+        "azure" => &[(
+            "cloudprovider_azure_op_duration_seconds_count",
+            &["request=\"services_ensure_loadbalancer\"", "source=\"default/metrics\""],
+            &["resource_group=\"\"", "subscription_id=\"\""],
+        )],
+        "gcp" => &[(
+            "cloudprovider_gce_api_request_duration_seconds_count",
+            &["request=\"instances_"],
+            &["zone=\"<n/a>\"", "zone=\"\""],
+        )],
+        _ => &[],
+    };
+    for (name, has, lacks) in wanted {
+        let found = samples(&text, name)
+            .into_iter()
+            .find(|l| has.iter().all(|h| l.contains(h)) && !lacks.iter().any(|x| l.contains(x)));
+        let Some(line) = found else {
+            panic!("{}: no {name} sample with {has:?} and none of {lacks:?}:\n{text}", H::PROVIDER)
+        };
+        eprintln!("{}: {line}", H::PROVIDER);
+    }
     row.write("pass");
 }
 

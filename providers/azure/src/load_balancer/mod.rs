@@ -48,6 +48,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use ccm_core::cloud::{CloudLoadBalancer, CloudResource, LoadBalancer, ProviderError};
+use ccm_core::cloud_call::api_metrics::{self, ApiMetrics};
 use k8s_openapi::api::core::v1::{LoadBalancerIngress, LoadBalancerStatus, Node, Service};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -591,6 +592,63 @@ fn node_ips(nodes: &[Node], families: &[Family]) -> Vec<IpAddr> {
         .collect()
 }
 
+impl AzureLoadBalancer {
+    /// Upstream's `UpdateLoadBalancer`: the members of the Service's backend pools and its
+    /// security rules follow `nodes`; nothing when the load balancer is not the Service's.
+    async fn update(
+        &self,
+        cluster: &str,
+        service: &Service,
+        nodes: &[Node],
+    ) -> Result<(), ProviderError> {
+        let svc = annotations::parse(service)?;
+        let _guard = self.lock.lock().await;
+        let lb_id = self.lb_id(&naming::lb_name(&self.config, cluster, svc.internal))?;
+        let Some(lb) = self.get_lb(&lb_id).await? else { return Ok(()) };
+        if frontend::owned(&svc, &lb).next().is_none() {
+            return Ok(());
+        }
+        let members: Vec<Node> =
+            nodes.iter().filter(|n| is_backend(&self.config, n)).cloned().collect();
+        for f in &svc.families {
+            self.backends.ensure_members(&self.pool_id(&lb_id, cluster, *f), &members).await?;
+        }
+        if !svc.floating_ip {
+            self.security.ensure_service_rules(service, &node_ips(&members, &svc.families)).await?;
+        }
+        Ok(())
+    }
+
+    /// Runs one service operation and records it as upstream's `NewMetricContext("services",
+    /// <operation>, resourceGroup, subscription, "<namespace>/<name>")` and
+    /// `ObserveOperationWithResult` do: its latency in `cloudprovider_azure_op_duration_seconds`
+    /// and, when it failed, one more `cloudprovider_azure_op_failure_count`.
+    async fn operation<T>(
+        &self,
+        operation: &str,
+        service: &Service,
+        run: impl std::future::Future<Output = Result<T, ProviderError>>,
+    ) -> Result<T, ProviderError> {
+        let start = std::time::Instant::now();
+        let result = run.await;
+        let request = format!("services_{operation}");
+        let group = self.config.resource_group.as_deref().unwrap_or_default().to_ascii_lowercase();
+        let source = format!(
+            "{}/{}",
+            service.metadata.namespace.as_deref().unwrap_or_default(),
+            service.metadata.name.as_deref().unwrap_or_default()
+        );
+        let labels = [request.as_str(), group.as_str(), self.client.subscription_id(), &source];
+        ApiMetrics::of(&api_metrics::AZURE).reconcile_finished(
+            &api_metrics::AZURE_OPERATION,
+            &labels,
+            start.elapsed(),
+            result.as_ref().err().map(|_| "failed"),
+        );
+        result
+    }
+}
+
 #[async_trait]
 impl LoadBalancer for AzureLoadBalancer {
     async fn get_load_balancer(
@@ -632,7 +690,7 @@ impl LoadBalancer for AzureLoadBalancer {
         service: &Service,
         nodes: &[Node],
     ) -> Result<LoadBalancerStatus, ProviderError> {
-        self.ensure(cluster, service, nodes).await
+        self.operation("ensure_loadbalancer", service, self.ensure(cluster, service, nodes)).await
     }
 
     async fn update_load_balancer(
@@ -641,22 +699,7 @@ impl LoadBalancer for AzureLoadBalancer {
         service: &Service,
         nodes: &[Node],
     ) -> Result<(), ProviderError> {
-        let svc = annotations::parse(service)?;
-        let _guard = self.lock.lock().await;
-        let lb_id = self.lb_id(&naming::lb_name(&self.config, cluster, svc.internal))?;
-        let Some(lb) = self.get_lb(&lb_id).await? else { return Ok(()) };
-        if frontend::owned(&svc, &lb).next().is_none() {
-            return Ok(());
-        }
-        let members: Vec<Node> =
-            nodes.iter().filter(|n| is_backend(&self.config, n)).cloned().collect();
-        for f in &svc.families {
-            self.backends.ensure_members(&self.pool_id(&lb_id, cluster, *f), &members).await?;
-        }
-        if !svc.floating_ip {
-            self.security.ensure_service_rules(service, &node_ips(&members, &svc.families)).await?;
-        }
-        Ok(())
+        self.operation("update_loadbalancer", service, self.update(cluster, service, nodes)).await
     }
 
     async fn ensure_load_balancer_deleted(
@@ -664,7 +707,7 @@ impl LoadBalancer for AzureLoadBalancer {
         cluster: &str,
         service: &Service,
     ) -> Result<(), ProviderError> {
-        self.delete(cluster, service).await
+        self.operation("ensure_loadbalancer_deleted", service, self.delete(cluster, service)).await
     }
 
     async fn list_cloud_load_balancers(

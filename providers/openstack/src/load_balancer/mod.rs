@@ -71,6 +71,7 @@ use async_trait::async_trait;
 use ccm_core::cloud::{
     CloudLoadBalancer, CloudResource, LoadBalancer, ProviderError, default_load_balancer_name,
 };
+use ccm_core::cloud_call::api_metrics::{self, ApiMetrics};
 use k8s_openapi::api::core::v1::{LoadBalancerIngress, LoadBalancerStatus, Node, Service};
 use serde_json::{Value, json};
 
@@ -1901,6 +1902,25 @@ impl OctaviaLoadBalancer {
     }
 }
 
+/// Runs one load balancer reconcile and records it in upstream's reconcile families
+/// (`cloudprovider_openstack_reconcile_*{operation}`), as upstream's `EnsureLoadBalancer`,
+/// `UpdateLoadBalancer` and `EnsureLoadBalancerDeleted` do (`loadbalancer_ensure`, `_update`,
+/// `_delete`): its latency and count, and an error when it failed.
+async fn reconciled<T>(
+    operation: &'static str,
+    reconcile: impl Future<Output = Result<T, ProviderError>>,
+) -> Result<T, ProviderError> {
+    let start = std::time::Instant::now();
+    let result = reconcile.await;
+    ApiMetrics::of(&api_metrics::OPENSTACK).reconcile_finished(
+        &api_metrics::OPENSTACK_RECONCILE,
+        &[operation],
+        start.elapsed(),
+        result.as_ref().err().map(|_| "error"),
+    );
+    result
+}
+
 #[async_trait]
 impl LoadBalancer for OctaviaLoadBalancer {
     async fn get_load_balancer(
@@ -1921,7 +1941,7 @@ impl LoadBalancer for OctaviaLoadBalancer {
         service: &Service,
         nodes: &[Node],
     ) -> Result<LoadBalancerStatus, ProviderError> {
-        self.ensure(cluster_name, service, nodes).await
+        reconciled("loadbalancer_ensure", self.ensure(cluster_name, service, nodes)).await
     }
 
     async fn update_load_balancer(
@@ -1930,7 +1950,7 @@ impl LoadBalancer for OctaviaLoadBalancer {
         service: &Service,
         nodes: &[Node],
     ) -> Result<(), ProviderError> {
-        self.update(cluster_name, service, nodes).await
+        reconciled("loadbalancer_update", self.update(cluster_name, service, nodes)).await
     }
 
     async fn ensure_load_balancer_deleted(
@@ -1938,7 +1958,7 @@ impl LoadBalancer for OctaviaLoadBalancer {
         cluster_name: &str,
         service: &Service,
     ) -> Result<(), ProviderError> {
-        self.delete(cluster_name, service).await
+        reconciled("loadbalancer_delete", self.delete(cluster_name, service)).await
     }
 
     /// Every Octavia load balancer named `kube_service_…`; owned when this cluster created it
