@@ -22,6 +22,13 @@ pub const KNOWN_FEATURE_GATES: &[(&str, bool)] = &[
     ("ControllerManagerReleaseLeaderElectionLockOnExit", false),
 ];
 
+/// The gates of [`KNOWN_FEATURE_GATES`] at beta; every other one is alpha.
+const BETA_FEATURE_GATES: &[&str] = &[];
+/// `--feature-gates=AllAlpha=<bool>`: the default of every alpha gate (always known upstream).
+const ALL_ALPHA: &str = "AllAlpha";
+/// `--feature-gates=AllBeta=<bool>`: the default of every beta gate (always known upstream).
+const ALL_BETA: &str = "AllBeta";
+
 fn parse_duration(s: &str) -> Result<Duration, String> {
     duration::parse(s).map_err(|e| e.to_string())
 }
@@ -245,6 +252,9 @@ pub fn is_upstream_command(arg: &str, provider: &str) -> bool {
     about = "The Cloud controller manager is a daemon that embeds the cloud specific control loops shipped with Kubernetes.",
     long_about = "The Cloud controller manager is a daemon that embeds the cloud specific control loops shipped with Kubernetes.\n\nBooleans take --flag, --flag=true or --flag=false, as upstream. -h gives a summary, --help the details.",
     disable_version_flag = true,
+    // As pflag: a repeated single-value flag takes its last value; list flags (`Vec`, clap's
+    // `Append`) keep appending on repeat, as pflag's StringSlice does.
+    args_override_self = true,
     max_term_width = 100
 )]
 pub struct Flags {
@@ -748,6 +758,10 @@ impl Options {
 fn parse_feature_gates(items: &[String]) -> Result<BTreeMap<String, bool>, FlagError> {
     let mut gates: BTreeMap<String, bool> =
         KNOWN_FEATURE_GATES.iter().map(|(k, v)| ((*k).to_string(), *v)).collect();
+    // component-base's always-known `AllAlpha` / `AllBeta`: the default of every alpha / beta
+    // gate not set explicitly.
+    let (mut all_alpha, mut all_beta) = (None, None);
+    let mut explicit = Vec::new();
     for item in items.iter().map(|s| s.trim()).filter(|s| !s.is_empty()) {
         let Some((key, value)) = item.split_once('=') else {
             return Err(invalid(format!(
@@ -755,7 +769,7 @@ fn parse_feature_gates(items: &[String]) -> Result<BTreeMap<String, bool>, FlagE
             )));
         };
         let key = key.trim();
-        if !gates.contains_key(key) {
+        if !gates.contains_key(key) && key != ALL_ALPHA && key != ALL_BETA {
             return Err(invalid(format!(
                 "invalid argument {item:?} for \"--feature-gates\" flag: unrecognized feature gate: {key}"
             )));
@@ -766,7 +780,23 @@ fn parse_feature_gates(items: &[String]) -> Result<BTreeMap<String, bool>, FlagE
                 value.trim()
             ))
         })?;
-        gates.insert(key.to_string(), value);
+        match key {
+            ALL_ALPHA => all_alpha = Some(value),
+            ALL_BETA => all_beta = Some(value),
+            _ => {
+                gates.insert(key.to_string(), value);
+                explicit.push(key.to_string());
+            }
+        }
+    }
+    for (name, value) in gates.iter_mut() {
+        if explicit.contains(name) {
+            continue;
+        }
+        let all = if BETA_FEATURE_GATES.contains(&name.as_str()) { all_beta } else { all_alpha };
+        if let Some(all) = all {
+            *value = all;
+        }
     }
     Ok(gates)
 }
@@ -1069,6 +1099,60 @@ mod tests {
         let flags = Flags::try_parse_from(std::iter::once("ccm").chain(args.iter().copied()))
             .map_err(|e| e.to_string())?;
         flags.validate("test", &controllers::all()).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn a_repeated_flag_takes_its_last_value_and_list_flags_append() {
+        let o = parse(&[
+            "--cloud-provider=aws",
+            "--cloud-provider=test",
+            "--leader-elect=false",
+            "--leader-elect",
+            "--kube-api-qps=5",
+            "--kube-api-qps=7",
+        ])
+        .unwrap();
+        assert_eq!(o.flags.cloud_provider, "test");
+        assert!(o.flags.leader_elect);
+        assert_eq!(o.flags.kube_api_qps, 7.0);
+
+        // pflag's StringSlice appends on repeat (the first use replaces the default).
+        let o = parse(&[
+            "--cloud-provider=test",
+            "--controllers=cloud-node,service",
+            "--controllers=-route",
+        ])
+        .unwrap();
+        assert_eq!(o.flags.controllers, vec!["cloud-node", "service", "-route"]);
+        assert!(!o.controllers.entries.iter().any(|e| e == "*"), "{:?}", o.controllers);
+        // mapStringBool merges on repeat; a later value of the same gate wins.
+        let o = parse(&[
+            "--cloud-provider=test",
+            "--feature-gates=CloudControllerManagerWebhook=true",
+            "--feature-gates=CloudControllerManagerWatchBasedRoutesReconciliation=true",
+            "--feature-gates=CloudControllerManagerWebhook=false",
+        ])
+        .unwrap();
+        assert!(!o.feature_enabled("CloudControllerManagerWebhook"));
+        assert!(o.feature_enabled("CloudControllerManagerWatchBasedRoutesReconciliation"));
+    }
+
+    #[test]
+    fn all_alpha_and_all_beta_are_known_gates() {
+        let o = parse(&["--cloud-provider=test", "--feature-gates=AllAlpha=false,AllBeta=false"])
+            .unwrap();
+        assert!(KNOWN_FEATURE_GATES.iter().all(|(g, _)| !o.feature_enabled(g)));
+        // AllAlpha=true turns on every alpha gate not set explicitly.
+        let o = parse(&[
+            "--cloud-provider=test",
+            "--feature-gates=CloudControllerManagerWebhook=false,AllAlpha=true",
+        ])
+        .unwrap();
+        assert!(!o.feature_enabled("CloudControllerManagerWebhook"));
+        assert!(o.feature_enabled("CloudControllerManagerWatchBasedRoutesReconciliation"));
+        assert!(o.feature_enabled("ControllerManagerReleaseLeaderElectionLockOnExit"));
+        let err = parse(&["--cloud-provider=test", "--feature-gates=AllAlpha=maybe"]).unwrap_err();
+        assert!(err.contains("invalid value of AllAlpha: maybe"), "{err}");
     }
 
     #[test]
