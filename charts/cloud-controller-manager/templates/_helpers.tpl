@@ -128,6 +128,22 @@ checks this list against the code.
 {{- end -}}
 
 {{/*
+"true" when AWS's tagging controller runs (providers/aws/src/tagging.rs: disabled by default,
+so only a "tagging" entry in controllers enables it; a later "-tagging" disables it again),
+else "". It calls with the client of its own client name, tagging-controller.
+*/}}
+{{- define "ccm.awsTagging" -}}
+{{- $on := false -}}
+{{- if eq .Values.provider "aws" -}}
+{{- range .Values.controllers -}}
+{{- if eq . "tagging" -}}{{- $on = true -}}{{- end -}}
+{{- if eq . "-tagging" -}}{{- $on = false -}}{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- if $on -}}true{{- end -}}
+{{- end -}}
+
+{{/*
 kube-controller-manager's own controller ServiceAccounts in kube-system: the apiserver's
 bootstrap policy binds each to its system:controller:<name> ClusterRole (node-controller may
 delete any Pod and update any Pod's status, and so on), plus the names upstream's
@@ -170,6 +186,9 @@ accounts or longer than a ServiceAccount name may be.
 {{- $names := list -}}
 {{- range (include "ccm.clientNames" . | fromJsonArray) -}}
 {{- $names = append $names (include "ccm.controllerAccount" (list $ .)) -}}
+{{- end -}}
+{{- if include "ccm.awsTagging" . -}}
+{{- $names = append $names (include "ccm.controllerAccount" (list $ "tagging-controller")) -}}
 {{- end -}}
 {{- $names | toJson -}}
 {{- end -}}
