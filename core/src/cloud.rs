@@ -63,6 +63,13 @@ pub trait CloudProvider: std::any::Any + Send + Sync + 'static {
         true
     }
 
+    /// What the provider skipped or ignored in its cloud config (unknown sections and keys,
+    /// ignored settings), one sentence each, never quoting a value. The manager logs each and
+    /// records it once as a `Warning` `CloudConfigWarning` Event at start. None by default.
+    fn config_warnings(&self) -> Vec<String> {
+        Vec::new()
+    }
+
     /// Node metadata and existence; `None` when unsupported.
     fn instances_v2(&self) -> Option<Arc<dyn InstancesV2>> {
         None

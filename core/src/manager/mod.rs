@@ -780,6 +780,7 @@ pub async fn run_until(
     // controller's calls), and upstream's manager role grants events.
     let mut controller_config = options.controller_config.clone();
     controller_config.events_client = Some(ccm_events_client(&clients)?);
+    record_config_warnings(cloud.as_ref(), controller_config.events_client.as_ref(), flags);
     let runner = Arc::new(Runner {
         clients,
         cloud,
@@ -811,6 +812,65 @@ pub async fn run_until(
         c.cleanup();
     }
     result
+}
+
+/// The reason of the Events [`record_config_warnings`] records.
+pub const CONFIG_WARNING_REASON: &str = "CloudConfigWarning";
+
+/// Logs each of the cloud's [`CloudProvider::config_warnings`] and records each once, at start
+/// (leader or standby), as a core/v1 `Warning` Event with reason [`CONFIG_WARNING_REASON`]
+/// from component `cloud-controller-manager`, through the manager's events client. The Event is
+/// about the manager's Pod when the downward API names it (`POD_NAME` and `POD_NAMESPACE`, as
+/// the chart sets them), else about the leader-election Lease
+/// (`--leader-elect-resource-namespace`/`--leader-elect-resource-name`; it is only named, it
+/// need not exist yet). Recorded in the background: an Event never holds up the start.
+fn record_config_warnings(
+    cloud: &dyn CloudProvider,
+    events: Option<&crate::controllers::EventsClient>,
+    flags: &flags::Flags,
+) {
+    let warnings = cloud.config_warnings();
+    if warnings.is_empty() {
+        return;
+    }
+    for warning in &warnings {
+        tracing::warn!(provider = cloud.name(), %warning, "cloud config warning");
+    }
+    let Some(events) = events else {
+        return;
+    };
+    let recorder = EventRecorder::new(events.0.clone(), Reporter::from(COMPONENT));
+    let env = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+    let meta = |name: String, namespace: String| kube::api::ObjectMeta {
+        name: Some(name),
+        namespace: Some(namespace),
+        ..Default::default()
+    };
+    let pod = match (env("POD_NAME"), env("POD_NAMESPACE")) {
+        (Some(name), Some(namespace)) => Some(k8s_openapi::api::core::v1::Pod {
+            metadata: meta(name, namespace),
+            ..Default::default()
+        }),
+        _ => None,
+    };
+    let lease = k8s_openapi::api::coordination::v1::Lease {
+        metadata: meta(
+            flags.leader_elect_resource_name.clone(),
+            flags.leader_elect_resource_namespace.clone(),
+        ),
+        ..Default::default()
+    };
+    tokio::spawn(async move {
+        use crate::controllers::events::publish;
+        use kube::runtime::events::EventType::Warning;
+        const REASON: &str = CONFIG_WARNING_REASON;
+        for note in warnings {
+            match &pod {
+                Some(pod) => publish(&recorder, pod, Warning, REASON, REASON, note).await,
+                None => publish(&recorder, &lease, Warning, REASON, REASON, note).await,
+            }
+        }
+    });
 }
 
 /// Runs the controllers, under leader election when enabled, until shutdown or a lost lock.

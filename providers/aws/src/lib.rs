@@ -219,6 +219,12 @@ impl CloudProvider for Cloud {
         PROVIDER_NAME
     }
 
+    /// What reading the cloud config skipped (unknown sections and keys), for the manager's
+    /// start-up `CloudConfigWarning` Events.
+    fn config_warnings(&self) -> Vec<String> {
+        self.config().config_warnings().to_vec()
+    }
+
     fn has_cluster_id(&self) -> bool {
         self.config.cluster_id().is_some()
     }

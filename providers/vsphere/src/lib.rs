@@ -265,6 +265,12 @@ impl CloudProvider for VsphereProvider {
         PROVIDER_NAME
     }
 
+    /// What reading the cloud config skipped (unknown sections and keys), for the manager's
+    /// start-up `CloudConfigWarning` Events.
+    fn config_warnings(&self) -> Vec<String> {
+        self.config().config_warnings().to_vec()
+    }
+
     fn instances_v2(&self) -> Option<Arc<dyn InstancesV2>> {
         if self.node_labels.is_empty() {
             return Some(self.instances.clone());
