@@ -209,6 +209,9 @@ where
         }
     };
     logging::init(options.log_format, options.flags.verbosity);
+    // One warning naming the provider's accepted-only flags that were set (it logs only on its
+    // first call, so a caller that also calls it does not repeat it).
+    extensions.warn_accepted_only();
     if let Some(command) = &options.skipped_command {
         tracing::info!(
             argument = %command,
