@@ -232,28 +232,21 @@ pub fn leader_election_slowpath(name: &str) {
 }
 
 fn build_info_labels() -> Labels {
-    let version = env!("CARGO_PKG_VERSION");
-    let mut parts = version.split('.');
-    let major = parts.next().unwrap_or_default();
-    let minor = parts.next().unwrap_or_default();
-    let arch = match std::env::consts::ARCH {
-        "x86_64" => "amd64",
-        "aarch64" => "arm64",
-        other => other,
-    };
+    // The same facts `--version=raw` prints, so the metric and the flag agree.
+    let v = super::flags::VersionInfo::get(&super::flags::VersionFlag::Off);
     [
-        ("build_date", ""),
-        ("compiler", "rustc"),
-        ("git_commit", option_env!("CCM_GIT_COMMIT").unwrap_or("")),
-        ("git_tree_state", ""),
-        ("git_version", &format!("v{version}")),
-        ("go_version", ""),
-        ("major", major),
-        ("minor", minor),
-        ("platform", &format!("{}/{arch}", std::env::consts::OS)),
+        ("build_date", v.build_date),
+        ("compiler", v.compiler),
+        ("git_commit", v.git_commit),
+        ("git_tree_state", v.git_tree_state),
+        ("git_version", v.git_version),
+        ("go_version", String::new()),
+        ("major", v.major),
+        ("minor", v.minor),
+        ("platform", v.platform),
     ]
     .into_iter()
-    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .map(|(k, v)| (k.to_string(), v))
     .collect()
 }
 
@@ -333,6 +326,21 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn build_info_agrees_with_version_raw() {
+        let info = super::super::flags::VersionInfo::get(&super::super::flags::VersionFlag::Off);
+        let labels: std::collections::BTreeMap<_, _> = build_info_labels().into_iter().collect();
+        // Before: git_commit fell back to "" and build_date to "" while --version said
+        // "unknown" and the epoch.
+        assert_eq!(labels["git_commit"], info.git_commit);
+        assert!(!labels["git_commit"].is_empty(), "a commit or \"unknown\", as --version");
+        assert_eq!(labels["build_date"], info.build_date);
+        assert_eq!(labels["git_version"], info.git_version);
+        assert_eq!(labels["git_tree_state"], info.git_tree_state);
+        assert_eq!(labels["platform"], info.platform);
+        assert!(info.raw().contains(&format!("GitCommit:\"{}\"", labels["git_commit"])));
+    }
 
     #[test]
     fn process_metrics_are_read_from_proc_self() {
