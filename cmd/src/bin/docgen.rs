@@ -43,7 +43,13 @@ async fn metrics_page() -> Result<String, String> {
     };
     let core = ccm_core::reference::registered_metrics(Arc::new(cloud)).await?;
     let mut aws = prometheus_client::registry::Registry::default();
-    ccm_provider_aws::client::ApiMetrics::default().register(&mut aws);
+    let aws_metrics = ccm_provider_aws::client::ApiMetrics::default();
+    aws_metrics.register(&mut aws);
+    // A labelled family is encoded only once it has a sample: reading one (0) creates it, so
+    // the page lists the family with its label names.
+    aws_metrics.requests("ec2", "DescribeInstances");
+    aws_metrics.throttled("DescribeInstances");
+    aws_metrics.delayed("ec2");
     let mut text = String::new();
     prometheus_client::encoding::text::encode(&mut text, &aws).map_err(|e| e.to_string())?;
     let aws = ccm_core::reference::metric_docs(&text);
@@ -53,9 +59,10 @@ async fn metrics_page() -> Result<String, String> {
          families (the same in every `cloud-controller-manager-<cloud>`), then each cloud's own. \
          Names, types, labels and help texts are upstream's, so existing dashboards and alerts \
          work. Label names are listed where the family has samples before any traffic.\n\n\
-         ## Manager and controllers\n\n{}\n## AWS\n\n{}\n## vSphere, IBM Cloud, OpenStack\n\nNo \
-         provider-specific families.\n",
+         ## Manager and controllers\n\n{}\n{}\n## AWS: this client's own families\n\nNext \
+         to upstream's AWS families above: request attempts, throttled and delayed requests.\n\n{}",
         metrics_table(&core),
+        ccm_core::reference::cloud_metrics_markdown(),
         metrics_table(&aws)
     ))
 }

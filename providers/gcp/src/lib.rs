@@ -285,6 +285,12 @@ impl CloudProvider for GcpProvider {
         PROVIDER_NAME
     }
 
+    /// What reading `gce.conf` skipped (unknown sections and keys), for the manager's start-up
+    /// `CloudConfigWarning` Events.
+    fn config_warnings(&self) -> Vec<String> {
+        self.config().config_warnings().to_vec()
+    }
+
     fn has_cluster_id(&self) -> bool {
         true
     }
