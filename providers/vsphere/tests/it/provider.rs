@@ -68,8 +68,16 @@ fn bad_configs_and_missing_credentials_fail_at_start_with_the_key_named() {
     let e =
         err("[Global]\nserver = vc\nuser = u\npassword = p\ninsecure-flag = perhaps\n", &sources);
     assert!(e.contains("[Global] insecure-flag"), "{e}");
-    let e = err("[Global]\nserver = vc\n[Labls]\nzone = z\n", &sources);
-    assert!(e.contains("INI") && e.contains("Labls"), "{e}");
+    // An unknown INI section is skipped with a warning naming it, as upstream's gcfg
+    // (FatalOnly) skips it (issue #30); the provider still starts and reports the warning for
+    // the manager's CloudConfigWarning Event.
+    let p = VsphereProvider::new(
+        b"[Global]\nserver = vc\nuser = u\npassword = p\n[Labls]\nzone = z\n",
+        &sources,
+    )
+    .expect("an unknown section is not fatal");
+    let warnings = p.config_warnings();
+    assert!(warnings.len() == 1 && warnings[0].contains("Labls"), "{warnings:?}");
     let e = err("vcenter:\n  vc1:\n    server: 10.0.0.1\n", &sources);
     assert!(e.contains("no user name for vCenter vc1") && e.contains("vc1.username"), "{e}");
     let e = err("[VirtualCenter \"10.0.0.1\"]\nuser = u\n", &sources);
