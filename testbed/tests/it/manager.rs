@@ -287,7 +287,8 @@ async fn bad_start_up_input_fails_with_a_message_naming_the_problem() {
     }
     let (code, stdout, _) = run_to_exit(&["--version"]).await;
     assert_eq!(code, 0);
-    assert!(stdout.starts_with("cloud-controller-manager-test "), "{stdout}");
+    // As upstream's component-base verflag (issue #30).
+    assert!(stdout.starts_with("Kubernetes v"), "{stdout}");
 }
 
 // ---------------------------------------------------------------- controllers, serving, auth
