@@ -286,18 +286,8 @@ async fn aws_demo(
         .await
         .context("starting moto (ci/install-tools installs it)")?;
     let ec2 = testing::ec2(&moto.url).await;
-    let net = testing::network(&ec2, CLUSTER).await.map_err(err("creating the VPC"))?;
-    let sg = testing::node_security_group(&ec2, &net.vpc, CLUSTER)
-        .await
-        .map_err(err("creating the node security group"))?;
-    let mut instances = Vec::new();
-    for (subnet, count) in [(&net.subnets[0].0, 2), (&net.subnets[1].0, 1)] {
-        instances.extend(
-            testing::run_instances(&ec2, subnet, CLUSTER, count, Some(&sg))
-                .await
-                .map_err(err("running instances"))?,
-        );
-    }
+    let (_net, instances) =
+        testing::demo_world(&ec2, CLUSTER).await.map_err(err("the AWS world"))?;
     let config = dir.join("aws.conf");
     std::fs::write(&config, testing::cloud_config(&moto.url, CLUSTER, ""))
         .with_context(|| format!("writing {}", config.display()))?;

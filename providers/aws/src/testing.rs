@@ -177,6 +177,27 @@ pub async fn node_security_group(
     Ok(sg.group_id().ok_or("CreateSecurityGroup returned no ID")?.to_string())
 }
 
+/// The demo's world (also `ci/swap`'s): the [`network`], a [`node_security_group`] and three
+/// instances owned by `cluster`, two in the first zone and one in the second.
+pub async fn demo_world(
+    ec2: &aws_sdk_ec2::Client,
+    cluster: &str,
+) -> Result<(Network, Vec<Instance>), Error> {
+    let net = network(ec2, cluster).await.map_err(|e| format!("creating the VPC: {e}"))?;
+    let sg = node_security_group(ec2, &net.vpc, cluster)
+        .await
+        .map_err(|e| format!("creating the node security group: {e}"))?;
+    let mut instances = Vec::new();
+    for (subnet, count) in [(&net.subnets[0].0, 2), (&net.subnets[1].0, 1)] {
+        instances.extend(
+            run_instances(ec2, subnet, cluster, count, Some(&sg))
+                .await
+                .map_err(|e| format!("running instances: {e}"))?,
+        );
+    }
+    Ok((net, instances))
+}
+
 /// Runs `count` m5.large instances in `subnet`, tagged as owned by `cluster`, optionally in
 /// security group `sg`, and returns them as DescribeInstances sees them.
 pub async fn run_instances(

@@ -360,18 +360,8 @@ async fn aws_world(dir: &Path) -> Result<World, SwapError> {
     let err = |what: &'static str| move |e: testing::Error| step(format!("{what}: {e}"));
     let moto = crate::moto::Moto::start().await.map_err(|e| step(format!("moto: {e}")))?;
     let ec2 = testing::ec2(&moto.url).await;
-    let net = testing::network(&ec2, CLUSTER).await.map_err(err("creating the VPC"))?;
-    let sg = testing::node_security_group(&ec2, &net.vpc, CLUSTER)
-        .await
-        .map_err(err("the node security group"))?;
-    let mut instances = Vec::new();
-    for (subnet, count) in [(&net.subnets[0].0, 2), (&net.subnets[1].0, 1)] {
-        instances.extend(
-            testing::run_instances(&ec2, subnet, CLUSTER, count, Some(&sg))
-                .await
-                .map_err(err("running instances"))?,
-        );
-    }
+    let (net, instances) =
+        testing::demo_world(&ec2, CLUSTER).await.map_err(err("the AWS world"))?;
     let first = instances.first().ok_or_else(|| step("moto ran no instance"))?;
     let get = |v: Option<&str>| v.unwrap_or_default().to_string();
     let zone = get(first.placement().and_then(|p| p.availability_zone()));
