@@ -56,7 +56,7 @@ use serde_json::{Map, Value, json};
 
 use crate::asyncop::{Action, AsyncOps, Operation, Phase, octavia_provisioning_status};
 use crate::server::{Body, Cloud, ErrorKind, ErrorReply, ServeFuture, full};
-use crate::world::{Instance, PowerState, World};
+use crate::world::{Instance, PowerState, World, WorldError};
 
 /// The user [`OpenStackOptions::default`] accepts.
 pub const DEFAULT_USER: &str = "admin";
@@ -86,6 +86,12 @@ pub struct OpenStackOptions {
     /// server, as the request's `Host` names it), e.g. to show a client a catalog naming
     /// another host or scheme.
     pub catalog_base: Option<String>,
+    /// The newest Octavia API version the emulator advertises and implements, as the minor
+    /// of v2 (default [`OCTAVIA_MAX_MINOR`]; the world file's `openstack.octavia_max_version`).
+    /// Below 2.5 a `tags` attribute is refused, below 2.12 a listener's `allowed_cidrs`,
+    /// below 2.16 an HTTP(S) health monitor on a UDP pool, below 2.1 a listener's timeouts
+    /// (400, as that Octavia refuses an attribute it does not know).
+    pub octavia_max_minor: u32,
 }
 
 impl Default for OpenStackOptions {
@@ -98,8 +104,86 @@ impl Default for OpenStackOptions {
             token_lifetime: Duration::from_secs(3600),
             lb_pending: Duration::from_secs(2),
             catalog_base: None,
+            octavia_max_minor: OCTAVIA_MAX_MINOR,
         }
     }
+}
+
+impl OpenStackOptions {
+    /// These options with a world file's `openstack:` settings applied; an invalid setting is
+    /// an error naming it.
+    pub fn with_world(mut self, w: &OpenStackWorld) -> Result<OpenStackOptions, WorldError> {
+        let invalid = |detail: String| WorldError::Invalid { origin: "openstack".into(), detail };
+        if let Some(v) = &w.octavia_max_version {
+            self.octavia_max_minor = parse_octavia_version(v).map_err(invalid)?;
+        }
+        Ok(self)
+    }
+}
+
+/// The OpenStack-only settings of a world file, under its top-level `openstack:` key (read by
+/// [`parse_world`] / [`load_world`]; the rest of the file is the kit's [`World`]):
+///
+/// ```yaml
+/// openstack:
+///   octavia_max_version: "2.11"   # GET /load-balancer/ lists v2.0..v2.11; newer attributes are 400
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OpenStackWorld {
+    /// The newest Octavia API version (`"2.11"` or `"v2.11"`, v2.0 to v2.[`OCTAVIA_MAX_MINOR`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub octavia_max_version: Option<String>,
+}
+
+/// `"2.11"` / `"v2.11"` → 11, for v2.0 up to v2.[`OCTAVIA_MAX_MINOR`].
+pub fn parse_octavia_version(v: &str) -> Result<u32, String> {
+    let bad = || {
+        format!(
+            "octavia_max_version {v:?}: expected a version v2.0 to v2.{OCTAVIA_MAX_MINOR}, e.g. \"2.11\""
+        )
+    };
+    let minor = v.trim().trim_start_matches('v').strip_prefix("2.").ok_or_else(bad)?;
+    let minor: u32 = minor.parse().map_err(|_| bad())?;
+    if minor > OCTAVIA_MAX_MINOR {
+        return Err(bad());
+    }
+    Ok(minor)
+}
+
+/// Parses a world file's text (YAML or JSON) for the OpenStack emulator: the kit's [`World`]
+/// plus the OpenStack-only settings under its `openstack:` key.
+pub fn parse_world(text: &str) -> Result<(World, OpenStackWorld), WorldError> {
+    parse_world_named(text, "<inline>")
+}
+
+/// Reads a world file for the OpenStack emulator (see [`parse_world`]).
+pub fn load_world(path: &std::path::Path) -> Result<(World, OpenStackWorld), WorldError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|source| WorldError::Read { path: path.to_path_buf(), source })?;
+    parse_world_named(&text, &path.display().to_string())
+}
+
+fn parse_world_named(text: &str, origin: &str) -> Result<(World, OpenStackWorld), WorldError> {
+    let invalid = |detail: String| WorldError::Invalid { origin: origin.into(), detail };
+    let mut v: Value = if text.trim_start().starts_with('{') {
+        serde_json::from_str(text).map_err(|e| invalid(e.to_string()))?
+    } else {
+        serde_saphyr::from_str(text).map_err(|e| invalid(e.to_string()))?
+    };
+    let os = match v.as_object_mut().and_then(|m| m.remove("openstack")) {
+        None | Some(Value::Null) => OpenStackWorld::default(),
+        Some(o) => serde_json::from_value(o).map_err(|e| invalid(format!("openstack: {e}")))?,
+    };
+    if let Some(version) = &os.octavia_max_version {
+        parse_octavia_version(version).map_err(|e| invalid(format!("openstack: {e}")))?;
+    }
+    let rest = if v.is_null() { "{}".to_string() } else { v.to_string() };
+    let world = World::parse(&rest).map_err(|e| match e {
+        WorldError::Invalid { detail, .. } => invalid(detail),
+        other => other,
+    })?;
+    Ok((world, os))
 }
 
 type Resp = Response<Body>;
@@ -949,15 +1033,16 @@ const OCTAVIA_VERSION_DATES: [&str; OCTAVIA_MAX_MINOR as usize + 1] = [
     "2023-05-05",
 ];
 
-/// Octavia's version discovery (`GET /`): every v2 minor version up to
-/// [`OCTAVIA_MAX_MINOR`], the newest `CURRENT`, the others `SUPPORTED`, each linking the one
-/// `/v2` endpoint (minor versions share it).
-fn octavia_versions(base: &str) -> Value {
+/// Octavia's version discovery (`GET /`): every v2 minor version up to `max_minor`
+/// ([`OpenStackOptions::octavia_max_minor`]), the newest `CURRENT`, the others `SUPPORTED`,
+/// each linking the one `/v2` endpoint (minor versions share it).
+fn octavia_versions(base: &str, max_minor: u32) -> Value {
     let versions: Vec<Value> = OCTAVIA_VERSION_DATES
         .iter()
         .enumerate()
+        .take(max_minor as usize + 1)
         .map(|(minor, date)| {
-            let status = if minor == OCTAVIA_MAX_MINOR as usize { "CURRENT" } else { "SUPPORTED" };
+            let status = if minor == max_minor as usize { "CURRENT" } else { "SUPPORTED" };
             json!({"id": format!("v2.{minor}"), "status": status,
                 "updated": format!("{date}T00:00:00Z"),
                 "links": [{"rel": "self", "href": format!("{base}/load-balancer/v2")}]})
@@ -1006,7 +1091,10 @@ impl OpenStackCloud {
                     "links": [{"rel": "self", "href": format!("{base}/network/v2.0/")}]}]}),
                 ));
             }
-            "octavia.versions" => return Ok(reply(StatusCode::OK, &octavia_versions(&base))),
+            "octavia.versions" => {
+                let max = lock(&self.opts).octavia_max_minor;
+                return Ok(reply(StatusCode::OK, &octavia_versions(&base, max)));
+            }
             _ => {}
         }
         self.check_token(req, svc)?;
@@ -1728,6 +1816,14 @@ fn obad(msg: impl AsRef<str>) -> Resp {
     err(Svc::Octavia, StatusCode::BAD_REQUEST, "", msg)
 }
 
+/// A listener's timeout attributes (Octavia v2.1).
+const LISTENER_TIMEOUTS: &[&str] = &[
+    "timeout_client_data",
+    "timeout_member_connect",
+    "timeout_member_data",
+    "timeout_tcp_inspect",
+];
+
 /// The keys of an Octavia create body that nest children (the "fully populated" create).
 const NESTED: &[&str] = &["listeners", "pools", "default_pool", "members", "healthmonitor"];
 
@@ -1902,6 +1998,7 @@ impl OpenStackCloud {
                 }
             }
         }
+        self.octavia_gate(st, coll, &spec, pool_id)?;
         let new_id = st.next_id(coll);
         let mut o = json!({"id": new_id, "name": "", "description": "", "admin_state_up": true,
             "project_id": project, "tenant_id": project, "tags": [], "created_at": now, "updated_at": now});
@@ -2243,6 +2340,53 @@ impl OpenStackCloud {
         r
     }
 
+    /// Refuses what the advertised Octavia version ([`OpenStackOptions::octavia_max_minor`])
+    /// does not know in a create or update body of `coll` (`pool_id`: a member's pool), with
+    /// the 400 that version answers: an attribute it does not have (`tags` before 2.5, a
+    /// listener's `allowed_cidrs` before 2.12 and timeouts before 2.1), or an HTTP(S) health
+    /// monitor on a UDP pool before 2.16.
+    fn octavia_gate(&self, st: &State, coll: &str, spec: &Value, pool_id: &str) -> Res<()> {
+        let max = lock(&self.opts).octavia_max_minor;
+        let single = octavia_coll(coll).map(|c| c.1).unwrap_or("member");
+        let given = |k: &str| spec.get(k).is_some_and(|v| !v.is_null());
+        let unknown = |attr: &str| {
+            obad(format!(
+                "Invalid input for field/attribute {single}. Value: '{attr}'. Unknown attribute for argument {single}: {attr}"
+            ))
+        };
+        if max < 5 && given("tags") {
+            return Err(unknown("tags"));
+        }
+        if coll == "listeners" {
+            if max < 12 && given("allowed_cidrs") {
+                return Err(unknown("allowed_cidrs"));
+            }
+            if max < 1 {
+                for k in LISTENER_TIMEOUTS {
+                    if given(k) {
+                        return Err(unknown(k));
+                    }
+                }
+            }
+        }
+        if coll == "healthmonitors" && max < 16 {
+            let ty = spec["type"].as_str().unwrap_or_default();
+            let pool = spec["pool_id"].as_str().unwrap_or(pool_id);
+            let udp = st
+                .octavia
+                .get("pools")
+                .into_iter()
+                .flatten()
+                .any(|p| p["id"].as_str() == Some(pool) && p["protocol"] == json!("UDP"));
+            if udp && matches!(ty, "HTTP" | "HTTPS") {
+                return Err(obad(format!(
+                    "Validation failure: The associated pool protocol is UDP, so only a UDP-CONNECT, TCP or PING health monitor is supported, not {ty}."
+                )));
+            }
+        }
+        Ok(())
+    }
+
     /// The load balancer of `lb_or_child`, refusing changes while it is pending (409).
     fn mutable(st: &State, lb: &str) -> Res<()> {
         let s = Self::lb_status(st, lb);
@@ -2436,6 +2580,7 @@ impl OpenStackCloud {
                     st.lb_of.get(&id).cloned().unwrap_or_default()
                 };
                 Self::mutable(&st, &lb)?;
+                self.octavia_gate(&st, coll, &spec, &pool_id)?;
                 if let Some(p) = spec.get("default_pool_id").and_then(Value::as_str)
                     && st.lb_of.get(p) != Some(&lb)
                 {
@@ -2459,6 +2604,9 @@ impl OpenStackCloud {
                     .as_array()
                     .cloned()
                     .ok_or_else(|| obad("Missing mandatory field: members"))?;
+                for w in &want {
+                    self.octavia_gate(&st, "members", w, &pool_id)?;
+                }
                 let old: Vec<Value> = st
                     .ocoll("members")
                     .iter()
@@ -2587,7 +2735,7 @@ mod tests {
     fn octavia_lists_every_minor_version_up_to_the_current_one() {
         assert_eq!(route(&Method::GET, "/load-balancer/"), "octavia.versions");
         assert_eq!(route(&Method::GET, "/load-balancer/v2"), "octavia.versions");
-        let v = octavia_versions("http://h");
+        let v = octavia_versions("http://h", OCTAVIA_MAX_MINOR);
         let list = v["versions"].as_array().cloned().unwrap_or_default();
         assert_eq!(list.len(), OCTAVIA_MAX_MINOR as usize + 1);
         assert_eq!(list[0]["id"], "v2.0");
@@ -2597,6 +2745,154 @@ mod tests {
         assert_eq!(last["status"], "CURRENT");
         assert_eq!(last["links"][0]["href"], "http://h/load-balancer/v2");
         assert_eq!(list.iter().filter(|x| x["status"] == "CURRENT").count(), 1);
+    }
+
+    /// Calls the emulator directly (no server): the status and JSON body of `method path`.
+    pub(super) async fn call(
+        c: &OpenStackCloud,
+        method: Method,
+        path: &str,
+        token: Option<&str>,
+        body: Option<Value>,
+    ) -> (StatusCode, Value) {
+        use http_body_util::BodyExt as _;
+        let mut b = Request::builder().method(method.clone()).uri(path).header("host", "h");
+        if let Some(t) = token {
+            b = b.header("x-auth-token", t);
+        }
+        let bytes = body.map(|v| Bytes::from(v.to_string())).unwrap_or_default();
+        let Ok(req) = b.body(bytes) else { panic!("request {path}") };
+        let op = route(&method, req.uri().path());
+        let (Ok(r) | Err(r)) = c.handle(&op, &req);
+        let status = r.status();
+        let Ok(got) = r.into_body().collect().await else { panic!("body of {path}") };
+        let v = serde_json::from_slice(&got.to_bytes()).unwrap_or(Value::Null);
+        (status, v)
+    }
+
+    /// A token for the default user and project.
+    pub(super) async fn login(c: &OpenStackCloud) -> String {
+        let body = json!({"auth": {"identity": {"methods": ["password"], "password": {"user": {
+            "name": DEFAULT_USER, "password": DEFAULT_PASSWORD, "domain": {"name": "Default"}}}},
+            "scope": {"project": {"name": "demo", "domain": {"name": "Default"}}}}});
+        use http_body_util::BodyExt as _;
+        let Ok(req) = Request::builder()
+            .method(Method::POST)
+            .uri("/identity/v3/auth/tokens")
+            .header("host", "h")
+            .body(Bytes::from(body.to_string()))
+        else {
+            panic!("token request")
+        };
+        let (Ok(r) | Err(r)) = c.handle("keystone.tokens.create", &req);
+        assert_eq!(r.status(), StatusCode::CREATED);
+        let t =
+            r.headers().get("x-subject-token").and_then(|v| v.to_str().ok()).map(str::to_string);
+        let _ = r.into_body().collect().await;
+        t.unwrap_or_default()
+    }
+
+    fn cloud_at(minor: u32) -> Arc<OpenStackCloud> {
+        let opts = OpenStackOptions {
+            octavia_max_minor: minor,
+            lb_pending: Duration::ZERO,
+            ..Default::default()
+        };
+        OpenStackCloud::new(World::default(), opts)
+    }
+
+    async fn lb(c: &OpenStackCloud, t: &str, extra: Value) -> (StatusCode, Value) {
+        let subnet = c.neutron_id("subnets", "private-subnet").unwrap_or_default();
+        let mut spec = json!({"name": "lb", "vip_subnet_id": subnet});
+        merge(&mut spec, extra);
+        call(
+            c,
+            Method::POST,
+            "/load-balancer/v2/lbaas/loadbalancers",
+            Some(t),
+            Some(json!({"loadbalancer": spec})),
+        )
+        .await
+    }
+
+    #[tokio::test]
+    async fn octavia_max_version_lists_only_up_to_it_and_refuses_newer_attributes() {
+        // 2.4: no tags.
+        let c = cloud_at(4);
+        let (s, v) = call(&c, Method::GET, "/load-balancer/", None, None).await;
+        assert_eq!(s, StatusCode::OK);
+        let list = v["versions"].as_array().cloned().unwrap_or_default();
+        assert_eq!(list.len(), 5, "{v}");
+        assert_eq!(list[4]["id"], "v2.4");
+        assert_eq!(list[4]["status"], "CURRENT");
+        let t = login(&c).await;
+        let (s, v) = lb(&c, &t, json!({"tags": ["kube_service_x"]})).await;
+        assert_eq!(s, StatusCode::BAD_REQUEST, "{v}");
+        assert_eq!(v["faultcode"], "Client");
+        assert!(v["faultstring"].as_str().unwrap_or_default().contains("tags"), "{v}");
+        assert!(c.octavia_objects("loadbalancers").is_empty(), "a refused create leaves nothing");
+        let (s, _) = lb(&c, &t, json!({})).await;
+        assert_eq!(s, StatusCode::CREATED);
+
+        // 2.11: tags, but no allowed_cidrs (also inside a fully populated create).
+        let c = cloud_at(11);
+        let t = login(&c).await;
+        let listener =
+            json!({"protocol": "TCP", "protocol_port": 80, "allowed_cidrs": ["10.0.0.0/8"]});
+        let (s, v) = lb(&c, &t, json!({"tags": ["a"], "listeners": [listener]})).await;
+        assert_eq!(s, StatusCode::BAD_REQUEST, "{v}");
+        assert!(v["faultstring"].as_str().unwrap_or_default().contains("allowed_cidrs"), "{v}");
+        assert!(c.octavia_objects("loadbalancers").is_empty());
+        let (s, v) = lb(&c, &t, json!({"tags": ["a"]})).await;
+        assert_eq!(s, StatusCode::CREATED, "{v}");
+
+        // 2.15: allowed_cidrs, but an HTTP monitor on a UDP pool is refused (TCP is fine).
+        let c = cloud_at(15);
+        let t = login(&c).await;
+        let udp = |ty: &str| {
+            json!({"listeners": [{"protocol": "UDP", "protocol_port": 53,
+            "allowed_cidrs": ["10.0.0.0/8"],
+            "default_pool": {"protocol": "UDP", "lb_algorithm": "ROUND_ROBIN",
+                "healthmonitor": {"type": ty, "delay": 5, "timeout": 3, "max_retries": 1}}}]})
+        };
+        let (s, v) = lb(&c, &t, udp("HTTP")).await;
+        assert_eq!(s, StatusCode::BAD_REQUEST, "{v}");
+        assert!(v["faultstring"].as_str().unwrap_or_default().contains("UDP"), "{v}");
+        let (s, v) = lb(&c, &t, udp("UDP-CONNECT")).await;
+        assert_eq!(s, StatusCode::CREATED, "{v}");
+
+        // The default (newest) accepts all of it.
+        let c = cloud_at(OCTAVIA_MAX_MINOR);
+        let t = login(&c).await;
+        let (s, v) = lb(&c, &t, udp("HTTP")).await;
+        assert_eq!(s, StatusCode::CREATED, "{v}");
+    }
+
+    #[test]
+    fn the_world_file_s_openstack_section_sets_the_octavia_version() {
+        let (w, os) = parse_world(
+            "openstack:\n  octavia_max_version: \"2.11\"\ninstances:\n  - {name: a, zone: nova}\n",
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(w.instances.len(), 1);
+        assert_eq!(os.octavia_max_version.as_deref(), Some("2.11"));
+        let opts = OpenStackOptions::default().with_world(&os).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(opts.octavia_max_minor, 11);
+        let Err(e) = parse_world("openstack: {octavia_max_version: \"3.1\"}\n") else {
+            panic!("3.1 accepted")
+        };
+        assert!(e.to_string().contains("octavia_max_version \"3.1\""), "{e}");
+        let Err(e) = parse_world("openstack: {octavia_max_version: \"2.99\"}\n") else {
+            panic!("2.99 accepted")
+        };
+        assert!(e.to_string().contains("v2.0 to v2.27"), "{e}");
+        let Err(e) = parse_world("openstack: {colour: red}\n") else { panic!("colour accepted") };
+        assert!(e.to_string().contains("colour"), "{e}");
+        let Err(e) = parse_world("instances:\n  - {name: a, zone: z, subnet: nope}\n") else {
+            panic!("bad world accepted")
+        };
+        assert!(e.to_string().contains("unknown subnet"), "{e}");
+        assert_eq!(parse_world("").map(|(w, _)| w.instances.len()).ok(), Some(0));
     }
 
     #[test]
