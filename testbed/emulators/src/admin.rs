@@ -9,6 +9,9 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::asyncop::{
+    ActionMatch, OperationFailure, TimingMs, TimingProfile, TimingReport, TimingSelection,
+};
 pub use crate::faults::{Fault, FaultRule};
 
 /// The reserved path prefix of the admin API.
@@ -207,6 +210,69 @@ impl Admin {
     /// Removes every fault rule (hung calls are released by closing their connections).
     pub async fn clear_faults(&self) -> Result<(), AdminError> {
         self.call("clearing faults", reqwest::Method::DELETE, "faults", None).await.map(drop)
+    }
+
+    /// Arms operation failures (`POST /__emulator/operation-failures`): the next `times`
+    /// long-running operations the emulator starts on a target matching `target_glob` with a
+    /// matching `action` (`ActionMatch::Any`, or an `asyncop::Action`) end failed with
+    /// `message` after their pending time, in the cloud's own shape (ARM `Failed`, a GCE
+    /// operation `DONE` with `error.errors[]`, Octavia `ERROR`, IBM `failed`). Returns the
+    /// rule's id.
+    pub async fn fail_operations(
+        &self,
+        target_glob: &str,
+        action: impl Into<ActionMatch>,
+        times: u64,
+        message: &str,
+    ) -> Result<u64, AdminError> {
+        let rule = OperationFailure::new(target_glob, action, times, message);
+        let body = serde_json::to_value(&rule).unwrap_or_default();
+        let what = "arming operation failures";
+        let v = self.call(what, reqwest::Method::POST, "operation-failures", Some(body)).await?;
+        Ok(self.decode::<Id>(what, "operation-failures", v)?.id)
+    }
+
+    /// Disarms every operation failure (`DELETE /__emulator/operation-failures`); operations
+    /// already started keep their fate.
+    pub async fn clear_operation_failures(&self) -> Result<(), AdminError> {
+        let what = "clearing operation failures";
+        self.call(what, reqwest::Method::DELETE, "operation-failures", None).await.map(drop)
+    }
+
+    /// The armed operation failures (id, rule) with the failures each has left.
+    pub async fn operation_failures(&self) -> Result<Vec<(u64, OperationFailure)>, AdminError> {
+        let what = "reading operation failures";
+        let v = self.call(what, reqwest::Method::GET, "operation-failures", None).await?;
+        let items: Vec<serde_json::Value> = self.decode(what, "operation-failures", v)?;
+        items
+            .into_iter()
+            .map(|mut item| {
+                let id = item.get("id").and_then(serde_json::Value::as_u64).unwrap_or_default();
+                if let Some(o) = item.as_object_mut() {
+                    o.remove("id");
+                }
+                Ok((id, self.decode(what, "operation-failures", item)?))
+            })
+            .collect()
+    }
+
+    /// Selects the timing profile of long-running operations started from now on
+    /// (`POST /__emulator/timing`): `fast` (the emulator's test values) or `realistic` (the
+    /// cloud's real durations), every time multiplied by `scale` (0..=1000).
+    pub async fn set_timing(&self, profile: TimingProfile, scale: f64) -> Result<(), AdminError> {
+        let body = serde_json::json!({ "profile": profile, "scale": scale });
+        self.call("setting the timing", reqwest::Method::POST, "timing", Some(body)).await.map(drop)
+    }
+
+    /// The timing selection now (`GET /__emulator/timing`).
+    pub async fn timing(&self) -> Result<TimingSelection, AdminError> {
+        Ok(self.timing_report().await?.selection())
+    }
+
+    /// The timing selection and the cloud's unscaled tables (`GET /__emulator/timing`).
+    pub async fn timing_report(&self) -> Result<TimingReport, AdminError> {
+        let v = self.call("reading the timing", reqwest::Method::GET, "timing", None).await?;
+        self.decode("reading the timing", "timing", v)
     }
 
     /// Pauses the emulator: every call hangs or fails until [`Admin::resume`].

@@ -7,7 +7,8 @@
 //! - [`faults`]: fault rules (status, throttle, latency, hang, drop; times, probability);
 //! - [`admin`]: the admin API's types and its Rust client [`admin::Admin`];
 //! - [`world`]: the declarative world file (instances, networks, subnets);
-//! - [`asyncop`]: long-running operations (ARM, GCE, Octavia, IBM shapes);
+//! - [`asyncop`]: long-running operations (ARM, GCE, Octavia, IBM shapes), their timing
+//!   profiles (`fast`, `realistic`, scaled) and armed operation failures;
 //! - [`ibm`]: the IBM Cloud emulator (IAM, Resource Manager, VPC `/v1`);
 //! - [`openstack`]: the OpenStack emulator (Keystone v3, Nova, Neutron, Octavia v2);
 //! - [`tls`]: HTTPS certificates from the testbed's CA;
@@ -36,6 +37,9 @@ pub mod vsphere;
 pub mod world;
 
 pub use admin::{Admin, Counters, PauseMode};
+pub use asyncop::{
+    ActionMatch, OperationFailure, Timing, TimingMs, TimingProfile, TimingReport, TimingSelection,
+};
 pub use faults::{Fault, FaultRule};
 pub use proxy::{FaultProxy, Protocol};
 pub use world::World;

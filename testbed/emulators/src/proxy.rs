@@ -132,7 +132,11 @@ impl ProxyBuilder {
             idle: Mutex::new(Vec::new()),
         });
         let cloud = Arc::new(ProxyCloud { protocol: self.protocol, upstream });
-        let opts = ServerOptions { listen: self.listen, tls: self.tls.unwrap_or(https) };
+        let opts = ServerOptions {
+            listen: self.listen,
+            tls: self.tls.unwrap_or(https),
+            ..ServerOptions::default()
+        };
         let server = Server::start(cloud, opts).await?;
         tracing::info!(url = %server.url(), upstream = %url, protocol = self.protocol.as_str(), "fault proxy started");
         Ok(FaultProxy { server })

@@ -6,10 +6,15 @@
 //! own error bodies, and serves the calls that pass the faults.
 //!
 //! ```text
-//!  client ──▶ listener ──▶ /__emulator/…  ──▶ admin API (faults, pause, counters, state)
+//!  client ──▶ listener ──▶ /__emulator/…  ──▶ admin API (faults, pause, counters, state,
+//!                      │                        timing, operation-failures)
 //!                      └─▶ anything else ──▶ Cloud::operation ─▶ count ─▶ pause? ─▶ fault?
-//!                                              ─▶ Cloud::serve (emulator / proxy upstream)
+//!                                              ─▶ Cloud::serve (emulator / proxy upstream),
+//!                                                 with the server's OpControls current
 //! ```
+//!
+//! The server's [`OpControls`] (timing profile, armed operation failures) are current while
+//! `Cloud::serve` runs, so the cloud's `AsyncOps::start` calls follow them.
 
 use std::collections::VecDeque;
 use std::future::Future;
@@ -28,6 +33,7 @@ use hyper_util::rt::TokioIo;
 use tokio::sync::watch;
 
 use crate::admin::{Counters, PREFIX, PauseMode, RequestRecord};
+use crate::asyncop::{OpControls, OperationFailure, TimingReport, TimingSelection};
 use crate::faults::{Fault, FaultRule, FaultSet};
 use crate::tls::TlsIdentity;
 
@@ -103,6 +109,13 @@ pub trait Cloud: Send + Sync + 'static {
     fn state(&self) -> serde_json::Value {
         serde_json::Value::Null
     }
+
+    /// The cloud's long-running operations, when it has any: `GET /__emulator/timing` then
+    /// reports their `fast` and `realistic` tables (a cloud with async operations returns
+    /// `Some(&self.ops)`). Failures and timing selection work without it.
+    fn async_ops(&self) -> Option<&crate::asyncop::AsyncOps> {
+        None
+    }
 }
 
 /// How many request-log entries are kept.
@@ -121,6 +134,8 @@ struct Shared {
     pause: watch::Sender<Option<PauseMode>>,
     /// Bumped by `DELETE faults` and `reset`: releases hung calls.
     epoch: watch::Sender<u64>,
+    /// Timing profile and armed operation failures of the cloud's long-running operations.
+    controls: Arc<OpControls>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -134,11 +149,18 @@ pub struct ServerOptions {
     pub listen: SocketAddr,
     /// Serve HTTPS with a fresh certificate from the testbed's CA.
     pub tls: bool,
+    /// The timing profile of long-running operations at start and after `reset` (default
+    /// `fast`, scale 1; a world file's `timing:` key).
+    pub timing: TimingSelection,
 }
 
 impl Default for ServerOptions {
     fn default() -> Self {
-        ServerOptions { listen: SocketAddr::from(([127, 0, 0, 1], 0)), tls: false }
+        ServerOptions {
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            tls: false,
+            timing: TimingSelection::default(),
+        }
     }
 }
 
@@ -159,6 +181,9 @@ pub enum ServerError {
     /// The admin client could not be built.
     #[error(transparent)]
     Admin(#[from] crate::admin::AdminError),
+    /// The timing selection is invalid.
+    #[error("timing: {0}")]
+    Timing(String),
 }
 
 /// A running emulator server; stopped (listener and every connection) when dropped.
@@ -185,6 +210,7 @@ impl Drop for Server {
 impl Server {
     /// Starts serving `cloud`. Must be called inside a Tokio runtime.
     pub async fn start(cloud: Arc<dyn Cloud>, opts: ServerOptions) -> Result<Server, ServerError> {
+        opts.timing.validate().map_err(ServerError::Timing)?;
         let tls = if opts.tls { Some(TlsIdentity::generate()?) } else { None };
         let listener = tokio::net::TcpListener::bind(opts.listen)
             .await
@@ -199,6 +225,7 @@ impl Server {
             log: Mutex::new(VecDeque::new()),
             pause: watch::channel(None).0,
             epoch: watch::channel(0).0,
+            controls: Arc::new(OpControls::new(opts.timing)),
         });
         let acceptor = tls.as_ref().map(|t| tokio_rustls::TlsAcceptor::from(t.server_config()));
         let task = tokio::spawn(accept_loop(listener, acceptor, shared.clone()));
@@ -245,6 +272,12 @@ impl Server {
     pub fn inject(&self, rule: FaultRule) -> Result<u64, String> {
         rule.validate()?;
         Ok(lock(&self.shared.faults).add(rule))
+    }
+
+    /// The timing profile and armed operation failures, in-process (the admin API's
+    /// `timing` and `operation-failures`).
+    pub fn operation_controls(&self) -> &OpControls {
+        &self.shared.controls
     }
 }
 
@@ -430,7 +463,10 @@ async fn dispatch(
             Fault::Drop => return Err(Dropped("drop fault".into())),
         }
     }
-    shared.cloud.serve(op, Request::from_parts(parts, body)).await
+    let controls = shared.controls.clone();
+    let req = Request::from_parts(parts, body);
+    let fut = OpControls::sync_scope(controls.clone(), || shared.cloud.serve(op, req));
+    OpControls::scope(controls, fut).await
 }
 
 fn admin_error(status: StatusCode, msg: impl std::fmt::Display) -> Response<Body> {
@@ -457,6 +493,7 @@ fn reset(shared: &Shared) {
     lock(&shared.log).clear();
     shared.pause.send_replace(None);
     shared.epoch.send_modify(|e| *e += 1);
+    shared.controls.reset();
     shared.cloud.reset();
 }
 
@@ -466,6 +503,8 @@ fn state(shared: &Shared) -> serde_json::Value {
         "faults": lock(&shared.faults).rules(),
         "counters": *lock(&shared.counters),
         "paused": *shared.pause.borrow(),
+        "timing": shared.controls.timing(),
+        "operation_failures": shared.controls.state()["operation_failures"],
         "cloud": shared.cloud.state(),
     })
 }
@@ -530,6 +569,44 @@ async fn admin(shared: &Shared, req: Request<Incoming>) -> Response<Body> {
             json_response(StatusCode::OK, &serde_json::json!(log))
         }
         (Method::GET, "state") => json_response(StatusCode::OK, &state(shared)),
+        (Method::POST, "operation-failures") => {
+            let rule: OperationFailure = match read_json(req.into_body()).await {
+                Ok(r) => r,
+                Err(resp) => return resp,
+            };
+            match shared.controls.add_failure(rule) {
+                Ok(id) => json_response(StatusCode::OK, &serde_json::json!({ "id": id })),
+                Err(e) => admin_error(StatusCode::BAD_REQUEST, e),
+            }
+        }
+        (Method::GET, "operation-failures") => {
+            json_response(StatusCode::OK, &shared.controls.state()["operation_failures"])
+        }
+        (Method::DELETE, "operation-failures") => {
+            shared.controls.clear_failures();
+            ok()
+        }
+        (Method::GET, "timing") => {
+            let sel = shared.controls.timing();
+            let ops = shared.cloud.async_ops();
+            let report = TimingReport {
+                profile: sel.profile,
+                scale: sel.scale,
+                fast: ops.map(|o| o.fast().into()),
+                realistic: ops.and_then(|o| o.realistic()).map(Into::into),
+            };
+            json_response(StatusCode::OK, &serde_json::json!(report))
+        }
+        (Method::POST, "timing") => {
+            let sel: TimingSelection = match read_json(req.into_body()).await {
+                Ok(s) => s,
+                Err(resp) => return resp,
+            };
+            match shared.controls.set_timing(sel) {
+                Ok(()) => ok(),
+                Err(e) => admin_error(StatusCode::BAD_REQUEST, e),
+            }
+        }
         (m, p) => admin_error(StatusCode::NOT_FOUND, format!("no admin endpoint {m} {PREFIX}{p}")),
     }
 }

@@ -13,6 +13,7 @@
 //!   - { name: node-1, zone: us-east-1a, type: m5.large, subnet: subnet-a, private_ips: [10.0.0.4] }
 //!   - { name: node-2, zone: us-east-1a, power: stopped, tags: { role: worker } }
 //!   - { name: node-3, zone: us-east-1b, public_ips: [203.0.113.7] }
+//! timing: { profile: realistic, scale: 0.1 }  # optional: long-running operations' timing
 //! ```
 //!
 //! Each cloud maps these onto its own resources (an instance's `tags` are AWS tags, GCE
@@ -137,6 +138,11 @@ pub struct World {
     /// Instances.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub instances: Vec<Instance>,
+    /// The timing profile of long-running operations (default `fast`, scale 1): what the
+    /// `ccm-emulator` binary starts with (its `--timing`/`--time-scale` win) and what a
+    /// `reset` restores; in-process, pass it as `ServerOptions::timing`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timing: Option<crate::asyncop::TimingSelection>,
 }
 
 impl World {
@@ -205,6 +211,7 @@ impl World {
             networks: vec![Network { name: "net-0".into(), cidr: Some("10.0.0.0/8".into()) }],
             subnets,
             instances,
+            timing: None,
         }
     }
 
@@ -226,6 +233,9 @@ impl World {
     }
 
     fn check(&self) -> Result<(), String> {
+        if let Some(t) = &self.timing {
+            t.validate().map_err(|e| format!("timing: {e}"))?;
+        }
         let mut names = BTreeSet::new();
         for n in &self.networks {
             if !names.insert(("network", n.name.as_str())) {

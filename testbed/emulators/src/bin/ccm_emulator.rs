@@ -11,6 +11,10 @@
 //! ccm-emulator aws-imds [--instance-id i-0123456789abcdef0 --region us-east-1 ...]
 //! ```
 //!
+//! `ibm`, `openstack`, `azure` and `gcp` also take `--timing fast|realistic` and
+//! `--time-scale <factor>`: the timing profile of their long-running operations (default: the
+//! world file's `timing:` key, else `fast` at scale 1).
+//!
 //! `ibm` serves the IBM Cloud emulator (IAM, Resource Manager, VPC `/v1` on one URL) and prints
 //! its URL as the first line of stdout.
 //!
@@ -22,6 +26,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use anyhow::Context as _;
+use ccm_emulators::asyncop::{TimingProfile, TimingSelection};
 use ccm_emulators::proxy::{FaultProxy, Protocol, Url};
 use ccm_emulators::world::World;
 use clap::{Parser, Subcommand};
@@ -35,6 +40,36 @@ use tokio::io::AsyncReadExt as _;
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
+}
+
+/// The timing profile of an emulator's long-running operations.
+#[derive(clap::Args, Clone, Copy)]
+struct TimingArgs {
+    /// The timing profile: fast (test values) or realistic (the cloud's real durations).
+    /// Default: the world file's `timing:`, else fast.
+    #[arg(long, value_parser = parse_profile)]
+    timing: Option<TimingProfile>,
+    /// Multiplies every operation time (e.g. 0.1 with realistic). Default: the world file's,
+    /// else 1.
+    #[arg(long)]
+    time_scale: Option<f64>,
+}
+
+fn parse_profile(s: &str) -> Result<TimingProfile, String> {
+    s.parse()
+}
+
+impl TimingArgs {
+    /// The selection: the flags over the world file's over fast at scale 1.
+    fn selection(&self, world: &World) -> anyhow::Result<TimingSelection> {
+        let base = world.timing.unwrap_or_default();
+        let sel = TimingSelection {
+            profile: self.timing.unwrap_or(base.profile),
+            scale: self.time_scale.unwrap_or(base.scale),
+        };
+        sel.validate().map_err(|e| anyhow::anyhow!("--time-scale: {e}"))?;
+        Ok(sel)
+    }
 }
 
 #[derive(Subcommand)]
@@ -80,6 +115,8 @@ enum Cmd {
         /// How long issued access tokens live, in seconds.
         #[arg(long, default_value_t = 3600)]
         token_lifetime_secs: u64,
+        #[command(flatten)]
+        timing: TimingArgs,
         /// Exit when stdin reaches end of file (so a parent's death stops the emulator).
         #[arg(long)]
         exit_on_stdin_close: bool,
@@ -98,6 +135,8 @@ enum Cmd {
         /// How long issued tokens live, in seconds.
         #[arg(long, default_value_t = 3600)]
         token_lifetime_secs: u64,
+        #[command(flatten)]
+        timing: TimingArgs,
         /// Exit when stdin reaches end of file (so a parent's death stops the emulator).
         #[arg(long)]
         exit_on_stdin_close: bool,
@@ -117,6 +156,8 @@ enum Cmd {
         /// How many items a list page holds.
         #[arg(long, default_value_t = 50)]
         page_size: usize,
+        #[command(flatten)]
+        timing: TimingArgs,
         /// Exit when stdin reaches end of file (so a parent's death stops the emulator).
         #[arg(long)]
         exit_on_stdin_close: bool,
@@ -141,6 +182,8 @@ enum Cmd {
         /// Instance attributes of the metadata server (`key=value`, repeatable).
         #[arg(long = "attribute")]
         attributes: Vec<String>,
+        #[command(flatten)]
+        timing: TimingArgs,
         /// Exit when stdin reaches end of file (so a parent's death stops the emulator).
         #[arg(long)]
         exit_on_stdin_close: bool,
@@ -224,12 +267,14 @@ async fn main() -> anyhow::Result<()> {
             account_id,
             lb_pending_ms,
             token_lifetime_secs,
+            timing,
             exit_on_stdin_close,
         } => {
             let world = match world {
                 Some(path) => World::load(&path)?,
                 None => World::default(),
             };
+            let timing = timing.selection(&world)?;
             let mut opts = ccm_emulators::ibm::IbmOptions {
                 lb_pending: std::time::Duration::from_millis(lb_pending_ms),
                 token_lifetime: std::time::Duration::from_secs(token_lifetime_secs),
@@ -244,7 +289,7 @@ async fn main() -> anyhow::Result<()> {
             let cloud = ccm_emulators::ibm::IbmCloud::new(world, opts);
             let server = ccm_emulators::server::Server::start(
                 cloud,
-                ccm_emulators::server::ServerOptions { listen, tls: false },
+                ccm_emulators::server::ServerOptions { listen, tls: false, timing },
             )
             .await
             .context("starting the IBM emulator")?;
@@ -258,12 +303,14 @@ async fn main() -> anyhow::Result<()> {
             listen,
             lb_pending_ms,
             token_lifetime_secs,
+            timing,
             exit_on_stdin_close,
         } => {
             let world = match world {
                 Some(path) => World::load(&path)?,
                 None => World::default(),
             };
+            let timing = timing.selection(&world)?;
             let opts = ccm_emulators::openstack::OpenStackOptions {
                 lb_pending: std::time::Duration::from_millis(lb_pending_ms),
                 token_lifetime: std::time::Duration::from_secs(token_lifetime_secs),
@@ -272,7 +319,7 @@ async fn main() -> anyhow::Result<()> {
             let cloud = ccm_emulators::openstack::OpenStackCloud::new(world, opts);
             let server = ccm_emulators::server::Server::start(
                 cloud,
-                ccm_emulators::server::ServerOptions { listen, tls: false },
+                ccm_emulators::server::ServerOptions { listen, tls: false, timing },
             )
             .await
             .context("starting the OpenStack emulator")?;
@@ -281,11 +328,12 @@ async fn main() -> anyhow::Result<()> {
             drop(server);
             Ok(())
         }
-        Cmd::Azure { world, listen, lro_ms, page_size, exit_on_stdin_close } => {
+        Cmd::Azure { world, listen, lro_ms, page_size, timing, exit_on_stdin_close } => {
             let world = match world {
                 Some(path) => World::load(&path)?,
                 None => World::default(),
             };
+            let timing = timing.selection(&world)?;
             let opts = ccm_emulators::azure::AzureOptions {
                 lro: std::time::Duration::from_millis(lro_ms),
                 page_size,
@@ -294,7 +342,7 @@ async fn main() -> anyhow::Result<()> {
             let cloud = ccm_emulators::azure::AzureCloud::new(world, opts);
             let server = ccm_emulators::server::Server::start(
                 cloud,
-                ccm_emulators::server::ServerOptions { listen, tls: true },
+                ccm_emulators::server::ServerOptions { listen, tls: true, timing },
             )
             .await
             .context("starting the Azure emulator")?;
@@ -332,7 +380,7 @@ async fn main() -> anyhow::Result<()> {
             };
             let server = ccm_emulators::server::Server::start(
                 ccm_emulators::aws_imds::AwsImds::new(instance),
-                ccm_emulators::server::ServerOptions { listen, tls: false },
+                ccm_emulators::server::ServerOptions { listen, tls: false, ..Default::default() },
             )
             .await
             .context("starting the instance metadata service")?;
@@ -348,12 +396,14 @@ async fn main() -> anyhow::Result<()> {
             pending_ms,
             metadata_instance,
             attributes,
+            timing,
             exit_on_stdin_close,
         } => {
             let world = match world {
                 Some(path) => World::load(&path)?,
                 None => World::default(),
             };
+            let timing = timing.selection(&world)?;
             let mut opts = ccm_emulators::gcp::GcpOptions {
                 pending: std::time::Duration::from_millis(pending_ms),
                 metadata_instance,
@@ -369,7 +419,7 @@ async fn main() -> anyhow::Result<()> {
             }
             let server = ccm_emulators::server::Server::start(
                 cloud,
-                ccm_emulators::server::ServerOptions { listen, tls: false },
+                ccm_emulators::server::ServerOptions { listen, tls: false, timing },
             )
             .await
             .context("starting the GCP emulator")?;

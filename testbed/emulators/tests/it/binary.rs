@@ -51,3 +51,65 @@ async fn the_proxy_binary_prints_its_url_and_proxies() {
     let status = tokio::task::spawn_blocking(move || child.wait().unwrap()).await.unwrap();
     assert!(status.success(), "{status}");
 }
+
+/// Starts `ccm-emulator <args>` and returns it with the URL it prints first.
+async fn start_emulator(args: &[&str]) -> (std::process::Child, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ccm-emulator"))
+        .args(args)
+        .arg("--exit-on-stdin-close")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let url = tokio::task::spawn_blocking(move || {
+        let mut line = String::new();
+        BufReader::new(stdout).read_line(&mut line).unwrap();
+        line.trim().to_string()
+    })
+    .await
+    .unwrap();
+    assert!(url.starts_with("http"), "{args:?}: {url:?}");
+    (child, url)
+}
+
+#[tokio::test]
+async fn the_emulator_binary_takes_its_timing_from_the_flags_over_the_world_file() {
+    use ccm_emulators::{TimingProfile, TimingSelection};
+    let dir = tempfile::tempdir().unwrap();
+    let world = dir.path().join("world.yaml");
+    std::fs::write(
+        &world,
+        "instances:\n  - { name: node-1, zone: us-central1-a }\ntiming: { profile: realistic, scale: 0.1 }\n",
+    )
+    .unwrap();
+    let world = world.to_str().unwrap();
+
+    let (mut a, url) = start_emulator(&["gcp", "--world", world]).await;
+    let t = Admin::new(&url).unwrap().timing().await.unwrap();
+    assert_eq!(t, TimingSelection::new(TimingProfile::Realistic, 0.1), "the world file's");
+    let (mut b, url) =
+        start_emulator(&["openstack", "--world", world, "--timing", "fast", "--time-scale", "3"])
+            .await;
+    let t = Admin::new(&url).unwrap().timing().await.unwrap();
+    assert_eq!(t, TimingSelection::new(TimingProfile::Fast, 3.0), "the flags win");
+    let (mut c, url) = start_emulator(&["ibm", "--timing", "realistic"]).await;
+    let t = Admin::new(&url).unwrap().timing().await.unwrap();
+    assert_eq!(t, TimingSelection::new(TimingProfile::Realistic, 1.0));
+    for child in [&mut a, &mut b, &mut c] {
+        drop(child.stdin.take());
+        child.wait().unwrap();
+    }
+
+    // A bad scale or profile stops the binary with a message naming it.
+    for (args, word) in [
+        (&["azure", "--time-scale=-1"][..], "scale"),
+        (&["gcp", "--timing", "glacial"][..], "glacial"),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_ccm-emulator")).args(args).output().unwrap();
+        assert!(!out.status.success(), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(word), "{args:?}: {err}");
+    }
+}

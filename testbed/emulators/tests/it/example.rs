@@ -134,4 +134,8 @@ impl Cloud for Example {
         self.settle();
         json!({ "world": *self.instances(), "operations": self.ops.state() })
     }
+
+    fn async_ops(&self) -> Option<&AsyncOps> {
+        Some(&self.ops)
+    }
 }

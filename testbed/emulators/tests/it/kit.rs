@@ -378,3 +378,220 @@ async fn the_admin_api_refuses_bad_rules_and_unknown_paths() {
         .unwrap();
     assert_eq!(counters, serde_json::json!({"operations": {}, "total": 0, "faulted": 0}));
 }
+
+/// Stops `name` on the example cloud; returns the operation's id.
+async fn stop_op(base: &str, name: &str) -> String {
+    let r = http().post(format!("{base}/v1/instances/{name}/stop")).send().await.unwrap();
+    assert_eq!(r.status(), 202);
+    let url = r.headers()["azure-asyncoperation"].to_str().unwrap().to_string();
+    url.rsplit('/').next().unwrap().to_string()
+}
+
+async fn op_status(base: &str, id: &str) -> Value {
+    http().get(format!("{base}/v1/operations/{id}")).send().await.unwrap().json().await.unwrap()
+}
+
+/// Polls the operation until it is no longer InProgress (bounded: 60 s).
+async fn op_outcome(base: &str, id: &str) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let v = op_status(base, id).await;
+        if v["status"] != "InProgress" {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "operation {id} never finished: {v}");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+#[tokio::test]
+async fn armed_operation_failures_fail_the_next_matching_operations_then_stop() {
+    use ccm_emulators::asyncop::{Action, ActionMatch};
+    let (server, cloud) = Example::start(world()).await;
+    let base = server.url();
+    let admin = server.admin();
+    // A failing operation is pending like any other first: its failure shows at its end.
+    cloud.ops.set_pending_for(Duration::from_secs(600));
+    admin.fail_operations("node-2", ActionMatch::Any, 1, "later").await.unwrap();
+    let op = stop_op(&base, "node-2").await;
+    assert_eq!(op_status(&base, &op).await["status"], "InProgress");
+    assert!(admin.operation_failures().await.unwrap().is_empty(), "the rule was used up");
+
+    cloud.ops.set_pending_for(Duration::from_millis(100));
+    // Two failures of updates on node-1; a create rule on every target never fires here.
+    let id = admin.fail_operations("node-1", Action::Update, 2, "disk on fire").await.unwrap();
+    admin.fail_operations("*", ActionMatch::Create, 1, "never").await.unwrap();
+    assert!(id > 0);
+
+    // Another target is not affected.
+    let other = stop_op(&base, "node-3").await;
+    assert_eq!(op_outcome(&base, &other).await["status"], "Succeeded");
+
+    // The next two stops of node-1 fail with the armed message.
+    for _ in 0..2 {
+        let op = stop_op(&base, "node-1").await;
+        let v = op_outcome(&base, &op).await;
+        assert_eq!(v["status"], "Failed", "{v}");
+        assert_eq!(v["error"]["message"], "disk on fire", "{v}");
+    }
+    // A failed operation leaves the resource as it was.
+    let names = list_names(&base).await;
+    assert!(names.contains(&("node-1".into(), "zone-a".into(), "running".into())), "{names:?}");
+
+    // Used up: only the create rule is left, and the third stop succeeds.
+    let left = admin.operation_failures().await.unwrap();
+    assert_eq!(left.len(), 1, "{left:?}");
+    assert_eq!(left[0].1.action, ActionMatch::Create);
+    let op = stop_op(&base, "node-1").await;
+    assert_eq!(op_outcome(&base, &op).await["status"], "Succeeded");
+
+    // Clearing disarms; a glob arms every matching target; reset disarms too.
+    admin.clear_operation_failures().await.unwrap();
+    assert!(admin.operation_failures().await.unwrap().is_empty());
+    admin.fail_operations("node-*", ActionMatch::Any, 5, "glob").await.unwrap();
+    let op = stop_op(&base, "node-3").await;
+    assert_eq!(op_outcome(&base, &op).await["error"]["message"], "glob");
+    let state = admin.state().await.unwrap();
+    assert_eq!(state["operation_failures"][0]["times"], 4, "{state}");
+    admin.reset().await.unwrap();
+    assert!(admin.operation_failures().await.unwrap().is_empty());
+    let op = stop_op(&base, "node-3").await;
+    assert_eq!(op_outcome(&base, &op).await["status"], "Succeeded");
+}
+
+#[tokio::test]
+async fn operation_failure_rules_are_checked() {
+    let (server, _) = Example::start(world()).await;
+    let c = http();
+    let post = |body: Value| {
+        c.post(format!("{}/__emulator/operation-failures", server.url())).json(&body).send()
+    };
+    for (body, word) in [
+        (serde_json::json!({"target": "", "action": "any", "times": 1, "message": "m"}), "target"),
+        (serde_json::json!({"target": "*", "action": "any", "times": 0, "message": "m"}), "times"),
+        (serde_json::json!({"target": "*", "action": "explode", "times": 1}), "explode"),
+        (serde_json::json!({"target": "*", "colour": "red"}), "colour"),
+    ] {
+        let r = post(body.clone()).await.unwrap();
+        assert_eq!(r.status(), 400, "{body}");
+        let text = r.text().await.unwrap();
+        assert!(text.contains(word), "{body}: {text}");
+    }
+    // The wire format of the contract, defaults included.
+    let r: Value = post(serde_json::json!({"target": "x"})).await.unwrap().json().await.unwrap();
+    assert!(r["id"].as_u64().is_some(), "{r}");
+    let rules = server.admin().operation_failures().await.unwrap();
+    assert_eq!((rules[0].1.times, rules[0].1.action), (1, ccm_emulators::ActionMatch::Any));
+    assert_eq!(rules[0].0, r["id"].as_u64().unwrap());
+}
+
+#[tokio::test]
+async fn timing_profiles_select_per_action_times_scaled() {
+    use ccm_emulators::asyncop::Timing;
+    use ccm_emulators::{TimingProfile, TimingSelection};
+    let cloud = Example::new(world());
+    cloud.ops.set_pending_for(Duration::from_millis(200));
+    cloud.ops.set_realistic(Timing {
+        create: Duration::from_secs(30),
+        update: Duration::from_secs(600),
+        delete: Duration::from_secs(90),
+    });
+    let server = ccm_emulators::server::Server::start(
+        cloud.clone(),
+        ccm_emulators::server::ServerOptions::default(),
+    )
+    .await
+    .unwrap();
+    let base = server.url();
+    let admin = server.admin();
+    let pending = |id: &str| cloud.ops.get(id).unwrap().pending_for();
+
+    assert_eq!(admin.timing().await.unwrap(), TimingSelection::default(), "fast by default");
+    // The cloud's tables, unscaled, as the admin API reports them.
+    let report = admin.timing_report().await.unwrap();
+    assert_eq!(report.fast.map(Timing::from), Some(Timing::uniform(Duration::from_millis(200))));
+    assert_eq!(report.realistic.map(|t| t.update_ms), Some(600_000), "{report:?}");
+    let op = stop_op(&base, "node-1").await;
+    assert_eq!(pending(&op), Duration::from_millis(200), "fast: the cloud's test value");
+
+    admin.set_timing(TimingProfile::Realistic, 1.0).await.unwrap();
+    let op = stop_op(&base, "node-1").await;
+    assert_eq!(pending(&op), Duration::from_secs(600), "realistic update");
+    assert_eq!(op_status(&base, &op).await["status"], "InProgress");
+
+    // Scaled: 600 s × 0.001 = 600 ms, and it does finish.
+    admin.set_timing(TimingProfile::Realistic, 0.001).await.unwrap();
+    assert_eq!(
+        admin.timing().await.unwrap(),
+        TimingSelection::new(TimingProfile::Realistic, 0.001)
+    );
+    let op = stop_op(&base, "node-3").await;
+    assert_eq!(pending(&op), Duration::from_millis(600));
+    assert_eq!(op_outcome(&base, &op).await["status"], "Succeeded");
+    // The per-action table as the cloud registered it, scaled.
+    let t = cloud.ops.timing(TimingSelection::new(TimingProfile::Realistic, 0.5));
+    assert_eq!((t.create, t.delete), (Duration::from_secs(15), Duration::from_secs(45)));
+
+    // Fast, scaled.
+    admin.set_timing(TimingProfile::Fast, 2.0).await.unwrap();
+    let op = stop_op(&base, "node-3").await;
+    assert_eq!(pending(&op), Duration::from_millis(400));
+
+    // Bad selections say what is wrong; reset restores the initial profile.
+    let c = http();
+    for (body, word) in [
+        (serde_json::json!({"profile": "glacial"}), "glacial"),
+        (serde_json::json!({"profile": "fast", "scale": -1.0}), "scale"),
+        (serde_json::json!({"profile": "fast", "scale": 1e9}), "scale"),
+    ] {
+        let r = c.post(format!("{base}/__emulator/timing")).json(&body).send().await.unwrap();
+        assert_eq!(r.status(), 400, "{body}");
+        let text = r.text().await.unwrap();
+        assert!(text.contains(word), "{body}: {text}");
+    }
+    admin.reset().await.unwrap();
+    assert_eq!(admin.timing().await.unwrap(), TimingSelection::default());
+}
+
+#[tokio::test]
+async fn a_realistic_selection_without_a_realistic_table_uses_the_fast_times() {
+    use ccm_emulators::TimingProfile;
+    let (server, cloud) = Example::start(world()).await;
+    cloud.ops.set_pending_for(Duration::from_millis(300));
+    server.admin().set_timing(TimingProfile::Realistic, 0.5).await.unwrap();
+    let op = stop_op(&server.url(), "node-1").await;
+    assert_eq!(cloud.ops.get(&op).unwrap().pending_for(), Duration::from_millis(150));
+}
+
+#[tokio::test]
+async fn the_world_files_timing_key_is_the_servers_initial_and_reset_timing() {
+    use ccm_emulators::asyncop::Timing;
+    use ccm_emulators::{TimingProfile, TimingSelection};
+    let w =
+        World::parse(&format!("{WORLD}timing: {{ profile: realistic, scale: 0.01 }}\n")).unwrap();
+    assert_eq!(w.timing, Some(TimingSelection::new(TimingProfile::Realistic, 0.01)));
+    let d = World::parse("timing: { profile: realistic }\n").unwrap();
+    assert_eq!(d.timing.unwrap().scale, 1.0, "scale defaults to 1");
+    for (text, word) in [
+        ("timing: { profile: realistic, scale: -2 }\n", "scale"),
+        ("timing: { profile: slow }\n", "slow"),
+        ("timing: { profile: fast, jitter: 1 }\n", "jitter"),
+    ] {
+        let e = World::parse(text).unwrap_err().to_string();
+        assert!(e.contains(word), "{text}: {e}");
+    }
+
+    let cloud = Example::new(w.clone());
+    cloud.ops.set_realistic(Timing::uniform(Duration::from_secs(60)));
+    let opts = ccm_emulators::server::ServerOptions {
+        timing: w.timing.unwrap_or_default(),
+        ..Default::default()
+    };
+    let server = ccm_emulators::server::Server::start(cloud.clone(), opts).await.unwrap();
+    let admin = server.admin();
+    let op = stop_op(&server.url(), "node-1").await;
+    assert_eq!(cloud.ops.get(&op).unwrap().pending_for(), Duration::from_millis(600));
+    admin.set_timing(TimingProfile::Fast, 1.0).await.unwrap();
+    admin.reset().await.unwrap();
+    assert_eq!(admin.timing().await.unwrap(), w.timing.unwrap(), "reset restores the world's");
+}
