@@ -8,7 +8,9 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -430,6 +432,7 @@ func main() {
 	wantErr(err, 404, "notFound", "addresses.get after delete")
 
 	loadBalancerExtras()
+	behaviour(base)
 
 	fmt.Printf("fidelity gcp: %d checks passed\n", checks)
 }
@@ -483,4 +486,219 @@ func loadBalancerExtras() {
 	want(got.HttpHealthCheck != nil && got.HttpHealthCheck.Port == 31001 && got.CheckIntervalSec == 8, "regionHealthChecks.get: port %d", got.HttpHealthCheck.Port)
 	op, err = svc.RegionHealthChecks.Delete(project, region, name).Context(ctx).Do()
 	do(op, err, "regionHealthChecks.delete (extras)")
+}
+
+// admin calls the emulator kit's admin API (`/__emulator/<path>`, JSON), as a test would.
+func admin(base, method, path string, body interface{}) {
+	var rd *bytes.Reader
+	if body != nil {
+		b, _ := json.Marshal(body)
+		rd = bytes.NewReader(b)
+	} else {
+		rd = bytes.NewReader(nil)
+	}
+	req, err := http.NewRequest(method, base+"/__emulator/"+path, rd)
+	must(err, "admin "+path)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	must(err, "admin "+path)
+	resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		fail("admin %s %s: %d", method, path, resp.StatusCode)
+	}
+}
+
+// quotaOf reads a quota metric's limit and usage as Compute reports it (regions.get for
+// regional metrics, projects.get for the project's).
+func quotaOf(metric string, regional bool) (limit, usage float64) {
+	var qs []*compute.Quota
+	if regional {
+		r, err := svc.Regions.Get(project, region).Context(ctx).Do()
+		must(err, "regions.get quotas")
+		qs = r.Quotas
+	} else {
+		p, err := svc.Projects.Get(project).Context(ctx).Do()
+		must(err, "projects.get quotas")
+		qs = p.Quotas
+	}
+	for _, q := range qs {
+		if q.Metric == metric {
+			return q.Limit, q.Usage
+		}
+	}
+	fail("quota %s not reported", metric)
+	return 0, 0
+}
+
+// wantQuota checks a 403 quotaExceeded naming the metric.
+func wantQuota(err error, metric, what string) {
+	var ge *googleapi.Error
+	if !errors.As(err, &ge) || ge.Code != 403 || len(ge.Errors) == 0 || ge.Errors[0].Reason != "quotaExceeded" || !strings.Contains(ge.Message, "'"+metric+"'") {
+		fail("%s: want 403 quotaExceeded naming %s, got %v", what, metric, err)
+	}
+	ok("%s -> 403 quotaExceeded (%s)", what, ge.Message)
+}
+
+// behaviour checks what Compute does, not only that its replies parse: a change is applied
+// when its operation is DONE; a failed operation is DONE with error.errors[] and changes
+// nothing; a change to a resource with an operation in flight is 400 resourceNotReady; the
+// validation rules of forwarding rules, addresses, backend services and instance groups; and
+// the quotas.
+func behaviour(base string) {
+	link := func(scope, coll, name string) string {
+		return "https://www.googleapis.com/compute/v1/projects/" + project + "/" + scope + "/" + coll + "/" + name
+	}
+	network := link("global", "networks", "k8s-net")
+	subnetA := link("regions/"+region, "subnetworks", "subnet-a")
+
+	// ---- changes applied when the operation is DONE ----
+	fw := &compute.Firewall{Name: "fw-behaviour", Network: network, SourceRanges: []string{"0.0.0.0/0"},
+		Allowed: []*compute.FirewallAllowed{{IPProtocol: "tcp", Ports: []string{"80"}}}}
+	op, err := svc.Firewalls.Insert(project, fw).Context(ctx).Do()
+	must(err, "firewalls.insert (behaviour)")
+	_, gerr := svc.Firewalls.Get(project, fw.Name).Context(ctx).Do()
+	wantErr(gerr, 404, "notFound", "firewalls.get before the insert's operation is DONE")
+	_, derr := svc.Firewalls.Delete(project, fw.Name).Context(ctx).Do()
+	wantErr(derr, 400, "resourceNotReady", "firewalls.delete while its insert runs")
+	waitOp(op, "firewalls.insert (behaviour)")
+	op, err = svc.Firewalls.Patch(project, fw.Name, &compute.Firewall{SourceRanges: []string{"10.0.0.0/8"}}).Context(ctx).Do()
+	must(err, "firewalls.patch (behaviour)")
+	got, err := svc.Firewalls.Get(project, fw.Name).Context(ctx).Do()
+	must(err, "firewalls.get during the patch")
+	want(got.SourceRanges[0] == "0.0.0.0/0", "firewalls.get before the patch's operation is DONE: still %v", got.SourceRanges)
+	_, perr := svc.Firewalls.Patch(project, fw.Name, &compute.Firewall{SourceRanges: []string{"192.168.0.0/16"}}).Context(ctx).Do()
+	wantErr(perr, 400, "resourceNotReady", "firewalls.patch while another patch runs")
+	waitOp(op, "firewalls.patch (behaviour)")
+	got, err = svc.Firewalls.Get(project, fw.Name).Context(ctx).Do()
+	must(err, "firewalls.get after the patch")
+	want(got.SourceRanges[0] == "10.0.0.0/8", "firewalls.get after the patch's operation is DONE: %v", got.SourceRanges)
+	op, err = svc.Firewalls.Delete(project, fw.Name).Context(ctx).Do()
+	must(err, "firewalls.delete (behaviour)")
+	_, err = svc.Firewalls.Get(project, fw.Name).Context(ctx).Do()
+	want(err == nil, "firewalls.get before the delete's operation is DONE: still there")
+	waitOp(op, "firewalls.delete (behaviour)")
+	_, gerr = svc.Firewalls.Get(project, fw.Name).Context(ctx).Do()
+	wantErr(gerr, 404, "notFound", "firewalls.get after the delete's operation is DONE")
+
+	op, err = svc.Addresses.Insert(project, region, &compute.Address{Name: "addr-reserving"}).Context(ctx).Do()
+	must(err, "addresses.insert (reserving)")
+	a, err := svc.Addresses.Get(project, region, "addr-reserving").Context(ctx).Do()
+	must(err, "addresses.get while reserving")
+	want(a.Status == "RESERVING", "addresses.get before the insert's operation is DONE: %s", a.Status)
+	waitOp(op, "addresses.insert (reserving)")
+	a, err = svc.Addresses.Get(project, region, "addr-reserving").Context(ctx).Do()
+	must(err, "addresses.get reserved")
+	want(a.Status == "RESERVED", "addresses.get after the insert's operation is DONE: %s", a.Status)
+
+	// ---- a failed operation: DONE with error.errors[], nothing created ----
+	admin(base, "POST", "operation-failures", map[string]interface{}{"target": "*/firewalls/fw-fails", "action": "create", "times": 1, "message": "the emulator fails this insert"})
+	op, err = svc.Firewalls.Insert(project, &compute.Firewall{Name: "fw-fails", Network: network, SourceRanges: []string{"0.0.0.0/0"},
+		Allowed: []*compute.FirewallAllowed{{IPProtocol: "tcp", Ports: []string{"81"}}}}).Context(ctx).Do()
+	must(err, "firewalls.insert (failing)")
+	for op.Status != "DONE" {
+		op, err = svc.GlobalOperations.Wait(project, op.Name).Context(ctx).Do()
+		must(err, "globalOperations.wait (failing)")
+	}
+	want(op.Error != nil && len(op.Error.Errors) == 1 && op.Error.Errors[0].Code == "INTERNAL_ERROR" && op.Error.Errors[0].Message != "" && op.HttpErrorStatusCode == 500,
+		"a failed operation is DONE with error.errors[0] %s %q (httpErrorStatusCode %d)", op.Error.Errors[0].Code, op.Error.Errors[0].Message, op.HttpErrorStatusCode)
+	_, gerr = svc.Firewalls.Get(project, "fw-fails").Context(ctx).Do()
+	wantErr(gerr, 404, "notFound", "firewalls.get after a failed insert (nothing created)")
+	admin(base, "DELETE", "operation-failures", nil)
+
+	// ---- backend services: an update needs the fingerprint ----
+	bsName := "bs-behaviour"
+	op, err = svc.RegionBackendServices.Insert(project, region, &compute.BackendService{Name: bsName, Protocol: "TCP", LoadBalancingScheme: "INTERNAL"}).Context(ctx).Do()
+	do(op, err, "regionBackendServices.insert (behaviour)")
+	bs, err := svc.RegionBackendServices.Get(project, region, bsName).Context(ctx).Do()
+	must(err, "regionBackendServices.get (behaviour)")
+	bs.Fingerprint = ""
+	bs.Description = "no fingerprint"
+	_, err = svc.RegionBackendServices.Update(project, region, bsName, bs).Context(ctx).Do()
+	wantErr(err, 412, "conditionNotMet", "regionBackendServices.update without a fingerprint")
+	_, err = svc.RegionBackendServices.Patch(project, region, bsName, &compute.BackendService{Description: "no fingerprint"}).Context(ctx).Do()
+	wantErr(err, 412, "conditionNotMet", "regionBackendServices.patch without a fingerprint")
+
+	// ---- addresses ----
+	_, err = svc.Addresses.Insert(project, region, &compute.Address{Name: "addr-same-ip", Address: a.Address}).Context(ctx).Do()
+	wantErr(err, 409, "conflict", "addresses.insert of an IP another address holds (IP_IN_USE_BY_ANOTHER_RESOURCE)")
+	_, err = svc.Addresses.Insert(project, region, &compute.Address{Name: "addr-outside", AddressType: "INTERNAL", Address: "10.0.200.5", Subnetwork: subnetA}).Context(ctx).Do()
+	wantErr(err, 400, "invalid", "addresses.insert of an internal IP outside its subnetwork")
+
+	// ---- forwarding rules ----
+	tpName := "tp-behaviour"
+	op, err = svc.TargetPools.Insert(project, region, &compute.TargetPool{Name: tpName}).Context(ctx).Do()
+	must(err, "targetPools.insert (behaviour)")
+	_, err = svc.ForwardingRules.Insert(project, region, &compute.ForwardingRule{Name: "fr-not-ready", IPProtocol: "TCP", PortRange: "80", Target: link("regions/"+region, "targetPools", tpName)}).Context(ctx).Do()
+	wantErr(err, 400, "resourceNotReady", "forwardingRules.insert naming a target pool whose insert runs")
+	waitOp(op, "targetPools.insert (behaviour)")
+	tp := link("regions/"+region, "targetPools", tpName)
+	op, err = svc.ForwardingRules.Insert(project, region, &compute.ForwardingRule{Name: "fr-behaviour", IPAddress: a.Address, IPProtocol: "TCP", PortRange: "80-80", Target: tp}).Context(ctx).Do()
+	do(op, err, "forwardingRules.insert (behaviour)")
+	_, err = svc.ForwardingRules.Insert(project, region, &compute.ForwardingRule{Name: "fr-clash", IPAddress: a.Address, IPProtocol: "TCP", PortRange: "80-80", Target: tp}).Context(ctx).Do()
+	wantErr(err, 400, "invalid", "forwardingRules.insert on an IP, protocol and port another rule uses")
+	_, err = svc.ForwardingRules.Insert(project, region, &compute.ForwardingRule{Name: "fr-six-ports", LoadBalancingScheme: "INTERNAL", BackendService: bs.SelfLink,
+		Ports: []string{"1", "2", "3", "4", "5", "6"}, Network: network, Subnetwork: subnetA}).Context(ctx).Do()
+	wantErr(err, 400, "invalid", "forwardingRules.insert with more than 5 ports")
+	_, err = svc.ForwardingRules.Insert(project, region, &compute.ForwardingRule{Name: "fr-ports-and-range", LoadBalancingScheme: "INTERNAL", BackendService: bs.SelfLink,
+		Ports: []string{"80"}, PortRange: "80-80", Network: network, Subnetwork: subnetA}).Context(ctx).Do()
+	wantErr(err, 400, "invalid", "forwardingRules.insert with ports and portRange")
+	_, err = svc.ForwardingRules.Insert(project, region, &compute.ForwardingRule{Name: "fr-no-backend", LoadBalancingScheme: "INTERNAL", Ports: []string{"80"}, Network: network, Subnetwork: subnetA}).Context(ctx).Do()
+	wantErr(err, 400, "invalid", "forwardingRules.insert INTERNAL without a backend service")
+	op, err = svc.Addresses.Insert(project, region, &compute.Address{Name: "addr-standard", NetworkTier: "STANDARD"}).Context(ctx).Do()
+	do(op, err, "addresses.insert STANDARD")
+	std, err := svc.Addresses.Get(project, region, "addr-standard").Context(ctx).Do()
+	must(err, "addresses.get STANDARD")
+	_, err = svc.ForwardingRules.Insert(project, region, &compute.ForwardingRule{Name: "fr-tier", IPAddress: std.Address, IPProtocol: "TCP", PortRange: "80-80", Target: tp, NetworkTier: "PREMIUM"}).Context(ctx).Do()
+	wantErr(err, 400, "invalid", "forwardingRules.insert PREMIUM on a STANDARD address")
+
+	// ---- instance groups: instances of the group's zone only ----
+	ig := "ig-behaviour"
+	op, err = svc.InstanceGroups.Insert(project, zoneA, &compute.InstanceGroup{Name: ig, Network: network}).Context(ctx).Do()
+	do(op, err, "instanceGroups.insert (behaviour)")
+	_, err = svc.InstanceGroups.AddInstances(project, zoneA, ig, &compute.InstanceGroupsAddInstancesRequest{Instances: []*compute.InstanceReference{{Instance: link("zones/"+zoneB, "instances", "node-2")}}}).Context(ctx).Do()
+	wantErr(err, 400, "invalid", "instanceGroups.addInstances of an instance of another zone")
+
+	// ---- quotas: 403 quotaExceeded naming the metric ----
+	limit, usage := quotaOf("STATIC_ADDRESSES", true)
+	for i := int(usage); i < int(limit); i++ {
+		_, err = svc.Addresses.Insert(project, region, &compute.Address{Name: fmt.Sprintf("q-addr-%d", i)}).Context(ctx).Do()
+		must(err, "addresses.insert up to the quota")
+	}
+	_, err = svc.Addresses.Insert(project, region, &compute.Address{Name: "q-addr-over"}).Context(ctx).Do()
+	wantQuota(err, "STATIC_ADDRESSES", fmt.Sprintf("addresses.insert past STATIC_ADDRESSES (limit %.0f)", limit))
+
+	limit, usage = quotaOf("FORWARDING_RULES", true)
+	for i := int(usage); i < int(limit); i++ {
+		_, err = svc.ForwardingRules.Insert(project, region, &compute.ForwardingRule{Name: fmt.Sprintf("q-fr-%d", i), LoadBalancingScheme: "INTERNAL", BackendService: bs.SelfLink,
+			Ports: []string{"80"}, Network: network, Subnetwork: subnetA}).Context(ctx).Do()
+		must(err, "forwardingRules.insert up to the quota")
+	}
+	_, err = svc.ForwardingRules.Insert(project, region, &compute.ForwardingRule{Name: "q-fr-over", LoadBalancingScheme: "INTERNAL", BackendService: bs.SelfLink,
+		Ports: []string{"80"}, Network: network, Subnetwork: subnetA}).Context(ctx).Do()
+	wantQuota(err, "FORWARDING_RULES", fmt.Sprintf("forwardingRules.insert past FORWARDING_RULES (limit %.0f)", limit))
+
+	limit, usage = quotaOf("FIREWALLS", false)
+	for i := int(usage); i < int(limit); i++ {
+		_, err = svc.Firewalls.Insert(project, &compute.Firewall{Name: fmt.Sprintf("q-fw-%d", i), Network: network, SourceRanges: []string{"0.0.0.0/0"},
+			Allowed: []*compute.FirewallAllowed{{IPProtocol: "tcp"}}}).Context(ctx).Do()
+		must(err, "firewalls.insert up to the quota")
+	}
+	_, err = svc.Firewalls.Insert(project, &compute.Firewall{Name: "q-fw-over", Network: network}).Context(ctx).Do()
+	wantQuota(err, "FIREWALLS", fmt.Sprintf("firewalls.insert past FIREWALLS (limit %.0f)", limit))
+
+	limit, usage = quotaOf("HEALTH_CHECKS", false)
+	for i := int(usage); i < int(limit); i++ {
+		_, err = svc.HealthChecks.Insert(project, &compute.HealthCheck{Name: fmt.Sprintf("q-hc-%d", i), Type: "TCP", TcpHealthCheck: &compute.TCPHealthCheck{Port: 80}}).Context(ctx).Do()
+		must(err, "healthChecks.insert up to the quota")
+	}
+	_, err = svc.HealthChecks.Insert(project, &compute.HealthCheck{Name: "q-hc-over", Type: "TCP", TcpHealthCheck: &compute.TCPHealthCheck{Port: 80}}).Context(ctx).Do()
+	wantQuota(err, "HEALTH_CHECKS", fmt.Sprintf("healthChecks.insert past HEALTH_CHECKS (limit %.0f)", limit))
+
+	limit, usage = quotaOf("BACKEND_SERVICES", false)
+	for i := int(usage); i < int(limit); i++ {
+		_, err = svc.BackendServices.Insert(project, &compute.BackendService{Name: fmt.Sprintf("q-bs-%d", i), Protocol: "TCP"}).Context(ctx).Do()
+		must(err, "backendServices.insert up to the quota")
+	}
+	_, err = svc.BackendServices.Insert(project, &compute.BackendService{Name: "q-bs-over", Protocol: "TCP"}).Context(ctx).Do()
+	wantQuota(err, "BACKEND_SERVICES", fmt.Sprintf("backendServices.insert past BACKEND_SERVICES (limit %.0f)", limit))
 }

@@ -8,6 +8,7 @@
 //! |---|---|
 //! | `GET /computeMetadata/v1/…` (`Metadata-Flavor: Google`; `universe/universe-domain` is `googleapis.com`) | `metadata.get` |
 //! | `POST /token` (gce.conf `token-url`, body ignored) | `token.alt` |
+//! | `GET …/projects/{p}` (with `quotas[]`) | `compute.projects.get` |
 //! | `GET …/projects/{p}/zones[/{z}]`, `…/regions[/{r}]` | `compute.zones.{list,get}`, `compute.regions.{list,get}` |
 //! | `GET …/aggregated/{coll}` | `compute.{coll}.aggregatedList` |
 //! | `{GET,POST} …/{global,zones/z,regions/r}/{coll}` | `compute.{coll}.{list,insert}` |
@@ -30,8 +31,20 @@
 //! forwarding rule's `target`/`backendService`, a target pool's instances and health checks,
 //! a backend service's groups and health checks must exist (404 `notFound`); a route whose
 //! `nextHopInstance` was deleted stays, listed with the warning `NEXT_HOP_INSTANCE_NOT_FOUND`.
-//! Mutations are applied at once and answer with an `Operation` that is `PENDING`, then
-//! `RUNNING`, then `DONE` after [`GcpOptions::pending`]. Lists page with `maxResults` (at most
+//! Mutations answer with an `Operation` that is `PENDING`, then `RUNNING`, then `DONE` after
+//! [`GcpOptions::pending`] (or the kit's timing profile: [`REALISTIC`] seconds, scaled), and
+//! take effect when it is `DONE`: before, a GET shows the resource as it was (an insert: 404;
+//! an address: `RESERVING`), and a change to it, or an insert naming it, is a 400
+//! `resourceNotReady`. An operation the kit fails (admin `operation-failures`) ends `DONE`
+//! with `error.errors[]{code, message}` (`INTERNAL_ERROR`, or the `CODE:` the message starts
+//! with), `httpErrorStatusCode`, and changes nothing. Refused as Compute refuses them: a
+//! backend-service update or patch without its `fingerprint` (412 `conditionNotMet`); a
+//! forwarding rule with more than 5 `ports`, with both `ports` and `portRange`, `INTERNAL`
+//! without a `backendService`, or on an address of another network tier (400 `invalid`); an
+//! instance of another zone added to an instance group (400 `invalid`); an insert past a
+//! quota (403 `quotaExceeded`, `Quota 'METRIC' exceeded.  Limit: N.0 in region R.`; metrics
+//! [`REGIONAL_QUOTAS`] and [`PROJECT_QUOTAS`], limits [`GcpOptions::quotas`], reported by
+//! `regions.get` and `projects.get` `quotas[]`). Lists page with `maxResults` (at most
 //! [`GcpOptions::max_results`]) and `pageToken`; `filter` takes `field eq|ne regex`,
 //! `field = value` and `field != value` terms (ANDed, optionally parenthesised).
 //! Errors: `{"error":{"code","message","errors":[{"message","domain","reason"}]}}`.
@@ -56,12 +69,23 @@ use bytes::Bytes;
 use http::{HeaderValue, Method, Request, Response, StatusCode, header};
 use serde_json::{Map, Value, json};
 
-use crate::asyncop::{Action, AsyncOps, Operation, gce_operation};
+use crate::asyncop::{Action, AsyncOps, Operation, Phase, Timing, gce_operation};
 use crate::server::{Body, Cloud, ErrorKind, ErrorReply, ServeFuture, full};
 use crate::world::{Instance, PowerState, World};
 
 /// Where Compute's self-links point (as Compute answers whatever endpoint was called).
 pub const LINK_PREFIX: &str = "https://www.googleapis.com/compute/v1/";
+
+/// The `realistic` timing profile of Compute operations: a regional or global networking
+/// insert (address, forwarding rule, target pool, backend service, firewall) is `DONE` after
+/// tens of seconds, a change after about ten, a delete after about fifteen (orders of
+/// magnitude as Compute's operations report them in `insertTime`/`endTime`; see
+/// docs/emulators.md).
+pub const REALISTIC: Timing = Timing {
+    create: Duration::from_secs(20),
+    update: Duration::from_secs(10),
+    delete: Duration::from_secs(15),
+};
 
 /// How the emulator is set up beyond its world.
 #[derive(Debug, Clone)]
@@ -82,6 +106,35 @@ pub struct GcpOptions {
     pub service_account: String,
     /// How long issued tokens live.
     pub token_lifetime: Duration,
+    /// Quota limits by Compute metric ([`REGIONAL_QUOTAS`] per region, [`PROJECT_QUOTAS`] per
+    /// project); a metric not given has its [`default_quota`].
+    pub quotas: BTreeMap<String, u64>,
+}
+
+/// The regional quota metrics the emulator enforces: `FORWARDING_RULES` (forwarding rules of
+/// the region), `STATIC_ADDRESSES` (reserved external addresses), `IN_USE_ADDRESSES`
+/// (external IPs held: reserved external addresses and external forwarding rules on an
+/// ephemeral IP), `INTERNAL_ADDRESSES` (reserved internal addresses).
+pub const REGIONAL_QUOTAS: &[&str] =
+    &["FORWARDING_RULES", "STATIC_ADDRESSES", "IN_USE_ADDRESSES", "INTERNAL_ADDRESSES"];
+
+/// The project quota metrics the emulator enforces: `BACKEND_SERVICES` and `HEALTH_CHECKS`
+/// (global and regional ones, legacy HTTP health checks included), `FIREWALLS`.
+pub const PROJECT_QUOTAS: &[&str] = &["BACKEND_SERVICES", "HEALTH_CHECKS", "FIREWALLS"];
+
+/// The emulator's default limit of a quota metric (roomy, in the order of a new project's
+/// defaults; tests lower them with [`GcpOptions::quotas`] or [`GcpCloud::set_quota`]).
+pub fn default_quota(metric: &str) -> u64 {
+    match metric {
+        "FORWARDING_RULES" => 75,
+        "STATIC_ADDRESSES" => 21,
+        "IN_USE_ADDRESSES" => 69,
+        "INTERNAL_ADDRESSES" => 200,
+        "BACKEND_SERVICES" => 75,
+        "HEALTH_CHECKS" => 75,
+        "FIREWALLS" => 200,
+        _ => u64::MAX,
+    }
 }
 
 impl Default for GcpOptions {
@@ -98,6 +151,7 @@ impl Default for GcpOptions {
             ],
             service_account: "default-sa@emulated-project.iam.gserviceaccount.com".into(),
             token_lifetime: Duration::from_secs(3600),
+            quotas: BTreeMap::new(),
         }
     }
 }
@@ -204,6 +258,7 @@ fn rel(link: &str) -> &str {
 enum Target {
     Metadata(String),
     AltToken,
+    Project,
     Zones(Option<String>),
     Regions(Option<String>),
     Aggregated(String),
@@ -230,6 +285,7 @@ fn parse_target(path: &str) -> (Option<String>, Target) {
     };
     let s = |i: usize| segs.get(i).map(|x| x.to_string());
     let t = match segs {
+        [] => Target::Project,
         ["zones"] => Target::Zones(None),
         ["zones", z] => Target::Zones(Some(z.to_string())),
         ["regions"] => Target::Regions(None),
@@ -272,6 +328,7 @@ fn operation_name(method: &Method, t: &Target) -> String {
     match t {
         Target::Metadata(_) => "metadata.get".into(),
         Target::AltToken => "token.alt".into(),
+        Target::Project => "compute.projects.get".into(),
         Target::Zones(None) => "compute.zones.list".into(),
         Target::Zones(Some(_)) => "compute.zones.get".into(),
         Target::Regions(None) => "compute.regions.list".into(),
@@ -546,10 +603,31 @@ fn matches(terms: &[Term], v: &Value) -> Result<bool, String> {
 
 type Key = (String, String, String);
 
+/// What a mutation does to its resource once its operation is `DONE`.
+#[derive(Debug, Clone)]
+enum Change {
+    /// The resource becomes this (an insert, an update, an action's result).
+    Put(Value),
+    /// The resource goes.
+    Remove,
+}
+
+/// A mutation accepted and not yet applied: Compute applies it when its operation is `DONE`
+/// (a failed operation leaves the resource as it was, an insert not made).
+#[derive(Debug, Clone)]
+struct PendingChange {
+    op: String,
+    key: Key,
+    link: String,
+    change: Change,
+}
+
 #[derive(Debug, Default)]
 struct State {
     /// (collection, scope, name) → resource.
     res: BTreeMap<Key, Value>,
+    /// Mutations whose operations are still running, in the order they were accepted.
+    pending: Vec<PendingChange>,
     /// Operation id → scope.
     op_scope: BTreeMap<String, String>,
     /// Issued tokens.
@@ -577,6 +655,7 @@ impl GcpCloud {
     /// An emulator holding `world`.
     pub fn new(world: World, opts: GcpOptions) -> Arc<GcpCloud> {
         let ops = AsyncOps::new(opts.pending);
+        ops.set_realistic(REALISTIC);
         let c = Arc::new(GcpCloud { world, opts: Mutex::new(opts), state: Mutex::default(), ops });
         c.load();
         c
@@ -584,6 +663,29 @@ impl GcpCloud {
 
     fn o(&self) -> GcpOptions {
         lock(&self.opts).clone()
+    }
+
+    /// The state, with every mutation whose operation has finished applied (done) or dropped
+    /// (failed).
+    fn st(&self) -> MutexGuard<'_, State> {
+        let mut st = lock(&self.state);
+        settle(&self.ops, &mut st);
+        st
+    }
+
+    /// Sets a quota metric's limit (see [`REGIONAL_QUOTAS`], [`PROJECT_QUOTAS`]).
+    pub fn set_quota(&self, metric: &str, limit: u64) {
+        lock(&self.opts).quotas.insert(metric.to_string(), limit);
+    }
+
+    /// The limit of a quota metric.
+    pub fn quota(&self, metric: &str) -> u64 {
+        lock(&self.opts).quotas.get(metric).copied().unwrap_or_else(|| default_quota(metric))
+    }
+
+    /// The operations' long-running machinery (failures, timing).
+    pub fn ops(&self) -> &AsyncOps {
+        &self.ops
     }
 
     /// The project id.
@@ -620,7 +722,7 @@ impl GcpCloud {
 
     /// Sets (Some) or removes (None) an instance attribute of the metadata server's instance.
     pub fn set_attribute(&self, key: &str, value: Option<&str>) {
-        let mut st = lock(&self.state);
+        let mut st = self.st();
         match value {
             Some(v) => st.attributes.insert(key.into(), v.into()),
             None => st.attributes.remove(key),
@@ -634,12 +736,12 @@ impl GcpCloud {
 
     /// Forgets every issued token (clients must fetch new ones).
     pub fn expire_tokens(&self) {
-        lock(&self.state).tokens.clear();
+        self.st().tokens.clear();
     }
 
     /// A token the compute API accepts (for tests that do not use the metadata server).
     pub fn issue_token(&self) -> String {
-        let mut st = lock(&self.state);
+        let mut st = self.st();
         st.next_id += 1;
         let t = format!("ya29.emulator-{}-{}", st.next_id, fnv(&st.next_id.to_string()));
         st.tokens.insert(t.clone());
@@ -648,24 +750,24 @@ impl GcpCloud {
 
     /// Every token issued and not forgotten (tests scan logs for them).
     pub fn tokens(&self) -> Vec<String> {
-        lock(&self.state).tokens.iter().cloned().collect()
+        self.st().tokens.iter().cloned().collect()
     }
 
     /// Every resource of a collection in every scope (`instances`, `targetPools`…).
     pub fn resources(&self, coll: &str) -> Vec<Value> {
-        let st = lock(&self.state);
+        let st = self.st();
         st.res.iter().filter(|((c, _, _), _)| c == coll).map(|(_, v)| self.render(&st, v)).collect()
     }
 
     /// One resource.
     pub fn resource(&self, coll: &str, scope: &str, name: &str) -> Option<Value> {
-        let st = lock(&self.state);
+        let st = self.st();
         st.res.get(&(coll.into(), scope.into(), name.into())).map(|v| self.render(&st, v))
     }
 
     /// Deletes an instance (as if by the user); false when unknown.
     pub fn delete_instance(&self, name: &str) -> bool {
-        let mut st = lock(&self.state);
+        let mut st = self.st();
         let key = st.res.keys().find(|(c, _, n)| c == "instances" && n == name).cloned();
         match key {
             Some(k) => st.res.remove(&k).is_some(),
@@ -675,7 +777,7 @@ impl GcpCloud {
 
     /// Adds an instance of the world's shape.
     pub fn add_instance(&self, inst: &Instance) -> Result<(), String> {
-        let mut st = lock(&self.state);
+        let mut st = self.st();
         if st.res.keys().any(|(c, _, n)| c == "instances" && n == &inst.name) {
             return Err(format!("instance {} exists", inst.name));
         }
@@ -685,7 +787,7 @@ impl GcpCloud {
 
     /// Sets an instance's status (`RUNNING`, `TERMINATED`…); false when unknown.
     pub fn set_power(&self, name: &str, power: PowerState) -> bool {
-        let mut st = lock(&self.state);
+        let mut st = self.st();
         for ((c, _, n), v) in st.res.iter_mut() {
             if c == "instances" && n == name {
                 v["status"] = json!(status_of(power));
@@ -886,6 +988,9 @@ impl GcpCloud {
                 .map(|(_, f)| f["selfLink"].clone())
                 .collect();
             v["status"] = json!(if users.is_empty() { "RESERVED" } else { "IN_USE" });
+            if v.as_object_mut().and_then(|m| m.remove("_reserving")).is_some() {
+                v["status"] = json!("RESERVING");
+            }
             if !users.is_empty() {
                 v["users"] = json!(users);
             }
@@ -917,7 +1022,7 @@ impl GcpCloud {
             .and_then(|h| h.to_str().ok())
             .and_then(|h| h.strip_prefix("Bearer "));
         match token {
-            Some(t) if lock(&self.state).tokens.contains(t) => Ok(()),
+            Some(t) if self.st().tokens.contains(t) => Ok(()),
             _ => {
                 let mut r = err(
                     401,
@@ -947,7 +1052,7 @@ impl GcpCloud {
             .clone()
             .or_else(|| self.world.instances.first().map(|i| i.name.clone()));
         let inst = {
-            let st = lock(&self.state);
+            let st = self.st();
             name.as_ref().and_then(|n| {
                 st.res
                     .iter()
@@ -1016,10 +1121,10 @@ impl GcpCloud {
                 return r;
             }
             "instance/attributes/" => {
-                Some(lock(&self.state).attributes.keys().map(|k| format!("{k}\n")).collect())
+                Some(self.st().attributes.keys().map(|k| format!("{k}\n")).collect())
             }
             p => match p.strip_prefix("instance/attributes/") {
-                Some(k) => lock(&self.state).attributes.get(k).cloned(),
+                Some(k) => self.st().attributes.get(k).cloned(),
                 None => None,
             },
         };
@@ -1093,7 +1198,7 @@ impl GcpCloud {
     fn list(&self, qs: &[(String, String)], scope: &str, coll: &str) -> Res<Value> {
         self.check_scope(scope)?;
         let items: Vec<Value> = {
-            let st = lock(&self.state);
+            let st = self.st();
             st.res
                 .iter()
                 .filter(|((c, s, _), _)| c == coll && s == scope)
@@ -1115,7 +1220,7 @@ impl GcpCloud {
 
     fn aggregated(&self, qs: &[(String, String)], coll: &str) -> Res<Value> {
         let items: Vec<(String, Value)> = {
-            let st = lock(&self.state);
+            let st = self.st();
             st.res
                 .iter()
                 .filter(|((c, _, _), _)| c == coll)
@@ -1207,17 +1312,35 @@ impl GcpCloud {
         colls.iter().any(|c| self.key_of(link, c).is_some_and(|k| st.res.contains_key(&k)))
     }
 
+    /// Starts the operation of a mutation of `key`; `change` is applied when it is `DONE`.
     fn start_op(
         &self,
         st: &mut State,
-        scope: &str,
-        target: &str,
+        key: &Key,
+        change: Change,
         action: Action,
         op_type: &str,
     ) -> Value {
-        let op = self.ops.start(target.to_string(), action);
+        let (coll, scope, name) = key;
+        let link = self.link(scope, coll, name);
+        let op = self.ops.start(link.clone(), action);
         st.op_scope.insert(op.id.clone(), scope.to_string());
+        st.pending.push(PendingChange { op: op.id.clone(), key: key.clone(), link, change });
         self.op_json(&op, scope, Some(op_type))
+    }
+
+    /// 400 `resourceNotReady` while an operation on `key` runs.
+    fn check_ready(&self, st: &State, key: &Key) -> Res<()> {
+        if st.pending.iter().any(|p| &p.key == key) {
+            return Err(not_ready(&self.path_of(&key.1, &key.0, &key.2)));
+        }
+        Ok(())
+    }
+
+    /// Whether an insert of `key` is accepted and not yet done.
+    fn inserting(st: &State, key: &Key) -> bool {
+        st.pending.iter().any(|p| &p.key == key && matches!(p.change, Change::Put(_)))
+            && st.res.get(key).is_none_or(|v| v.get("_reserving").is_some())
     }
 
     fn op_json(&self, op: &Operation, scope: &str, op_type: Option<&str>) -> Value {
@@ -1277,11 +1400,23 @@ impl GcpCloud {
             }
             Target::Regions(Some(r)) => {
                 self.check_scope(&format!("regions/{r}"))?;
-                Ok((StatusCode::OK, self.region_json(&r)))
+                let mut v = self.region_json(&r);
+                v["quotas"] = self.quotas_json(&self.st(), &format!("regions/{r}"));
+                Ok((StatusCode::OK, v))
             }
+            Target::Project => Ok((
+                StatusCode::OK,
+                json!({
+                    "kind": "compute#project",
+                    "id": self.o().project_number.to_string(),
+                    "name": self.project(),
+                    "selfLink": self.base(),
+                    "quotas": self.quotas_json(&self.st(), "global"),
+                }),
+            )),
             Target::Aggregated(c) => Ok((StatusCode::OK, self.aggregated(&qs, &c)?)),
             Target::Operation(scope, id, _) => {
-                let known = lock(&self.state).op_scope.get(&id).cloned();
+                let known = self.st().op_scope.get(&id).cloned();
                 match (known, self.ops.get(&id)) {
                     (Some(s), Some(o)) if s == scope => {
                         Ok((StatusCode::OK, self.op_json(&o, &scope, None)))
@@ -1345,7 +1480,7 @@ impl GcpCloud {
                 self.insert(scope, coll, body).map(|v| (StatusCode::OK, v))
             }
             (Method::GET, Some(n), None) => {
-                let st = lock(&self.state);
+                let st = self.st();
                 st.res
                     .get(&(coll.into(), scope.into(), n.into()))
                     .map(|v| (StatusCode::OK, self.render(&st, v)))
@@ -1428,9 +1563,9 @@ impl GcpCloud {
                 ),
             ));
         }
-        let mut st = lock(&self.state);
+        let mut st = self.st();
         let key: Key = (coll.into(), scope.into(), name.clone());
-        if st.res.contains_key(&key) {
+        if st.res.contains_key(&key) || Self::inserting(&st, &key) {
             return Err(err(
                 409,
                 "alreadyExists",
@@ -1439,6 +1574,8 @@ impl GcpCloud {
         }
         self.check_refs(&st, coll, &mut body)?;
         Self::check_ip(&st, scope, coll, &body)?;
+        self.check_rule(&st, scope, coll, &body)?;
+        self.check_quota(&st, scope, coll, &body)?;
         let id = Self::next_id(&mut st, &name);
         let link = self.link(scope, coll, &name);
         body["kind"] = json!(format!("compute#{}", singular(coll)));
@@ -1530,8 +1667,13 @@ impl GcpCloud {
             }
             _ => {}
         }
-        st.res.insert(key, body);
-        Ok(self.start_op(&mut st, scope, &link, Action::Create, "insert"))
+        if coll == "addresses" {
+            // An address is listed `RESERVING` while its insert runs (Compute's Address.status).
+            let mut shown = body.clone();
+            shown["_reserving"] = json!(true);
+            st.res.insert(key.clone(), shown);
+        }
+        Ok(self.start_op(&mut st, &key, Change::Put(body), Action::Create, "insert"))
     }
 
     /// The IPv4 range of the subnetwork `link` names (`None` when unknown).
@@ -1601,6 +1743,186 @@ impl GcpCloud {
         Ok(())
     }
 
+    /// Compute's refusals of a forwarding rule's shape (400 `invalid`): more than 5 `ports`,
+    /// `ports` together with `portRange`, an `INTERNAL` rule without a `backendService`, an
+    /// external rule whose `networkTier` differs from that of the address it names.
+    fn check_rule(&self, st: &State, scope: &str, coll: &str, body: &Value) -> Res<()> {
+        if coll != "forwardingRules" {
+            return Ok(());
+        }
+        let ports: Vec<&str> =
+            body["ports"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
+        let range = body["portRange"].as_str().unwrap_or_default();
+        if ports.len() > 5 {
+            return Err(bad(
+                "invalid",
+                format!(
+                    "Invalid value for field 'resource.ports': '{}'. A forwarding rule takes at most 5 ports; use portRange or allPorts for more.",
+                    ports.join(",")
+                ),
+            ));
+        }
+        if !ports.is_empty() && !range.is_empty() {
+            return Err(bad(
+                "invalid",
+                format!(
+                    "Invalid value for field 'resource.portRange': '{range}'. portRange and ports cannot both be specified."
+                ),
+            ));
+        }
+        let scheme = body["loadBalancingScheme"].as_str().unwrap_or("EXTERNAL");
+        if scheme == "INTERNAL" && body["backendService"].as_str().unwrap_or_default().is_empty() {
+            return Err(bad(
+                "invalid",
+                "Invalid value for field 'resource.backendService': ''. An INTERNAL forwarding rule needs a backend service.",
+            ));
+        }
+        if scheme == "EXTERNAL"
+            && let Some(ip) = body["IPAddress"].as_str().filter(|s| !s.is_empty())
+        {
+            let addr = if ip.parse::<std::net::IpAddr>().is_ok() {
+                st.res
+                    .iter()
+                    .find(|((c, s, _), v)| c == "addresses" && s == scope && v["address"] == ip)
+                    .map(|(_, v)| v)
+            } else {
+                self.key_of(ip, "addresses").and_then(|k| st.res.get(&k))
+            };
+            let rule_tier = body["networkTier"].as_str().unwrap_or("PREMIUM");
+            if let Some(a) = addr
+                && a["addressType"] != "INTERNAL"
+            {
+                let addr_tier = a["networkTier"].as_str().unwrap_or("PREMIUM");
+                if addr_tier != rule_tier {
+                    return Err(bad(
+                        "invalid",
+                        format!(
+                            "Invalid value for field 'resource.networkTier': '{rule_tier}'. The network tier of specified IP address is {addr_tier}, that of Forwarding Rule must be the same."
+                        ),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Every resource, with the inserts still running (they hold quota already).
+    fn view(st: &State) -> Vec<(&Key, &Value)> {
+        let mut out: Vec<(&Key, &Value)> = st.res.iter().collect();
+        for p in &st.pending {
+            if let Change::Put(v) = &p.change
+                && !st.res.contains_key(&p.key)
+            {
+                out.push((&p.key, v));
+            }
+        }
+        out
+    }
+
+    /// The usage of a quota metric in a scope (`regions/r` for regional metrics, else the
+    /// project).
+    fn quota_usage(st: &State, metric: &str, region_scope: &str) -> u64 {
+        let view = Self::view(st);
+        let external = |v: &Value| v["addressType"] != "INTERNAL";
+        let in_region = |s: &str| s == region_scope;
+        let count =
+            |f: &dyn Fn(&Key, &Value) -> bool| view.iter().filter(|(k, v)| f(k, v)).count() as u64;
+        match metric {
+            "FORWARDING_RULES" => count(&|k, _| k.0 == "forwardingRules" && in_region(&k.1)),
+            "STATIC_ADDRESSES" => {
+                count(&|k, v| k.0 == "addresses" && in_region(&k.1) && external(v))
+            }
+            "INTERNAL_ADDRESSES" => {
+                count(&|k, v| k.0 == "addresses" && in_region(&k.1) && !external(v))
+            }
+            "IN_USE_ADDRESSES" => {
+                let reserved: BTreeSet<&str> = view
+                    .iter()
+                    .filter(|(k, v)| k.0 == "addresses" && in_region(&k.1) && external(v))
+                    .filter_map(|(_, v)| v["address"].as_str())
+                    .collect();
+                let ephemeral = count(&|k, v| {
+                    k.0 == "forwardingRules"
+                        && in_region(&k.1)
+                        && v["loadBalancingScheme"] != "INTERNAL"
+                        && !v["IPAddress"].as_str().is_some_and(|ip| reserved.contains(ip))
+                });
+                reserved.len() as u64 + ephemeral
+            }
+            "BACKEND_SERVICES" => count(&|k, _| k.0 == "backendServices"),
+            "HEALTH_CHECKS" => count(&|k, _| k.0 == "healthChecks" || k.0 == "httpHealthChecks"),
+            "FIREWALLS" => count(&|k, _| k.0 == "firewalls"),
+            _ => 0,
+        }
+    }
+
+    /// The quota metrics an insert of `coll` (with `body`) in `scope` takes one more of.
+    fn quota_metrics(st: &State, scope: &str, coll: &str, body: &Value) -> Vec<&'static str> {
+        let regional = scope.starts_with("regions/");
+        match coll {
+            "forwardingRules" if regional => {
+                let mut m = vec!["FORWARDING_RULES"];
+                let ip = body["IPAddress"].as_str().unwrap_or_default();
+                let reserved = !ip.is_empty()
+                    && st.res.iter().any(|((c, s, _), v)| {
+                        c == "addresses"
+                            && s == scope
+                            && (v["address"] == ip || v["selfLink"] == ip)
+                    });
+                if body["loadBalancingScheme"] != "INTERNAL" && !reserved {
+                    m.push("IN_USE_ADDRESSES");
+                }
+                m
+            }
+            "addresses" if regional => {
+                if body["addressType"] == "INTERNAL" {
+                    vec!["INTERNAL_ADDRESSES"]
+                } else {
+                    vec!["STATIC_ADDRESSES", "IN_USE_ADDRESSES"]
+                }
+            }
+            "backendServices" => vec!["BACKEND_SERVICES"],
+            "healthChecks" | "httpHealthChecks" => vec!["HEALTH_CHECKS"],
+            "firewalls" => vec!["FIREWALLS"],
+            _ => vec![],
+        }
+    }
+
+    /// 403 `quotaExceeded` when the insert would take a metric past its limit.
+    fn check_quota(&self, st: &State, scope: &str, coll: &str, body: &Value) -> Res<()> {
+        for metric in Self::quota_metrics(st, scope, coll, body) {
+            let limit = self.quota(metric);
+            let regional = REGIONAL_QUOTAS.contains(&metric);
+            if Self::quota_usage(st, metric, scope) + 1 > limit {
+                let place = match scope.strip_prefix("regions/") {
+                    Some(r) if regional => format!("in region {r}"),
+                    _ => "globally".to_string(),
+                };
+                return Err(err(
+                    403,
+                    "quotaExceeded",
+                    format!("Quota '{metric}' exceeded.  Limit: {limit}.0 {place}."),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Compute's `quotas[]` of a region (`regions/r`) or, for `global`, of the project.
+    fn quotas_json(&self, st: &State, scope: &str) -> Value {
+        let metrics = if scope == "global" { PROJECT_QUOTAS } else { REGIONAL_QUOTAS };
+        json!(
+            metrics
+                .iter()
+                .map(|m| json!({
+                    "metric": m,
+                    "limit": self.quota(m) as f64,
+                    "usage": Self::quota_usage(st, m, scope) as f64,
+                }))
+                .collect::<Vec<_>>()
+        )
+    }
+
     fn full_link(&self, s: &str) -> String {
         let r = rel(s);
         if r.starts_with("projects/") {
@@ -1615,6 +1937,13 @@ impl GcpCloud {
             if let Some(link) = v.as_str()
                 && !self.exists(st, link, colls)
             {
+                // A resource whose insert is still running is not ready to be used.
+                if colls
+                    .iter()
+                    .any(|c| self.key_of(link, c).is_some_and(|k| Self::inserting(st, &k)))
+                {
+                    return Err(not_ready(rel(link)));
+                }
                 tracing::debug!(field, link, "gcp emulator: reference to a missing resource");
                 return Err(not_found(rel(link)));
             }
@@ -1702,11 +2031,15 @@ impl GcpCloud {
     }
 
     fn delete(&self, scope: &str, coll: &str, name: &str) -> Res<Value> {
-        let mut st = lock(&self.state);
+        let mut st = self.st();
         let key: Key = (coll.into(), scope.into(), name.into());
         if !st.res.contains_key(&key) {
+            if Self::inserting(&st, &key) {
+                return Err(not_ready(&self.path_of(scope, coll, name)));
+            }
             return Err(not_found(&self.path_of(scope, coll, name)));
         }
+        self.check_ready(&st, &key)?;
         if coll != "instances" {
             let users = self.delete_blockers(&st, coll, scope, name);
             if let Some(u) = users.first() {
@@ -1721,18 +2054,7 @@ impl GcpCloud {
                 ));
             }
         }
-        st.res.remove(&key);
-        if coll == "instances" {
-            // Compute removes a deleted instance from its instance groups.
-            let link = self.link(scope, coll, name);
-            for v in st.res.values_mut() {
-                if let Some(m) = v.get_mut("_members").and_then(Value::as_array_mut) {
-                    m.retain(|x| x.as_str() != Some(link.as_str()));
-                }
-            }
-        }
-        let link = self.link(scope, coll, name);
-        Ok(self.start_op(&mut st, scope, &link, Action::Delete, "delete"))
+        Ok(self.start_op(&mut st, &key, Change::Remove, Action::Delete, "delete"))
     }
 
     fn check_fingerprint(cur: &Value, body: &Value, field: &str) -> Res<()> {
@@ -1758,11 +2080,28 @@ impl GcpCloud {
         body: Value,
         replace: bool,
     ) -> Res<Value> {
-        let mut st = lock(&self.state);
+        let mut st = self.st();
         let key: Key = (coll.into(), scope.into(), name.into());
         let Some(cur) = st.res.get(&key).cloned() else {
+            if Self::inserting(&st, &key) {
+                return Err(not_ready(&self.path_of(scope, coll, name)));
+            }
             return Err(not_found(&self.path_of(scope, coll, name)));
         };
+        self.check_ready(&st, &key)?;
+        if coll == "backendServices" && body["fingerprint"].as_str().unwrap_or_default().is_empty()
+        {
+            // Compute: "fingerprint … required in order to update the BackendService".
+            return Err(err(
+                412,
+                "conditionNotMet",
+                format!(
+                    "Precondition not met: a fingerprint is required to {} the backend service '{}'; get it first.",
+                    if replace { "update" } else { "patch" },
+                    self.path_of(scope, coll, name)
+                ),
+            ));
+        }
         Self::check_fingerprint(&cur, &body, "fingerprint")?;
         let mut body = body;
         self.check_refs(&st, coll, &mut body)?;
@@ -1795,12 +2134,10 @@ impl GcpCloud {
                 next[f] = cur[f].clone();
             }
         }
-        st.res.insert(key, next);
-        let link = self.link(scope, coll, name);
         Ok(self.start_op(
             &mut st,
-            scope,
-            &link,
+            &key,
+            Change::Put(next),
             Action::Update,
             if replace { "update" } else { "patch" },
         ))
@@ -1823,10 +2160,17 @@ impl GcpCloud {
         action: &str,
         body: Value,
     ) -> Res<Value> {
-        let mut st = lock(&self.state);
+        let mut st = self.st();
         let key: Key = (coll.into(), scope.into(), name.into());
         if !st.res.contains_key(&key) {
+            if Self::inserting(&st, &key) {
+                return Err(not_ready(&self.path_of(scope, coll, name)));
+            }
             return Err(not_found(&self.path_of(scope, coll, name)));
+        }
+        let reads = matches!(action, "listInstances" | "getHealth");
+        if !reads {
+            self.check_ready(&st, &key)?;
         }
         let link = self.link(scope, coll, name);
         let refs = |field: &str| -> Vec<String> {
@@ -1844,14 +2188,29 @@ impl GcpCloud {
                 let insts = refs("instances");
                 let add = action.starts_with("add");
                 if add {
-                    for i in &insts {
+                    for (n, i) in insts.iter().enumerate() {
                         if !self.exists(&st, i, &["instances"]) {
                             return Err(not_found(rel(i)));
+                        }
+                        // An instance group holds instances of its own zone only.
+                        if coll == "instanceGroups"
+                            && let Some((_, iz, _)) = self.key_of(i, "instances")
+                            && iz != scope
+                        {
+                            return Err(bad(
+                                "invalid",
+                                format!(
+                                    "Invalid value for field 'resource.instances[{n}].instance': '{}'. Instance must be in zone '{}' of the instance group, not '{}'.",
+                                    rel(i),
+                                    scope.trim_start_matches("zones/"),
+                                    iz.trim_start_matches("zones/"),
+                                ),
+                            ));
                         }
                     }
                 }
                 let field = if coll == "targetPools" { "instances" } else { "_members" };
-                let v = st.res.get_mut(&key).ok_or_else(|| not_found(&link))?;
+                let mut v = st.res.get(&key).cloned().ok_or_else(|| not_found(&link))?;
                 let mut cur: Vec<String> = v[field]
                     .as_array()
                     .into_iter()
@@ -1880,7 +2239,7 @@ impl GcpCloud {
                     cur.retain(|c| !insts.contains(c));
                 }
                 v[field] = json!(cur);
-                Ok(self.start_op(&mut st, scope, &link, Action::Update, action))
+                Ok(self.start_op(&mut st, &key, Change::Put(v), Action::Update, action))
             }
             ("instanceGroups", "listInstances") => {
                 let items: Vec<Value> = self
@@ -1931,17 +2290,17 @@ impl GcpCloud {
                 {
                     return Err(not_found(rel(t)));
                 }
-                let v = st.res.get_mut(&key).ok_or_else(|| not_found(&link))?;
+                let mut v = st.res.get(&key).cloned().ok_or_else(|| not_found(&link))?;
                 v["target"] = body["target"].clone();
-                Ok(self.start_op(&mut st, scope, &link, Action::Update, action))
+                Ok(self.start_op(&mut st, &key, Change::Put(v), Action::Update, action))
             }
             (_, "setLabels") => {
                 let cur = st.res.get(&key).cloned().unwrap_or_default();
                 Self::check_fingerprint(&cur, &body, "labelFingerprint")?;
-                let v = st.res.get_mut(&key).ok_or_else(|| not_found(&link))?;
+                let mut v = cur.clone();
                 v["labels"] = body["labels"].clone();
                 v["labelFingerprint"] = json!(bump(&cur["labelFingerprint"]));
-                Ok(self.start_op(&mut st, scope, &link, Action::Update, action))
+                Ok(self.start_op(&mut st, &key, Change::Put(v), Action::Update, action))
             }
             _ => Err(err(
                 405,
@@ -1952,7 +2311,7 @@ impl GcpCloud {
     }
 
     fn state_json(&self) -> Value {
-        let st = lock(&self.state);
+        let st = self.st();
         let mut out: BTreeMap<String, Vec<Value>> = BTreeMap::new();
         for ((c, _, _), v) in &st.res {
             let mut v = self.render(&st, v);
@@ -1963,6 +2322,48 @@ impl GcpCloud {
         }
         json!({ "project": self.project(), "resources": out, "operations": self.ops.state() })
     }
+}
+
+/// Applies the mutations whose operations are `DONE` (in the order they were accepted) and
+/// drops those whose operations failed: a failed insert leaves nothing (an address shown
+/// `RESERVING` goes), a failed update or delete leaves the resource as it was.
+fn settle(ops: &AsyncOps, st: &mut State) {
+    if st.pending.is_empty() {
+        return;
+    }
+    let mut still = Vec::new();
+    for p in std::mem::take(&mut st.pending) {
+        match ops.phase(&p.op) {
+            Some(Phase::Pending) => still.push(p),
+            Some(Phase::Done) => match p.change {
+                Change::Put(v) => {
+                    st.res.insert(p.key, v);
+                }
+                Change::Remove => {
+                    st.res.remove(&p.key);
+                    if p.key.0 == "instances" {
+                        // Compute removes a deleted instance from its instance groups.
+                        for v in st.res.values_mut() {
+                            if let Some(m) = v.get_mut("_members").and_then(Value::as_array_mut) {
+                                m.retain(|x| x.as_str() != Some(p.link.as_str()));
+                            }
+                        }
+                    }
+                }
+            },
+            Some(Phase::Failed(_)) | None => {
+                if st.res.get(&p.key).is_some_and(|v| v.get("_reserving").is_some()) {
+                    st.res.remove(&p.key);
+                }
+            }
+        }
+    }
+    st.pending = still;
+}
+
+/// Compute's 400 `resourceNotReady`: a change to a resource with an operation in flight.
+fn not_ready(path: &str) -> Resp {
+    bad("resourceNotReady", format!("The resource '{path}' is not ready"))
 }
 
 fn out_scope(op: &Value) -> Option<String> {
@@ -1992,6 +2393,29 @@ fn render_op(op: &Operation, base: &str, scope: &str, op_type: Option<&str>) -> 
     v["targetId"] = json!((fnv(&op.target) % 1_000_000_000_000).to_string());
     if v["status"] == "DONE" {
         v["endTime"] = json!(rfc3339_now());
+    }
+    if let Phase::Failed(message) = op.phase() {
+        // Compute's failed operation: DONE with `error.errors[]{code, message}` and the HTTP
+        // status the call would have had. A message `CODE: text` names its code (e.g.
+        // `QUOTA_EXCEEDED: …`); otherwise the failure is Compute's `INTERNAL_ERROR`.
+        let (code, text) = match message.split_once(": ") {
+            Some((c, t))
+                if !c.is_empty() && c.bytes().all(|b| b.is_ascii_uppercase() || b == b'_') =>
+            {
+                (c.to_string(), t.to_string())
+            }
+            _ => ("INTERNAL_ERROR".to_string(), message.clone()),
+        };
+        let (status, status_text) = match code.as_str() {
+            "INTERNAL_ERROR" => (500, "INTERNAL SERVER ERROR"),
+            "QUOTA_EXCEEDED" => (403, "FORBIDDEN"),
+            "RESOURCE_NOT_FOUND" => (404, "NOT FOUND"),
+            "RESOURCE_ALREADY_EXISTS" => (409, "CONFLICT"),
+            _ => (400, "BAD REQUEST"),
+        };
+        v["error"] = json!({ "errors": [{ "code": code, "message": text }] });
+        v["httpErrorStatusCode"] = json!(status);
+        v["httpErrorMessage"] = json!(status_text);
     }
     v
 }
@@ -2160,6 +2584,10 @@ impl Cloud for GcpCloud {
 
     fn state(&self) -> Value {
         self.state_json()
+    }
+
+    fn async_ops(&self) -> Option<&AsyncOps> {
+        Some(&self.ops)
     }
 }
 

@@ -54,6 +54,20 @@ impl Gcp {
         (s, r.json().await.unwrap_or(Value::Null))
     }
 
+    /// A mutation, then its operation waited for until `DONE` (Compute applies the change
+    /// then); the operation (or the error) is returned.
+    async fn done(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> (u16, Value) {
+        let (s, op) = self.call(method, path, body).await;
+        if s != 200 || op["kind"] != "compute#operation" {
+            return (s, op);
+        }
+        let link = op["selfLink"].as_str().unwrap();
+        let rel = link.split_once("projects/emulated-project/").unwrap().1;
+        let (s, v) = self.call(reqwest::Method::POST, &format!("{rel}/wait"), None).await;
+        assert_eq!((s, v["status"].as_str()), (200, Some("DONE")), "{v}");
+        (s, v)
+    }
+
     async fn get(&self, path: &str) -> Value {
         let (s, v) = self.call(reqwest::Method::GET, path, None).await;
         assert_eq!(s, 200, "GET {path}: {v}");
@@ -181,11 +195,11 @@ async fn mutations_are_operations_and_references_are_checked() {
         g.call(reqwest::Method::POST, &format!("{r}/operations/{name}/wait"), None).await;
     assert_eq!((s, done["status"].as_str()), (200, Some("DONE")), "{done}");
     let (s, v) = g
-        .call(reqwest::Method::POST, &format!("{r}/addresses"), Some(json!({"name": "lb-1"})))
+        .done(reqwest::Method::POST, &format!("{r}/addresses"), Some(json!({"name": "lb-1"})))
         .await;
     assert_eq!((s, v["error"]["errors"][0]["reason"].as_str()), (409, Some("alreadyExists")));
     let (s, _) = g
-        .call(
+        .done(
             reqwest::Method::POST,
             &format!("{r}/targetPools"),
             Some(json!({"name": "tp", "instances": ["zones/europe-west1-b/instances/ghost"]})),
@@ -193,7 +207,7 @@ async fn mutations_are_operations_and_references_are_checked() {
         .await;
     assert_eq!(s, 404, "a target pool naming a missing instance");
     let (s, _) = g
-        .call(
+        .done(
             reqwest::Method::POST,
             &format!("{r}/targetPools"),
             Some(json!({"name": "tp", "instances": ["zones/europe-west1-b/instances/n-0"]})),
@@ -203,7 +217,7 @@ async fn mutations_are_operations_and_references_are_checked() {
     let addr = g.get(&format!("{r}/addresses/lb-1")).await["address"].as_str().unwrap().to_string();
     let fr = json!({"name": "fr", "IPAddress": addr, "target": format!("{r}/targetPools/tp"), "portRange": "80-80"});
     assert_eq!(
-        g.call(reqwest::Method::POST, &format!("{r}/forwardingRules"), Some(fr)).await.0,
+        g.done(reqwest::Method::POST, &format!("{r}/forwardingRules"), Some(fr)).await.0,
         200
     );
     assert_eq!(g.get(&format!("{r}/addresses/lb-1")).await["status"], "IN_USE");
@@ -214,7 +228,7 @@ async fn mutations_are_operations_and_references_are_checked() {
     );
     // Fingerprints.
     let (s, _) = g
-        .call(
+        .done(
             reqwest::Method::POST,
             "global/firewalls",
             Some(json!({"name": "fw", "allowed": [{"IPProtocol": "tcp"}]})),
@@ -222,13 +236,13 @@ async fn mutations_are_operations_and_references_are_checked() {
         .await;
     assert_eq!(s, 200);
     let (s, _) = g
-        .call(reqwest::Method::POST, &format!("{r}/backendServices"), Some(json!({"name": "bs"})))
+        .done(reqwest::Method::POST, &format!("{r}/backendServices"), Some(json!({"name": "bs"})))
         .await;
     assert_eq!(s, 200);
     let bs = g.get(&format!("{r}/backendServices/bs")).await;
     let fp = bs["fingerprint"].clone();
     let (s, _) = g
-        .call(
+        .done(
             reqwest::Method::PATCH,
             &format!("{r}/backendServices/bs"),
             Some(json!({"description": "x", "fingerprint": fp})),
@@ -236,7 +250,7 @@ async fn mutations_are_operations_and_references_are_checked() {
         .await;
     assert_eq!(s, 200);
     let (s, v) = g
-        .call(
+        .done(
             reqwest::Method::PATCH,
             &format!("{r}/backendServices/bs"),
             Some(json!({"description": "y", "fingerprint": fp})),
@@ -269,7 +283,7 @@ instances:
     let post = |coll: &str, body: Value| {
         let path = format!("{r}/{coll}");
         let g = &g;
-        async move { g.call(reqwest::Method::POST, &path, Some(body)).await }
+        async move { g.done(reqwest::Method::POST, &path, Some(body)).await }
     };
     let reason = |v: &Value| v["error"]["errors"][0]["reason"].as_str().map(String::from);
     let message = |v: &Value| v["error"]["message"].as_str().unwrap_or_default().to_string();
@@ -332,4 +346,140 @@ instances:
     )
     .await;
     assert_eq!(s, 200, "an IP of the subnetwork: {v}");
+}
+
+/// Compute applies a change when its operation is `DONE`: before, a GET shows the resource as
+/// it was (an insert: 404, an address `RESERVING`), and a change to it or a reference to it is
+/// a 400 `resourceNotReady`.
+#[tokio::test]
+async fn changes_apply_when_the_operation_is_done_and_busy_resources_are_not_ready() {
+    let opts = GcpOptions { pending: Duration::from_millis(600), ..Default::default() };
+    let g = Gcp::start(world(), opts).await;
+    let r = "regions/europe-west1";
+    let reason = |v: &Value| v["error"]["errors"][0]["reason"].as_str().map(String::from);
+    let (s, _) = g
+        .call(
+            reqwest::Method::POST,
+            &format!("{r}/targetPools"),
+            Some(json!({"name": "tp", "instances": ["zones/europe-west1-b/instances/n-0"]})),
+        )
+        .await;
+    assert_eq!(s, 200);
+    let (s, _) = g.call(reqwest::Method::GET, &format!("{r}/targetPools/tp"), None).await;
+    assert_eq!(s, 404, "not there before its insert is DONE");
+    let (s, v) = g
+        .call(
+            reqwest::Method::POST,
+            &format!("{r}/forwardingRules"),
+            Some(json!({"name": "fr", "portRange": "80", "target": format!("{r}/targetPools/tp")})),
+        )
+        .await;
+    assert_eq!((s, reason(&v).as_deref()), (400, Some("resourceNotReady")), "{v}");
+    let (s, v) = g.call(reqwest::Method::DELETE, &format!("{r}/targetPools/tp"), None).await;
+    assert_eq!((s, reason(&v).as_deref()), (400, Some("resourceNotReady")), "{v}");
+    let (s, op) =
+        g.call(reqwest::Method::POST, &format!("{r}/addresses"), Some(json!({"name": "a"}))).await;
+    assert_eq!(s, 200);
+    assert_eq!(g.get(&format!("{r}/addresses/a")).await["status"], "RESERVING");
+    let (s, _) =
+        g.call(reqwest::Method::POST, &format!("{r}/addresses"), Some(json!({"name": "a"}))).await;
+    assert_eq!(s, 409, "a second insert of a name being inserted");
+    let rel = op["selfLink"].as_str().unwrap().split_once("projects/emulated-project/").unwrap().1;
+    g.call(reqwest::Method::POST, &format!("{rel}/wait"), None).await;
+    assert_eq!(g.get(&format!("{r}/addresses/a")).await["status"], "RESERVED");
+    assert_eq!(
+        g.get(&format!("{r}/targetPools/tp")).await["instances"].as_array().unwrap().len(),
+        1
+    );
+
+    // An action applies at DONE too; a second change meanwhile is not ready.
+    let (s, _) = g
+        .call(
+            reqwest::Method::POST,
+            &format!("{r}/targetPools/tp/removeInstance"),
+            Some(json!({"instances": [{"instance": "zones/europe-west1-b/instances/n-0"}]})),
+        )
+        .await;
+    assert_eq!(s, 200);
+    assert_eq!(
+        g.get(&format!("{r}/targetPools/tp")).await["instances"].as_array().unwrap().len(),
+        1
+    );
+    let (s, v) = g
+        .call(
+            reqwest::Method::POST,
+            &format!("{r}/targetPools/tp/addInstance"),
+            Some(json!({"instances": [{"instance": "zones/europe-west1-b/instances/n-1"}]})),
+        )
+        .await;
+    assert_eq!((s, reason(&v).as_deref()), (400, Some("resourceNotReady")), "{v}");
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert!(
+        g.get(&format!("{r}/targetPools/tp")).await["instances"].as_array().unwrap().is_empty()
+    );
+
+    // A delete: still there until DONE.
+    let (s, _) = g.call(reqwest::Method::DELETE, &format!("{r}/addresses/a"), None).await;
+    assert_eq!(s, 200);
+    assert_eq!(g.get(&format!("{r}/addresses/a")).await["name"], "a");
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let (s, _) = g.call(reqwest::Method::GET, &format!("{r}/addresses/a"), None).await;
+    assert_eq!(s, 404);
+}
+
+/// Quotas: an insert past a metric's limit is a 403 `quotaExceeded` naming the metric; the
+/// region's and the project's `quotas[]` report limit and usage.
+#[tokio::test]
+async fn inserts_past_a_quota_are_refused_naming_the_metric() {
+    let g = Gcp::start(world(), GcpOptions::default()).await;
+    g.cloud.set_quota("IN_USE_ADDRESSES", 2);
+    g.cloud.set_quota("FIREWALLS", 1);
+    let r = "regions/europe-west1";
+    let (s, _) =
+        g.done(reqwest::Method::POST, &format!("{r}/addresses"), Some(json!({"name": "a"}))).await;
+    assert_eq!(s, 200);
+    assert_eq!(
+        g.done(reqwest::Method::POST, &format!("{r}/targetPools"), Some(json!({"name": "tp"})))
+            .await
+            .0,
+        200
+    );
+    // An external rule on an ephemeral IP holds a second external IP.
+    let rule = |name: &str| json!({"name": name, "portRange": "80", "target": format!("{r}/targetPools/tp")});
+    assert_eq!(
+        g.call(reqwest::Method::POST, &format!("{r}/forwardingRules"), Some(rule("e1"))).await.0,
+        200
+    );
+    let (s, v) =
+        g.call(reqwest::Method::POST, &format!("{r}/forwardingRules"), Some(rule("e2"))).await;
+    assert_eq!(
+        (s, v["error"]["errors"][0]["reason"].as_str()),
+        (403, Some("quotaExceeded")),
+        "{v}"
+    );
+    let msg = v["error"]["message"].as_str().unwrap();
+    assert!(
+        msg.contains("'IN_USE_ADDRESSES'") && msg.contains("Limit: 2.0 in region europe-west1"),
+        "{msg}"
+    );
+    let region = g.get(r).await;
+    let q = region["quotas"].as_array().unwrap();
+    let in_use = q.iter().find(|m| m["metric"] == "IN_USE_ADDRESSES").unwrap();
+    assert_eq!((in_use["limit"].as_f64(), in_use["usage"].as_f64()), (Some(2.0), Some(2.0)));
+
+    let fw = |name: &str| json!({"name": name, "allowed": [{"IPProtocol": "tcp"}]});
+    assert_eq!(g.call(reqwest::Method::POST, "global/firewalls", Some(fw("f1"))).await.0, 200);
+    let (s, v) = g.call(reqwest::Method::POST, "global/firewalls", Some(fw("f2"))).await;
+    assert_eq!(s, 403, "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("'FIREWALLS' exceeded.  Limit: 1.0 globally"),
+        "{v}"
+    );
+    let project = g.get("").await;
+    let fws =
+        project["quotas"].as_array().unwrap().iter().find(|m| m["metric"] == "FIREWALLS").cloned();
+    assert_eq!(fws.map(|m| m["usage"].clone()), Some(json!(1.0)));
 }
