@@ -8,6 +8,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -203,6 +204,7 @@ func main() {
 	ok("vpc.instances.get unknown -> 404 (%v)", err)
 
 	loadBalancers(vpc, subnetByName, rgID)
+	behaviour(base, vpc, subnetByName)
 	fmt.Printf("%d passed, 0 failed\n", checks)
 }
 
@@ -474,4 +476,121 @@ func loadBalancers(vpc *vpcv1.VpcV1, subnets map[string]vpcv1.Subnet, rgID strin
 		time.Sleep(200 * time.Millisecond)
 	}
 	ok("vpc.load_balancers.delete: delete_pending, then 404 (%v)", err)
+}
+
+// errCode is the first `errors[].code` of an IBM error reply as the SDK hands it back.
+func errCode(resp *core.DetailedResponse) string {
+	if resp == nil {
+		return ""
+	}
+	m, isMap := resp.Result.(map[string]interface{})
+	if !isMap {
+		return ""
+	}
+	list, _ := m["errors"].([]interface{})
+	if len(list) == 0 {
+		return ""
+	}
+	e, _ := list[0].(map[string]interface{})
+	c, _ := e["code"].(string)
+	return c
+}
+
+// admin calls the emulator kit's admin API (`/__emulator/<path>`, JSON), as a test would.
+func admin(base, method, path string, body interface{}) {
+	b, _ := json.Marshal(body)
+	if body == nil {
+		b = nil
+	}
+	req, err := http.NewRequest(method, base+"/__emulator/"+path, bytes.NewReader(b))
+	must(err, "admin "+path)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	must(err, "admin "+path)
+	resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		fail("admin %s %s: %d", method, path, resp.StatusCode)
+	}
+}
+
+// behaviour checks what IBM Cloud does, not only that its replies parse: a pool member
+// outside the load balancer's VPC is refused; a load balancer whose provisioning failed is
+// `failed` (operating_status `offline`) and can be deleted; the region's load balancer quota.
+func behaviour(base string, vpc *vpcv1.VpcV1, subnets map[string]vpcv1.Subnet) {
+	subnet := subnets["subnet-a"]
+	hm := &vpcv1.LoadBalancerPoolHealthMonitorPrototype{Delay: i64(5), MaxRetries: i64(2), Timeout: i64(2), Type: core.StringPtr("tcp"), Port: i64(30080)}
+	create := func(name string, members []vpcv1.LoadBalancerPoolMemberPrototype) (*vpcv1.LoadBalancer, *core.DetailedResponse, error) {
+		opts := &vpcv1.CreateLoadBalancerOptions{
+			Name: core.StringPtr(name), IsPublic: core.BoolPtr(false),
+			Subnets: []vpcv1.SubnetIdentityIntf{&vpcv1.SubnetIdentityByID{ID: subnet.ID}},
+		}
+		if members != nil {
+			opts.Pools = []vpcv1.LoadBalancerPoolPrototype{{Name: core.StringPtr("tcp-80-30080"), Algorithm: core.StringPtr("round_robin"),
+				Protocol: core.StringPtr("tcp"), HealthMonitor: hm, Members: members}}
+		}
+		return vpc.CreateLoadBalancer(opts)
+	}
+
+	// A member in another VPC (other-0 is in vpc-other; the load balancer in vpc-1).
+	_, resp, err := create("kube-fidelity-other-vpc", []vpcv1.LoadBalancerPoolMemberPrototype{
+		{Port: i64(30080), Target: &vpcv1.LoadBalancerPoolMemberTargetPrototypeIP{Address: core.StringPtr("10.9.0.10")}},
+	})
+	if err == nil || statusOf(resp) != 400 || errCode(resp) != "load_balancer_pool_member_target_not_in_vpc" {
+		fail("a member of another VPC: want 400 load_balancer_pool_member_target_not_in_vpc, got %d %q (%v)", statusOf(resp), errCode(resp), err)
+	}
+	ok("vpc.load_balancers.create with a member of another VPC -> 400 %s", errCode(resp))
+
+	// A failed provisioning: `failed`, `offline`; deleting it is accepted and it goes.
+	admin(base, "POST", "operation-failures", map[string]interface{}{"target": "load_balancers/*", "action": "create", "times": 1, "message": "provisioning failed"})
+	lb, _, err := create("kube-fidelity-fails", nil)
+	must(err, "vpc.load_balancers.create (failing)")
+	id := str(lb.ID)
+	deadline := time.Now().Add(60 * time.Second)
+	for str(lb.ProvisioningStatus) == "create_pending" {
+		if time.Now().After(deadline) {
+			fail("load balancer %s still create_pending after 60 s", id)
+		}
+		time.Sleep(200 * time.Millisecond)
+		lb, _, err = vpc.GetLoadBalancer(&vpcv1.GetLoadBalancerOptions{ID: &id})
+		must(err, "vpc.load_balancers.get (failing)")
+	}
+	if str(lb.ProvisioningStatus) != "failed" || str(lb.OperatingStatus) != "offline" {
+		fail("a failed provisioning: want failed/offline, got %s/%s", str(lb.ProvisioningStatus), str(lb.OperatingStatus))
+	}
+	ok("vpc.load_balancers.get after a failed provisioning: provisioning_status failed, operating_status offline")
+	_, resp, err = vpc.CreateLoadBalancerListener(&vpcv1.CreateLoadBalancerListenerOptions{LoadBalancerID: &id, Port: i64(80), Protocol: core.StringPtr("tcp")})
+	if err == nil || statusOf(resp) != 409 {
+		fail("a change to a failed load balancer: want 409, got %d (%v)", statusOf(resp), err)
+	}
+	ok("vpc.load_balancer_listeners.create on a failed load balancer -> 409 %s", errCode(resp))
+	resp, err = vpc.DeleteLoadBalancer(&vpcv1.DeleteLoadBalancerOptions{ID: &id})
+	if err != nil || statusOf(resp) != 202 {
+		fail("deleting a failed load balancer: want 202, got %d (%v)", statusOf(resp), err)
+	}
+	for {
+		_, resp, err = vpc.GetLoadBalancer(&vpcv1.GetLoadBalancerOptions{ID: &id})
+		if err != nil && statusOf(resp) == 404 {
+			break
+		}
+		if time.Now().After(deadline) {
+			fail("failed load balancer %s not gone after its delete", id)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	ok("vpc.load_balancers.delete of a failed load balancer: 202, then 404")
+	admin(base, "DELETE", "operation-failures", nil)
+
+	// Quota: load balancers per region (IBM's default 50).
+	all, _, err := vpc.ListLoadBalancers(&vpcv1.ListLoadBalancersOptions{})
+	must(err, "vpc.load_balancers.list (quota)")
+	n := len(all.LoadBalancers)
+	for ; n < 50; n++ {
+		_, _, err = create(fmt.Sprintf("kube-fidelity-quota-%d", n), nil)
+		must(err, "vpc.load_balancers.create up to the quota")
+	}
+	_, resp, err = create("kube-fidelity-quota-over", nil)
+	if err == nil || statusOf(resp) != 400 || errCode(resp) != "over_quota" {
+		fail("a load balancer past the quota: want 400 over_quota, got %d %q (%v)", statusOf(resp), errCode(resp), err)
+	}
+	ok("vpc.load_balancers.create past the region's quota (50) -> 400 %s", errCode(resp))
 }

@@ -58,12 +58,22 @@ use bytes::Bytes;
 use http::{HeaderValue, Method, Request, Response, StatusCode, header};
 use serde_json::{Value, json};
 
-use crate::asyncop::{Action, AsyncOps, Operation, Phase, ibm_status};
+use crate::asyncop::{Action, AsyncOps, Operation, Phase, Timing, ibm_status};
 use crate::server::{Body, Cloud, ErrorKind, ErrorReply, ServeFuture, full};
 use crate::world::{Instance, PowerState, World};
 
 /// The API keys [`IbmOptions::default`] accepts.
 pub const DEFAULT_API_KEY: &str = "ibm-emulator-api-key";
+
+/// The `realistic` timing profile of VPC load balancers: provisioning takes minutes (IBM's
+/// docs: a new load balancer is `create_pending` for several minutes before it is `active`),
+/// a change (listener, pool, members) under a minute, a delete a few minutes (see
+/// docs/emulators.md).
+pub const REALISTIC: Timing = Timing {
+    create: Duration::from_secs(240),
+    update: Duration::from_secs(45),
+    delete: Duration::from_secs(180),
+};
 
 /// How the emulator is set up beyond its world.
 #[derive(Debug, Clone)]
@@ -82,6 +92,9 @@ pub struct IbmOptions {
     pub token_lifetime: Duration,
     /// How long a load balancer stays `*_pending` after each change (default 2 s).
     pub lb_pending: Duration,
+    /// How many load balancers the region allows (IBM's default quota: 50 per region); a
+    /// create past it is a 400 `over_quota`.
+    pub lb_quota: usize,
 }
 
 impl Default for IbmOptions {
@@ -94,6 +107,7 @@ impl Default for IbmOptions {
             resource_group: "default".into(),
             token_lifetime: Duration::from_secs(3600),
             lb_pending: Duration::from_secs(2),
+            lb_quota: 50,
         }
     }
 }
@@ -399,6 +413,8 @@ struct Lb {
     public_ip: Option<String>,
     /// Global Tagging user tags attached to its CRN (lower-cased).
     tags: std::collections::BTreeSet<String>,
+    /// IBM's maintenance of the load balancer runs until then (`maintenance_pending`).
+    maintenance_until: Option<tokio::time::Instant>,
 }
 
 #[derive(Debug, Default)]
@@ -430,8 +446,18 @@ fn op_status(op: &Option<Operation>) -> &'static str {
     }
 }
 
+/// A delete that finished: the resource is gone. A failed delete leaves it (`failed`).
 fn op_done_delete(op: &Option<Operation>) -> bool {
-    matches!(op, Some(o) if o.action == Action::Delete && o.phase() != Phase::Pending)
+    matches!(op, Some(o) if o.action == Action::Delete && o.phase() == Phase::Done)
+}
+
+/// A load balancer's `provisioning_status`: `maintenance_pending` while IBM maintains it,
+/// else that of its last operation (`failed` when it failed).
+fn lb_status(lb: &Lb) -> &'static str {
+    if lb.maintenance_until.is_some_and(|t| tokio::time::Instant::now() < t) {
+        return "maintenance_pending";
+    }
+    op_status(&lb.op)
 }
 
 /// The IBM Cloud emulator (see the module doc). Start it with
@@ -454,7 +480,11 @@ impl IbmCloud {
     /// An emulator serving `world`.
     pub fn new(world: World, opts: IbmOptions) -> Arc<IbmCloud> {
         let cloud = IbmCloud {
-            ops: AsyncOps::new(opts.lb_pending),
+            ops: {
+                let ops = AsyncOps::new(opts.lb_pending);
+                ops.set_realistic(REALISTIC);
+                ops
+            },
             world: Mutex::new(world),
             opts: Mutex::new(opts),
             state: Mutex::new(State::default()),
@@ -557,6 +587,25 @@ impl IbmCloud {
         self.ops.set_pending_for(d);
     }
 
+    /// Puts a load balancer (by ID or name) under IBM's maintenance for `d`: it is
+    /// `maintenance_pending` (still `online`) and refuses every change with a 409 until then;
+    /// false when unknown.
+    pub fn set_maintenance(&self, lb: &str, d: Duration) -> bool {
+        let mut st = lock(&self.state);
+        match st.lbs.iter_mut().find(|l| l.id == lb || l.name == lb) {
+            Some(l) => {
+                l.maintenance_until = Some(tokio::time::Instant::now() + d);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Sets how many load balancers the region allows.
+    pub fn set_lb_quota(&self, n: usize) {
+        lock(&self.opts).lb_quota = n;
+    }
+
     /// Completes every pending load-balancer change now (deletes take effect), so a test can
     /// use a long pending time, see the `*_pending` states and the 409s, then move on without
     /// waiting.
@@ -655,6 +704,35 @@ impl IbmCloud {
             }
         }
     }
+}
+
+/// The VPC (index) of a load balancer: that of its first subnet.
+fn lb_vpc(st: &State, lb: &Lb) -> usize {
+    lb.subnets.first().and_then(|&s| st.subnets.get(s)).map(|s| s.vpc).unwrap_or(0)
+}
+
+/// The VPC an address belongs to: that of an instance with the address, else that of a
+/// subnet whose range holds it (None: neither; such an address is not refused).
+fn address_vpc(st: &State, ip: std::net::Ipv4Addr) -> Option<usize> {
+    let text = ip.to_string();
+    if let Some(i) = st.instances.iter().find(|i| i.ip == text) {
+        return st.subnets.get(i.subnet).map(|s| s.vpc);
+    }
+    st.subnets
+        .iter()
+        .find(|s| s.cidr.parse::<ipnet::Ipv4Net>().is_ok_and(|n| n.contains(&ip)))
+        .map(|s| s.vpc)
+}
+
+/// 400: a pool member's target is not in the load balancer's VPC.
+fn not_in_vpc(target: &str, lb_vpc: &str, other: &str) -> Resp {
+    err(
+        StatusCode::BAD_REQUEST,
+        "load_balancer_pool_member_target_not_in_vpc",
+        format!(
+            "The member target '{target}' is in VPC '{other}', not in the load balancer's VPC '{lb_vpc}'."
+        ),
+    )
 }
 
 fn make_instance(subnets: &[SubnetR], w: Instance, n: usize) -> Result<Inst, String> {
@@ -847,14 +925,14 @@ impl Ctx {
     }
 
     fn lb(&self, st: &State, lb: &Lb) -> Value {
-        let status = op_status(&lb.op);
+        let status = lb_status(lb);
         let short = lb.id.trim_start_matches("r006-").chars().take(8).collect::<String>();
         json!({
             "id": lb.id, "crn": self.crn("load-balancer", &lb.id), "href": self.lb_href(lb),
             "name": lb.name, "is_public": lb.is_public, "created_at": lb.created_at,
             "hostname": format!("{short}-{}.lb.appdomain.cloud", self.region),
             "provisioning_status": status,
-            "operating_status": if status == "create_pending" { "offline" } else { "online" },
+            "operating_status": if matches!(status, "create_pending" | "failed") { "offline" } else { "online" },
             "listeners": lb.listeners.iter().map(|l| json!({"id": l.id,
                 "href": format!("{}/listeners/{}", self.lb_href(lb), l.id)})).collect::<Vec<_>>(),
             "pools": lb.pools.iter().map(|p| self.pool_ref(lb, p)).collect::<Vec<_>>(),
@@ -1279,7 +1357,7 @@ impl IbmCloud {
 
     /// 409 unless the load balancer is `active`.
     fn require_active(lb: &Lb) -> Res<()> {
-        let status = op_status(&lb.op);
+        let status = lb_status(lb);
         if status == "active" {
             Ok(())
         } else {
@@ -1349,15 +1427,16 @@ impl IbmCloud {
         };
         if let Some(ms) = v.get("members") {
             let ms = ms.as_array().ok_or_else(|| bad("pool.members must be an array"))?;
+            let vpc = lb_vpc(st, lb);
             for m in ms {
-                let member = self.parse_member(st, m)?;
+                let member = self.parse_member(st, m, vpc)?;
                 pool.members.push(member);
             }
         }
         Ok(pool)
     }
 
-    fn parse_member(&self, st: &mut State, v: &Value) -> Res<Member> {
+    fn parse_member(&self, st: &mut State, v: &Value, vpc: usize) -> Res<Member> {
         let port = port_of(v, "port", "member", true)?.unwrap_or_default();
         let target = v.get("target").ok_or_else(|| {
             err(
@@ -1367,14 +1446,21 @@ impl IbmCloud {
             )
         })?;
         let address = if let Some(a) = target.get("address").and_then(Value::as_str) {
-            if a.parse::<std::net::Ipv4Addr>().is_err() {
+            let Ok(ip) = a.parse::<std::net::Ipv4Addr>() else {
                 return Err(bad(format!(
                     "member.target.address must be an IPv4 address, got {a:?}"
                 )));
+            };
+            if let Some(other) = address_vpc(st, ip).filter(|o| *o != vpc) {
+                return Err(not_in_vpc(a, &st.vpcs[vpc].name, &st.vpcs[other].name));
             }
             a.to_string()
         } else if let Some(id) = target.get("id").and_then(Value::as_str) {
             match st.instances.iter().find(|i| i.id == id) {
+                Some(i) if st.subnets[i.subnet].vpc != vpc => {
+                    let other = st.subnets[i.subnet].vpc;
+                    return Err(not_in_vpc(id, &st.vpcs[vpc].name, &st.vpcs[other].name));
+                }
                 Some(i) => i.ip.clone(),
                 None => return Err(not_found("Instance", id)),
             }
@@ -1507,6 +1593,17 @@ impl IbmCloud {
         {
             return Err(not_found("Resource group", rg));
         }
+        let quota = lock(&self.opts).lb_quota;
+        if st.lbs.len() >= quota {
+            return Err(err(
+                StatusCode::BAD_REQUEST,
+                "over_quota",
+                format!(
+                    "Load balancer quota exceeded: the region allows {quota} load balancers and has {}.",
+                    st.lbs.len()
+                ),
+            ));
+        }
         let n = st.lbs.len() as u64 + st.seq;
         let subnet0 = &st.subnets[sidx[0]];
         let private_ip =
@@ -1530,6 +1627,7 @@ impl IbmCloud {
             private_ip,
             public_ip: is_public.then(|| format!("203.0.113.{}", 10 + n % 240)),
             tags: Default::default(),
+            maintenance_until: None,
         };
         if let Some(pools) = v.get("pools") {
             let pools =
@@ -1605,7 +1703,10 @@ impl IbmCloud {
                 Ok(reply(StatusCode::OK, &ctx.lb(st, &st.lbs[li])))
             }
             "vpc.load_balancers.delete" => {
-                Self::require_active(&st.lbs[li])?;
+                // A `failed` load balancer can be deleted (IBM's way out of it).
+                if lb_status(&st.lbs[li]) != "failed" {
+                    Self::require_active(&st.lbs[li])?;
+                }
                 let lb = &mut st.lbs[li];
                 lb.op = Some(self.ops.start(format!("load_balancers/{}", lb.id), Action::Delete));
                 Ok(empty(StatusCode::ACCEPTED))
@@ -1826,7 +1927,8 @@ impl IbmCloud {
             "vpc.load_balancer_pool_members.create" => {
                 Self::require_active(&st.lbs[li])?;
                 let v = body_json(req)?;
-                let mut m = self.parse_member(st, &v)?;
+                let vpc = lb_vpc(st, &st.lbs[li]);
+                let mut m = self.parse_member(st, &v, vpc)?;
                 let lb = &st.lbs[li];
                 if lb.pools[pi].members.iter().any(|o| o.address == m.address && o.port == m.port) {
                     return Err(err(
@@ -1856,8 +1958,9 @@ impl IbmCloud {
                     )
                 })?;
                 let mut members = Vec::new();
+                let vpc = lb_vpc(st, &st.lbs[li]);
                 for m in list {
-                    let mut m = self.parse_member(st, m)?;
+                    let mut m = self.parse_member(st, m, vpc)?;
                     if members.iter().any(|o: &Member| o.address == m.address && o.port == m.port) {
                         return Err(err(
                             StatusCode::CONFLICT,
@@ -1916,7 +2019,9 @@ impl IbmCloud {
                         .ok_or_else(|| bad("member.weight must be from 0 to 100"))?;
                 }
                 if let Some(t) = v.get("target") {
-                    let parsed = self.parse_member(st, &json!({"port": m.port, "target": t}))?;
+                    let vpc = lb_vpc(st, &st.lbs[li]);
+                    let parsed =
+                        self.parse_member(st, &json!({"port": m.port, "target": t}), vpc)?;
                     m.address = parsed.address;
                 }
                 m.op = Some(self.ops.start(format!("members/{mid}"), Action::Update));
@@ -2204,5 +2309,9 @@ impl Cloud for IbmCloud {
 
     fn state(&self) -> Value {
         self.state_json()
+    }
+
+    fn async_ops(&self) -> Option<&AsyncOps> {
+        Some(&self.ops)
     }
 }
