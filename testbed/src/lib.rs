@@ -32,6 +32,7 @@ pub mod moto;
 pub mod pki;
 pub mod swap;
 pub mod tools;
+pub mod upstream;
 pub mod vcsim;
 
 use std::io::Write as _;
