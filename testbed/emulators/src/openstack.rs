@@ -30,6 +30,18 @@
 //! `/load-balancer/v2`) lists every v2 minor version up to v2.[`OCTAVIA_MAX_MINOR`]
 //! (`CURRENT`; the others `SUPPORTED`); deleting a security
 //! group a port uses is a 409; extra routes' next hops must be on a subnet (400).
+//!
+//! Behaviour rules (issue 31; `docs/emulators.md` lists each with its source and check):
+//! Keystone looks users up in the domain the request names, scopes tokens to a project the
+//! user has a role on (else 401), issues unscoped tokens (no scope, no default project; the
+//! services answer them 403) and trust-scoped tokens (`OS-TRUST:trust`); another project's
+//! objects are 404 in Nova and Neutron and 403 in Octavia. Nova knows every server status
+//! (world tag [`STATUS_TAG`]) and a deleted server is a 404. Neutron honours a floating IP's
+//! `subnet_id`, lets only admins choose its address (403), refuses security groups and
+//! address pairs without port security (409), more than `max_routes` routes (400) and more
+//! than the quotas (409 `OverQuota`). Octavia honours `vip_port_id`, validates `vip_address`,
+//! provider, flavor and availability zone, refuses what its `octavia_max_version` does not
+//! know, and shows a failed operation (the kit's operation failures) as `ERROR`.
 //! Errors: Nova `{"itemNotFound": {"code","message"}}`-style, Neutron
 //! `{"NeutronError": {"type","message","detail"}}`, Octavia
 //! `{"faultcode","faultstring","debuginfo"}`, Keystone `{"error": {"code","title","message"}}`.
@@ -54,7 +66,7 @@ use bytes::Bytes;
 use http::{HeaderValue, Method, Request, Response, StatusCode, header};
 use serde_json::{Map, Value, json};
 
-use crate::asyncop::{Action, AsyncOps, Operation, Phase, octavia_provisioning_status};
+use crate::asyncop::{Action, AsyncOps, Operation, Phase, Timing, octavia_provisioning_status};
 use crate::server::{Body, Cloud, ErrorKind, ErrorReply, ServeFuture, full};
 use crate::world::{Instance, PowerState, World, WorldError};
 
@@ -66,6 +78,80 @@ pub const DEFAULT_PASSWORD: &str = "openstack-emulator-password";
 pub const DEFAULT_APP_CRED_ID: &str = "emulator-app-cred";
 /// Its secret.
 pub const DEFAULT_APP_CRED_SECRET: &str = "openstack-emulator-app-cred-secret";
+/// A non-admin user [`OpenStackOptions::default`] also accepts (role `member` on the default
+/// project and on [`ALT_PROJECT`], domain `Default`, no default project).
+pub const MEMBER_USER: &str = "member";
+/// Its password.
+pub const MEMBER_PASSWORD: &str = "openstack-emulator-member-password";
+/// A second project (domain `Default`) [`OpenStackOptions::default`] has.
+pub const ALT_PROJECT: &str = "alt";
+/// The trust [`OpenStackOptions::default`] defines: trustor [`DEFAULT_USER`], trustee
+/// [`MEMBER_USER`], on the default project, role `member`.
+pub const DEFAULT_TRUST_ID: &str = "emulator-trust";
+
+/// A Keystone user beyond [`OpenStackOptions::users`] (those are admins in domain `Default`
+/// with a role on every project, the default project their default).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KeystoneUser {
+    /// Name, unique in its domain.
+    pub name: String,
+    /// Password.
+    pub password: String,
+    /// Its domain's name (default `Default`).
+    #[serde(default = "default_domain")]
+    pub domain: String,
+    /// The projects (names) it has its roles on.
+    #[serde(default)]
+    pub projects: Vec<String>,
+    /// Its roles (default `[member]`; `admin` makes it a cloud admin).
+    #[serde(default = "member_roles")]
+    pub roles: Vec<String>,
+    /// The project a token request without a scope is scoped to (none: such a token is
+    /// unscoped).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default_project: Option<String>,
+}
+
+/// A Keystone project beyond [`OpenStackOptions::project`].
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KeystoneProject {
+    /// Name, unique in its domain.
+    pub name: String,
+    /// Its domain's name (default `Default`).
+    #[serde(default = "default_domain")]
+    pub domain: String,
+}
+
+/// A Keystone trust (OS-TRUST): the trustee may get a token scoped to the trust, on the
+/// trust's project with the trust's roles.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KeystoneTrust {
+    /// The trust's ID.
+    pub id: String,
+    /// The delegating user's name.
+    pub trustor: String,
+    /// The user who may use it.
+    pub trustee: String,
+    /// The project (name) the trust scopes to.
+    pub project: String,
+    /// The roles it delegates (default `[member]`).
+    #[serde(default = "member_roles")]
+    pub roles: Vec<String>,
+    /// Whether the trustee acts as the trustor.
+    #[serde(default)]
+    pub impersonation: bool,
+}
+
+fn default_domain() -> String {
+    "Default".into()
+}
+
+fn member_roles() -> Vec<String> {
+    vec!["member".into()]
+}
 
 /// How the emulator is set up beyond its world.
 #[derive(Debug, Clone)]
@@ -92,6 +178,24 @@ pub struct OpenStackOptions {
     /// below 2.16 an HTTP(S) health monitor on a UDP pool, below 2.1 a listener's timeouts
     /// (400, as that Octavia refuses an attribute it does not know).
     pub octavia_max_minor: u32,
+    /// Users beyond `users` (default: [`MEMBER_USER`]).
+    pub extra_users: Vec<KeystoneUser>,
+    /// Projects beyond `project` (default: [`ALT_PROJECT`]).
+    pub extra_projects: Vec<KeystoneProject>,
+    /// Trusts (default: [`DEFAULT_TRUST_ID`]).
+    pub trusts: Vec<KeystoneTrust>,
+    /// Neutron's `max_routes`: routes per router (default 30).
+    pub max_routes: usize,
+    /// Neutron quotas, per project.
+    pub quotas: NeutronQuotas,
+    /// Octavia's enabled provider drivers.
+    pub octavia_providers: Vec<String>,
+    /// Octavia flavors a load balancer may name (by name or ID).
+    pub octavia_flavors: Vec<String>,
+    /// Octavia availability zones.
+    pub octavia_availability_zones: Vec<String>,
+    /// More subnets of the external network.
+    pub public_subnets: Vec<PublicSubnet>,
 }
 
 impl Default for OpenStackOptions {
@@ -105,6 +209,32 @@ impl Default for OpenStackOptions {
             lb_pending: Duration::from_secs(2),
             catalog_base: None,
             octavia_max_minor: OCTAVIA_MAX_MINOR,
+            extra_users: vec![KeystoneUser {
+                name: MEMBER_USER.into(),
+                password: MEMBER_PASSWORD.into(),
+                domain: default_domain(),
+                projects: vec!["demo".into(), ALT_PROJECT.into()],
+                roles: member_roles(),
+                default_project: None,
+            }],
+            extra_projects: vec![KeystoneProject {
+                name: ALT_PROJECT.into(),
+                domain: default_domain(),
+            }],
+            trusts: vec![KeystoneTrust {
+                id: DEFAULT_TRUST_ID.into(),
+                trustor: DEFAULT_USER.into(),
+                trustee: MEMBER_USER.into(),
+                project: "demo".into(),
+                roles: member_roles(),
+                impersonation: false,
+            }],
+            max_routes: 30,
+            quotas: NeutronQuotas::default(),
+            octavia_providers: vec!["amphora".into(), "octavia".into(), "ovn".into()],
+            octavia_flavors: Vec::new(),
+            octavia_availability_zones: Vec::new(),
+            public_subnets: Vec::new(),
         }
     }
 }
@@ -117,6 +247,42 @@ impl OpenStackOptions {
         if let Some(v) = &w.octavia_max_version {
             self.octavia_max_minor = parse_octavia_version(v).map_err(invalid)?;
         }
+        self.extra_projects.extend(w.projects.iter().cloned());
+        self.extra_users.extend(w.users.iter().cloned());
+        self.trusts.extend(w.trusts.iter().cloned());
+        let known = |p: &str| p == self.project || self.extra_projects.iter().any(|x| x.name == p);
+        for u in &self.extra_users {
+            for p in u.projects.iter().chain(&u.default_project) {
+                if !known(p) {
+                    return Err(invalid(format!("user {:?}: unknown project {p:?}", u.name)));
+                }
+            }
+        }
+        for t in &self.trusts {
+            if !known(&t.project) {
+                return Err(invalid(format!("trust {:?}: unknown project {:?}", t.id, t.project)));
+            }
+            let user = |n: &str| {
+                self.users.iter().any(|u| u.0 == n) || self.extra_users.iter().any(|u| u.name == n)
+            };
+            for who in [&t.trustor, &t.trustee] {
+                if !user(who) {
+                    return Err(invalid(format!("trust {:?}: unknown user {who:?}", t.id)));
+                }
+            }
+        }
+        if let Some(m) = w.max_routes {
+            self.max_routes = m;
+        }
+        if let Some(q) = &w.quotas {
+            self.quotas = q.clone();
+        }
+        if !w.octavia_providers.is_empty() {
+            self.octavia_providers = w.octavia_providers.clone();
+        }
+        self.octavia_flavors.extend(w.octavia_flavors.iter().cloned());
+        self.octavia_availability_zones.extend(w.octavia_availability_zones.iter().cloned());
+        self.public_subnets.extend(w.public_subnets.iter().cloned());
         Ok(self)
     }
 }
@@ -134,6 +300,62 @@ pub struct OpenStackWorld {
     /// The newest Octavia API version (`"2.11"` or `"v2.11"`, v2.0 to v2.[`OCTAVIA_MAX_MINOR`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub octavia_max_version: Option<String>,
+    /// Keystone projects beyond the default one.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub projects: Vec<KeystoneProject>,
+    /// Keystone users beyond the defaults.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub users: Vec<KeystoneUser>,
+    /// Keystone trusts beyond the default one.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub trusts: Vec<KeystoneTrust>,
+    /// Neutron's `max_routes` (routes per router; default 30).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_routes: Option<usize>,
+    /// Neutron quotas per project (default: Neutron's defaults).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quotas: Option<NeutronQuotas>,
+    /// Octavia's enabled provider drivers (default `amphora`, `octavia`, `ovn`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub octavia_providers: Vec<String>,
+    /// Octavia flavors (names or IDs a load balancer may name; default none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub octavia_flavors: Vec<String>,
+    /// Octavia availability zones (default none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub octavia_availability_zones: Vec<String>,
+    /// More subnets of the external network `public` (besides `public-subnet`,
+    /// `172.24.4.0/24`), e.g. for floating IPs by `subnet_id`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub public_subnets: Vec<PublicSubnet>,
+}
+
+/// Neutron quotas of a project (Neutron's defaults).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct NeutronQuotas {
+    /// Security groups (Neutron default 10).
+    pub security_group: usize,
+    /// Security group rules (default 100).
+    pub security_group_rule: usize,
+    /// Floating IPs (default 50).
+    pub floatingip: usize,
+}
+
+impl Default for NeutronQuotas {
+    fn default() -> Self {
+        NeutronQuotas { security_group: 10, security_group_rule: 100, floatingip: 50 }
+    }
+}
+
+/// A subnet of the external network.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PublicSubnet {
+    /// Name.
+    pub name: String,
+    /// Its range.
+    pub cidr: String,
 }
 
 /// `"2.11"` / `"v2.11"` → 11, for v2.0 up to v2.[`OCTAVIA_MAX_MINOR`].
@@ -540,10 +762,98 @@ impl Svc {
     }
 }
 
+/// What Keystone recorded about an issued token.
+#[derive(Debug, Clone)]
+struct TokenInfo {
+    /// Expiry, UNIX seconds.
+    expires: f64,
+    /// The user's name.
+    user: String,
+    /// The project ID it is scoped to (None: unscoped or domain-scoped).
+    project: Option<String>,
+    /// Whether it carries the `admin` role.
+    admin: bool,
+}
+
+/// The caller of a service API.
+#[derive(Debug, Clone)]
+struct Ctx {
+    /// The token's project ID.
+    project: String,
+    /// Whether it is an admin.
+    admin: bool,
+}
+
+/// A user Keystone knows, as the token request sees it.
+#[derive(Debug, Clone)]
+struct Account {
+    name: String,
+    password: String,
+    domain: String,
+    /// Projects it has roles on (None: every project).
+    projects: Option<Vec<String>>,
+    roles: Vec<String>,
+    default_project: Option<String>,
+}
+
+impl Account {
+    fn on(&self, project: &str) -> bool {
+        self.projects.as_ref().is_none_or(|p| p.iter().any(|x| x == project))
+    }
+}
+
+fn accounts(opts: &OpenStackOptions) -> Vec<Account> {
+    opts.users
+        .iter()
+        .map(|(n, p)| Account {
+            name: n.clone(),
+            password: p.clone(),
+            domain: default_domain(),
+            projects: None,
+            roles: vec!["admin".into(), "member".into()],
+            default_project: Some(opts.project.clone()),
+        })
+        .chain(opts.extra_users.iter().map(|u| Account {
+            name: u.name.clone(),
+            password: u.password.clone(),
+            domain: u.domain.clone(),
+            projects: Some(u.projects.clone()),
+            roles: u.roles.clone(),
+            default_project: u.default_project.clone(),
+        }))
+        .collect()
+}
+
+/// Every project: (name, domain name).
+fn projects(opts: &OpenStackOptions) -> Vec<(String, String)> {
+    std::iter::once((opts.project.clone(), default_domain()))
+        .chain(opts.extra_projects.iter().map(|p| (p.name.clone(), p.domain.clone())))
+        .collect()
+}
+
+fn project_uuid(name: &str) -> String {
+    uuid(&format!("project-{name}")).replace('-', "")
+}
+
+fn user_id(name: &str) -> String {
+    uuid(&format!("user-{name}")).replace('-', "")
+}
+
+fn domain_id(name: &str) -> String {
+    if name == "Default" {
+        "default".into()
+    } else {
+        uuid(&format!("domain-{name}")).replace('-', "")
+    }
+}
+
+/// The services' answer to a caller their policy refuses.
+const POLICY_FORBIDDEN: &str = "Policy does not allow this request to be performed.";
+
 #[derive(Debug, Default)]
 struct State {
-    /// token → (expiry in UNIX seconds).
-    tokens: BTreeMap<String, f64>,
+    /// Issued tokens.
+    tokens: BTreeMap<String, TokenInfo>,
     tokens_issued: u64,
     /// server id → (world instance, network names of its ports).
     servers: Vec<(String, Instance)>,
@@ -556,6 +866,11 @@ struct State {
     lb_of: BTreeMap<String, String>,
     /// Load balancer id → its latest operation.
     lb_ops: BTreeMap<String, Operation>,
+    /// Child id → the latest operation on that child (its own `ERROR` when it failed).
+    child_ops: BTreeMap<String, Operation>,
+    /// Children being deleted (collection, id): removed when their operation is done, left
+    /// `ERROR` when it failed.
+    deleting: Vec<(&'static str, String)>,
     seq: u64,
 }
 
@@ -626,8 +941,10 @@ fn mac(seed: &str) -> String {
 impl OpenStackCloud {
     /// An emulator serving `world`.
     pub fn new(world: World, opts: OpenStackOptions) -> Arc<OpenStackCloud> {
+        let ops = AsyncOps::new(opts.lb_pending);
+        ops.set_realistic(OCTAVIA_REALISTIC);
         let cloud = OpenStackCloud {
-            ops: AsyncOps::new(opts.lb_pending),
+            ops,
             world: Mutex::new(world),
             opts: Mutex::new(opts),
             state: Mutex::new(State::default()),
@@ -644,7 +961,7 @@ impl OpenStackCloud {
 
     /// The project's ID.
     pub fn project_id(&self) -> String {
-        uuid(&format!("project-{}", lock(&self.opts).project)).replace('-', "")
+        project_uuid(&lock(&self.opts).project)
     }
 
     /// The server ID of the world instance named `name`.
@@ -664,7 +981,8 @@ impl OpenStackCloud {
 
     /// A Neutron or Octavia collection as stored (e.g. `routers`, `loadbalancers`, `members`).
     pub fn objects(&self, collection: &str) -> Vec<Value> {
-        let st = lock(&self.state);
+        let mut st = lock(&self.state);
+        Self::purge(&mut st);
         st.neutron
             .get(collection)
             .or_else(|| st.octavia.get(collection))
@@ -675,7 +993,8 @@ impl OpenStackCloud {
     /// An Octavia collection as the API shows it: with `provisioning_status` and the links
     /// to its load balancer, pools and members (what [`Self::objects`] stores lacks them).
     pub fn octavia_objects(&self, collection: &str) -> Vec<Value> {
-        let st = lock(&self.state);
+        let mut st = lock(&self.state);
+        Self::purge(&mut st);
         st.octavia
             .get(collection)
             .into_iter()
@@ -690,6 +1009,24 @@ impl OpenStackCloud {
         match st.servers.iter_mut().find(|(_, i)| i.name == name) {
             Some((_, i)) => {
                 i.power = power;
+                i.tags.remove(STATUS_TAG);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Sets a server's Nova status (one of [`NOVA_STATUSES`], e.g. `SUSPENDED`,
+    /// `SHELVED_OFFLOADED`, `ERROR`; `DELETED` makes it answer 404). False when the server or
+    /// the status is unknown.
+    pub fn set_status(&self, name: &str, status: &str) -> bool {
+        if !NOVA_STATUSES.contains(&status) {
+            return false;
+        }
+        let mut st = lock(&self.state);
+        match st.servers.iter_mut().find(|(_, i)| i.name == name) {
+            Some((_, i)) => {
+                i.tags.insert(STATUS_TAG.into(), status.into());
                 true
             }
             None => false,
@@ -743,8 +1080,8 @@ impl OpenStackCloud {
 
     /// Expires every issued token now (the next call with one is a 401).
     pub fn expire_tokens(&self) {
-        for exp in lock(&self.state).tokens.values_mut() {
-            *exp = 0.0;
+        for t in lock(&self.state).tokens.values_mut() {
+            t.expires = 0.0;
         }
     }
 
@@ -805,6 +1142,9 @@ impl OpenStackCloud {
             subs.push(("private-subnet".into(), nets[0].0.clone(), "10.0.0.0/24".into()));
         }
         subs.push(("public-subnet".into(), "public".into(), "172.24.4.0/24".into()));
+        for p in &opts.public_subnets {
+            subs.push((p.name.clone(), "public".into(), p.cidr.clone()));
+        }
         for (name, net, cidr) in &subs {
             let id = uuid(&format!("subnet-{name}"));
             let net_id = uuid(&format!("network-{net}"));
@@ -818,7 +1158,7 @@ impl OpenStackCloud {
                 "subnetpool_id": null}),
             );
             st.coll("subnets").push(s);
-            if net != "public" {
+            if net != "public" || name != "public-subnet" {
                 for n in st.coll("networks").iter_mut() {
                     if n["id"].as_str() == Some(net_id.as_str())
                         && let Some(a) = n["subnets"].as_array_mut()
@@ -860,24 +1200,28 @@ impl OpenStackCloud {
         *lock(&self.state) = st;
     }
 
-    fn check_token(&self, req: &Request<Bytes>, svc: Svc) -> Res<()> {
+    /// The caller of a service API: a token this emulator issued, not expired (else 401),
+    /// scoped to a project (an unscoped token is a 403, as the services' policies answer a
+    /// request without a project).
+    fn check_token(&self, req: &Request<Bytes>, svc: Svc) -> Res<Ctx> {
         let tok = req.headers().get("x-auth-token").and_then(|v| v.to_str().ok());
         let st = lock(&self.state);
-        match tok.and_then(|t| st.tokens.get(t)) {
-            Some(exp) if *exp > now_secs() => Ok(()),
-            Some(_) => Err(err(
+        let unauthorized = || {
+            err(
                 svc,
                 StatusCode::UNAUTHORIZED,
                 "Unauthorized",
                 "The request you have made requires authentication.",
-            )),
-            None => Err(err(
-                svc,
-                StatusCode::UNAUTHORIZED,
-                "Unauthorized",
-                "The request you have made requires authentication.",
-            )),
+            )
+        };
+        let t = tok.and_then(|t| st.tokens.get(t)).ok_or_else(unauthorized)?;
+        if t.expires <= now_secs() {
+            return Err(unauthorized());
         }
+        let project = t.project.clone().ok_or_else(|| {
+            err(svc, StatusCode::FORBIDDEN, "PolicyNotAuthorized", POLICY_FORBIDDEN)
+        })?;
+        Ok(Ctx { project, admin: t.admin })
     }
 
     fn state_json(&self) -> Value {
@@ -978,6 +1322,69 @@ fn add_server(st: &mut State, inst: Instance, n: usize) -> Result<String, String
     Ok(id)
 }
 
+/// The world instance tag that sets a server's Nova status (`openstack.status: SUSPENDED`);
+/// not shown in the server's metadata.
+pub const STATUS_TAG: &str = "openstack.status";
+
+/// The Nova statuses a world (tag [`STATUS_TAG`]) or [`OpenStackCloud::set_status`] may set.
+pub const NOVA_STATUSES: &[&str] = &[
+    "ACTIVE",
+    "BUILD",
+    "DELETED",
+    "ERROR",
+    "HARD_REBOOT",
+    "MIGRATING",
+    "PAUSED",
+    "REBOOT",
+    "REBUILD",
+    "RESCUE",
+    "RESIZE",
+    "REVERT_RESIZE",
+    "SHELVED",
+    "SHELVED_OFFLOADED",
+    "SHUTOFF",
+    "SOFT_DELETED",
+    "SUSPENDED",
+    "UNKNOWN",
+    "VERIFY_RESIZE",
+];
+
+/// A server's Nova status: its [`STATUS_TAG`], else from its power state (`stopped` is
+/// `SHUTOFF`, `terminated` is `DELETED`).
+fn server_status(inst: &Instance) -> &'static str {
+    if let Some(s) = inst.tags.get(STATUS_TAG) {
+        let up = s.to_uppercase();
+        if let Some(known) = NOVA_STATUSES.iter().find(|k| **k == up) {
+            return known;
+        }
+    }
+    match inst.power {
+        PowerState::Running => "ACTIVE",
+        PowerState::Stopped => "SHUTOFF",
+        PowerState::Terminated => "DELETED",
+    }
+}
+
+/// `OS-EXT-STS:vm_state` and `OS-EXT-STS:power_state` (0 NOSTATE, 1 RUNNING, 3 PAUSED,
+/// 4 SHUTDOWN, 7 SUSPENDED) of a status.
+fn nova_states(status: &str) -> (&'static str, u8) {
+    match status {
+        "ACTIVE" | "REBOOT" | "HARD_REBOOT" | "MIGRATING" | "REBUILD" => ("active", 1),
+        "BUILD" => ("building", 0),
+        "ERROR" => ("error", 0),
+        "PAUSED" => ("paused", 3),
+        "SUSPENDED" => ("suspended", 7),
+        "SHELVED" => ("shelved", 4),
+        "SHELVED_OFFLOADED" => ("shelved_offloaded", 4),
+        "RESCUE" => ("rescued", 1),
+        "RESIZE" | "VERIFY_RESIZE" | "REVERT_RESIZE" => ("resized", 1),
+        "SOFT_DELETED" => ("soft-delete", 4),
+        "DELETED" => ("deleted", 4),
+        "SHUTOFF" => ("stopped", 4),
+        _ => ("active", 0),
+    }
+}
+
 /// The microversion a Nova request asks for (`2.1` when none).
 fn microversion(req: &Request<Bytes>) -> (u32, u32) {
     let h = req
@@ -996,6 +1403,16 @@ fn microversion(req: &Request<Bytes>) -> (u32, u32) {
     let (a, b) = v.split_once('.').unwrap_or(("2", "1"));
     (a.parse().unwrap_or(2), b.parse().unwrap_or(1))
 }
+
+/// Octavia's `realistic` timing (amphora provider): a create boots an amphora VM through Nova
+/// and waits for its agent (tens of seconds; Octavia bounds the wait by
+/// `[controller_worker] amp_active_retries` × `amp_active_wait_sec`), a change reconfigures
+/// HAProxy on the amphora (seconds), a delete tears the VM and its ports down.
+pub const OCTAVIA_REALISTIC: Timing = Timing {
+    create: Duration::from_secs(45),
+    update: Duration::from_secs(10),
+    delete: Duration::from_secs(15),
+};
 
 /// The newest Octavia API minor version this emulator claims (`v2.<n>`).
 pub const OCTAVIA_MAX_MINOR: u32 = 27;
@@ -1097,12 +1514,12 @@ impl OpenStackCloud {
             }
             _ => {}
         }
-        self.check_token(req, svc)?;
+        let ctx = self.check_token(req, svc)?;
         let q = query(req.uri().query());
         match svc {
-            Svc::Nova => self.nova(op, &segs, &q, req, &base),
-            Svc::Neutron => self.neutron(op, &segs, &q, req, &base),
-            Svc::Octavia => self.octavia(op, &segs, &q, req, &base),
+            Svc::Nova => self.nova(op, &segs, &q, req, &base, &ctx),
+            Svc::Neutron => self.neutron(op, &segs, &q, req, &base, &ctx),
+            Svc::Octavia => self.octavia(op, &segs, &q, req, &base, &ctx),
             _ => {
                 Err(err(svc, StatusCode::NOT_FOUND, "NotFound", "The resource could not be found."))
             }
@@ -1131,6 +1548,7 @@ impl OpenStackCloud {
                 "The request you have made requires authentication.",
             )
         };
+        let bad = |m: &str| err(svc, StatusCode::BAD_REQUEST, "BadRequest", m);
         let b = body_json(req, svc)?;
         let ident = &b["auth"]["identity"];
         let methods: Vec<String> = ident["methods"]
@@ -1138,47 +1556,121 @@ impl OpenStackCloud {
             .map(|a| a.iter().filter_map(|m| m.as_str().map(str::to_string)).collect())
             .unwrap_or_default();
         let opts = lock(&self.opts).clone();
-        let user_name;
-        if methods.iter().any(|m| m == "password") {
-            let u = &ident["password"]["user"];
-            let name = u["name"].as_str().or(u["id"].as_str()).unwrap_or_default();
-            let pw = u["password"].as_str().unwrap_or_default();
-            if !opts.users.iter().any(|(n, p)| n == name && p == pw) {
-                return Err(unauthorized());
+        let accounts = accounts(&opts);
+        let domain_matches = |d: &Value, domain: &str| {
+            d["name"].as_str().is_none_or(|n| n == domain)
+                && d["id"].as_str().is_none_or(|i| i == domain_id(domain))
+        };
+        // The authenticated user, and the project a request without scope gets (if any).
+        let (user, app_cred_project): (Account, Option<String>) =
+            if methods.iter().any(|m| m == "password") {
+                let u = &ident["password"]["user"];
+                let pw = u["password"].as_str().unwrap_or_default();
+                let found = match (u["id"].as_str(), u["name"].as_str()) {
+                    (Some(id), _) => accounts.iter().find(|a| user_id(&a.name) == id),
+                    (None, Some(name)) => {
+                        // A user by name is looked up in the domain the request names: the same
+                        // name in another domain is another user (401).
+                        if !u["domain"].is_object() {
+                            return Err(bad("Expecting to find domain in user."));
+                        }
+                        accounts
+                            .iter()
+                            .find(|a| a.name == name && domain_matches(&u["domain"], &a.domain))
+                    }
+                    (None, None) => return Err(bad("Expecting to find id or name in user.")),
+                };
+                match found {
+                    Some(a) if a.password == pw => (a.clone(), None),
+                    _ => return Err(unauthorized()),
+                }
+            } else if methods.iter().any(|m| m == "application_credential") {
+                let c = &ident["application_credential"];
+                let id = c["id"].as_str().or(c["name"].as_str()).unwrap_or_default();
+                let secret = c["secret"].as_str().unwrap_or_default();
+                if !opts.app_creds.iter().any(|(i, s)| i == id && s == secret) {
+                    return Err(unauthorized());
+                }
+                let a = accounts.first().cloned().ok_or_else(unauthorized)?;
+                // An application credential is always scoped to its own project.
+                (a, Some(opts.project.clone()))
+            } else if methods.iter().any(|m| m == "token") {
+                let t = ident["token"]["id"].as_str().unwrap_or_default();
+                let user = lock(&self.state)
+                    .tokens
+                    .get(t)
+                    .filter(|x| x.expires > now_secs())
+                    .map(|x| x.user.clone())
+                    .ok_or_else(unauthorized)?;
+                let a =
+                    accounts.iter().find(|a| a.name == user).cloned().ok_or_else(unauthorized)?;
+                (a, None)
+            } else {
+                return Err(bad("Expecting to find identity methods in auth."));
+            };
+        // The scope: a project (by ID, or by name in a domain), a trust, or none.
+        let scope = &b["auth"]["scope"];
+        let projects = projects(&opts);
+        let mut trust = None;
+        let (project, roles): (Option<(String, String)>, Vec<String>) = if let Some(t) =
+            scope.get("OS-TRUST:trust")
+        {
+            let id = t["id"].as_str().unwrap_or_default();
+            let tr = opts.trusts.iter().find(|x| x.id == id).ok_or_else(|| {
+                err(svc, StatusCode::NOT_FOUND, "NotFound", format!("Could not find trust: {id}."))
+            })?;
+            if tr.trustee != user.name {
+                return Err(err(
+                    svc,
+                    StatusCode::FORBIDDEN,
+                    "Forbidden",
+                    format!("User {} is not a trustee for trust {id}.", user_id(&user.name)),
+                ));
             }
-            user_name = name.to_string();
-        } else if methods.iter().any(|m| m == "application_credential") {
-            let c = &ident["application_credential"];
-            let id = c["id"].as_str().or(c["name"].as_str()).unwrap_or_default();
-            let secret = c["secret"].as_str().unwrap_or_default();
-            if !opts.app_creds.iter().any(|(i, s)| i == id && s == secret) {
-                return Err(unauthorized());
-            }
-            user_name = opts.users.first().map(|u| u.0.clone()).unwrap_or_default();
-        } else if methods.iter().any(|m| m == "token") {
-            let t = ident["token"]["id"].as_str().unwrap_or_default();
-            let ok = lock(&self.state).tokens.get(t).is_some_and(|e| *e > now_secs());
-            if !ok {
-                return Err(unauthorized());
-            }
-            user_name = opts.users.first().map(|u| u.0.clone()).unwrap_or_default();
+            let p =
+                projects.iter().find(|p| p.0 == tr.project).cloned().ok_or_else(unauthorized)?;
+            trust = Some(tr.clone());
+            (Some(p), tr.roles.clone())
+        } else if let Some(p) = scope.get("project") {
+            let found = match (p["id"].as_str(), p["name"].as_str()) {
+                (Some(id), _) => projects.iter().find(|x| project_uuid(&x.0) == id),
+                (None, Some(name)) => projects.iter().find(|x| {
+                    x.0 == name && (!p["domain"].is_object() || domain_matches(&p["domain"], &x.1))
+                }),
+                (None, None) => return Err(bad("Expecting to find id or name in project.")),
+            };
+            // An unknown project, or one the user has no role on, is a 401.
+            let p = found.filter(|x| user.on(&x.0)).cloned().ok_or_else(unauthorized)?;
+            (Some(p), user.roles.clone())
+        } else if scope.is_null() || scope == "unscoped" {
+            let default = if scope == "unscoped" {
+                None
+            } else {
+                app_cred_project.or_else(|| user.default_project.clone())
+            };
+            let p = default.and_then(|d| projects.iter().find(|x| x.0 == d).cloned());
+            let roles = if p.is_some() { user.roles.clone() } else { Vec::new() };
+            (p, roles)
         } else {
-            return Err(err(
-                svc,
-                StatusCode::BAD_REQUEST,
-                "BadRequest",
-                "Expecting to find identity methods in auth.",
-            ));
-        }
+            // Domain and system scopes: no project, so no service API accepts the token.
+            (None, Vec::new())
+        };
         let region = self.region();
-        let project_id = self.project_id();
         let life = opts.token_lifetime.as_secs_f64().max(1.0);
         let now = now_secs();
         let token = {
             let mut st = lock(&self.state);
             st.tokens_issued += 1;
             let t = format!("gAAAAA{}", st.next_id("token").replace('-', ""));
-            st.tokens.insert(t.clone(), now + life);
+            st.tokens.insert(
+                t.clone(),
+                TokenInfo {
+                    expires: now + life,
+                    user: user.name.clone(),
+                    project: project.as_ref().map(|p| project_uuid(&p.0)),
+                    admin: roles.iter().any(|r| r == "admin"),
+                },
+            );
             t
         };
         let ep = |ty: &str, name: &str, url: String| {
@@ -1198,19 +1690,34 @@ impl OpenStackCloud {
             ep("network", "neutron", format!("{services}/network")),
             ep("load-balancer", "octavia", format!("{services}/load-balancer")),
         ];
-        let body = json!({"token": {
+        let mut body = json!({"token": {
             "methods": methods,
-            "user": {"id": uuid(&format!("user-{user_name}")).replace('-', ""), "name": user_name,
-                "domain": {"id": "default", "name": "Default"}, "password_expires_at": null},
-            "project": {"id": project_id, "name": opts.project,
-                "domain": {"id": "default", "name": "Default"}},
-            "roles": [{"id": uuid("role-member").replace('-', ""), "name": "member"}],
+            "user": {"id": user_id(&user.name), "name": user.name,
+                "domain": {"id": domain_id(&user.domain), "name": user.domain},
+                "password_expires_at": null},
             "audit_ids": [uuid(&token)[..22].to_string()],
-            "is_domain": false,
             "issued_at": format!("{}.000000Z", civil(now as u64)),
             "expires_at": format!("{}.000000Z", civil((now + life) as u64)),
-            "catalog": catalog,
         }});
+        // Only a scoped token has a project, roles and a catalog.
+        if let Some((name, domain)) = &project {
+            body["token"]["project"] = json!({"id": project_uuid(name), "name": name,
+                "domain": {"id": domain_id(domain), "name": domain}});
+            body["token"]["roles"] = Value::Array(
+                roles
+                    .iter()
+                    .map(|r| json!({"id": uuid(&format!("role-{r}")).replace('-', ""), "name": r}))
+                    .collect(),
+            );
+            body["token"]["is_domain"] = json!(false);
+            body["token"]["catalog"] = Value::Array(catalog);
+        }
+        if let Some(tr) = &trust {
+            body["token"]["OS-TRUST:trust"] = json!({"id": tr.id,
+                "impersonation": tr.impersonation,
+                "trustee_user": {"id": user_id(&tr.trustee)},
+                "trustor_user": {"id": user_id(&tr.trustor)}});
+        }
         let mut r = reply(StatusCode::CREATED, &body);
         if let Ok(v) = HeaderValue::from_str(&token) {
             r.headers_mut().insert("x-subject-token", v);
@@ -1252,21 +1759,20 @@ impl OpenStackCloud {
         } else {
             json!({"id": fl["id"], "links": []})
         };
-        let status = match inst.power {
-            PowerState::Running => "ACTIVE",
-            PowerState::Stopped => "SHUTOFF",
-            PowerState::Terminated => "DELETED",
-        };
+        let status = server_status(inst);
+        let (vm_state, power_state) = nova_states(status);
+        let metadata: BTreeMap<&String, &String> =
+            inst.tags.iter().filter(|(k, _)| k.as_str() != STATUS_TAG).collect();
         let created = format!("{}Z", civil(1_700_000_000));
         json!({
             "id": id, "name": inst.name, "status": status, "tenant_id": project,
-            "user_id": uuid("user-admin").replace('-', ""), "metadata": inst.tags,
+            "user_id": uuid("user-admin").replace('-', ""), "metadata": metadata,
             "hostId": format!("{:x}", fnv(&inst.zone)), "image": "", "flavor": flavor,
             "created": created, "updated": created, "addresses": addresses,
             "accessIPv4": "", "accessIPv6": "", "progress": 0, "key_name": null,
             "links": [], "OS-EXT-AZ:availability_zone": inst.zone,
-            "OS-EXT-STS:power_state": if status == "ACTIVE" { 1 } else { 4 },
-            "OS-EXT-STS:vm_state": if status == "ACTIVE" { "active" } else { "stopped" },
+            "OS-EXT-STS:power_state": power_state,
+            "OS-EXT-STS:vm_state": vm_state,
             "OS-EXT-STS:task_state": null, "OS-DCF:diskConfig": "MANUAL",
             "security_groups": [{"name": "default"}], "os-extended-volumes:volumes_attached": [],
             "config_drive": "", "tags": [],
@@ -1280,14 +1786,28 @@ impl OpenStackCloud {
         q: &[(String, String)],
         req: &Request<Bytes>,
         base: &str,
+        ctx: &Ctx,
     ) -> Res<Resp> {
         let svc = Svc::Nova;
         let mv = microversion(req);
         let st = lock(&self.state);
         let mut r = match op {
             "nova.servers.list" => {
-                let items: Vec<Value> =
-                    st.servers.iter().map(|(id, i)| self.server_json(&st, id, i, mv)).collect();
+                // The world's servers are the default project's: another project's token sees
+                // none. A deleted server is listed only with `deleted=true`, for an admin (and
+                // then only deleted ones).
+                let deleted = ctx.admin
+                    && q.iter().any(|(k, v)| {
+                        k == "deleted" && matches!(v.as_str(), "true" | "True" | "1")
+                    });
+                let mine = ctx.project == self.project_id();
+                let items: Vec<Value> = st
+                    .servers
+                    .iter()
+                    .filter(|_| mine)
+                    .filter(|(_, i)| (server_status(i) == "DELETED") == deleted)
+                    .map(|(id, i)| self.server_json(&st, id, i, mv))
+                    .collect();
                 let custom = |o: &Value, k: &str, v: &str| -> Option<bool> {
                     match k {
                         "name" => Some(name_matches(v, o["name"].as_str().unwrap_or_default())),
@@ -1312,7 +1832,13 @@ impl OpenStackCloud {
             }
             "nova.servers.get" => {
                 let id = &segs[3];
-                let (sid, inst) = st.servers.iter().find(|(s, _)| s == id).ok_or_else(|| {
+                // A deleted server, or another project's, is not found (404 itemNotFound).
+                let visible = ctx.admin || ctx.project == self.project_id();
+                let found = st
+                    .servers
+                    .iter()
+                    .find(|(s, i)| s == id && visible && server_status(i) != "DELETED");
+                let (sid, inst) = found.ok_or_else(|| {
                     err(
                         svc,
                         StatusCode::NOT_FOUND,
@@ -1390,6 +1916,48 @@ fn neutron_not_found(kind: &str, id: &str) -> Resp {
     err(Svc::Neutron, StatusCode::NOT_FOUND, ty, format!("{what} {id} could not be found."))
 }
 
+/// Whether the caller sees a Neutron object: its own project's, an admin everything, and
+/// everyone external or shared networks and their subnets.
+fn neutron_visible(st: &State, ctx: &Ctx, coll: &str, o: &Value) -> bool {
+    let public = |n: &Value| n["router:external"] == json!(true) || n["shared"] == json!(true);
+    ctx.admin
+        || o["project_id"].as_str() == Some(ctx.project.as_str())
+        || (coll == "networks" && public(o))
+        || (coll == "subnets"
+            && st
+                .find("networks", o["network_id"].as_str().unwrap_or_default())
+                .is_some_and(public))
+}
+
+/// Security groups and allowed address pairs need port security (409, as Neutron answers).
+fn port_security_check(port: &Value, spec: &Value) -> Res<()> {
+    if port["port_security_enabled"] != json!(false) {
+        return Ok(());
+    }
+    let has = |k: &str| port[k].as_array().is_some_and(|a| !a.is_empty());
+    let conflict = |ty: &str, m: &str| err(Svc::Neutron, StatusCode::CONFLICT, ty, m);
+    if has("security_groups") {
+        return Err(if spec.get("security_groups").is_some() {
+            conflict(
+                "PortSecurityAndIPRequiredForSecurityGroups",
+                "Port security must be enabled and port must have an IP address in order to use security groups.",
+            )
+        } else {
+            conflict(
+                "PortSecurityPortHasSecurityGroup",
+                "Port has security group associated. Cannot disable port security or ip address until security group is removed",
+            )
+        });
+    }
+    if has("allowed_address_pairs") {
+        return Err(conflict(
+            "AddressPairAndPortSecurityRequired",
+            "Port Security must be enabled in order to have allowed address pairs on a port.",
+        ));
+    }
+    Ok(())
+}
+
 fn nbad(msg: impl AsRef<str>) -> Resp {
     err(Svc::Neutron, StatusCode::BAD_REQUEST, "BadRequest", msg)
 }
@@ -1419,9 +1987,10 @@ impl OpenStackCloud {
         q: &[(String, String)],
         req: &Request<Bytes>,
         base: &str,
+        ctx: &Ctx,
     ) -> Res<Resp> {
         let mut st = lock(&self.state);
-        let project = self.project_id();
+        let project = ctx.project.clone();
         let now = format!("{}Z", civil(now_secs() as u64));
         if op == "neutron.extensions.list" {
             return Ok(reply(
@@ -1436,10 +2005,21 @@ impl OpenStackCloud {
             return Err(neutron_not_found("", ""));
         };
         let id = segs.get(3).cloned().unwrap_or_default();
-        let exists = |st: &State, id: &str| st.find(cname, id).cloned();
+        // Another project's object is not found (Neutron hides it), unless the caller is an
+        // admin; external and shared networks and their subnets are everyone's.
+        let exists = |st: &State, id: &str| {
+            st.find(cname, id).filter(|o| neutron_visible(st, ctx, cname, o)).cloned()
+        };
         match op.rsplit('.').next().unwrap_or_default() {
             "list" => {
-                let items = st.neutron.get(cname).cloned().unwrap_or_default();
+                let items: Vec<Value> = st
+                    .neutron
+                    .get(cname)
+                    .into_iter()
+                    .flatten()
+                    .filter(|o| neutron_visible(&st, ctx, cname, o))
+                    .cloned()
+                    .collect();
                 let custom = |o: &Value, k: &str, v: &str| -> Option<bool> {
                     match k {
                         "fixed_ips" => {
@@ -1540,12 +2120,51 @@ impl OpenStackCloud {
                                 format!("External network {net} could not be found."),
                             ));
                         }
+                        let quota = lock(&self.opts).quotas.floatingip;
+                        self.check_quota(&mut st, "floatingips", "floatingip", quota, &project)?;
+                        // Choosing the address is an admin's right (Neutron's default policy).
+                        if spec["floating_ip_address"].is_string() && !ctx.admin {
+                            return Err(err(
+                                Svc::Neutron,
+                                StatusCode::FORBIDDEN,
+                                "PolicyNotAuthorized",
+                                "(rule:create_floatingip and rule:create_floatingip:floating_ip_address) is disallowed by policy",
+                            ));
+                        }
+                        // The subnets of the external network to allocate from: the one
+                        // `subnet_id` names (it must be on that network), else all of them.
+                        let net_subnets: Vec<String> = st
+                            .coll("subnets")
+                            .iter()
+                            .filter(|s| s["network_id"].as_str() == Some(net.as_str()))
+                            .filter_map(|s| s["cidr"].as_str().map(str::to_string))
+                            .collect();
+                        let pool: Vec<String> = match spec["subnet_id"].as_str() {
+                            Some(sid) => {
+                                let sub = st
+                                    .find("subnets", sid)
+                                    .cloned()
+                                    .ok_or_else(|| neutron_not_found("subnets", sid))?;
+                                if sub["network_id"].as_str() != Some(net.as_str()) {
+                                    return Err(nbad(format!(
+                                        "Invalid input for operation: Subnet {sid} does not belong to network {net}."
+                                    )));
+                                }
+                                vec![sub["cidr"].as_str().unwrap_or_default().to_string()]
+                            }
+                            None => net_subnets,
+                        };
                         let used: BTreeSet<String> = st
                             .coll("floatingips")
                             .iter()
                             .filter_map(|f| f["floating_ip_address"].as_str().map(str::to_string))
                             .collect();
                         let addr = match spec["floating_ip_address"].as_str() {
+                            Some(a) if !pool.iter().any(|c| in_cidr(a, c)) => {
+                                return Err(nbad(format!(
+                                    "Invalid input for operation: IP address {a} is not a valid IP for the specified subnet."
+                                )));
+                            }
                             Some(a) if used.contains(a) => {
                                 return Err(err(
                                     Svc::Neutron,
@@ -1555,8 +2174,9 @@ impl OpenStackCloud {
                                 ));
                             }
                             Some(a) => a.to_string(),
-                            None => (10..250)
-                                .map(|n| nth_host("172.24.4.0/24", n))
+                            None => pool
+                                .iter()
+                                .flat_map(|c| (10..250).map(move |n| nth_host(c, n)))
                                 .find(|a| !used.contains(a))
                                 .ok_or_else(|| {
                                     err(
@@ -1581,15 +2201,22 @@ impl OpenStackCloud {
                         }
                     }
                     "security-groups" => {
+                        let quota = lock(&self.opts).quotas.security_group;
+                        self.check_quota(&mut st, cname, "security_group", quota, &project)?;
                         let name = spec["name"].as_str().unwrap_or_default();
                         let desc = spec["description"].as_str().unwrap_or_default();
                         o = security_group(&mut st, &project, name, desc);
                     }
                     "security-group-rules" => {
                         let sg = spec["security_group_id"].as_str().unwrap_or_default().to_string();
-                        if st.find("security-groups", &sg).is_none() {
+                        if !st
+                            .find("security-groups", &sg)
+                            .is_some_and(|g| neutron_visible(&st, ctx, "security-groups", g))
+                        {
                             return Err(neutron_not_found("security-groups", &sg));
                         }
+                        let quota = lock(&self.opts).quotas.security_group_rule;
+                        self.check_quota(&mut st, cname, "security_group_rule", quota, &project)?;
                         let dir = spec["direction"].as_str().unwrap_or_default();
                         if dir != "ingress" && dir != "egress" {
                             return Err(nbad(format!(
@@ -1639,7 +2266,8 @@ impl OpenStackCloud {
                             "fixed_ips": [], "allowed_address_pairs": [], "security_groups": [],
                             "port_security_enabled": true}),
                         );
-                        merge(&mut o, spec);
+                        merge(&mut o, spec.clone());
+                        port_security_check(&o, &spec)?;
                     }
                     _ => {
                         merge(
@@ -1675,6 +2303,7 @@ impl OpenStackCloud {
                         if let Some(r) = spec.get("routes") {
                             let routes = routes_set(r);
                             self.check_nexthops(&st, &routes)?;
+                            self.check_max_routes(&id, routes.len())?;
                             o["routes"] = routes_json(&routes);
                         }
                         for (k, v) in spec.as_object().into_iter().flatten() {
@@ -1692,7 +2321,8 @@ impl OpenStackCloud {
                                 }
                             }
                         }
-                        merge(&mut o, spec);
+                        merge(&mut o, spec.clone());
+                        port_security_check(&o, &spec)?;
                     }
                     _ => merge(&mut o, spec),
                 }
@@ -1720,6 +2350,7 @@ impl OpenStackCloud {
                 } else {
                     have.retain(|r| !want.contains(r));
                 }
+                self.check_max_routes(&id, have.len())?;
                 o["routes"] = routes_json(&have);
                 o["revision_number"] = json!(o["revision_number"].as_u64().unwrap_or(0) + 1);
                 for x in st.coll(cname).iter_mut() {
@@ -1786,6 +2417,45 @@ impl OpenStackCloud {
         Ok(())
     }
 
+    /// Neutron's `max_routes`: a router with more routes is a 400 `RoutesExhausted`.
+    fn check_max_routes(&self, router: &str, n: usize) -> Res<()> {
+        let max = lock(&self.opts).max_routes;
+        if n > max {
+            return Err(err(
+                Svc::Neutron,
+                StatusCode::BAD_REQUEST,
+                "RoutesExhausted",
+                format!(
+                    "Unable to complete operation for {router}. The number of routes exceeds the maximum {max}."
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// A project's quota of `coll` (`resource` as Neutron names it): one more over it is a
+    /// 409 `OverQuota`.
+    fn check_quota(
+        &self,
+        st: &mut State,
+        coll: &str,
+        resource: &str,
+        quota: usize,
+        project: &str,
+    ) -> Res<()> {
+        let used =
+            st.coll(coll).iter().filter(|o| o["project_id"].as_str() == Some(project)).count();
+        if used >= quota {
+            return Err(err(
+                Svc::Neutron,
+                StatusCode::CONFLICT,
+                "OverQuota",
+                format!("Quota exceeded for resources: ['{resource}']."),
+            ));
+        }
+        Ok(())
+    }
+
     fn check_nexthops(&self, st: &State, routes: &[(String, String)]) -> Res<()> {
         for (dest, hop) in routes {
             if parse_cidr(dest).is_none() {
@@ -1847,6 +2517,15 @@ fn nested_object(v: Value, what: &str) -> Res<Value> {
     }
 }
 
+/// Octavia's policy: another project's object is a 403 unless the caller is an admin.
+fn octavia_allowed(ctx: &Ctx, o: &Value) -> Res<()> {
+    if ctx.admin || o["project_id"].as_str() == Some(ctx.project.as_str()) {
+        Ok(())
+    } else {
+        Err(err(Svc::Octavia, StatusCode::FORBIDDEN, "", POLICY_FORBIDDEN))
+    }
+}
+
 fn onf(what: &str, id: &str) -> Resp {
     err(Svc::Octavia, StatusCode::NOT_FOUND, "", format!("{what} {id} not found."))
 }
@@ -1856,16 +2535,42 @@ fn ids(v: &[&Value]) -> Value {
 }
 
 impl OpenStackCloud {
+    /// A load balancer's provisioning status: its latest operation's. A failed operation on
+    /// one of its children leaves the load balancer `ACTIVE` (Octavia reverts it; the child is
+    /// `ERROR`); a failed operation on the load balancer itself leaves it `ERROR`.
     fn lb_status(st: &State, lb: &str) -> &'static str {
-        st.lb_ops.get(lb).map(octavia_provisioning_status).unwrap_or("ACTIVE")
+        match st.lb_ops.get(lb) {
+            Some(op) if op.target != format!("loadbalancer/{lb}") => {
+                match octavia_provisioning_status(op) {
+                    "ERROR" => "ACTIVE",
+                    s => s,
+                }
+            }
+            Some(op) => octavia_provisioning_status(op),
+            None => "ACTIVE",
+        }
     }
 
-    /// Removes load balancers whose deletion finished, with their children and VIP port.
+    /// Removes load balancers whose deletion finished, with their children and VIP port, and
+    /// children whose deletion finished.
     fn purge(st: &mut State) {
+        let deleting = std::mem::take(&mut st.deleting);
+        for (coll, id) in deleting {
+            match st.child_ops.get(&id).map(Operation::phase) {
+                Some(Phase::Pending) => st.deleting.push((coll, id)),
+                Some(Phase::Done) | None => Self::remove_child(st, coll, &id),
+                Some(Phase::Failed(_)) => {}
+            }
+        }
         let done: Vec<String> = st
             .lb_ops
             .iter()
-            .filter(|(_, o)| o.action == Action::Delete && o.phase() != Phase::Pending)
+            .filter(|(lb, o)| {
+                // The load balancer's own delete, done (a failed one leaves it ERROR).
+                o.action == Action::Delete
+                    && o.target == format!("loadbalancer/{lb}")
+                    && o.phase() == Phase::Done
+            })
             .map(|(id, _)| id.clone())
             .collect();
         for lb in done {
@@ -1883,7 +2588,12 @@ impl OpenStackCloud {
             }
             st.lb_of.retain(|_, l| *l != lb);
             if let Some(vip) = vip {
-                st.coll("ports").retain(|p| p["id"].as_str() != Some(vip.as_str()));
+                // Only the port Octavia made (a `vip_port_id` port is the caller's: it stays).
+                let device = format!("lb-{lb}");
+                st.coll("ports").retain(|p| {
+                    p["id"].as_str() != Some(vip.as_str())
+                        || p["device_id"].as_str() != Some(device.as_str())
+                });
                 for f in st.coll("floatingips").iter_mut() {
                     if f["port_id"].as_str() == Some(vip.as_str()) {
                         merge(
@@ -1908,8 +2618,14 @@ impl OpenStackCloud {
         let children = |c: &str, f: &dyn Fn(&Value) -> bool| -> Value {
             ids(&st.octavia.get(c).into_iter().flatten().filter(|x| f(x)).collect::<Vec<_>>())
         };
+        // A child's own latest operation: pending, or failed (ERROR, and it stays so).
+        let own = (coll != "loadbalancers")
+            .then(|| st.child_ops.get(&id).map(octavia_provisioning_status))
+            .flatten()
+            .filter(|s| *s != "ACTIVE" && *s != "DELETED");
         let status = match (coll, lbst) {
             ("loadbalancers", s) => s,
+            (_, _) if own.is_some() => own.unwrap_or("ACTIVE"),
             // Children made with their load balancer (a fully populated create).
             (_, "PENDING_CREATE") => "PENDING_CREATE",
             (_, "PENDING_UPDATE" | "PENDING_DELETE") => "PENDING_UPDATE",
@@ -1978,8 +2694,9 @@ impl OpenStackCloud {
         pool_id: &str,
         nested: bool,
         created: &mut Vec<(&'static str, String)>,
+        ctx: &Ctx,
     ) -> Res<(Value, String)> {
-        let project = self.project_id();
+        let project = ctx.project.clone();
         let now = civil(now_secs() as u64);
         let mut kids: BTreeMap<&str, Value> = BTreeMap::new();
         let allowed: &[&str] = match coll {
@@ -2004,7 +2721,49 @@ impl OpenStackCloud {
             "project_id": project, "tenant_id": project, "tags": [], "created_at": now, "updated_at": now});
         let lb = match coll {
             "loadbalancers" => {
-                let subnet = if let Some(s) = spec["vip_subnet_id"].as_str() {
+                // Provider, flavor and availability zone: known ones only (400, as Octavia).
+                let opts = lock(&self.opts).clone();
+                if let Some(p) = spec["provider"].as_str()
+                    && !opts.octavia_providers.iter().any(|x| x == p)
+                {
+                    return Err(obad(format!("Provider '{p}' is not enabled.")));
+                }
+                if let Some(f) = spec["flavor_id"].as_str()
+                    && !opts.octavia_flavors.iter().any(|x| x == f)
+                {
+                    return Err(obad(format!(
+                        "Validation failure: Invalid input for field/attribute flavor_id. Value: '{f}'. Flavor {f} not found."
+                    )));
+                }
+                if let Some(z) = spec["availability_zone"].as_str()
+                    && !opts.octavia_availability_zones.iter().any(|x| x == z)
+                {
+                    return Err(obad(format!(
+                        "Validation failure: Invalid input for field/attribute availability_zone. Value: '{z}'. Availability zone {z} not found."
+                    )));
+                }
+                // The VIP: a port the caller made (its subnet and address; Octavia uses it and
+                // leaves it behind on delete), else a new port on the subnet or network.
+                let user_port = match spec["vip_port_id"].as_str() {
+                    Some(pid) => Some(
+                        st.find("ports", pid)
+                            .filter(|p| neutron_visible(st, ctx, "ports", p))
+                            .cloned()
+                            .ok_or_else(|| {
+                                obad(format!("Validation failure: Port {pid} not found."))
+                            })?,
+                    ),
+                    None => None,
+                };
+                let subnet = if let Some(p) = &user_port {
+                    let sid = p["fixed_ips"][0]["subnet_id"].as_str().unwrap_or_default();
+                    st.find("subnets", sid).cloned().ok_or_else(|| {
+                        obad(format!(
+                            "Validation failure: Port {} has no IP address.",
+                            p["id"].as_str().unwrap_or_default()
+                        ))
+                    })?
+                } else if let Some(s) = spec["vip_subnet_id"].as_str() {
                     st.find("subnets", s)
                         .cloned()
                         .ok_or_else(|| obad(format!("Subnet {s} not found.")))?
@@ -2014,8 +2773,6 @@ impl OpenStackCloud {
                         .find(|s| s["network_id"].as_str() == Some(n))
                         .cloned()
                         .ok_or_else(|| obad(format!("Network {n} not found.")))?
-                } else if spec["vip_port_id"].is_string() {
-                    st.coll("subnets").first().cloned().ok_or_else(|| obad("no subnet"))?
                 } else {
                     return Err(obad(
                         "Validation failure: VIP must contain one of: vip_port_id, vip_network_id, vip_subnet_id.",
@@ -2028,25 +2785,60 @@ impl OpenStackCloud {
                     .flat_map(|p| p["fixed_ips"].as_array().cloned().unwrap_or_default())
                     .filter_map(|f| f["ip_address"].as_str().map(str::to_string))
                     .collect();
-                let vip = spec["vip_address"]
-                    .as_str()
-                    .map(str::to_string)
-                    .or_else(|| (200..254).map(|n| nth_host(&cidr, n)).find(|a| !used.contains(a)))
-                    .ok_or_else(|| {
-                        err(
-                            Svc::Octavia,
-                            StatusCode::CONFLICT,
-                            "",
-                            "No more IP addresses available",
-                        )
-                    })?;
-                let port = add_port(st, &format!("lb-{new_id}"), &subnet, &vip, "nova");
-                for p in st.coll("ports").iter_mut() {
-                    if p["id"].as_str() == Some(port.as_str()) {
-                        p["device_owner"] = json!("Octavia");
-                        p["name"] = json!(format!("octavia-lb-{new_id}"));
+                let (vip, port) = if let Some(p) = &user_port {
+                    let addr = p["fixed_ips"][0]["ip_address"].as_str().unwrap_or_default();
+                    if let Some(want) = spec["vip_address"].as_str()
+                        && want != addr
+                    {
+                        return Err(obad(format!(
+                            "Validation failure: vip_address {want} is not the address of port {}.",
+                            p["id"].as_str().unwrap_or_default()
+                        )));
                     }
-                }
+                    (addr.to_string(), p["id"].as_str().unwrap_or_default().to_string())
+                } else {
+                    let vip = match spec["vip_address"].as_str() {
+                        Some(a) if !in_cidr(a, &cidr) => {
+                            return Err(obad(format!(
+                                "Validation failure: {a} is not a valid IP address for subnet {}.",
+                                subnet["id"].as_str().unwrap_or_default()
+                            )));
+                        }
+                        Some(a) if used.contains(a) => {
+                            return Err(err(
+                                Svc::Octavia,
+                                StatusCode::CONFLICT,
+                                "",
+                                format!(
+                                    "IP address {a} already allocated in subnet {}.",
+                                    subnet["id"].as_str().unwrap_or_default()
+                                ),
+                            ));
+                        }
+                        Some(a) => a.to_string(),
+                        None => (200..254)
+                            .map(|n| nth_host(&cidr, n))
+                            .find(|a| !used.contains(a))
+                            .ok_or_else(|| {
+                                err(
+                                    Svc::Octavia,
+                                    StatusCode::CONFLICT,
+                                    "",
+                                    "No more IP addresses available",
+                                )
+                            })?,
+                    };
+                    let port = add_port(st, &format!("lb-{new_id}"), &subnet, &vip, "nova");
+                    for p in st.coll("ports").iter_mut() {
+                        if p["id"].as_str() == Some(port.as_str()) {
+                            p["device_owner"] = json!("Octavia");
+                            p["name"] = json!(format!("octavia-lb-{new_id}"));
+                            p["project_id"] = json!(project);
+                            p["tenant_id"] = json!(project);
+                        }
+                    }
+                    (vip, port)
+                };
                 merge(
                     &mut o,
                     json!({"vip_address": vip, "vip_port_id": port, "vip_subnet_id": subnet["id"],
@@ -2234,7 +3026,7 @@ impl OpenStackCloud {
                 let mut named: BTreeMap<String, String> = BTreeMap::new();
                 for mut p in nested_list(kids.remove("pools"), "pools")? {
                     p["loadbalancer_id"] = json!(new_id);
-                    let (po, _) = self.create_tree(st, "pools", p, "", true, created)?;
+                    let (po, _) = self.create_tree(st, "pools", p, "", true, created, ctx)?;
                     if let (Some(n), Some(i)) = (po["name"].as_str(), po["id"].as_str())
                         && !n.is_empty()
                     {
@@ -2259,7 +3051,7 @@ impl OpenStackCloud {
                         Some(Err(n)) => return Err(obad(format!("Pool {n} not found."))),
                         None => {}
                     }
-                    self.create_tree(st, "listeners", l, "", true, created)?;
+                    self.create_tree(st, "listeners", l, "", true, created, ctx)?;
                 }
             }
             "listeners" => {
@@ -2267,17 +3059,17 @@ impl OpenStackCloud {
                     let mut dp = nested_object(dp, "default_pool")?;
                     dp["listener_id"] = json!(new_id);
                     dp["loadbalancer_id"] = json!(lb);
-                    self.create_tree(st, "pools", dp, "", true, created)?;
+                    self.create_tree(st, "pools", dp, "", true, created, ctx)?;
                 }
             }
             "pools" => {
                 for m in nested_list(kids.remove("members"), "members")? {
-                    self.create_tree(st, "members", m, &new_id, true, created)?;
+                    self.create_tree(st, "members", m, &new_id, true, created, ctx)?;
                 }
                 if let Some(hm) = kids.remove("healthmonitor").filter(|v| !v.is_null()) {
                     let mut hm = nested_object(hm, "healthmonitor")?;
                     hm["pool_id"] = json!(new_id);
-                    self.create_tree(st, "healthmonitors", hm, "", true, created)?;
+                    self.create_tree(st, "healthmonitors", hm, "", true, created, ctx)?;
                 }
             }
             _ => {}
@@ -2401,9 +3193,49 @@ impl OpenStackCloud {
         Ok(())
     }
 
+    /// Starts an operation on load balancer `lb` itself (target `loadbalancer/<lb>`).
     fn touch(&self, st: &mut State, lb: &str, action: Action) {
         let op = self.ops.start(format!("loadbalancer/{lb}"), action);
         st.lb_ops.insert(lb.to_string(), op);
+    }
+
+    /// Starts an operation on a child of `lb` (target `loadbalancer/<lb>/<kind>/<id>`, kind
+    /// `listener`, `pool`, `healthmonitor` or `member`): the load balancer is `PENDING_UPDATE`
+    /// meanwhile; a failure leaves the child `ERROR` and the load balancer `ACTIVE`.
+    fn touch_child(&self, st: &mut State, lb: &str, kind: &str, id: &str, action: Action) {
+        let op = self.ops.start(format!("loadbalancer/{lb}/{kind}/{id}"), action);
+        st.child_ops.insert(id.to_string(), op.clone());
+        st.lb_ops.insert(lb.to_string(), op);
+    }
+
+    /// Removes a child whose deletion finished, with what goes with it.
+    fn remove_child(st: &mut State, coll: &str, id: &str) {
+        if coll == "pools" {
+            let mem: BTreeSet<String> = st
+                .ocoll("members")
+                .iter()
+                .filter(|m| m["pool_id"].as_str() == Some(id))
+                .filter_map(|m| m["id"].as_str().map(str::to_string))
+                .collect();
+            st.ocoll("members").retain(|m| m["pool_id"].as_str() != Some(id));
+            st.ocoll("healthmonitors").retain(|m| m["pools"][0]["id"].as_str() != Some(id));
+            for l in st.ocoll("listeners").iter_mut() {
+                if l["default_pool_id"].as_str() == Some(id) {
+                    l["default_pool_id"] = Value::Null;
+                }
+            }
+            st.lb_of.retain(|c, _| !mem.contains(c));
+        }
+        if coll == "listeners" {
+            for p in st.ocoll("pools").iter_mut() {
+                if p["listener_id"].as_str() == Some(id) {
+                    p["listener_id"] = Value::Null;
+                }
+            }
+        }
+        st.ocoll(coll).retain(|o| o["id"].as_str() != Some(id));
+        st.lb_of.remove(id);
+        st.child_ops.remove(id);
     }
 
     fn octavia(
@@ -2413,10 +3245,11 @@ impl OpenStackCloud {
         q: &[(String, String)],
         req: &Request<Bytes>,
         base: &str,
+        ctx: &Ctx,
     ) -> Res<Resp> {
         let mut st = lock(&self.state);
         Self::purge(&mut st);
-        let project = self.project_id();
+        let project = ctx.project.clone();
         let now = civil(now_secs() as u64);
         let members = segs.len() >= 6 && segs[5] == "members";
         let (coll, single) = if members {
@@ -2427,15 +3260,15 @@ impl OpenStackCloud {
         let pool_id = if members { segs[4].clone() } else { String::new() };
         let id =
             if members { segs.get(6).cloned() } else { segs.get(4).cloned() }.unwrap_or_default();
-        if members
-            && !st
+        if members {
+            let pool = st
                 .octavia
                 .get("pools")
                 .into_iter()
                 .flatten()
-                .any(|p| p["id"].as_str() == Some(pool_id.as_str()))
-        {
-            return Err(onf("Pool", &pool_id));
+                .find(|p| p["id"].as_str() == Some(pool_id.as_str()))
+                .ok_or_else(|| onf("Pool", &pool_id))?;
+            octavia_allowed(ctx, pool)?;
         }
         let find = |st: &State, id: &str| {
             st.octavia
@@ -2460,6 +3293,7 @@ impl OpenStackCloud {
                     .into_iter()
                     .flatten()
                     .filter(|o| !members || o["pool_id"].as_str() == Some(pool_id.as_str()))
+                    .filter(|o| ctx.admin || o["project_id"].as_str() == Some(ctx.project.as_str()))
                     .map(|o| Self::render(&st, coll, o))
                     .collect();
                 let custom = |o: &Value, k: &str, v: &str| -> Option<bool> {
@@ -2486,10 +3320,12 @@ impl OpenStackCloud {
             }
             "get" => {
                 let o = find(&st, &id).ok_or_else(|| onf(what, &id))?;
+                octavia_allowed(ctx, &o)?;
                 Ok(reply(StatusCode::OK, &json!({ single: Self::render(&st, coll, &o) })))
             }
             "delete" => {
                 let o = find(&st, &id).ok_or_else(|| onf(what, &id))?;
+                octavia_allowed(ctx, &o)?;
                 if coll == "loadbalancers" {
                     Self::mutable(&st, &id)?;
                     let cascade = q.iter().any(|(k, v)| k == "cascade" && v == "true");
@@ -2504,33 +3340,12 @@ impl OpenStackCloud {
                 } else {
                     let lb = st.lb_of.get(&id).cloned().unwrap_or_default();
                     Self::mutable(&st, &lb)?;
-                    if coll == "pools" {
-                        let mem: BTreeSet<String> = st
-                            .ocoll("members")
-                            .iter()
-                            .filter(|m| m["pool_id"].as_str() == Some(id.as_str()))
-                            .filter_map(|m| m["id"].as_str().map(str::to_string))
-                            .collect();
-                        st.ocoll("members").retain(|m| m["pool_id"].as_str() != Some(id.as_str()));
-                        st.ocoll("healthmonitors")
-                            .retain(|m| m["pools"][0]["id"].as_str() != Some(id.as_str()));
-                        for l in st.ocoll("listeners").iter_mut() {
-                            if l["default_pool_id"].as_str() == Some(id.as_str()) {
-                                l["default_pool_id"] = Value::Null;
-                            }
-                        }
-                        st.lb_of.retain(|c, _| !mem.contains(c));
-                    }
-                    if coll == "listeners" {
-                        for p in st.ocoll("pools").iter_mut() {
-                            if p["listener_id"].as_str() == Some(id.as_str()) {
-                                p["listener_id"] = Value::Null;
-                            }
-                        }
-                    }
-                    st.ocoll(coll).retain(|o| o["id"].as_str() != Some(id.as_str()));
-                    st.lb_of.remove(&id);
-                    self.touch(&mut st, &lb, Action::Update);
+                    // The child is PENDING_DELETE until its operation is done, then gone; if
+                    // the operation fails it stays, ERROR.
+                    let kind = coll.trim_end_matches('s');
+                    let coll: &'static str = octavia_coll(coll).map(|c| c.0).unwrap_or("members");
+                    self.touch_child(&mut st, &lb, kind, &id, Action::Delete);
+                    st.deleting.push((coll, id.clone()));
                 }
                 Ok(no_content())
             }
@@ -2546,18 +3361,26 @@ impl OpenStackCloud {
                     .any(|k| spec.get(*k).is_some_and(|v| !v.is_null() && *v != json!([])));
                 let mut created = Vec::new();
                 let (o, lb) =
-                    match self.create_tree(&mut st, coll, spec, &pool_id, false, &mut created) {
+                    match self.create_tree(&mut st, coll, spec, &pool_id, false, &mut created, ctx)
+                    {
                         Ok(x) => x,
                         Err(e) => {
                             Self::rollback(&mut st, &created);
                             return Err(e);
                         }
                     };
-                self.touch(
-                    &mut st,
-                    &lb,
-                    if coll == "loadbalancers" { Action::Create } else { Action::Update },
-                );
+                if coll == "loadbalancers" {
+                    self.touch(&mut st, &lb, Action::Create);
+                } else {
+                    let cid = o["id"].as_str().unwrap_or_default().to_string();
+                    self.touch_child(
+                        &mut st,
+                        &lb,
+                        coll.trim_end_matches('s'),
+                        &cid,
+                        Action::Create,
+                    );
+                }
                 let o = find(&st, o["id"].as_str().unwrap_or_default()).unwrap_or(o);
                 let r = if graph {
                     Self::render_full(&st, coll, &o)
@@ -2574,6 +3397,7 @@ impl OpenStackCloud {
                     .filter(Value::is_object)
                     .ok_or_else(|| obad(format!("Missing mandatory field: {single}")))?;
                 let mut o = find(&st, &id).ok_or_else(|| onf(what, &id))?;
+                octavia_allowed(ctx, &o)?;
                 let lb = if coll == "loadbalancers" {
                     id.clone()
                 } else {
@@ -2593,7 +3417,11 @@ impl OpenStackCloud {
                         *x = o.clone();
                     }
                 }
-                self.touch(&mut st, &lb, Action::Update);
+                if coll == "loadbalancers" {
+                    self.touch(&mut st, &lb, Action::Update);
+                } else {
+                    self.touch_child(&mut st, &lb, coll.trim_end_matches('s'), &id, Action::Update);
+                }
                 Ok(reply(StatusCode::OK, &json!({ single: Self::render(&st, coll, &o) })))
             }
             "batch_update" => {
@@ -2645,7 +3473,7 @@ impl OpenStackCloud {
                         st.lb_of.remove(mid);
                     }
                 }
-                self.touch(&mut st, &lb, Action::Update);
+                self.touch_child(&mut st, &lb, "pool", &pool_id, Action::Update);
                 let mut r = Response::new(full(Bytes::new()));
                 *r.status_mut() = StatusCode::ACCEPTED;
                 Ok(r)
@@ -2699,6 +3527,10 @@ impl Cloud for OpenStackCloud {
     fn reset(&self) {
         self.ops.reset();
         self.load();
+    }
+
+    fn async_ops(&self) -> Option<&AsyncOps> {
+        Some(&self.ops)
     }
 
     fn state(&self) -> Value {
@@ -2893,6 +3725,144 @@ mod tests {
         };
         assert!(e.to_string().contains("unknown subnet"), "{e}");
         assert_eq!(parse_world("").map(|(w, _)| w.instances.len()).ok(), Some(0));
+    }
+
+    /// Through the kit's server and admin API: an armed operation failure makes a load
+    /// balancer `ERROR` (and it stays), a failed child operation makes that child `ERROR` and
+    /// leaves the load balancer `ACTIVE`; the realistic table is Octavia's.
+    #[tokio::test]
+    async fn an_operation_failure_is_octavia_error_and_stays() {
+        use crate::asyncop::{Action, TimingProfile};
+        use crate::server::{Server, ServerOptions};
+        let opts =
+            OpenStackOptions { lb_pending: Duration::from_millis(200), ..Default::default() };
+        let cloud = OpenStackCloud::new(World::default(), opts);
+        let subnet = cloud.neutron_id("subnets", "private-subnet").unwrap_or_default();
+        let Ok(server) = Server::start(cloud, ServerOptions::default()).await else {
+            panic!("server")
+        };
+        let admin = server.admin();
+        let url = server.url();
+        let http = reqwest::Client::new();
+        let body = json!({"auth": {"identity": {"methods": ["password"], "password": {"user": {
+            "name": DEFAULT_USER, "password": DEFAULT_PASSWORD, "domain": {"name": "Default"}}}}}});
+        let Ok(r) = http.post(format!("{url}/identity/v3/auth/tokens")).json(&body).send().await
+        else {
+            panic!("token")
+        };
+        let tok = r
+            .headers()
+            .get("x-subject-token")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_string();
+        let call = |m: reqwest::Method, path: &str, body: Option<Value>| {
+            let mut rb = http
+                .request(m, format!("{url}/load-balancer/v2/lbaas/{path}"))
+                .header("x-auth-token", &tok);
+            if let Some(b) = body {
+                rb = rb.json(&b);
+            }
+            async move {
+                let Ok(r) = rb.send().await else { panic!("call") };
+                let status = r.status().as_u16();
+                (status, r.json::<Value>().await.unwrap_or(Value::Null))
+            }
+        };
+        let status_of = |path: String, key: &'static str| {
+            let c = call(reqwest::Method::GET, &path, None);
+            async move { c.await.1[key]["provisioning_status"].as_str().unwrap_or_default().to_string() }
+        };
+        let Ok(_) = admin
+            .fail_operations("loadbalancer/*", Action::Create, 1, "No valid host was found")
+            .await
+        else {
+            panic!("arming")
+        };
+        let (s, v) = call(
+            reqwest::Method::POST,
+            "loadbalancers",
+            Some(json!({"loadbalancer": {"name": "doomed", "vip_subnet_id": subnet}})),
+        )
+        .await;
+        assert_eq!(s, 201, "{v}");
+        let lb = v["loadbalancer"]["id"].as_str().unwrap_or_default().to_string();
+        assert_eq!(v["loadbalancer"]["provisioning_status"], "PENDING_CREATE");
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        assert_eq!(status_of(format!("loadbalancers/{lb}"), "loadbalancer").await, "ERROR");
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        assert_eq!(
+            status_of(format!("loadbalancers/{lb}"), "loadbalancer").await,
+            "ERROR",
+            "ERROR stays"
+        );
+
+        // A second load balancer is fine; its listener's create fails.
+        let (_, v) = call(
+            reqwest::Method::POST,
+            "loadbalancers",
+            Some(json!({"loadbalancer": {"name": "ok", "vip_subnet_id": subnet}})),
+        )
+        .await;
+        let lb2 = v["loadbalancer"]["id"].as_str().unwrap_or_default().to_string();
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        assert_eq!(status_of(format!("loadbalancers/{lb2}"), "loadbalancer").await, "ACTIVE");
+        let Ok(_) = admin
+            .fail_operations(
+                &format!("loadbalancer/{lb2}/listener/*"),
+                Action::Create,
+                1,
+                "amphora agent unreachable",
+            )
+            .await
+        else {
+            panic!("arming")
+        };
+        let (s, v) = call(reqwest::Method::POST, "listeners",
+            Some(json!({"listener": {"loadbalancer_id": lb2, "protocol": "TCP", "protocol_port": 80}}))).await;
+        assert_eq!(s, 201, "{v}");
+        let ln = v["listener"]["id"].as_str().unwrap_or_default().to_string();
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        assert_eq!(status_of(format!("listeners/{ln}"), "listener").await, "ERROR");
+        assert_eq!(status_of(format!("loadbalancers/{lb2}"), "loadbalancer").await, "ACTIVE");
+        // A failed child delete leaves the child, ERROR.
+        let Ok(_) =
+            admin.fail_operations("loadbalancer/*/listener/*", Action::Delete, 1, "x").await
+        else {
+            panic!("arming")
+        };
+        let (s, _) = call(reqwest::Method::DELETE, &format!("listeners/{ln}"), None).await;
+        assert_eq!(s, 204);
+        assert_eq!(status_of(format!("listeners/{ln}"), "listener").await, "PENDING_DELETE");
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        assert_eq!(status_of(format!("listeners/{ln}"), "listener").await, "ERROR");
+        // A delete that succeeds removes it.
+        let (s, _) = call(reqwest::Method::DELETE, &format!("listeners/{ln}"), None).await;
+        assert_eq!(s, 204);
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        let (s, _) = call(reqwest::Method::GET, &format!("listeners/{ln}"), None).await;
+        assert_eq!(s, 404);
+
+        let Ok(report) = admin.timing_report().await else { panic!("timing") };
+        assert_eq!(report.realistic.map(|t| t.create_ms), Some(45_000));
+        let Ok(()) = admin.set_timing(TimingProfile::Realistic, 0.01).await else {
+            panic!("timing")
+        };
+        let (_, v) = call(
+            reqwest::Method::POST,
+            "loadbalancers",
+            Some(json!({"loadbalancer": {"name": "slow", "vip_subnet_id": subnet}})),
+        )
+        .await;
+        let lb3 = v["loadbalancer"]["id"].as_str().unwrap_or_default().to_string();
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        assert_eq!(
+            status_of(format!("loadbalancers/{lb3}"), "loadbalancer").await,
+            "PENDING_CREATE",
+            "450 ms at 0.01"
+        );
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        assert_eq!(status_of(format!("loadbalancers/{lb3}"), "loadbalancer").await, "ACTIVE");
     }
 
     #[test]
