@@ -17,8 +17,9 @@
 //!   `address-sort-order`.
 //! - **Zone** = availability zone (sanitised as a label value), **region** = `[Global]
 //!   region`, **instance type** = flavor `original_name` (Nova ≥ 2.47) else the flavor's
-//!   name by `GET /flavors/{id}` (cached) else its ID; label
-//!   `topology.openstack.org/host-id` = the server's `hostId`, as upstream.
+//!   name by `GET /flavors/{id}` (cached) else its ID. No additional labels, as every
+//!   upstream release (the `topology.openstack.org/host-id` label an earlier version of this
+//!   crate set from `hostId` is gone: see the provider README).
 //! - **Shutdown** = `SHUTOFF`.
 //!
 //! **Batches**: a batch of more than [`SMALL_BATCH`] nodes costs one paged `GET
@@ -54,8 +55,6 @@ use crate::config::{Config, Networking};
 pub const SERVER_PAGE: usize = 1000;
 /// Batches of at most this many nodes use upstream's per-node calls; larger ones list.
 pub const SMALL_BATCH: usize = 2;
-/// The label upstream sets from the server's `hostId`.
-pub const LABEL_HOST_ID: &str = "topology.openstack.org/host-id";
 /// The provider name in providerIDs.
 pub const PROVIDER_ID_SCHEME: &str = "openstack://";
 
@@ -97,9 +96,6 @@ pub struct Server {
     /// User metadata (`hostname` is read).
     #[serde(default, deserialize_with = "nullable")]
     pub metadata: BTreeMap<String, Value>,
-    /// `hostId` (the compute host, hashed per project).
-    #[serde(rename = "hostId", default, deserialize_with = "nullable")]
-    pub host_id: String,
 }
 
 /// One entry of a server's `addresses`.
@@ -492,19 +488,14 @@ impl OpenStackInstances {
         ports: &[&Port],
     ) -> Result<InstanceMetadata, ProviderError> {
         let instance_type = self.instance_type(server).await?;
-        let host_id = sanitize_label(&server.host_id);
-        let additional_labels = if host_id.is_empty() {
-            BTreeMap::new()
-        } else {
-            BTreeMap::from([(LABEL_HOST_ID.to_string(), host_id)])
-        };
         Ok(InstanceMetadata {
             provider_id: self.provider_id(&server.id),
             instance_type,
             node_addresses: node_addresses(server, ports, &self.networking),
             zone: sanitize_label(&server.availability_zone),
             region: self.region.clone(),
-            additional_labels,
+            // None, as upstream (no release sets `topology.openstack.org/host-id`).
+            additional_labels: BTreeMap::new(),
         })
     }
 
