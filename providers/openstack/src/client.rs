@@ -150,6 +150,8 @@ pub fn metric_request(op: &str) -> String {
         "Members" if name.starts_with("BatchUpdate") => "loadbalancer_members",
         "Member" | "Members" => "loadbalancer_member",
         "HealthMonitor" | "HealthMonitors" => "loadbalancer_healthmonitor",
+        // Octavia's API version list (upstream's `version_list`).
+        "Versions" => "version",
         other => return format!("{}_{verb}", api_metrics::snake_case(other)),
     };
     format!("{resource}_{verb}")
@@ -1045,6 +1047,7 @@ impl OpenStackClient {
 
     /// Sends one request (authenticating first if needed; a 401 re-authenticates once and
     /// resends) and returns the 2xx reply, or the error it carries.
+    #[allow(clippy::too_many_arguments)]
     async fn send(
         &self,
         op: &str,
@@ -1053,6 +1056,7 @@ impl OpenStackClient {
         path: &[&str],
         query: &[(&str, String)],
         body: Option<&Value>,
+        root: bool,
     ) -> Result<Reply, ClientError> {
         let mut reauthenticated = false;
         loop {
@@ -1068,6 +1072,7 @@ impl OpenStackClient {
                 body,
                 policy: &self.http_policy,
                 user_agent: &user_agent,
+                root,
             };
             let sent = match svc {
                 Service::Compute => {
@@ -1133,6 +1138,27 @@ impl OpenStackClient {
         query: &[(&str, String)],
         body: Option<&Value>,
     ) -> Result<Reply, ClientError> {
+        self.call_with(op, svc, method, path, query, body, false).await
+    }
+
+    /// `GET` of the service's unversioned root (the catalog URL without its version
+    /// segment, e.g. Octavia's API version list), under the deadline, retried as a `GET`.
+    pub async fn get_root(&self, op: &'static str, svc: Service) -> Result<Value, ClientError> {
+        let reply = self.call_with(op, svc, Method::Get, &[], &[], None, true).await?;
+        decode(op, &reply.body)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn call_with(
+        &self,
+        op: &'static str,
+        svc: Service,
+        method: Method,
+        path: &[&str],
+        query: &[(&str, String)],
+        body: Option<&Value>,
+        root: bool,
+    ) -> Result<Reply, ClientError> {
         let deadline = Deadline::new(self.options.timeout);
         let classify: fn(&ClientError) -> Classified = if method == Method::Post {
             ClientError::classify_create
@@ -1143,7 +1169,7 @@ impl OpenStackClient {
         let result = self
             .options
             .retry
-            .run(&deadline, op, classify, || self.send(op, svc, method, path, query, body))
+            .run(&deadline, op, classify, || self.send(op, svc, method, path, query, body, root))
             .await;
         record_call(op, started, &result);
         result
@@ -1202,7 +1228,7 @@ impl OpenStackClient {
                 .options
                 .retry
                 .attempts_within(self.options.timeout, op, ClientError::classify, || {
-                    self.send(op, svc, Method::Get, path, &q, None)
+                    self.send(op, svc, Method::Get, path, &q, None, false)
                 })
                 .await?;
             let mut page: Value = decode(op, &reply.body)?;
@@ -1301,6 +1327,46 @@ struct Call<'a> {
     body: Option<&'a Value>,
     policy: &'a HttpPolicy,
     user_agent: &'a str,
+    /// `GET` of the service's unversioned root (the catalog URL without a trailing version
+    /// segment), `path` and `query` unused: the API version list.
+    root: bool,
+}
+
+#[cfg(test)]
+#[test]
+fn the_unversioned_root_drops_a_version_segment() {
+    let root = |u: &str| unversioned_root(&url::Url::parse(u).unwrap()).to_string();
+    assert_eq!(root("https://h:9876"), "https://h:9876/");
+    assert_eq!(root("https://h:9876/v2"), "https://h:9876/");
+    assert_eq!(root("https://h/load-balancer"), "https://h/load-balancer/");
+    assert_eq!(root("https://h/load-balancer/v2.0/?x=1"), "https://h/load-balancer/");
+    assert_eq!(root("https://h/lb/version2"), "https://h/lb/version2/");
+}
+
+/// Whether a URL path segment names an API version (`v2`, `v2.0`, `v3.14`).
+fn is_version_segment(s: &str) -> bool {
+    s.strip_prefix('v').is_some_and(|rest| {
+        !rest.is_empty()
+            && rest.split('.').all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+    })
+}
+
+/// The unversioned root of a catalog URL: a trailing version segment dropped, query dropped,
+/// ending in `/` (gophercloud's `BaseEndpoint` + `/`, as upstream lists API versions).
+pub fn unversioned_root(endpoint: &url::Url) -> url::Url {
+    let mut url = endpoint.clone();
+    let mut segs: Vec<String> = endpoint
+        .path_segments()
+        .map(|s| s.filter(|x| !x.is_empty()).map(str::to_string).collect())
+        .unwrap_or_default();
+    if segs.last().is_some_and(|l| is_version_segment(l)) {
+        segs.pop();
+    }
+    let path = if segs.is_empty() { "/".to_string() } else { format!("/{}/", segs.join("/")) };
+    url.set_path(&path);
+    url.set_query(None);
+    url.set_fragment(None);
+    url
 }
 
 /// What [`exec`] fails with.
@@ -1335,25 +1401,40 @@ where
     call.policy
         .check(op, call.svc.catalog_type(), endpoint.scheme(), host, &shown)
         .map_err(ExecError::Client)?;
-    let mut rb = match method {
-        Method::Get => session.get(svc, path),
-        Method::Post => session.post(svc, path),
-        Method::Put => session.put(svc, path),
-        Method::Delete => session.delete(svc, path),
+    // Both branches send with osauth's client: the same response type.
+    let mut resp = if call.root {
+        let url = unversioned_root(&endpoint);
+        let get = "GET".parse().map_err(|_| {
+            ExecError::Client(ClientError::Decode { op: op.into(), message: "GET".into() })
+        })?;
+        session
+            .client()
+            .request(get, url)
+            .header("accept", "application/json")
+            .header("user-agent", call.user_agent)
+            .send_unchecked()
+            .await?
+    } else {
+        let mut rb = match method {
+            Method::Get => session.get(svc, path),
+            Method::Post => session.post(svc, path),
+            Method::Put => session.put(svc, path),
+            Method::Delete => session.delete(svc, path),
+        };
+        rb = rb.header("accept", "application/json").header("user-agent", call.user_agent);
+        if !query.is_empty() {
+            rb = rb.query(query);
+        }
+        if let Some(b) = body {
+            rb = rb.json(b);
+        }
+        if microversion {
+            rb = rb
+                .header("openstack-api-version", format!("compute {COMPUTE_MICROVERSION}"))
+                .header("x-openstack-nova-api-version", COMPUTE_MICROVERSION);
+        }
+        rb.send_unchecked().await?
     };
-    rb = rb.header("accept", "application/json").header("user-agent", call.user_agent);
-    if !query.is_empty() {
-        rb = rb.query(query);
-    }
-    if let Some(b) = body {
-        rb = rb.json(b);
-    }
-    if microversion {
-        rb = rb
-            .header("openstack-api-version", format!("compute {COMPUTE_MICROVERSION}"))
-            .header("x-openstack-nova-api-version", COMPUTE_MICROVERSION);
-    }
-    let mut resp = rb.send_unchecked().await?;
     let status = resp.status().as_u16();
     let retry_after =
         resp.headers().get("retry-after").and_then(|v| v.to_str().ok()).and_then(parse_retry_after);
@@ -1404,6 +1485,8 @@ mod tests {
             ("neutron:ListExtensions", "network_extension_list"),
             ("neutron:DeleteSecurityGroupRule", "security_group_rule_delete"),
             ("octavia:CreateLoadBalancer", "loadbalancer_create"),
+            ("octavia:ListVersions", "version_list"),
+            ("octavia:CreateMember", "loadbalancer_member_create"),
             ("octavia:ListPools", "loadbalancer_pool_list"),
             ("octavia:BatchUpdateMembers", "loadbalancer_members_update"),
             ("octavia:ListMembers", "loadbalancer_member_list"),

@@ -21,7 +21,7 @@ pub mod routes;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use ccm_core::cloud::{CloudProvider, InstancesV2, LoadBalancer, Routes};
+use ccm_core::cloud::{BoxError, CloudProvider, InstancesV2, LoadBalancer, ProviderInit, Routes};
 use ccm_core::manager::extensions::{Extensions, ProviderFlags, flag};
 
 use crate::client::{ClientError, ClientOptions, OpenStackClient};
@@ -167,5 +167,15 @@ impl CloudProvider for OpenStackProvider {
 
     fn routes(&self) -> Option<Arc<dyn Routes>> {
         self.routes.clone().map(|r| r as Arc<dyn Routes>)
+    }
+
+    /// Upstream's `Initialize`: the manager's Kubernetes client, with which the load balancer
+    /// writes `load-balancer-id`/`load-balancer-address` back on Services and raises its
+    /// Warning Events (component `cloud-provider-openstack`).
+    fn initialize(&self, init: ProviderInit) -> Result<(), BoxError> {
+        if let Some(lb) = &self.load_balancer {
+            lb.set_kube_client(init.client);
+        }
+        Ok(())
     }
 }

@@ -77,7 +77,7 @@ pub mod keys {
         "loadbalancer.openstack.org/health-monitor-max-retries-down";
     /// A hostname reported instead of the address.
     pub const HOSTNAME: &str = "loadbalancer.openstack.org/hostname";
-    /// Written by upstream with the address (an output; read by nobody).
+    /// Written back with the address (an output; read by nobody), as upstream.
     pub const LOAD_BALANCER_ADDRESS: &str = "loadbalancer.openstack.org/load-balancer-address";
     /// TLS termination with a Barbican container (not supported).
     pub const DEFAULT_TLS_CONTAINER_REF: &str =
@@ -254,7 +254,7 @@ pub const ANNOTATIONS: &[KeyDoc] = &[
         keys::LOAD_BALANCER_ID,
         "Octavia load balancer ID",
         "a2c1f0e4-0000-4000-8000-000000000008",
-        "Use this existing load balancer: this Service's own when this cluster created it for this Service (name and description), else shared (only this Service's listeners, tagged with its name, are added and removed; at most `[LoadBalancer] max-shared-lb` Services; external Services only). One created for a Service of another namespace, by another cluster or by hand is refused unless `[LoadBalancer] allow-cross-namespace-sharing = true`. A sharer never deletes the load balancer nor its floating IP (the last sharer of one whose own Service was deleted does, as upstream). Not written back to the Service.",
+        "Use this existing load balancer: this Service's own when this cluster created it for this Service (name and description), else shared (only this Service's listeners, tagged with its name, are added and removed; at most `[LoadBalancer] max-shared-lb` Services; external Services only). One created for a Service of another namespace, by another cluster or by hand is refused unless `[LoadBalancer] allow-cross-namespace-sharing = true`. A sharer never deletes the load balancer nor its floating IP (the last sharer of one whose own Service was deleted does, as upstream). Sharing needs Octavia API ≥ 2.5 (tags). Written back with the load balancer's ID once it is found or created, as upstream.",
     ),
     kd(
         keys::HOSTNAME,
@@ -266,7 +266,7 @@ pub const ANNOTATIONS: &[KeyDoc] = &[
         keys::LOAD_BALANCER_ADDRESS,
         "(output)",
         "",
-        "Written by upstream with the address; not written (this provider has no Kubernetes client): the address is in the status, or in the logs with `hostname`.",
+        "Written back with the load balancer's address (its floating IP, else its VIP) after each successful ensure, as upstream; read by nobody.",
     ),
     kd(
         keys::NODE_SELECTOR,
@@ -326,7 +326,7 @@ fn int_annotation(
 
 /// A string annotation, trimmed; absent → `default`. Upstream: a present but empty annotation
 /// wins over the config (it can clear a setting).
-fn str_annotation(service: &Service, key: &str, default: &str) -> String {
+pub(crate) fn str_annotation(service: &Service, key: &str, default: &str) -> String {
     match annotation(service, key) {
         Some(v) => v.trim().to_string(),
         None => default.to_string(),
@@ -554,6 +554,11 @@ pub struct ServiceConfig {
     pub monitor: MonitorSettings,
     /// HTTP monitors can be used (not with `lb-provider = ovn`).
     pub http_monitors: bool,
+    /// HTTP monitors on UDP pools (Octavia API ≥ 2.16; set from the discovered version).
+    pub http_monitors_on_udp: bool,
+    /// Tags on the load balancer and listeners (Octavia API ≥ 2.5; set from the discovered
+    /// version).
+    pub tags: bool,
     /// Octavia flavor.
     pub flavor_id: String,
     /// Octavia availability zone.
@@ -909,6 +914,8 @@ impl ServiceConfig {
             spec_health_check_node_port: spec_hc,
             monitor,
             http_monitors: !ovn,
+            http_monitors_on_udp: !ovn,
+            tags: true,
             flavor_id,
             availability_zone,
             lb_id: str_annotation(service, keys::LOAD_BALANCER_ID, ""),
@@ -938,9 +945,10 @@ impl ServiceConfig {
 
     /// Whether the pool of `port` uses an HTTP monitor on the health-check node port.
     pub fn http_monitor(&self, port: &PortSpec) -> bool {
-        // Octavia has HTTP monitors on UDP pools since API 2.16 (assumed: no version check).
-        let _ = port;
-        self.health_check_node_port > 0 && self.http_monitors
+        // Octavia has HTTP monitors on UDP pools since API 2.16, as upstream checks.
+        self.health_check_node_port > 0
+            && self.http_monitors
+            && (port.protocol != "UDP" || self.http_monitors_on_udp)
     }
 
     /// The health monitor type of a port's pool.

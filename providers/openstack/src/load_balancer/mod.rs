@@ -23,8 +23,11 @@
 //! - **Every Octavia change waits** for the load balancer to be `ACTIVE` again; a 409 while it
 //!   is pending is waited out and the call sent again; `ERROR` is an error naming the load
 //!   balancer; a wait longer than [`Timings::max_wait`] is a [`ProviderError::RetryAfter`].
-//!   Calls are sent one by one (upstream's `provider-requires-serial-api-calls` mode; the
-//!   single-call "fully populated" create is not used).
+//!   Calls are sent one by one (the single-call "fully populated" create is not used); with
+//!   `provider-requires-serial-api-calls` members too are added and removed one per call.
+//! - **Octavia version** ([`features`]): discovered once, features gated as upstream.
+//! - **Written back** ([`kube_api`]): `load-balancer-id` and `load-balancer-address` on the
+//!   Service, Warning Events; **renamed** on a `--cluster-name` change ([`rename`]).
 //! - **Floating IP** unless internal: the one on the VIP port, else `spec.loadBalancerIP`'s
 //!   (an existing, unassociated floating IP of the project), else a new one on the floating
 //!   network (class > annotation > config, else the only external network) and subnet spec.
@@ -60,11 +63,14 @@
 //!   `<ip>.<ingress-hostname-suffix>` hostname.
 
 pub mod annotations;
+pub mod features;
+pub mod kube_api;
 pub mod octavia;
+pub mod rename;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -77,6 +83,8 @@ use serde_json::{Value, json};
 
 pub use annotations::ANNOTATIONS;
 use annotations::{PortSpec, ServiceConfig, keys, node_address, node_matches, service_key};
+use features::{Features, VersionCache};
+use kube_api::KubeHandle;
 use octavia::{Api, FloatingIp, Listener, Pool, Rule};
 
 use crate::client::{ClientError, OpenStackClient};
@@ -320,12 +328,45 @@ pub struct OctaviaLoadBalancer {
     client: Arc<OpenStackClient>,
     config: Arc<Config>,
     timings: Timings,
+    /// Octavia's API version, once discovered.
+    version: VersionCache,
+    /// The Kubernetes client (annotations written back, Events), once the manager gave one.
+    kube: OnceLock<KubeHandle>,
 }
 
 impl OctaviaLoadBalancer {
     /// Load balancers on this client and config.
     pub fn new(client: Arc<OpenStackClient>, config: Arc<Config>, timings: Timings) -> Self {
-        OctaviaLoadBalancer { client, config, timings }
+        OctaviaLoadBalancer {
+            client,
+            config,
+            timings,
+            version: VersionCache::default(),
+            kube: OnceLock::new(),
+        }
+    }
+
+    /// Gives the load balancer a Kubernetes client (the manager's, from
+    /// [`ccm_core::cloud::CloudProvider::initialize`]): from then on the `load-balancer-id`
+    /// and `load-balancer-address` annotations are written back and Warning Events raised on
+    /// Services. A second call is ignored.
+    pub fn set_kube_client(&self, client: kube::Client) {
+        let _ = self.kube.set(KubeHandle::new(client));
+    }
+
+    /// What the deployed Octavia supports: its API version (`GET /` on the load-balancer
+    /// endpoint, cached; a failure is an error) and `lb-provider`.
+    pub async fn features(&self) -> Result<Features, ProviderError> {
+        let version = match self.version.get() {
+            Some(v) => v,
+            None => {
+                let v = self.api().api_version().await.map_err(features::discovery_error)?;
+                tracing::info!(version = %format!("v{}.{}", v.0, v.1), "OpenStack: Octavia API version");
+                self.version.set(v);
+                v
+            }
+        };
+        Ok(Features::of(version, &self.config.load_balancer.lb_provider))
     }
 
     fn api(&self) -> Api<'_> {
@@ -641,8 +682,12 @@ impl OctaviaLoadBalancer {
             "name": name,
             "description": lb_description(&conf.service, cluster),
             "provider": self.config.load_balancer.lb_provider,
-            "tags": [name],
         });
+        // Tags need Octavia API 2.5; without them ownership still rests on name and
+        // description (tags were never proof).
+        if conf.tags {
+            body["tags"] = json!([name]);
+        }
         if !conf.flavor_id.is_empty() {
             body["flavor_id"] = json!(conf.flavor_id);
         }
@@ -714,8 +759,10 @@ impl OctaviaLoadBalancer {
             "protocol_port": port.port,
             "loadbalancer_id": lb_id,
             "connection_limit": conf.connection_limit,
-            "tags": [name],
         });
+        if conf.tags {
+            b["tags"] = json!([name]);
+        }
         if let Some(t) = conf.timeouts {
             b["timeout_client_data"] = json!(t.client_data);
             b["timeout_member_connect"] = json!(t.member_connect);
@@ -753,7 +800,7 @@ impl OctaviaLoadBalancer {
                 .await;
         };
         let mut update = serde_json::Map::new();
-        if !l.tags.iter().any(|t| t == name) {
+        if conf.tags && !l.tags.iter().any(|t| t == name) {
             let mut tags = l.tags.clone();
             tags.push(name.to_string());
             update.insert("tags".into(), json!(tags));
@@ -843,6 +890,9 @@ impl OctaviaLoadBalancer {
         nodes: &[&Node],
     ) -> Result<(), ProviderError> {
         let wanted = Self::wanted_members(conf, port, nodes);
+        if self.config.load_balancer.provider_requires_serial_api_calls {
+            return self.sync_members_serially(lb, name, pool, new_pool, conf, &wanted).await;
+        }
         let have: BTreeSet<MemberKey> = if new_pool {
             BTreeSet::new()
         } else {
@@ -885,6 +935,57 @@ impl OctaviaLoadBalancer {
             api.batch_update_members(pool, members.clone())
         })
         .await
+    }
+
+    /// `[LoadBalancer] provider-requires-serial-api-calls` (providers such as OVN that have
+    /// no batch member update): each missing member is added and each extra one removed by
+    /// its own call, waiting for `ACTIVE` after each, as upstream's
+    /// `SeriallyReconcilePoolMembers`. Members are matched by address and port (as
+    /// upstream); new ones are named `member_<node>_<address>_<port>` (upstream's name) and
+    /// carry the member subnet and monitor port as the batch update does.
+    async fn sync_members_serially(
+        &self,
+        lb: &octavia::LoadBalancer,
+        name: &str,
+        pool: &str,
+        new_pool: bool,
+        conf: &ServiceConfig,
+        wanted: &[MemberKey],
+    ) -> Result<(), ProviderError> {
+        let api = self.api();
+        let mut have = if new_pool { vec![] } else { api.list_members(pool).await? };
+        for m in wanted {
+            if let Some(i) =
+                have.iter().position(|h| h.address == m.address && h.protocol_port == m.port)
+            {
+                have.swap_remove(i);
+                continue;
+            }
+            let mut body = json!({
+                "name": cut255(format!("member_{}_{}_{}", m.name, m.address, m.port)),
+                "address": m.address,
+                "protocol_port": m.port,
+            });
+            if !conf.member_subnet_id.is_empty() {
+                body["subnet_id"] = json!(conf.member_subnet_id);
+            }
+            if m.monitor_port > 0 {
+                body["monitor_port"] = json!(m.monitor_port);
+            }
+            tracing::info!(load_balancer = name, pool, node = %m.name, address = %m.address, "OpenStack: adding pool member (serial API calls)");
+            self.mutate(&lb.id, &lb.name, "adding a pool member", || {
+                api.create_member(pool, body.clone())
+            })
+            .await?;
+        }
+        for extra in &have {
+            tracing::info!(load_balancer = name, pool, member = %extra.id, address = %extra.address, "OpenStack: removing pool member (serial API calls)");
+            self.mutate(&lb.id, &lb.name, "removing a pool member", || {
+                api.delete_member(pool, &extra.id)
+            })
+            .await?;
+        }
+        Ok(())
     }
 
     /// The pool of `listener`: the right protocol (else re-created), algorithm and members.
@@ -1422,11 +1523,50 @@ impl OctaviaLoadBalancer {
 
     // ---- the three calls ----------------------------------------------------------------------
 
+    /// A Warning Event on the Service (logged only while there is no Kubernetes client).
+    async fn warn(&self, service: &Service, reason: &str, message: String) {
+        match self.kube.get() {
+            Some(k) => k.warn(service, reason, message).await,
+            None => tracing::warn!(service = %service_key(service), reason, "OpenStack: {message}"),
+        }
+    }
+
+    /// Upstream's `ensureOctaviaLoadBalancer` with its deferred Service patch: the
+    /// `load-balancer-id` recorded once the load balancer is found or created is written
+    /// back even when a later step fails; `load-balancer-address` after success. A failed
+    /// reconcile also drops the cached Octavia version (asked again next time).
     async fn ensure(
         &self,
         cluster: &str,
         service: &Service,
         nodes: &[Node],
+    ) -> Result<LoadBalancerStatus, ProviderError> {
+        let mut written = BTreeMap::new();
+        let result = self.ensure_inner(cluster, service, nodes, &mut written).await;
+        if result.is_err() {
+            self.version.forget();
+        }
+        let patched = match self.kube.get() {
+            Some(k) if !written.is_empty() => k.set_annotations(service, &written).await,
+            _ => Ok(()),
+        };
+        match (result, patched) {
+            (Ok(status), Ok(())) => Ok(status),
+            (Ok(_), Err(p)) => Err(p),
+            (Err(e), Ok(())) => Err(e),
+            (Err(e), Err(p)) => {
+                tracing::warn!(service = %service_key(service), error = %p, "OpenStack: writing the annotations back failed too");
+                Err(e)
+            }
+        }
+    }
+
+    async fn ensure_inner(
+        &self,
+        cluster: &str,
+        service: &Service,
+        nodes: &[Node],
+        written: &mut BTreeMap<&'static str, String>,
     ) -> Result<LoadBalancerStatus, ProviderError> {
         let mut conf = ServiceConfig::parse(service, &self.config)?;
         let nodes: Vec<&Node> =
@@ -1437,6 +1577,12 @@ impl OctaviaLoadBalancer {
                 conf.service
             )));
         }
+        let features = self.features().await?;
+        for (reason, message) in
+            features::apply(&mut conf, &features, &self.config.load_balancer, service)
+        {
+            self.warn(service, reason, message).await;
+        }
         let name = load_balancer_name(cluster, service);
         self.resolve_subnets(&mut conf, &nodes).await?;
         let api = self.api();
@@ -1445,7 +1591,22 @@ impl OctaviaLoadBalancer {
             let lb = api.get_load_balancer(&conf.lb_id).await?.ok_or_else(|| {
                 invalid(keys::LOAD_BALANCER_ID, format!("load balancer {} not found", conf.lb_id))
             })?;
+            // --cluster-name changed: our own load balancer under the old name is renamed
+            // (upstream's loadbalancer_rename.go), within the ownership proof.
+            let lb = match self.rename_if_old_cluster(cluster, service, &conf, &lb).await? {
+                Some(renamed) => renamed,
+                None => lb,
+            };
             let owner = self.role(cluster, service, &lb)? == Role::Owner;
+            if !owner && !conf.tags {
+                return Err(invalid(
+                    keys::LOAD_BALANCER_ID,
+                    format!(
+                        "load balancer {} is not this Service's own: sharing a load balancer needs tags (Octavia API 2.5; this Octavia has v{}.{})",
+                        lb.id, features.version.0, features.version.1
+                    ),
+                ));
+            }
             if !owner {
                 let shared = lb.tags.iter().filter(|t| t.starts_with(SERVICE_PREFIX)).count();
                 let max = self.config.load_balancer.max_shared_lb as usize;
@@ -1473,6 +1634,9 @@ impl OctaviaLoadBalancer {
             }
             (found, true)
         };
+        if let Some(lb) = &found {
+            written.insert(keys::LOAD_BALANCER_ID, lb.id.clone());
+        }
         let mut lb = match found {
             Some(lb) if lb.provisioning_status == "ACTIVE" => lb,
             Some(lb) if lb.provisioning_status == "ERROR" => {
@@ -1488,7 +1652,11 @@ impl OctaviaLoadBalancer {
                 )));
             }
             Some(lb) => self.wait_active(&lb.id, &lb.name).await?,
-            None => self.create(cluster, &name, &conf).await?,
+            None => {
+                let lb = self.create(cluster, &name, &conf).await?;
+                written.insert(keys::LOAD_BALANCER_ID, lb.id.clone());
+                lb
+            }
         };
         let lb_name = lb.name.clone();
         if conf.member_subnet_id.is_empty() {
@@ -1545,7 +1713,7 @@ impl OctaviaLoadBalancer {
         if !tags.contains(&name) {
             tags.push(name.clone());
         }
-        if tags != lb.tags {
+        if conf.tags && tags != lb.tags {
             let body = json!({ "tags": tags });
             self.mutate(&lb.id, &lb_name, "updating tags", || {
                 api.update_load_balancer(&lb.id, body.clone())
@@ -1560,6 +1728,7 @@ impl OctaviaLoadBalancer {
             self.delete_security_group(cluster, service).await?;
         }
         tracing::info!(service = %conf.service, load_balancer = %lb_name, address = %addr, "OpenStack: load balancer ensured");
+        written.insert(keys::LOAD_BALANCER_ADDRESS, addr.clone());
         Ok(status(&conf, &addr, &self.config))
     }
 
@@ -1569,9 +1738,26 @@ impl OctaviaLoadBalancer {
         service: &Service,
         nodes: &[Node],
     ) -> Result<(), ProviderError> {
+        let result = self.update_inner(cluster, service, nodes).await;
+        if result.is_err() {
+            self.version.forget();
+        }
+        result
+    }
+
+    async fn update_inner(
+        &self,
+        cluster: &str,
+        service: &Service,
+        nodes: &[Node],
+    ) -> Result<(), ProviderError> {
         let mut conf = ServiceConfig::parse(service, &self.config)?;
         let nodes: Vec<&Node> =
             nodes.iter().filter(|n| node_matches(n, &conf.node_selector)).collect();
+        // The members' monitor port depends on the version (HTTP monitors on UDP pools);
+        // the Warnings are raised by ensure.
+        let features = self.features().await?;
+        let _ = features::apply(&mut conf, &features, &self.config.load_balancer, service);
         let name = load_balancer_name(cluster, service);
         self.resolve_subnets(&mut conf, &nodes).await?;
         let Some(lb) = self.find(&conf.lb_id, &name, &default_load_balancer_name(service)).await?

@@ -349,6 +349,26 @@ const LB: Service = Service::LoadBalancer;
 const NET: Service = Service::Network;
 
 impl Api<'_> {
+    // ---- API versions --------------------------------------------------------------------
+
+    /// Octavia's API versions (`GET /` on the load-balancer endpoint): the highest `v2.N`
+    /// listed, as `(2, N)`. Upstream takes the last entry; Octavia lists them in order, so
+    /// the highest is the same one, without relying on the order.
+    pub async fn api_version(&self) -> Result<(u32, u32), ClientError> {
+        const OP: &str = "octavia:ListVersions";
+        let v = self.client.get_root(OP, LB).await?;
+        let items = v.get("versions").and_then(Value::as_array).cloned().unwrap_or_default();
+        items
+            .iter()
+            .filter_map(|i| i.get("id").and_then(Value::as_str).and_then(parse_version))
+            .filter(|(major, _)| *major == 2)
+            .max()
+            .ok_or_else(|| ClientError::Decode {
+                op: OP.into(),
+                message: "no API version (\"versions\": [{\"id\": \"v2.N\"}]) in the reply".into(),
+            })
+    }
+
     // ---- load balancers ----------------------------------------------------------------
 
     /// Load balancers, optionally by exact name.
@@ -484,6 +504,21 @@ impl Api<'_> {
             .map(|_| ())
     }
 
+    /// Adds one member to a pool (`POST /pools/{id}/members`).
+    pub async fn create_member(&self, pool: &str, member: Value) -> Result<(), ClientError> {
+        const OP: &str = "octavia:CreateMember";
+        self.client
+            .post(OP, LB, &["lbaas", "pools", pool, "members"], &json!({ "member": member }))
+            .await
+            .map(|_| ())
+    }
+
+    /// Removes one member of a pool (gone already: `Ok`).
+    pub async fn delete_member(&self, pool: &str, id: &str) -> Result<(), ClientError> {
+        const OP: &str = "octavia:DeleteMember";
+        ok_if_gone(self.client.delete(OP, LB, &["lbaas", "pools", pool, "members", id], &[]).await)
+    }
+
     /// One health monitor; `None` on 404.
     pub async fn get_health_monitor(&self, id: &str) -> Result<Option<HealthMonitor>, ClientError> {
         const OP: &str = "octavia:GetHealthMonitor";
@@ -549,6 +584,28 @@ impl Api<'_> {
             .put(OP, NET, &["floatingips", id], &json!({ "floatingip": { "port_id": port } }))
             .await?;
         single(OP, v, "floatingip")
+    }
+
+    /// Sets a floating IP's description (the ownership record, on a cluster rename).
+    pub async fn set_floating_ip_description(
+        &self,
+        id: &str,
+        description: &str,
+    ) -> Result<(), ClientError> {
+        const OP: &str = "neutron:UpdateFloatingIP";
+        let body = json!({ "floatingip": { "description": description } });
+        self.client.put(OP, NET, &["floatingips", id], &body).await.map(|_| ())
+    }
+
+    /// Sets a security group's description (the ownership record, on a cluster rename).
+    pub async fn set_security_group_description(
+        &self,
+        id: &str,
+        description: &str,
+    ) -> Result<(), ClientError> {
+        const OP: &str = "neutron:UpdateSecurityGroup";
+        let body = json!({ "security_group": { "description": description } });
+        self.client.put(OP, NET, &["security-groups", id], &body).await.map(|_| ())
     }
 
     /// Deletes a floating IP (gone already: `Ok`).
@@ -677,6 +734,13 @@ impl Api<'_> {
     }
 }
 
+/// `v2.12` (or `2.12`) → `(2, 12)`; `v2` → `(2, 0)`; anything else `None`.
+pub fn parse_version(id: &str) -> Option<(u32, u32)> {
+    let rest = id.trim().strip_prefix('v').unwrap_or(id.trim());
+    let (major, minor) = rest.split_once('.').unwrap_or((rest, "0"));
+    Some((major.parse().ok()?, minor.parse().ok()?))
+}
+
 fn ok_if_gone(r: Result<(), ClientError>) -> Result<(), ClientError> {
     match r {
         Err(e) if e.is_not_found() => Ok(()),
@@ -706,6 +770,12 @@ mod tests {
             decode("t", json!({"direction": "egress", "protocol": null, "port_range_min": null}))
                 .unwrap();
         assert!(r.protocol.is_empty());
+        assert_eq!(parse_version("v2.12"), Some((2, 12)));
+        assert_eq!(parse_version("v2.0"), Some((2, 0)));
+        assert_eq!(parse_version("v2"), Some((2, 0)));
+        assert_eq!(parse_version("2.5"), Some((2, 5)));
+        assert_eq!(parse_version("v2.x"), None);
+        assert_eq!(parse_version("latest"), None);
         let e = single::<Pool>("op", json!({"nope": 1}), "pool").unwrap_err();
         assert!(e.to_string().contains("pool"), "{e}");
     }

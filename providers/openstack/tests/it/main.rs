@@ -6,6 +6,7 @@
 //! | `client` | Keystone sessions, OpenStack error bodies, expired tokens renewed, throttling and 5xx retried (creates sent once), a hung call ends at its deadline, paging, typed calls, `ca-file` |
 //! | `instances` | metadata as upstream (providerID, floating and multi-NIC addresses, zone, flavor), one listing per batch (30 and 1000 nodes counted), existence with the deletion-safety rule, an outage deletes nothing |
 //! | `load_balancer` | Octavia load balancer, listeners, pools, members, monitors, floating IP and security group as upstream; node changes (one batch member update per pool), listener annotations reconciled in place, X-Forwarded-For re-creating listeners, ports removed; internal, keep-floatingip, loadBalancerIP, classes, PROXY/Local/hostnames, sharing by ID, ERROR load balancers, pending ones waited out (409s sent again), deletion leaving nothing, operator tools |
+//! | `octavia_features` | Octavia API version discovery and the features gated on it (tags, timeouts, `allowed_cidrs`, HTTP monitors on UDP), serial member calls, `load-balancer-id`/`-address` written back on a real API server's Service, the rename on a cluster-name change, a load balancer in `ERROR` on create, a realistic (slow) Octavia |
 //! | `routes` | extra routes and allowed address pairs for 200 nodes created and deleted (router updates counted, atomic and read-modify-write), blackholes, a missing router, a next hop off the router's subnets |
 // Test helpers panic on failure by design.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -15,4 +16,5 @@ mod fixture;
 mod flags;
 mod instances;
 mod load_balancer;
+mod octavia_features;
 mod routes;
