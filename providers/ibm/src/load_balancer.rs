@@ -954,6 +954,26 @@ impl IbmLoadBalancer {
         }
     }
 
+    /// The way out of a load balancer of the Service's that IBM left `failed` (nothing can
+    /// change it but a delete): delete it, and ask for a retry, which creates it again once it
+    /// is gone. The error names the load balancer and says what was done.
+    async fn delete_failed(&self, lb: &model::LoadBalancer, service: &Service) -> ProviderError {
+        tracing::warn!(service = %service_key(service), load_balancer = %lb.name, id = %lb.id, "IBM: the Service's load balancer is failed: deleting it to create it again");
+        match self.client.delete_load_balancer(&lb.id).await {
+            Ok(()) => ProviderError::RetryAfter {
+                message: format!(
+                    "load balancer {} ({}) is failed: deleted it; it is created again on the next sync",
+                    lb.name, lb.id
+                ),
+                delay: self.timings.poll.max(Duration::from_secs(1)) * 2,
+            },
+            Err(e) => ProviderError::other(format!(
+                "load balancer {} ({}) is failed and deleting it failed: {e}",
+                lb.name, lb.id
+            )),
+        }
+    }
+
     /// Polls until the load balancer is gone.
     async fn wait_gone(&self, id: &str, name: &str) -> Result<(), ProviderError> {
         let start = tokio::time::Instant::now();
@@ -1273,6 +1293,9 @@ impl LoadBalancer for IbmLoadBalancer {
                 return Ok(Self::status(&lb));
             }
             Some(lb) if lb.is_active() => lb,
+            Some(lb) if lb.provisioning_status == "failed" => {
+                return Err(self.delete_failed(&lb, service).await);
+            }
             Some(lb) => self.wait_active(&lb.id, &name).await?,
         };
         let lb = self.update(lb, service, &options, nodes).await?;

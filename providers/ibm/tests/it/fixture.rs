@@ -80,6 +80,14 @@ pub fn provider_for(f: &Fixture, cluster: &str) -> IbmProvider {
     IbmProvider::new(config, ClientOptions::default(), TIMINGS).unwrap()
 }
 
+/// A second provider on the fixture's emulator and cluster with other waiting times.
+pub fn provider_with_timings(f: &Fixture, timings: Timings) -> IbmProvider {
+    let key = f._dir.path().join("api-key");
+    let text = config_text(&f.server.url(), &f.cloud.account_id(), &key);
+    let config = Config::parse(&text, &BTreeMap::new()).unwrap();
+    IbmProvider::new(config, ClientOptions::default(), timings).unwrap()
+}
+
 pub async fn start() -> Fixture {
     start_with(
         IbmOptions { lb_pending: Duration::from_millis(300), ..IbmOptions::default() },

@@ -7,6 +7,7 @@
 //! | `client` | IBM error bodies, token expiry renewed, throttling retried, a hung call ends at its deadline, paging |
 //! | `tenant` | a Service never gets, changes or deletes a load balancer its cluster did not create for it (`vpc-lb-name`) |
 //! | `load_balancer` | public and private load balancers as upstream builds them, member updates, deletion leaves nothing |
+//! | `slow_cloud` | a `failed` load balancer (error, then replaced), maintenance (retry, then converges), realistic pending minutes scaled |
 // Test helpers panic on failure by design.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -14,4 +15,5 @@ mod client;
 mod fixture;
 mod instances;
 mod load_balancer;
+mod slow_cloud;
 mod tenant;
