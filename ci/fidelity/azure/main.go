@@ -96,7 +96,7 @@ func main() {
 	if base == "" {
 		fail("EMULATOR_URL is not set")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 240*time.Second)
 	defer cancel()
 	cfg := cloud.Configuration{
 		ActiveDirectoryAuthorityHost: base + "/",
@@ -601,6 +601,10 @@ func main() {
 		fail("publicIPAddresses.list: %d, without the service PIP %s", npip, svcPip)
 	}
 	ok("network.public_ip_addresses.list: %d", npip)
+
+	// ARM's behavioural rules for load balancers, public IPs and api-versions (rules.go).
+	checkRules(ctx, base, tok.Token, network, *pipRes.ID)
+	checkFailedOperations(ctx, base, network)
 
 	// Deleting the public IP while the frontend uses it, or the LB while its pool is used, fails.
 	_, err = pips.BeginDelete(ctx, rg, svcPip, nil)

@@ -44,7 +44,21 @@
 //! scale-set VM still references (400 `InUseBackendAddressPoolCannotBeDeleted`); NSG rule
 //! priorities are 100–4096 and unique per direction (400 `SecurityRuleInvalidPriority`,
 //! `SecurityRuleConflict`); a load balancer's or public IP's `sku` without a `tier` reads
-//! `tier: Regional`. Read-only back-references (`backendIPConfigurations`, a public IP's
+//! `tier: Regional`. Load balancers and public IPs follow ARM's cross-resource rules (each
+//! code and its source: docs/emulators.md, Azure): a frontend's public IP must be `Succeeded`
+//! (`ReferencedResourceNotProvisioned`), of the load balancer's SKU (`PublicIPAndLBSkuDoNotMatch`)
+//! and location (`InvalidResourceReference`), on one frontend only
+//! (`PublicIPReferencedByMultipleIPConfigs`); a load balancer is public or internal; static
+//! private IPs lie in their subnet (`PrivateIPAddressNotInSubnet`) and are free
+//! (`PrivateIPAddressIsAllocated`); `zones` need the Standard SKU and never change
+//! (`ResourceAvailabilityZonesCannotBeModified`); rules do not collide on a frontend port or a
+//! backend port and pool (`RulesUseSameBackendPortProtocolAndPool`), HA ports are internal only,
+//! idle timeouts and probe intervals are in ARM's ranges; an `api-version` not of ARM's form is
+//! `InvalidApiVersionParameter`, one the resource provider does not serve
+//! `NoRegisteredProviderFound`. Long-running operations come in groups (public IPs, load
+//! balancers, other Network resources, Compute), each with its `realistic` timing; an operation
+//! the kit fails (`operation-failures`) ends `Failed` and leaves its resource `Failed` (a
+//! `PUT` that creates is the action `create`, one that replaces `update`). Read-only back-references (`backendIPConfigurations`, a public IP's
 //! `ipConfiguration`) are computed on every read. Unknown fields a client sends are kept and
 //! returned unchanged. Private link services are listed (always none) and never kept.
 //!
@@ -84,7 +98,7 @@ use bytes::Bytes;
 use http::{HeaderValue, Method, Request, Response, StatusCode, header};
 use serde_json::{Map, Value, json};
 
-use crate::asyncop::{Action, AsyncOps, Phase, arm_operation_status};
+use crate::asyncop::{Action, AsyncOps, Operation, Phase, Timing, arm_operation_status};
 use crate::server::{Body, Cloud, ErrorKind, ErrorReply, ServeFuture, full};
 use crate::world::{Instance, PowerState, World};
 
@@ -463,6 +477,104 @@ fn operation_name(method: &Method, t: &Target) -> String {
     }
 }
 
+/// The groups of ARM resources whose long-running operations take alike times (each its own
+/// [`AsyncOps`], so each registers its own `realistic` table).
+const OP_GROUPS: [&str; 4] = ["pip", "lb", "net", "compute"];
+
+/// ARM's long-running operations, per group ([`OP_GROUPS`]); an operation's ID is
+/// `<group>.<op-n>`.
+#[derive(Debug)]
+struct Ops {
+    groups: [AsyncOps; 4],
+}
+
+impl Ops {
+    fn new(fast: Duration) -> Ops {
+        let ops = Ops { groups: std::array::from_fn(|_| AsyncOps::new(fast)) };
+        for (g, t) in OP_GROUPS.iter().zip(ops.groups.iter()) {
+            t.set_realistic(realistic_timing(g));
+        }
+        ops
+    }
+
+    fn group(kind: Kind) -> usize {
+        match kind {
+            Kind::Pip => 0,
+            Kind::Lb => 1,
+            Kind::Vm | Kind::Vmss | Kind::VmssVm => 3,
+            _ => 2,
+        }
+    }
+
+    /// Starts an operation on `target` (the kit's operation-failure rules match the ARM ID).
+    fn start(&self, kind: Kind, target: &str, action: Action) -> Operation {
+        let g = Self::group(kind);
+        let mut op = self.groups[g].start(target, action);
+        op.id = format!("{}.{}", OP_GROUPS[g], op.id);
+        op
+    }
+
+    /// The group's operations and the kit's ID of operation `id`.
+    fn split<'a>(&self, id: &'a str) -> Option<(usize, &'a str)> {
+        let (g, inner) = id.split_once('.')?;
+        Some((OP_GROUPS.iter().position(|x| *x == g)?, inner))
+    }
+
+    fn get(&self, id: &str) -> Option<Operation> {
+        let (g, inner) = self.split(id)?;
+        let mut op = self.groups[g].get(inner)?;
+        op.id = id.to_string();
+        Some(op)
+    }
+
+    fn phase(&self, id: &str) -> Option<Phase> {
+        self.get(id).map(|o| o.phase())
+    }
+
+    fn cancel(&self, id: &str, message: String) -> bool {
+        self.split(id).is_some_and(|(g, inner)| self.groups[g].cancel(inner, message))
+    }
+
+    fn set_pending_for(&self, d: Duration) {
+        self.groups.iter().for_each(|g| g.set_pending_for(d));
+    }
+
+    fn reset(&self) {
+        self.groups.iter().for_each(AsyncOps::reset);
+    }
+
+    fn state(&self) -> Value {
+        let mut all = Vec::new();
+        for (name, g) in OP_GROUPS.iter().zip(self.groups.iter()) {
+            if let Value::Array(a) = g.state() {
+                for mut o in a {
+                    if let Some(id) = o["id"].as_str() {
+                        o["id"] = json!(format!("{name}.{id}"));
+                    }
+                    all.push(o);
+                }
+            }
+        }
+        Value::Array(all)
+    }
+}
+
+/// The `realistic` timing profile of each group of ARM resources: how long ARM's
+/// long-running operations typically run (docs/emulators.md, Azure: timing).
+fn realistic_timing(group: &str) -> Timing {
+    let s = Duration::from_secs;
+    match group {
+        // Public IPs: a few seconds.
+        "pip" => Timing { create: s(6), update: s(5), delete: s(8) },
+        // Load balancers: tens of seconds (each change reprograms the data path).
+        "lb" => Timing { create: s(20), update: s(15), delete: s(15) },
+        // NSGs, route tables, NICs, subnets.
+        "net" => Timing { create: s(8), update: s(6), delete: s(6) },
+        // Scale-set models and scale-set VM updates.
+        _ => Timing { create: s(60), update: s(45), delete: s(60) },
+    }
+}
+
 /// One stored resource.
 #[derive(Debug, Clone)]
 struct Stored {
@@ -496,7 +608,7 @@ pub struct AzureCloud {
     world: World,
     opts: Mutex<AzureOptions>,
     state: Mutex<State>,
-    ops: AsyncOps,
+    ops: Ops,
     tokens_issued: AtomicU64,
 }
 
@@ -596,7 +708,7 @@ impl AzureCloud {
             world,
             opts: Mutex::new(opts),
             state: Mutex::new(State::default()),
-            ops: AsyncOps::new(lro),
+            ops: Ops::new(lro),
             tokens_issued: AtomicU64::new(0),
         };
         cloud.load();
@@ -1281,6 +1393,11 @@ impl AzureCloud {
                 "The api-version query parameter (?api-version=) is required for all requests.",
             );
         }
+        if let Some(v) = q(&qs, "api-version")
+            && let Err(r) = check_api_version(&target, v, &self.location())
+        {
+            return r;
+        }
         if let Err(r) = self.authorise(req) {
             return r;
         }
@@ -1911,7 +2028,7 @@ impl AzureCloud {
         action: Action,
         kind: Kind,
     ) -> (String, Vec<(&'static str, String)>) {
-        let op = self.ops.start(id, action);
+        let op = self.ops.start(kind, id, action);
         let host = req
             .headers()
             .get(header::HOST)
@@ -1985,7 +2102,7 @@ impl AzureCloud {
             // first operation ends `Canceled` (`CanceledAndSupersededDueToAnotherOperation`) and
             // the second one proceeds. Anything else (a delete running, Compute) is a 409.
             let supersede = kind.namespace() == "Microsoft.Network"
-                && action == Action::Update
+                && action != Action::Delete
                 && req.method() == Method::PUT
                 && self.ops.cancel(
                     &running,
@@ -2050,7 +2167,8 @@ impl AzureCloud {
             return r;
         }
         drop(st);
-        let (op, headers) = self.start_op(req, &canonical_id, Action::Update, kind);
+        let action = if current.is_some() { Action::Update } else { Action::Create };
+        let (op, headers) = self.start_op(req, &canonical_id, action, kind);
         props_mut(&mut body).insert("provisioningState".into(), json!("Updating"));
         let mut st = lock(&self.state);
         let (etag, power, fd) = current
@@ -2063,8 +2181,7 @@ impl AzureCloud {
         {
             props_mut(&mut body).insert("__privateIPs".into(), p.clone());
         }
-        let s =
-            Stored { kind, body, etag, op: Some((op, Action::Update)), power, fault_domain: fd };
+        let s = Stored { kind, body, etag, op: Some((op, action)), power, fault_domain: fd };
         let out = self.render(&st, &s, false);
         st.res.insert(key, s);
         drop(st);
@@ -2246,8 +2363,22 @@ impl AzureCloud {
                     names("backendAddressPools"),
                     names("probes"),
                 );
+                // What the frontends' static private IPs were before this PUT: only an address
+                // the PUT sets or changes is checked (an allocation ARM made stays valid).
+                let before = current
+                    .map(|c| config_addresses(&c.body, "frontendIPConfigurations"))
+                    .unwrap_or_default();
                 for fe in children_mut(body, "frontendIPConfigurations") {
+                    let fe_id = fe["id"].as_str().unwrap_or_default().to_string();
                     let p = &mut fe["properties"];
+                    if p["publicIPAddress"]["id"].is_string() && p["subnet"]["id"].is_string() {
+                        return Err(bad(
+                            "FrontendIPConfigHasBothSubnetAndPublicIP",
+                            format!(
+                                "Frontend IP Configuration {fe_id} must not reference both a Subnet and a Public IP Address."
+                            ),
+                        ));
+                    }
                     if let Some(pip) = p["publicIPAddress"]["id"].as_str() {
                         if st.res.get(&pip.to_ascii_lowercase()).is_none_or(|r| r.kind != Kind::Pip)
                         {
@@ -2282,13 +2413,17 @@ impl AzureCloud {
                             if p["privateIPAllocationMethod"].is_null() {
                                 p["privateIPAllocationMethod"] = json!("Dynamic");
                             }
+                        } else if let Some(addr) = p["privateIPAddress"].as_str()
+                            && before.get(&fe_id.to_ascii_lowercase()).map(String::as_str)
+                                != Some(addr)
+                        {
+                            check_private_ip(st, id, &fe_id, &sn, addr)?;
                         }
                     } else {
                         return Err(bad(
-                            "InvalidRequestFormat",
+                            "FrontendIPConfigHasNoSubnetOrPublicIP",
                             format!(
-                                "Frontend IP configuration {} of {id} needs a publicIPAddress or a subnet.",
-                                fe["name"]
+                                "Frontend IP Configuration {fe_id} must reference either a Subnet or a Public IP Address."
                             ),
                         ));
                     }
@@ -2357,8 +2492,10 @@ impl AzureCloud {
                         }
                     }
                 }
+                check_load_balancer(st, id, body, current)?;
             }
             Kind::Pip => {
+                check_public_ip(id, body, current)?;
                 let p = props_mut(body);
                 if !p.contains_key("publicIPAllocationMethod") {
                     p.insert("publicIPAllocationMethod".into(), json!("Static"));
@@ -2463,9 +2600,20 @@ impl AzureCloud {
                 }
             }
             Kind::Nic => {
+                let before: BTreeMap<String, String> = current
+                    .map(|c| config_addresses(&c.body, "ipConfigurations"))
+                    .unwrap_or_default();
                 for c in children_mut(body, "ipConfigurations") {
                     let n = c["name"].as_str().unwrap_or_default().to_string();
                     c["id"] = json!(format!("{id}/ipConfigurations/{n}"));
+                    let cid = format!("{id}/ipConfigurations/{n}");
+                    if let (Some(addr), Some(sn)) = (
+                        c["properties"]["privateIPAddress"].as_str().filter(|a| !a.is_empty()),
+                        c["properties"]["subnet"]["id"].as_str(),
+                    ) && before.get(&cid.to_ascii_lowercase()).map(String::as_str) != Some(addr)
+                    {
+                        check_private_ip(st, id, &cid, sn, addr)?;
+                    }
                     let mut refs = Vec::new();
                     collect_refs(&c["properties"], "loadBalancerBackendAddressPools", &mut refs);
                     for r in refs {
@@ -2748,6 +2896,458 @@ fn vmss_vm_pool_refs(vm: &Value) -> Vec<(String, String)> {
     out
 }
 
+/// The newest `api-version` the emulator serves per namespace (the versions of the official
+/// SDKs it is checked with, `armnetwork/v9` and `armcompute/v7`; anything the provider and
+/// upstream's CCM use is older).
+const NEWEST_API_VERSION: &[(&str, &str)] =
+    &[("Microsoft.Network", "2025-05-01"), ("Microsoft.Compute", "2025-04-01")];
+/// The oldest `api-version` of either namespace.
+const OLDEST_API_VERSION: &str = "2015-05-01";
+
+/// Whether `v` has ARM's form of an API version: `YYYY-MM-DD`, optionally `-preview` (or
+/// another lower-case suffix).
+fn api_version_well_formed(v: &str) -> bool {
+    let (date, suffix) = match v.get(10..) {
+        Some("") => (v, None),
+        Some(rest) => (&v[..10], Some(rest)),
+        None => return false,
+    };
+    let b = date.as_bytes();
+    let digits = |r: std::ops::Range<usize>| b[r].iter().all(u8::is_ascii_digit);
+    let ok_date = b.len() == 10
+        && b[4] == b'-'
+        && b[7] == b'-'
+        && digits(0..4)
+        && digits(5..7)
+        && digits(8..10)
+        && (1..=12).contains(&date[5..7].parse::<u8>().unwrap_or(0))
+        && (1..=31).contains(&date[8..10].parse::<u8>().unwrap_or(0));
+    ok_date
+        && suffix.is_none_or(|s| {
+            s.len() > 1
+                && s.starts_with('-')
+                && s[1..].bytes().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
+        })
+}
+
+/// ARM's checks of a resource call's `api-version`: not of ARM's form, 400
+/// `InvalidApiVersionParameter`; of the form but not one the resource provider serves (older
+/// than its first, newer than its latest), 400 `NoRegisteredProviderFound`.
+fn check_api_version(target: &Target, v: &str, location: &str) -> Res<()> {
+    let (ns, ty) = match target {
+        Target::List { kind, .. } | Target::One { kind, .. } => {
+            (kind.namespace(), kind.arm_type().rsplit('/').next().unwrap_or_default())
+        }
+        Target::VmssNics { .. } => ("Microsoft.Compute", "virtualMachineScaleSets"),
+        _ => return Ok(()),
+    };
+    let newest = NEWEST_API_VERSION.iter().find(|(n, _)| *n == ns).map_or("2025-05-01", |(_, v)| v);
+    let supported = format!("{OLDEST_API_VERSION} … {newest}");
+    if !api_version_well_formed(v) {
+        return Err(bad(
+            "InvalidApiVersionParameter",
+            format!("The api-version '{v}' is invalid. The supported versions are '{supported}'."),
+        ));
+    }
+    let date = &v[..10];
+    if date < OLDEST_API_VERSION || date > newest {
+        return Err(bad(
+            "NoRegisteredProviderFound",
+            format!(
+                "No registered resource provider found for location '{location}' and API version '{v}' for type '{ty}'. The supported api-versions are '{supported}'. The supported locations are '{location}'."
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// IP configuration ID (lower case) → its private IP, of a NIC's `ipConfigurations` or a load
+/// balancer's `frontendIPConfigurations`.
+fn config_addresses(body: &Value, key: &str) -> BTreeMap<String, String> {
+    body["properties"][key]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|c| {
+            let id = c["id"].as_str()?.to_ascii_lowercase();
+            let addr = c["properties"]["privateIPAddress"].as_str()?.to_string();
+            Some((id, addr))
+        })
+        .collect()
+}
+
+/// Every private IP held in a subnet by a resource other than `except` (a load balancer's
+/// frontends, NICs' IP configurations, scale-set VMs): (subnet ID, address, holder).
+fn private_ip_holders(st: &State, except: &str) -> Vec<(String, String, String)> {
+    let mut out = Vec::new();
+    for r in st.res.values() {
+        let rid = r.body["id"].as_str().unwrap_or_default();
+        if ids_eq(rid, except) {
+            continue;
+        }
+        let configs: Vec<(&Value, String)> = match r.kind {
+            Kind::Lb => r.body["properties"]["frontendIPConfigurations"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|c| (c, c["id"].as_str().unwrap_or(rid).to_string()))
+                .collect(),
+            Kind::Nic => r.body["properties"]["ipConfigurations"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|c| (c, c["id"].as_str().unwrap_or(rid).to_string()))
+                .collect(),
+            Kind::VmssVm => r.body["properties"]["__privateIPs"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|c| (c, rid.to_string()))
+                .collect(),
+            _ => continue,
+        };
+        for (c, holder) in configs {
+            if let (Some(sn), Some(addr)) = (
+                c["properties"]["subnet"]["id"].as_str(),
+                c["properties"]["privateIPAddress"].as_str(),
+            ) {
+                out.push((sn.to_string(), addr.to_string(), holder));
+            }
+        }
+    }
+    out
+}
+
+fn same_ip(a: &str, b: &str) -> bool {
+    match (a.parse::<std::net::IpAddr>(), b.parse::<std::net::IpAddr>()) {
+        (Ok(x), Ok(y)) => x == y,
+        _ => a.eq_ignore_ascii_case(b),
+    }
+}
+
+/// A private IP a client asks for (IP configuration `config` of resource `owner`, in
+/// `subnet`): inside one of the subnet's prefixes of its family (400
+/// `PrivateIPAddressNotInSubnet`) and held by no other resource in the subnet (400
+/// `PrivateIPAddressIsAllocated`).
+fn check_private_ip(st: &State, owner: &str, config: &str, subnet: &str, addr: &str) -> Res<()> {
+    let Ok(ip) = addr.parse::<std::net::IpAddr>() else {
+        return Err(bad(
+            "PrivateIPAddressInvalid",
+            format!("IP configuration {config} has an invalid private IP address '{addr}'."),
+        ));
+    };
+    let sn = st.res.get(&subnet.to_ascii_lowercase()).map(|r| &r.body["properties"]);
+    let mut prefixes: Vec<String> = Vec::new();
+    if let Some(p) = sn {
+        prefixes.extend(p["addressPrefix"].as_str().map(str::to_string));
+        prefixes.extend(
+            p["addressPrefixes"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .map(str::to_string),
+        );
+    }
+    let nets: Vec<ipnet::IpNet> = prefixes
+        .iter()
+        .filter_map(|p| p.parse::<ipnet::IpNet>().ok())
+        .filter(|n| n.addr().is_ipv4() == ip.is_ipv4())
+        .collect();
+    if !nets.is_empty() && !nets.iter().any(|n| n.contains(&ip)) {
+        return Err(bad(
+            "PrivateIPAddressNotInSubnet",
+            format!(
+                "Private static IP address {addr} does not belong to the range of subnet prefix {} of subnet {subnet}.",
+                nets.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
+            ),
+        ));
+    }
+    if let Some((_, _, holder)) = private_ip_holders(st, owner)
+        .into_iter()
+        .find(|(s, a, _)| ids_eq(s, subnet) && same_ip(a, addr))
+    {
+        return Err(bad(
+            "PrivateIPAddressIsAllocated",
+            format!(
+                "IP configuration {config} is using the private IP address {addr} which is already allocated to resource {holder}."
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The availability zones of a resource or frontend (`zones`), sorted.
+fn zone_set(v: &Value) -> Vec<String> {
+    let mut z: Vec<String> = v["zones"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .map(str::to_string)
+        .collect();
+    z.sort();
+    z.dedup();
+    z
+}
+
+fn zones_text(z: &[String]) -> String {
+    if z.is_empty() { "none".into() } else { z.join(", ") }
+}
+
+/// Zones on a resource (or frontend) `what`: Standard SKU only, `1`–`3`, and never changed
+/// once the resource exists (400 `ResourceAvailabilityZonesCannotBeModified`).
+fn check_zones(what: &str, sku: &str, want: &[String], had: Option<Vec<String>>) -> Res<()> {
+    if !want.is_empty() && sku.eq_ignore_ascii_case("Basic") {
+        return Err(bad(
+            "AvailabilityZonesNotSupportedForBasicSku",
+            format!("{what}: availability zones need the Standard SKU; its SKU is {sku}."),
+        ));
+    }
+    if let Some(z) = want.iter().find(|z| !matches!(z.as_str(), "1" | "2" | "3")) {
+        return Err(bad(
+            "InvalidAvailabilityZone",
+            format!("{what}: '{z}' is not an availability zone of this location (1, 2, 3)."),
+        ));
+    }
+    if let Some(had) = had
+        && had != want
+    {
+        return Err(bad(
+            "ResourceAvailabilityZonesCannotBeModified",
+            format!(
+                "Resource {what} has an existing availability zone constraint {} and the request has availability zone constraint {}, which do not match. Zones cannot be added, updated or removed once the resource is created.",
+                zones_text(&had),
+                zones_text(want)
+            ),
+        ));
+    }
+    Ok(())
+}
+
+fn norm_location(l: &str) -> String {
+    l.chars().filter(|c| !c.is_whitespace()).collect::<String>().to_ascii_lowercase()
+}
+
+/// A public IP's own rules: zones (Standard only, immutable), idle timeout 4–30 minutes.
+fn check_public_ip(id: &str, body: &Value, current: Option<&Stored>) -> Res<()> {
+    let sku = body["sku"]["name"].as_str().unwrap_or("Standard");
+    check_zones(id, sku, &zone_set(body), current.map(|c| zone_set(&c.body)))?;
+    if let Some(t) = body["properties"]["idleTimeoutInMinutes"].as_i64()
+        && !(4..=30).contains(&t)
+    {
+        return Err(bad(
+            "PublicIPAddressIdleTimeoutIsOutOfRange",
+            format!(
+                "Public IP address {id}: idleTimeoutInMinutes {t} is out of range; the allowed range is 4 to 30 minutes."
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The rules ARM checks across a load balancer's parts (after references are resolved).
+fn check_load_balancer(st: &State, id: &str, body: &Value, current: Option<&Stored>) -> Res<()> {
+    let sku = body["sku"]["name"].as_str().unwrap_or("Basic").to_string();
+    let standard = !sku.eq_ignore_ascii_case("Basic");
+    let location = norm_location(body["location"].as_str().unwrap_or_default());
+    let arr = |v: &'_ Value, k: &str| -> Vec<Value> {
+        v["properties"][k].as_array().cloned().unwrap_or_default()
+    };
+    let had_zones: BTreeMap<String, Vec<String>> = current
+        .map(|c| {
+            arr(&c.body, "frontendIPConfigurations")
+                .iter()
+                .map(|f| (f["id"].as_str().unwrap_or_default().to_ascii_lowercase(), zone_set(f)))
+                .collect()
+        })
+        .unwrap_or_default();
+    let (mut public, mut private) = (Vec::new(), Vec::new());
+    let mut pips: BTreeMap<String, String> = BTreeMap::new();
+    let mut addrs: BTreeMap<(String, String), String> = BTreeMap::new();
+    for fe in arr(body, "frontendIPConfigurations") {
+        let fe_id = fe["id"].as_str().unwrap_or_default().to_string();
+        let p = &fe["properties"];
+        check_zones(
+            &fe_id,
+            &sku,
+            &zone_set(&fe),
+            had_zones.get(&fe_id.to_ascii_lowercase()).cloned(),
+        )?;
+        if let Some(pip) = p["publicIPAddress"]["id"].as_str() {
+            public.push(fe_id.to_ascii_lowercase());
+            if let Some(other) = pips.insert(pip.to_ascii_lowercase(), fe_id.clone()) {
+                return Err(bad(
+                    "PublicIPReferencedByMultipleIPConfigs",
+                    format!(
+                        "Public ip address {pip} is referenced by multiple ipconfigs in resource {id}: {other} and {fe_id}."
+                    ),
+                ));
+            }
+            if let Some(user) = public_ip_user(st, pip, id) {
+                return Err(bad(
+                    "PublicIPReferencedByMultipleIPConfigs",
+                    format!(
+                        "Public ip address {pip} is referenced by multiple ipconfigs: {user} and {fe_id}."
+                    ),
+                ));
+            }
+            let Some(r) = st.res.get(&pip.to_ascii_lowercase()) else { continue };
+            let state = r.body["properties"]["provisioningState"].as_str().unwrap_or("Succeeded");
+            if !state.eq_ignore_ascii_case("Succeeded") {
+                return Err(bad(
+                    "ReferencedResourceNotProvisioned",
+                    format!(
+                        "Cannot proceed with operation because resource {pip} used by resource {id} is not in Succeeded state. Resource is in {state} state and the last operation that updated/is updating the resource is PutPublicIpAddressOperation."
+                    ),
+                ));
+            }
+            if norm_location(r.body["location"].as_str().unwrap_or_default()) != location {
+                return Err(bad(
+                    "InvalidResourceReference",
+                    format!(
+                        "Resource {pip} referenced by resource {id} was not found. Please make sure that the referenced resource exists, and that both resources are in the same region."
+                    ),
+                ));
+            }
+            let pip_sku = r.body["sku"]["name"].as_str().unwrap_or("Basic");
+            if !pip_sku.eq_ignore_ascii_case(&sku) {
+                return Err(bad(
+                    "PublicIPAndLBSkuDoNotMatch",
+                    format!(
+                        "{sku} sku load balancer {id} cannot reference {pip_sku} sku publicIP {pip}."
+                    ),
+                ));
+            }
+        } else {
+            private.push(fe_id.to_ascii_lowercase());
+            if let (Some(sn), Some(addr)) =
+                (p["subnet"]["id"].as_str(), p["privateIPAddress"].as_str())
+                && let Some(other) = addrs
+                    .insert((sn.to_ascii_lowercase(), addr.to_ascii_lowercase()), fe_id.clone())
+            {
+                return Err(bad(
+                    "PrivateIPAddressIsAllocated",
+                    format!(
+                        "IP configuration {fe_id} is using the private IP address {addr} which is already allocated to resource {other}."
+                    ),
+                ));
+            }
+        }
+    }
+    if let (Some(pu), Some(pr)) = (public.first(), private.first()) {
+        return Err(bad(
+            "LoadBalancerCannotHavePublicAndPrivateFrontendIPConfigurations",
+            format!(
+                "Load balancer {id} cannot have both public frontend IP configurations ({pu}) and private ones ({pr}): a load balancer is either public or internal."
+            ),
+        ));
+    }
+    let mut by_frontend: BTreeMap<(String, String, i64), String> = BTreeMap::new();
+    let mut by_backend: BTreeMap<(String, i64, String, String), String> = BTreeMap::new();
+    for rule in arr(body, "loadBalancingRules") {
+        let rid = rule["id"].as_str().unwrap_or_default().to_string();
+        let p = &rule["properties"];
+        let proto = p["protocol"].as_str().unwrap_or_default().to_ascii_lowercase();
+        let fport = p["frontendPort"].as_i64().unwrap_or(-1);
+        let bport = p["backendPort"].as_i64().unwrap_or(-1);
+        let fe =
+            p["frontendIPConfiguration"]["id"].as_str().unwrap_or_default().to_ascii_lowercase();
+        let floating = p["enableFloatingIP"].as_bool().unwrap_or(false);
+        if let Some(t) = p["idleTimeoutInMinutes"].as_i64()
+            && !(4..=100).contains(&t)
+        {
+            return Err(bad(
+                "LoadBalancingRuleIdleTimeoutIsOutOfRange",
+                format!(
+                    "Load balancing rule {rid}: idleTimeoutInMinutes {t} is out of range; the allowed range is 4 to 100 minutes."
+                ),
+            ));
+        }
+        if proto == "all" && (public.contains(&fe) || !standard) {
+            return Err(bad(
+                "HaPortsRuleNotSupportedOnPublicLoadBalancer",
+                format!(
+                    "Load balancing rule {rid} with protocol All (HA ports) is supported only on an internal Standard load balancer; {id} is {}.",
+                    if standard { "public" } else { "Basic" }
+                ),
+            ));
+        }
+        if let Some(other) = by_frontend.insert((fe.clone(), proto.clone(), fport), rid.clone()) {
+            return Err(bad(
+                "LoadBalancingRulesUseSameFrontendIPConfigurationProtocolAndPort",
+                format!(
+                    "Load balancing rules {other} and {rid} of load balancer {id} use the same frontend IP configuration, protocol {proto} and frontend port {fport}."
+                ),
+            ));
+        }
+        let mut pools = Vec::new();
+        collect_refs(p, "backendAddressPool", &mut pools);
+        collect_refs(p, "backendAddressPools", &mut pools);
+        pools.sort();
+        pools.dedup();
+        for pool in pools {
+            let key = (
+                proto.clone(),
+                bport,
+                pool.to_ascii_lowercase(),
+                if floating { fe.clone() } else { String::new() },
+            );
+            if let Some(other) = by_backend.insert(key, rid.clone()) {
+                let code = if floating {
+                    "RulesUseSameBackendPortProtocolAndPoolAndFrontendIPWithFloatingIPEnabled"
+                } else {
+                    "RulesUseSameBackendPortProtocolAndPool"
+                };
+                return Err(bad(
+                    code,
+                    format!(
+                        "Load balancing rules {other} and {rid} with floating IP {} use the same protocol {proto} and backend port {bport}, and must not be used with the same backend address pool {pool}.",
+                        if floating { "enabled" } else { "disabled" }
+                    ),
+                ));
+            }
+        }
+    }
+    for probe in arr(body, "probes") {
+        let pid = probe["id"].as_str().unwrap_or_default().to_string();
+        let p = &probe["properties"];
+        let interval = p["intervalInSeconds"].as_i64().unwrap_or(15);
+        let count =
+            p["probeThreshold"].as_i64().or_else(|| p["numberOfProbes"].as_i64()).unwrap_or(2);
+        if interval < 5 || count < 1 || interval * count > 120 {
+            return Err(bad(
+                "InvalidProbeIntervalOrNumberOfProbes",
+                format!(
+                    "Probe {pid}: intervalInSeconds {interval} and number of probes {count} are out of range: the interval is at least 5 seconds, at least 1 probe, and interval × probes at most 120 seconds."
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// An IP configuration other than `except`'s (another load balancer's frontend or a NIC's)
+/// that uses the public IP `pip`.
+fn public_ip_user(st: &State, pip: &str, except: &str) -> Option<String> {
+    st.res.values().find_map(|r| {
+        let key = match r.kind {
+            Kind::Lb => "frontendIPConfigurations",
+            Kind::Nic => "ipConfigurations",
+            _ => return None,
+        };
+        if ids_eq(r.body["id"].as_str().unwrap_or_default(), except) {
+            return None;
+        }
+        r.body["properties"][key].as_array().into_iter().flatten().find_map(|c| {
+            c["properties"]["publicIPAddress"]["id"]
+                .as_str()
+                .is_some_and(|p| ids_eq(p, pip))
+                .then(|| c["id"].as_str().unwrap_or_default().to_string())
+        })
+    })
+}
+
 /// Who (a NIC or a scale-set VM) references the backend pool `pool_id`.
 fn pool_user(st: &State, pool_id: &str) -> Option<String> {
     st.res.values().find_map(|r| {
@@ -2888,6 +3488,12 @@ impl Cloud for AzureCloud {
 
     fn state(&self) -> Value {
         self.state_json()
+    }
+
+    /// The load balancers' operations (`GET /__emulator/timing` reports their tables; each
+    /// group's `realistic` table is in docs/emulators.md).
+    fn async_ops(&self) -> Option<&AsyncOps> {
+        Some(&self.ops.groups[Ops::group(Kind::Lb)])
     }
 }
 
