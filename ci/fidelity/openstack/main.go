@@ -6,10 +6,13 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/gophercloud/gophercloud/v2"
@@ -17,6 +20,7 @@ import (
 	"github.com/gophercloud/gophercloud/v2/openstack/compute/v2/availabilityzones"
 	"github.com/gophercloud/gophercloud/v2/openstack/compute/v2/flavors"
 	"github.com/gophercloud/gophercloud/v2/openstack/compute/v2/servers"
+	"github.com/gophercloud/gophercloud/v2/openstack/identity/v3/tokens"
 	"github.com/gophercloud/gophercloud/v2/openstack/loadbalancer/v2/apiversions"
 	"github.com/gophercloud/gophercloud/v2/openstack/loadbalancer/v2/listeners"
 	"github.com/gophercloud/gophercloud/v2/openstack/loadbalancer/v2/loadbalancers"
@@ -27,6 +31,7 @@ import (
 	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/extensions/layer3/extraroutes"
 	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/extensions/layer3/floatingips"
 	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/extensions/layer3/routers"
+	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/extensions/portsecurity"
 	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/extensions/security/groups"
 	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/extensions/security/rules"
 	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/networks"
@@ -110,8 +115,9 @@ func main() {
 		return true, err
 	})
 	must(err, "servers list")
-	if len(all) != 6 || pages != 3 {
-		fail("servers list paged by 2: want 6 servers in 3 pages, got %d in %d", len(all), pages)
+	// node-5 is deleted (not listed); node-6 is SUSPENDED (listed).
+	if len(all) != 7 || pages != 4 {
+		fail("servers list paged by 2: want 7 servers in 4 pages, got %d in %d", len(all), pages)
 	}
 	ok("nova.servers.list.paging")
 	p, err := servers.List(compute, servers.ListOpts{Name: "^node\\-1$"}).AllPages(ctx)
@@ -572,6 +578,8 @@ func main() {
 	ok("octavia.loadbalancers.create_fully_populated_refused_whole")
 	must(loadbalancers.Delete(ctx, lbc, full.ID, loadbalancers.DeleteOpts{Cascade: true}).ExtractErr(), "fully populated lb cascade delete")
 
+	behaviour(url, provider, compute, network, lbc, subnet, public, s1, all)
+
 	// Token expiry: the emulator issues 6 s tokens (emulator-args); a call after expiry is a
 	// 401 that gophercloud answers by re-authenticating.
 	before := provider.Token()
@@ -588,4 +596,351 @@ func main() {
 		fail("a Nova 404 carries its error body: %v", err)
 	}
 	ok("nova.error_body")
+}
+
+// A token Keystone issues for these options (tokens.Create), failing on any error.
+func token(url string, opts tokens.AuthOptions) (string, error) {
+	p, err := openstack.NewClient(url + "/identity")
+	must(err, "identity client")
+	id := &gophercloud.ServiceClient{ProviderClient: p, Endpoint: url + "/identity/v3/"}
+	r := tokens.Create(ctx, id, &opts)
+	if r.Err != nil {
+		return "", r.Err
+	}
+	return r.ExtractTokenID()
+}
+
+// Service clients that send `tok` (no catalog needed).
+func clients(url, tok string) (compute, network, lbc *gophercloud.ServiceClient) {
+	p, err := openstack.NewClient(url + "/identity")
+	must(err, "client")
+	p.SetToken(tok)
+	compute = &gophercloud.ServiceClient{ProviderClient: p, Endpoint: url + "/compute/v2.1/"}
+	network = &gophercloud.ServiceClient{ProviderClient: p, Endpoint: url + "/network/", ResourceBase: url + "/network/v2.0/"}
+	lbc = &gophercloud.ServiceClient{ProviderClient: p, Endpoint: url + "/load-balancer/", ResourceBase: url + "/load-balancer/v2/"}
+	return
+}
+
+func neutronType(err error) string {
+	var e gophercloud.ErrUnexpectedResponseCode
+	if !errors.As(err, &e) {
+		return ""
+	}
+	var b struct {
+		NeutronError struct{ Type string } `json:"NeutronError"`
+	}
+	_ = json.Unmarshal(e.Body, &b)
+	return b.NeutronError.Type
+}
+
+func errBody(err error) string {
+	var e gophercloud.ErrUnexpectedResponseCode
+	if errors.As(err, &e) {
+		return string(e.Body)
+	}
+	return ""
+}
+
+// The behavioural rules (issue 31): each check makes the call a client of the real cloud
+// would make and wants the cloud's status and error.
+func behaviour(url string, provider *gophercloud.ProviderClient, compute, network, lbc *gophercloud.ServiceClient,
+	subnet subnets.Subnet, public networks.Network, s1 servers.Server, all []servers.Server) {
+	member := tokens.AuthOptions{Username: "member", Password: "openstack-emulator-member-password", DomainName: "Default"}
+
+	// Keystone: a user is looked up in the domain the request names.
+	wrongDomain := member
+	wrongDomain.DomainName = "Other"
+	if _, err := token(url, wrongDomain); !is(err, 401) {
+		fail("password auth with a user domain not the user's: want 401, got %v", err)
+	}
+	ok("keystone.password.user_domain_mismatch_is_401")
+	// A project the request names must be one the user has a role on.
+	noRole := member
+	noRole.Scope = tokens.Scope{ProjectName: "nowhere", DomainName: "Default"}
+	if _, err := token(url, noRole); !is(err, 401) {
+		fail("a scope naming an unknown project: want 401, got %v", err)
+	}
+	ok("keystone.scope.unknown_project_is_401")
+	// An unscoped token (no scope, no default project) is refused by the services (403).
+	unscoped, err := token(url, member)
+	must(err, "unscoped token")
+	uc, un, ul := clients(url, unscoped)
+	if _, err := servers.Get(ctx, uc, s1.ID).Extract(); !is(err, 403) {
+		fail("Nova with an unscoped token: want 403, got %v", err)
+	}
+	if _, err := networks.Get(ctx, un, public.ID).Extract(); !is(err, 403) {
+		fail("Neutron with an unscoped token: want 403, got %v", err)
+	}
+	if _, err := loadbalancers.List(ul, nil).AllPages(ctx); !is(err, 403) {
+		fail("Octavia with an unscoped token: want 403, got %v", err)
+	}
+	ok("keystone.unscoped_token_is_403_on_services")
+
+	// A token scoped to project alt sees nothing of project demo: Nova and Neutron answer 404
+	// (they hide another project's objects), Octavia 403 (policy).
+	alt := member
+	alt.Scope = tokens.Scope{ProjectName: "alt", DomainName: "Default"}
+	altTok, err := token(url, alt)
+	must(err, "a token scoped to alt")
+	ac, an, al := clients(url, altTok)
+	if _, err := servers.Get(ctx, ac, s1.ID).Extract(); !is(err, 404) {
+		fail("project alt reading demo's server: want 404, got %v", err)
+	}
+	pp, err := ports.List(network, ports.ListOpts{DeviceID: s1.ID}).AllPages(ctx)
+	must(err, "ports of node-1")
+	p1, _ := ports.ExtractPorts(pp)
+	if _, err := ports.Get(ctx, an, p1[0].ID).Extract(); !is(err, 404) || neutronType(err) != "PortNotFound" {
+		fail("project alt reading demo's port: want 404 PortNotFound, got %v", err)
+	}
+	demoLB, err := loadbalancers.Create(ctx, lbc, loadbalancers.CreateOpts{Name: "scope-check", VipSubnetID: subnet.ID}).Extract()
+	must(err, "lb for the scope check")
+	if _, err := loadbalancers.Get(ctx, al, demoLB.ID).Extract(); !is(err, 403) {
+		fail("project alt reading demo's load balancer: want 403, got %v", err)
+	}
+	lp, err := loadbalancers.List(al, nil).AllPages(ctx)
+	must(err, "alt's lb list")
+	if l, _ := loadbalancers.ExtractLoadBalancers(lp); len(l) != 0 {
+		fail("project alt lists demo's load balancers: %+v", l)
+	}
+	sp, err := servers.List(ac, nil).AllPages(ctx)
+	must(err, "alt's server list")
+	if l, _ := servers.ExtractServers(sp); len(l) != 0 {
+		fail("project alt lists demo's servers: %d", len(l))
+	}
+	ok("keystone.scope.other_project_404_nova_neutron_403_octavia")
+
+	// A trust-scoped token: the trustee gets the trust's project and roles, and the token
+	// says which trust; anyone else is refused (403), an unknown trust is a 404.
+	trust := member
+	trust.Scope = tokens.Scope{TrustID: "emulator-trust"}
+	idp, err := openstack.NewClient(url + "/identity")
+	must(err, "identity client")
+	idc := &gophercloud.ServiceClient{ProviderClient: idp, Endpoint: url + "/identity/v3/"}
+	tr := tokens.Create(ctx, idc, &trust)
+	must(tr.Err, "a trust-scoped token")
+	tt, err := tr.ExtractTrust()
+	must(err, "OS-TRUST:trust")
+	proj, err := tr.ExtractProject()
+	must(err, "the trust token's project")
+	roles, err := tr.ExtractRoles()
+	must(err, "the trust token's roles")
+	if tt == nil || tt.ID != "emulator-trust" || proj == nil || proj.Name != "demo" || len(roles) != 1 || roles[0].Name != "member" {
+		fail("a trust-scoped token: trust %+v project %+v roles %+v", tt, proj, roles)
+	}
+	trustTok, _ := tr.ExtractTokenID()
+	tc, _, _ := clients(url, trustTok)
+	if _, err := servers.Get(ctx, tc, s1.ID).Extract(); err != nil {
+		fail("a trust-scoped token on its project's server: %v", err)
+	}
+	notTrustee := tokens.AuthOptions{Username: "admin", Password: "openstack-emulator-password", DomainName: "Default",
+		Scope: tokens.Scope{TrustID: "emulator-trust"}}
+	if _, err := token(url, notTrustee); !is(err, 403) {
+		fail("a trust used by a user who is not its trustee: want 403, got %v", err)
+	}
+	unknown := member
+	unknown.Scope = tokens.Scope{TrustID: "no-such-trust"}
+	if _, err := token(url, unknown); !is(err, 404) {
+		fail("an unknown trust: want 404, got %v", err)
+	}
+	ok("keystone.trust_scoped_token")
+
+	// Nova: more statuses than ACTIVE/SHUTOFF; a deleted server is a 404 itemNotFound, listed
+	// only by an admin asking deleted=true.
+	for _, s := range all {
+		if s.Name == "node-6" && s.Status != "SUSPENDED" {
+			fail("node-6 is suspended: want SUSPENDED, got %s", s.Status)
+		}
+		if s.Name == "node-5" {
+			fail("a deleted server is listed: %+v", s)
+		}
+	}
+	ok("nova.servers.status_suspended")
+	var del struct{ Servers []servers.Server }
+	_, err = compute.Get(ctx, compute.ServiceURL("servers", "detail")+"?deleted=true", &del, nil)
+	must(err, "servers list deleted=true")
+	if len(del.Servers) != 1 || del.Servers[0].Name != "node-5" || del.Servers[0].Status != "DELETED" {
+		fail("servers deleted=true (admin): want node-5 DELETED, got %+v", del.Servers)
+	}
+	_, err = servers.Get(ctx, compute, del.Servers[0].ID).Extract()
+	if !is(err, 404) || !strings.Contains(errBody(err), "itemNotFound") {
+		fail("GET of a deleted server: want 404 itemNotFound, got %v", err)
+	}
+	ok("nova.servers.deleted_is_404_listed_with_deleted_true")
+
+	// Neutron: a floating IP's subnet_id must be a subnet of the floating network, and the
+	// address comes from it.
+	pubSubs, err := subnets.List(network, subnets.ListOpts{NetworkID: public.ID}).AllPages(ctx)
+	must(err, "public subnets")
+	ps, _ := subnets.ExtractSubnets(pubSubs)
+	if len(ps) == 0 {
+		fail("the external network has no subnet")
+	}
+	f1, err := floatingips.Create(ctx, network, floatingips.CreateOpts{FloatingNetworkID: public.ID, SubnetID: ps[0].ID}).Extract()
+	must(err, "floating ip by subnet_id")
+	_, cidr, _ := net.ParseCIDR(ps[0].CIDR)
+	if !cidr.Contains(net.ParseIP(f1.FloatingIP)) {
+		fail("a floating ip from subnet %s: got %s", ps[0].CIDR, f1.FloatingIP)
+	}
+	if _, err := floatingips.Create(ctx, network, floatingips.CreateOpts{FloatingNetworkID: public.ID, SubnetID: subnet.ID}).Extract(); !is(err, 400) {
+		fail("a floating ip from a subnet of another network: want 400, got %v", err)
+	}
+	must(floatingips.Delete(ctx, network, f1.ID).ExtractErr(), "floating ip delete")
+	ok("neutron.floatingips.subnet_id")
+	// Only an admin chooses the address (policy): a member gets a 403.
+	memberDemo := member
+	memberDemo.Scope = tokens.Scope{ProjectName: "demo", DomainName: "Default"}
+	mTok, err := token(url, memberDemo)
+	must(err, "member token")
+	_, mn, _ := clients(url, mTok)
+	_, err = floatingips.Create(ctx, mn, floatingips.CreateOpts{FloatingNetworkID: public.ID, FloatingIP: "172.24.4.222"}).Extract()
+	if !is(err, 403) || neutronType(err) != "PolicyNotAuthorized" {
+		fail("a member choosing a floating address: want 403 PolicyNotAuthorized, got %v", err)
+	}
+	f2, err := floatingips.Create(ctx, network, floatingips.CreateOpts{FloatingNetworkID: public.ID, FloatingIP: "172.24.4.222"}).Extract()
+	must(err, "an admin choosing a floating address")
+	must(floatingips.Delete(ctx, network, f2.ID).ExtractErr(), "floating ip delete")
+	ok("neutron.floatingips.fixed_address_needs_admin")
+
+	// Port security: security groups on a port without port security are a 409.
+	off := false
+	bare, err := ports.Create(ctx, network, portsecurity.PortCreateOptsExt{
+		CreateOptsBuilder:   ports.CreateOpts{NetworkID: subnet.NetworkID, Name: "no-port-security"},
+		PortSecurityEnabled: &off}).Extract()
+	must(err, "a port without port security")
+	sg, err := groups.Create(ctx, network, groups.CreateOpts{Name: "ps-check"}).Extract()
+	must(err, "sg")
+	with := []string{sg.ID}
+	_, err = ports.Update(ctx, network, bare.ID, ports.UpdateOpts{SecurityGroups: &with}).Extract()
+	if !is(err, 409) || neutronType(err) != "PortSecurityAndIPRequiredForSecurityGroups" {
+		fail("security groups on a port without port security: want 409 PortSecurityAndIPRequiredForSecurityGroups, got %v", err)
+	}
+	pairs := []ports.AddressPair{{IPAddress: "10.244.9.0/24"}}
+	_, err = ports.Update(ctx, network, bare.ID, ports.UpdateOpts{AllowedAddressPairs: &pairs}).Extract()
+	if !is(err, 409) || neutronType(err) != "AddressPairAndPortSecurityRequired" {
+		fail("address pairs on a port without port security: want 409 AddressPairAndPortSecurityRequired, got %v", err)
+	}
+	must(ports.Delete(ctx, network, bare.ID).ExtractErr(), "port delete")
+	ok("neutron.ports.port_security_409")
+
+	// max_routes: 30 routes per router; the 31st is a 400 RoutesExhausted.
+	rp, err := routers.List(network, routers.ListOpts{Name: "router1"}).AllPages(ctx)
+	must(err, "routers")
+	rs, _ := routers.ExtractRouters(rp)
+	many := []routers.Route{}
+	for i := 0; i < 31; i++ {
+		many = append(many, routers.Route{DestinationCIDR: fmt.Sprintf("10.250.%d.0/24", i), NextHop: "10.0.0.11"})
+	}
+	_, err = extraroutes.Add(ctx, network, rs[0].ID, extraroutes.Opts{Routes: &many}).Extract()
+	if !is(err, 400) || neutronType(err) != "RoutesExhausted" {
+		fail("31 routes on a router: want 400 RoutesExhausted, got %v", err)
+	}
+	thirty := many[:30]
+	_, err = extraroutes.Add(ctx, network, rs[0].ID, extraroutes.Opts{Routes: &thirty}).Extract()
+	must(err, "30 routes")
+	none := []routers.Route{}
+	_, err = routers.Update(ctx, network, rs[0].ID, routers.UpdateOpts{Routes: &none}).Extract()
+	must(err, "routes cleared")
+	ok("neutron.routers.max_routes")
+
+	// Quotas (Neutron's defaults): security groups 10, rules 100, floating IPs 50 per project;
+	// one more is a 409 OverQuota.
+	var made []string
+	for i := 0; ; i++ {
+		g, err := groups.Create(ctx, network, groups.CreateOpts{Name: fmt.Sprintf("quota-%d", i)}).Extract()
+		if err != nil {
+			if !is(err, 409) || neutronType(err) != "OverQuota" || i > 10 {
+				fail("security groups over quota: want 409 OverQuota after at most 10, got %v after %d", err, i)
+			}
+			break
+		}
+		made = append(made, g.ID)
+	}
+	rulesMade := 0
+	for i := 0; ; i++ {
+		_, err := rules.Create(ctx, network, rules.CreateOpts{Direction: rules.DirIngress, EtherType: rules.EtherType4, SecGroupID: sg.ID,
+			Protocol: rules.ProtocolTCP, PortRangeMin: 1000 + i, PortRangeMax: 1000 + i}).Extract()
+		if err != nil {
+			if !is(err, 409) || neutronType(err) != "OverQuota" || i > 100 {
+				fail("rules over quota: want 409 OverQuota after at most 100, got %v after %d", err, i)
+			}
+			break
+		}
+		rulesMade++
+	}
+	var fips []string
+	for i := 0; ; i++ {
+		f, err := floatingips.Create(ctx, network, floatingips.CreateOpts{FloatingNetworkID: public.ID}).Extract()
+		if err != nil {
+			if !is(err, 409) || neutronType(err) != "OverQuota" || i > 50 {
+				fail("floating ips over quota: want 409 OverQuota after at most 50, got %v after %d", err, i)
+			}
+			break
+		}
+		fips = append(fips, f.ID)
+	}
+	for _, id := range made {
+		must(groups.Delete(ctx, network, id).ExtractErr(), "quota sg delete")
+	}
+	for _, id := range fips {
+		must(floatingips.Delete(ctx, network, id).ExtractErr(), "quota fip delete")
+	}
+	must(groups.Delete(ctx, network, sg.ID).ExtractErr(), "sg delete")
+	ok(fmt.Sprintf("neutron.quotas_over_quota_409 (%d more groups, %d rules, %d floating ips)", len(made), rulesMade, len(fips)))
+
+	// Octavia: vip_port_id is used (its address; the port stays after the delete).
+	vport, err := ports.Create(ctx, network, ports.CreateOpts{NetworkID: subnet.NetworkID, Name: "my-vip",
+		FixedIPs: []ports.IP{{SubnetID: subnet.ID, IPAddress: "10.0.0.77"}}}).Extract()
+	must(err, "vip port")
+	vlb, err := loadbalancers.Create(ctx, lbc, loadbalancers.CreateOpts{Name: "vip-port", VipPortID: vport.ID}).Extract()
+	must(err, "lb on a vip port")
+	if vlb.VipPortID != vport.ID || vlb.VipAddress != "10.0.0.77" || vlb.VipSubnetID != subnet.ID {
+		fail("an lb on vip_port_id: port %s address %s subnet %s", vlb.VipPortID, vlb.VipAddress, vlb.VipSubnetID)
+	}
+	ok("octavia.loadbalancers.vip_port_id")
+	// vip_address: outside the subnet 400, in use 409.
+	if _, err := loadbalancers.Create(ctx, lbc, loadbalancers.CreateOpts{Name: "x", VipSubnetID: subnet.ID, VipAddress: "10.0.9.9"}).Extract(); !is(err, 400) {
+		fail("a vip_address outside the subnet: want 400, got %v", err)
+	}
+	if _, err := loadbalancers.Create(ctx, lbc, loadbalancers.CreateOpts{Name: "x", VipSubnetID: subnet.ID, VipAddress: "10.0.0.11"}).Extract(); !is(err, 409) {
+		fail("a vip_address in use: want 409, got %v", err)
+	}
+	ok("octavia.loadbalancers.vip_address_validated")
+	// Provider, flavor, availability zone: unknown ones are a 400.
+	for what, o := range map[string]loadbalancers.CreateOpts{
+		"provider":          {Name: "x", VipSubnetID: subnet.ID, Provider: "f5"},
+		"flavor":            {Name: "x", VipSubnetID: subnet.ID, FlavorID: "00000000-0000-4000-8000-000000000000"},
+		"availability zone": {Name: "x", VipSubnetID: subnet.ID, AvailabilityZone: "nowhere"},
+	} {
+		if _, err := loadbalancers.Create(ctx, lbc, o).Extract(); !is(err, 400) {
+			fail("an unknown %s: want 400, got %v", what, err)
+		}
+	}
+	ok("octavia.loadbalancers.provider_flavor_az_validated")
+	for _, l := range []string{vlb.ID, demoLB.ID} {
+		for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(300 * time.Millisecond) {
+			x, err := loadbalancers.Get(ctx, lbc, l).Extract()
+			must(err, "lb get")
+			if x.ProvisioningStatus == "ACTIVE" {
+				break
+			}
+			if time.Now().After(deadline) {
+				fail("lb %s never became ACTIVE", l)
+			}
+		}
+		must(loadbalancers.Delete(ctx, lbc, l, nil).ExtractErr(), "lb delete")
+	}
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(300 * time.Millisecond) {
+		_, err := loadbalancers.Get(ctx, lbc, vlb.ID).Extract()
+		if is(err, 404) {
+			break
+		}
+		if time.Now().After(deadline) {
+			fail("lb %s never went away", vlb.ID)
+		}
+	}
+	if _, err := ports.Get(ctx, network, vport.ID).Extract(); err != nil {
+		fail("the caller's vip port after the lb's delete: %v", err)
+	}
+	must(ports.Delete(ctx, network, vport.ID).ExtractErr(), "vip port delete")
+	ok("octavia.loadbalancers.vip_port_id_kept_on_delete")
 }

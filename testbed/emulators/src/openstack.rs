@@ -2540,12 +2540,12 @@ impl OpenStackCloud {
     /// `ERROR`); a failed operation on the load balancer itself leaves it `ERROR`.
     fn lb_status(st: &State, lb: &str) -> &'static str {
         match st.lb_ops.get(lb) {
-            Some(op) if op.target != format!("loadbalancer/{lb}") => {
-                match octavia_provisioning_status(op) {
-                    "ERROR" => "ACTIVE",
-                    s => s,
-                }
-            }
+            // A child's operation: the load balancer is PENDING_UPDATE meanwhile, whatever the
+            // child's action, and ACTIVE afterwards.
+            Some(op) if op.target != format!("loadbalancer/{lb}") => match op.phase() {
+                Phase::Pending => "PENDING_UPDATE",
+                Phase::Done | Phase::Failed(_) => "ACTIVE",
+            },
             Some(op) => octavia_provisioning_status(op),
             None => "ACTIVE",
         }
@@ -3718,6 +3718,20 @@ mod tests {
             panic!("2.99 accepted")
         };
         assert!(e.to_string().contains("v2.0 to v2.27"), "{e}");
+        let (_, os) = parse_world(
+            "openstack:\n  users: [{name: ccm, password: p, projects: [tenant-b]}]\n  projects: [{name: tenant-b}]\n  trusts: [{id: t1, trustor: admin, trustee: ccm, project: tenant-b}]\n  max_routes: 5\n",
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let opts = OpenStackOptions::default().with_world(&os).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(opts.max_routes, 5);
+        assert!(opts.trusts.iter().any(|t| t.id == "t1" && t.roles == ["member"]));
+        assert!(opts.extra_users.iter().any(|u| u.name == "ccm" && u.domain == "Default"));
+        let (_, os) = parse_world(
+            "openstack:\n  trusts: [{id: t2, trustor: admin, trustee: nobody, project: demo}]\n",
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let Err(e) = OpenStackOptions::default().with_world(&os) else { panic!("unknown trustee") };
+        assert!(e.to_string().contains("trust \"t2\": unknown user \"nobody\""), "{e}");
         let Err(e) = parse_world("openstack: {colour: red}\n") else { panic!("colour accepted") };
         assert!(e.to_string().contains("colour"), "{e}");
         let Err(e) = parse_world("instances:\n  - {name: a, zone: z, subnet: nope}\n") else {
@@ -3842,6 +3856,11 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(400)).await;
         let (s, _) = call(reqwest::Method::GET, &format!("listeners/{ln}"), None).await;
         assert_eq!(s, 404);
+        assert_eq!(
+            status_of(format!("loadbalancers/{lb2}"), "loadbalancer").await,
+            "ACTIVE",
+            "a child's delete leaves its load balancer ACTIVE"
+        );
 
         let Ok(report) = admin.timing_report().await else { panic!("timing") };
         assert_eq!(report.realistic.map(|t| t.create_ms), Some(45_000));
