@@ -71,6 +71,10 @@ pub struct Report {
     pub lb: Option<String>,
     /// Whether the Service's deletion finished (its cleanup finalizer removed).
     pub deleted: Option<bool>,
+    /// Cloud resources the Service made (present once it had its address, not before).
+    pub created: Vec<String>,
+    /// Whether the emulator's state was read (false: no cloud-side check, as on vcsim).
+    pub state_read: bool,
     /// Cloud resources present after the deletion that were not there before the Service.
     pub left_behind: Vec<String>,
     /// Cloud resources present before the Service that are gone after its deletion.
@@ -102,6 +106,7 @@ impl Report {
             && self.nodes.0 == self.nodes.1
             && self.lb.is_some()
             && self.deleted != Some(false)
+            && (!self.state_read || self.lb.as_deref() == Some("n/a") || !self.created.is_empty())
             && self.left_behind.is_empty()
             && self.removed.is_empty()
     }
@@ -127,6 +132,7 @@ impl std::fmt::Display for Report {
         };
         writeln!(f, "  Service deletion: {deleted}")?;
         for (what, items) in [
+            ("cloud resources the Service made", &self.created),
             ("left behind", &self.left_behind),
             ("removed (existed before)", &self.removed),
             ("emulator error answers", &self.emulator_errors),
@@ -206,6 +212,10 @@ impl CloudState {
 /// Every string under an `id`/`Id`/`ID` key (ARM IDs, Octavia/Neutron UUIDs, moto's ARNs and
 /// IDs), with where it sits, as a set.
 fn resource_ids(v: &Value, path: &str, out: &mut BTreeSet<String>) {
+    // The emulators' records of long-running operations are not cloud resources.
+    if path.rsplit('/').next() == Some("operations") {
+        return;
+    }
     match v {
         Value::Object(m) => {
             for (k, x) in m {
@@ -486,6 +496,8 @@ async fn prove_steps(cloud: &str, dir: &Path, report: &mut Report) -> Result<(),
             })
             .await
             .flatten();
+            let during = state.snapshot()?;
+            report.created = during.difference(&before).cloned().collect();
             services
                 .delete("web", &DeleteParams::default())
                 .await
@@ -501,6 +513,7 @@ async fn prove_steps(cloud: &str, dir: &Path, report: &mut Report) -> Result<(),
         }
     }
     let after = state.snapshot()?;
+    report.state_read = !matches!(state, CloudState::None);
     report.left_behind = after.difference(&before).cloned().collect();
     report.removed = before.difference(&after).cloned().collect();
     report.emulator_errors = state.errors()?;
@@ -539,7 +552,7 @@ mod tests {
     #[test]
     fn resource_ids_are_collected_with_their_collection() {
         let state = serde_json::json!({"cloud": {"loadBalancers": [{"id": "/s/1/lb/a", "name": "a"}],
-            "publicIPs": {"x": {"id": "/s/1/pip/x"}}}});
+            "publicIPs": {"x": {"id": "/s/1/pip/x"}}, "operations": [{"id": "lb.op-1"}]}});
         let mut ids = BTreeSet::new();
         resource_ids(&state, "", &mut ids);
         assert_eq!(

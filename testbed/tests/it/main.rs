@@ -8,3 +8,4 @@ mod clients;
 mod control_plane;
 mod manager;
 mod startup;
+mod upstream;
