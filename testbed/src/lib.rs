@@ -27,6 +27,7 @@
 //! up to [`START_ATTEMPTS`] times. moto ([`moto::Moto`]) does the same.
 
 pub mod chart;
+pub mod differential;
 pub mod fixtures;
 pub mod moto;
 pub mod pki;

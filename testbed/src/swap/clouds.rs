@@ -6,7 +6,7 @@ use std::process::Command;
 
 use serde_json::{Value, json};
 
-use super::{Case, SwapError, World, emulator, step};
+use super::{Case, CloudAccess, SwapError, World, WorldOptions, emulator, step};
 use crate::{chart, tools};
 
 /// The clouds, in the order `ccm-swap` runs them.
@@ -332,20 +332,48 @@ fn nodes(list: &[(&str, &str)]) -> Vec<(String, String, Value)> {
 
 /// The world of `case` (its cloud's emulator and Nodes), with files under `dir`.
 pub async fn world(case: &Case, dir: &Path) -> Result<World, SwapError> {
+    world_with(case, dir, WorldOptions::default()).await
+}
+
+/// The same, built as `options` say (a spare instance, a fault proxy in front of moto or
+/// vcsim); [`World::access`] filled in for the differential where the cloud allows.
+pub async fn world_with(
+    case: &Case,
+    dir: &Path,
+    options: WorldOptions,
+) -> Result<World, SwapError> {
     std::fs::create_dir_all(dir).map_err(|e| step(format!("{}: {e}", dir.display())))?;
     match case.cloud.as_str() {
-        "aws" => aws_world(dir).await,
-        "vsphere" => vsphere_world(case, dir).await,
-        "openstack" => openstack_world(dir),
-        "azure" => azure_world(case, dir),
+        "aws" => aws_world(dir, options).await,
+        "vsphere" => vsphere_world(case, dir, options).await,
+        "openstack" => openstack_world(dir, options),
+        "azure" => azure_world(case, dir, options),
         "gcp" => gcp_world(dir),
         "ibm" => ibm_world(dir),
         other => Err(step(format!("no world for {other}"))),
     }
 }
 
+/// A fault proxy (`ccm-emulator proxy`) in front of `upstream`: its URL, and its CA file when
+/// it serves HTTPS.
+pub fn proxy(
+    upstream: &str,
+    protocol: &str,
+    upstream_ca: Option<&str>,
+    log: &Path,
+) -> Result<(super::Proc, String, Option<String>), SwapError> {
+    let https = upstream.starts_with("https://");
+    let mut args = vec!["proxy", "--upstream", upstream, "--protocol", protocol];
+    if let Some(ca) = upstream_ca {
+        args.extend(["--upstream-ca", ca]);
+    }
+    let (p, lines) = emulator(&args, if https { 2 } else { 1 }, log)?;
+    let url = lines[0].trim_end_matches('/').to_string();
+    Ok((p, url, lines.get(1).cloned()))
+}
+
 #[cfg(not(feature = "aws"))]
-async fn aws_world(_dir: &Path) -> Result<World, SwapError> {
+async fn aws_world(_dir: &Path, _options: WorldOptions) -> Result<World, SwapError> {
     Err(step("AWS needs ccm-testbed's `aws` feature (cargo build --workspace --all-features)"))
 }
 
@@ -354,7 +382,7 @@ async fn aws_world(_dir: &Path) -> Result<World, SwapError> {
 /// cloud config: the binary finds region, zone, VPC and cluster ID from metadata and tags,
 /// as upstream's does on EC2.
 #[cfg(feature = "aws")]
-async fn aws_world(dir: &Path) -> Result<World, SwapError> {
+async fn aws_world(dir: &Path, options: WorldOptions) -> Result<World, SwapError> {
     use ccm_provider_aws::testing;
     const CLUSTER: &str = "swap";
     let err = |what: &'static str| move |e: testing::Error| step(format!("{what}: {e}"));
@@ -382,15 +410,40 @@ async fn aws_world(dir: &Path) -> Result<World, SwapError> {
     ];
     let refs: Vec<&str> = args.iter().map(String::as_str).collect();
     let (imds, lines) = emulator(&refs, 1, &dir.join("imds.log"))?;
+    // The demo world's third instance is the spare (it has 2 + 1).
     let nodes = instances
         .iter()
         .map(|i| (get(i.private_dns_name()), get(i.private_ip_address()), Value::Null))
         .collect();
+    let ids: BTreeMap<String, String> =
+        instances.iter().map(|i| (get(i.private_dns_name()), get(i.instance_id()))).collect();
+    let mut keep: Vec<Box<dyn std::any::Any + Send>> = vec![Box::new(imds)];
+    let mut access = CloudAccess { moto_url: Some(moto.url.clone()), ..Default::default() };
+    let mut endpoint = moto.url.clone();
+    if options.proxy {
+        let (p, url, _) = proxy(&moto.url, "aws-query", None, &dir.join("proxy.log"))?;
+        keep.push(Box::new(p));
+        endpoint = url.clone();
+        access.admin_url = Some(url);
+    }
+    access.delete_instance = Some(Box::new(move |node: String| {
+        let (ec2, id) = (ec2.clone(), ids.get(&node).cloned());
+        Box::pin(async move {
+            let id = id.ok_or_else(|| step(format!("no instance for Node {node}")))?;
+            ec2.terminate_instances()
+                .instance_ids(&id)
+                .send()
+                .await
+                .map(drop)
+                .map_err(|e| step(format!("terminating {id}: {e}")))
+        })
+    }));
+    keep.insert(0, Box::new(moto));
     Ok(World {
         config: None,
         env: vec![
             (s("AWS_EC2_METADATA_SERVICE_ENDPOINT"), lines[0].clone()),
-            (s("AWS_ENDPOINT_URL"), moto.url.clone()),
+            (s("AWS_ENDPOINT_URL"), endpoint),
             (s("AWS_ACCESS_KEY_ID"), s("testing")),
             (s("AWS_SECRET_ACCESS_KEY"), s("testing")),
         ],
@@ -399,17 +452,21 @@ async fn aws_world(dir: &Path) -> Result<World, SwapError> {
         lb_field: Some("hostname"),
         extra_objects: Vec::new(),
         notes: Vec::new(),
-        keep: vec![Box::new(moto), Box::new(imds)],
+        keep,
+        access,
     })
 }
 
 /// vcsim with two VMs and zone/region tags; credentials only in the Secret the config names
 /// (created by the operator, or by the chart with `config.enabled`).
-async fn vsphere_world(case: &Case, dir: &Path) -> Result<World, SwapError> {
-    let sim = tokio::task::spawn_blocking(|| {
+async fn vsphere_world(case: &Case, dir: &Path, options: WorldOptions) -> Result<World, SwapError> {
+    let sim = tokio::task::spawn_blocking(move || {
         let sim = crate::vcsim::Vcsim::start_with_login(VSPHERE_USER, VSPHERE_PASSWORD);
         sim.guest("DC0_H0_VM0", "node-a", &[("VM Network", &["10.0.0.10"])]);
         sim.guest("DC0_C0_RP0_VM0", "node-b", &[("VM Network", &["10.0.1.10"])]);
+        if options.spare {
+            sim.guest("DC0_H0_VM1", "node-c", &[("VM Network", &["10.0.0.11"])]);
+        }
         sim.tag("k8s-region", "region-1", "DC0");
         sim.tag("k8s-zone", "zone-standalone", "DC0_H0");
         sim.tag("k8s-zone", "zone-cluster", "DC0_C0");
@@ -417,8 +474,43 @@ async fn vsphere_world(case: &Case, dir: &Path) -> Result<World, SwapError> {
     })
     .await
     .map_err(|e| step(format!("vcsim (ci/install-tools builds ccm-vcsim): {e}")))?;
-    let port = sim.port;
-    let _ = dir;
+    let sim = std::sync::Arc::new(sim);
+    let mut port = sim.port;
+    let mut access = CloudAccess::default();
+    let mut keep: Vec<Box<dyn std::any::Any + Send>> = vec![Box::new(sim.clone())];
+    if options.proxy {
+        let (p, url, ca) = proxy(
+            &format!("https://127.0.0.1:{port}"),
+            "vim-soap",
+            Some(&sim.ca_file),
+            &dir.join("proxy.log"),
+        )?;
+        port = url
+            .rsplit(':')
+            .next()
+            .and_then(|p| p.parse().ok())
+            .ok_or_else(|| step(format!("no port in the proxy's URL {url}")))?;
+        keep.push(Box::new(p));
+        access.admin_ca = ca;
+        access.admin_url = Some(url);
+        let vms: BTreeMap<&str, &str> =
+            [("node-a", "DC0_H0_VM0"), ("node-b", "DC0_C0_RP0_VM0"), ("node-c", "DC0_H0_VM1")]
+                .into_iter()
+                .collect();
+        let sim = sim.clone();
+        access.delete_instance = Some(Box::new(move |node: String| {
+            let (sim, vm) = (sim.clone(), vms.get(node.as_str()).map(|v| v.to_string()));
+            Box::pin(async move {
+                let vm = vm.ok_or_else(|| step(format!("no VM for Node {node}")))?;
+                tokio::task::spawn_blocking(move || {
+                    sim.power_off(&vm);
+                    sim.destroy(&vm)
+                })
+                .await
+                .map_err(|e| step(format!("destroying the VM of {node}: {e}")))
+            })
+        }));
+    }
     // The chart's own ConfigMap and Secret when it renders them (config.enabled).
     let chart_config = case
         .objects
@@ -450,26 +542,38 @@ async fn vsphere_world(case: &Case, dir: &Path) -> Result<World, SwapError> {
             })
         }
     };
+    let mut list = vec![("node-a", "10.0.0.10"), ("node-b", "10.0.1.10")];
+    if options.spare {
+        list.push(("node-c", "10.0.0.11"));
+    }
     Ok(World {
         config: Some(config),
         env: Vec::new(),
         node_env: BTreeMap::new(),
-        nodes: nodes(&[("node-a", "10.0.0.10"), ("node-b", "10.0.1.10")]),
+        nodes: nodes(&list),
         lb_field: None,
         extra_objects: extra,
         notes,
-        keep: vec![Box::new(sim)],
+        keep,
+        access,
     })
 }
 
-fn openstack_world(dir: &Path) -> Result<World, SwapError> {
-    let world = write_world(
-        dir,
+fn openstack_world(dir: &Path, options: WorldOptions) -> Result<World, SwapError> {
+    let mut text = s(
         "region: RegionOne\nzones: [az-1, az-2]\nnetworks:\n  - { name: private, cidr: 10.0.0.0/24 }\n\
          subnets:\n  - { name: private-subnet, network: private, zone: az-1, cidr: 10.0.0.0/24 }\n\
          instances:\n  - { name: node-a, zone: az-1, type: m1.medium, private_ips: [10.0.0.11], public_ips: [172.24.4.11] }\n\
          \x20 - { name: node-b, zone: az-2, type: m1.large, private_ips: [10.0.0.12] }\n",
-    )?;
+    );
+    let mut list = vec![("node-a", "10.0.0.11"), ("node-b", "10.0.0.12")];
+    if options.spare {
+        text.push_str(
+            "  - { name: node-c, zone: az-2, type: m1.large, private_ips: [10.0.0.13] }\n",
+        );
+        list.push(("node-c", "10.0.0.13"));
+    }
+    let world = write_world(dir, &text)?;
     let w = world.display().to_string();
     let (emu, lines) = emulator(
         &["openstack", "--world", &w, "--lb-pending-ms", "1000"],
@@ -477,6 +581,11 @@ fn openstack_world(dir: &Path) -> Result<World, SwapError> {
         &dir.join("emulator.log"),
     )?;
     let url = lines[0].clone();
+    let access = CloudAccess {
+        admin_url: Some(url.trim_end_matches('/').to_string()),
+        emulator_state: true,
+        ..Default::default()
+    };
     Ok(World {
         config: Some(Box::new(move |_: &Path| {
             Ok(format!(
@@ -486,22 +595,26 @@ fn openstack_world(dir: &Path) -> Result<World, SwapError> {
         })),
         env: Vec::new(),
         node_env: BTreeMap::new(),
-        nodes: nodes(&[("node-a", "10.0.0.11"), ("node-b", "10.0.0.12")]),
+        nodes: nodes(&list),
         lb_field: Some("ip"),
         extra_objects: Vec::new(),
         notes: Vec::new(),
         keep: vec![Box::new(emu)],
+        access,
     })
 }
 
 const AZURE_WORLD_HEAD: &str = "region: eastus\nnetworks:\n  - { name: vnet, cidr: 10.0.0.0/8 }\n\
      subnets:\n  - { name: subnet, network: vnet, zone: \"1\", cidr: 10.240.0.0/16 }\ninstances:\n";
-const AZURE_VMS: [(&str, &str); 2] = [
+const AZURE_VMS: [(&str, &str, &str); 3] = [
     (
         "node-a",
+        "10.240.0.4",
         "  - { name: node-a, zone: \"1\", type: Standard_D4s_v3, private_ips: [10.240.0.4], public_ips: [20.1.2.3] }\n",
     ),
-    ("node-b", "  - { name: node-b, zone: \"2\", private_ips: [10.240.0.5] }\n"),
+    ("node-b", "10.240.0.5", "  - { name: node-b, zone: \"2\", private_ips: [10.240.0.5] }\n"),
+    // The spare (WorldOptions::spare).
+    ("node-c", "10.240.0.6", "  - { name: node-c, zone: \"2\", private_ips: [10.240.0.6] }\n"),
 ];
 
 fn azure_config(url: &str) -> String {
@@ -526,9 +639,10 @@ fn azure_config(url: &str) -> String {
 
 /// The Azure emulator (ARM over HTTPS, AAD); each node's own instance metadata service (one
 /// emulator per node whose world is that VM alone, as IMDS answers only for its own VM).
-fn azure_world(case: &Case, dir: &Path) -> Result<World, SwapError> {
+fn azure_world(case: &Case, dir: &Path, options: WorldOptions) -> Result<World, SwapError> {
+    let vms = &AZURE_VMS[..if options.spare { 3 } else { 2 }];
     let mut text = AZURE_WORLD_HEAD.to_string();
-    for (_, vm) in AZURE_VMS {
+    for (_, _, vm) in vms {
         text.push_str(vm);
     }
     let w = write_world(dir, &text)?.display().to_string();
@@ -537,7 +651,7 @@ fn azure_world(case: &Case, dir: &Path) -> Result<World, SwapError> {
     let (url, ca) = (lines[0].clone(), lines.get(1).cloned().unwrap_or_default());
     let mut keep: Vec<Box<dyn std::any::Any + Send>> = vec![Box::new(emu)];
     let mut node_env = BTreeMap::new();
-    for (name, vm) in AZURE_VMS {
+    for (name, _, vm) in vms {
         let d = dir.join(format!("imds-{name}"));
         std::fs::create_dir_all(&d).map_err(|e| step(format!("{}: {e}", d.display())))?;
         let w = write_world(&d, &format!("{AZURE_WORLD_HEAD}{vm}"))?.display().to_string();
@@ -561,16 +675,69 @@ fn azure_world(case: &Case, dir: &Path) -> Result<World, SwapError> {
             "stringData": {"cloud-config": config},
         }));
     }
+    let base = url.trim_end_matches('/').to_string();
+    let (arm, arm_ca) = (base.clone(), ca.clone());
+    let access = CloudAccess {
+        admin_url: Some(base),
+        admin_ca: Some(ca.clone()),
+        emulator_state: true,
+        // ARM's DELETE of the VM, with a token from the emulator's AAD.
+        delete_instance: Some(Box::new(move |node: String| {
+            let (arm, ca) = (arm.clone(), arm_ca.clone());
+            Box::pin(async move { azure_delete_vm(&arm, &ca, &node).await })
+        })),
+        moto_url: None,
+    };
+    let list: Vec<(&str, &str)> = vms.iter().map(|(n, ip, _)| (*n, *ip)).collect();
     Ok(World {
         config: Some(Box::new(move |_: &Path| Ok(config.clone()))),
         env: vec![(s("SSL_CERT_FILE"), ca)],
         node_env,
-        nodes: nodes(&[("node-a", "10.240.0.4"), ("node-b", "10.240.0.5")]),
+        nodes: nodes(&list),
         lb_field: Some("ip"),
         extra_objects: extra,
         notes: Vec::new(),
         keep,
+        access,
     })
+}
+
+/// Deletes VM `name` through ARM (a client-credentials token from the emulator's AAD first).
+async fn azure_delete_vm(arm: &str, ca: &str, name: &str) -> Result<(), SwapError> {
+    let config: Value = serde_json::from_str(&azure_config(arm))
+        .map_err(|e| step(format!("the Azure config: {e}")))?;
+    let get = |k: &str| config[k].as_str().unwrap_or_default().to_string();
+    let form = format!(
+        "grant_type=client_credentials&client_id={}&client_secret={}&scope={}%2F.default",
+        get("aadClientId"),
+        get("aadClientSecret"),
+        "https%3A%2F%2Fmanagement.azure.com"
+    );
+    let (code, body) = super::curl(
+        "POST",
+        &format!("{arm}/{}/oauth2/v2.0/token", get("tenantId")),
+        Some(ca),
+        &[s("Content-Type: application/x-www-form-urlencoded")],
+        Some(&form),
+    )
+    .await?;
+    let token: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
+    let token = token["access_token"]
+        .as_str()
+        .filter(|_| code == 200)
+        .ok_or_else(|| step(format!("the emulator's AAD gave no token ({code})")))?;
+    let url = format!(
+        "{arm}/subscriptions/{}/resourceGroups/{}/providers/Microsoft.Compute/virtualMachines/{name}?api-version=2024-07-01",
+        get("subscriptionId"),
+        get("resourceGroup")
+    );
+    let (code, body) =
+        super::curl("DELETE", &url, Some(ca), &[format!("Authorization: Bearer {token}")], None)
+            .await?;
+    if !(200..300).contains(&code) {
+        return Err(step(format!("deleting VM {name}: {code} {body}")));
+    }
+    Ok(())
 }
 
 fn gcp_world(dir: &Path) -> Result<World, SwapError> {
@@ -605,6 +772,7 @@ fn gcp_world(dir: &Path) -> Result<World, SwapError> {
         extra_objects: Vec::new(),
         notes: Vec::new(),
         keep: vec![Box::new(emu)],
+        access: CloudAccess::default(),
     })
 }
 
@@ -643,5 +811,6 @@ fn ibm_world(dir: &Path) -> Result<World, SwapError> {
         extra_objects: Vec::new(),
         notes: Vec::new(),
         keep: vec![Box::new(emu)],
+        access: CloudAccess::default(),
     })
 }

@@ -225,6 +225,77 @@ pub struct World {
     pub notes: Vec<String>,
     /// Processes and handles kept alive for the run.
     pub keep: Vec<Box<dyn std::any::Any + Send>>,
+    /// What `ci/differential` needs of the cloud besides (default: nothing).
+    pub access: CloudAccess,
+}
+
+/// A future of a cloud action.
+pub type CloudFuture =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), SwapError>> + Send>>;
+
+/// Deletes the cloud instance behind a Node name, acting on the cloud directly (not through
+/// the fault proxy, so the manager's call counts do not include it).
+pub type InstanceDeleter = Box<dyn Fn(String) -> CloudFuture + Send + Sync>;
+
+/// How the differential reads and acts on a world's cloud.
+#[derive(Default)]
+pub struct CloudAccess {
+    /// The admin API (`<url>/__emulator/…`) that counts the manager's calls: the emulator's
+    /// own, or the fault proxy's in front of moto or vcsim.
+    pub admin_url: Option<String>,
+    /// The CA file to trust for `admin_url` when it is HTTPS.
+    pub admin_ca: Option<String>,
+    /// Whether the cloud-side state is the emulator's (`GET /__emulator/state`).
+    pub emulator_state: bool,
+    /// moto's URL, whose `/moto-api/data.json` is the cloud-side state.
+    pub moto_url: Option<String>,
+    /// Deletes an instance (None: the emulator cannot delete one).
+    pub delete_instance: Option<InstanceDeleter>,
+}
+
+/// One HTTP call with `curl` (120 s deadline: moto answers slowly on a loaded machine): `method` `url`, trusting `ca` when given (the
+/// emulators' own CAs), `headers` as `Name: value`, `body` as is. The status and the body.
+pub async fn curl(
+    method: &str,
+    url: &str,
+    ca: Option<&str>,
+    headers: &[String],
+    body: Option<&str>,
+) -> Result<(u16, String), SwapError> {
+    let mut cmd = tokio::process::Command::new("curl");
+    cmd.args(["-sS", "--max-time", "120", "-X", method, "-w", "\n%{http_code}"]);
+    if let Some(ca) = ca.filter(|c| !c.is_empty()) {
+        cmd.arg("--cacert").arg(ca);
+    }
+    for h in headers {
+        cmd.arg("-H").arg(h);
+    }
+    if let Some(b) = body {
+        cmd.arg("--data-binary").arg(b);
+    }
+    cmd.arg(url);
+    let out =
+        cmd.output().await.map_err(|e| step(format!("running curl for {method} {url}: {e}")))?;
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let (body, code) = text.rsplit_once('\n').unwrap_or(("", text.as_str()));
+    let code: u16 = code.trim().parse().unwrap_or(0);
+    if !out.status.success() || code == 0 {
+        return Err(step(format!(
+            "{method} {url}: curl failed ({}): {}",
+            out.status,
+            stderr(&out)
+        )));
+    }
+    Ok((code, body.to_string()))
+}
+
+/// How a world is built.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct WorldOptions {
+    /// One more instance, the last of [`World::nodes`], for a Node the scenario adds later.
+    pub spare: bool,
+    /// A fault proxy in front of moto or vcsim, counting the manager's calls.
+    pub proxy: bool,
 }
 
 /// What a run found.
@@ -637,20 +708,43 @@ pub async fn run(case: Case, world: World, dir: &Path) -> Outcome {
     outcome
 }
 
-async fn run_steps(
+/// A control plane prepared for a run: upstream's RBAC and the operator's objects applied,
+/// tokens for upstream's ServiceAccounts, the manager's command line and environment.
+pub struct Prepared {
+    /// The control plane (audit log on).
+    pub cp: ControlPlane,
+    /// An admin client.
+    pub admin: kube::Client,
+    /// The manager's kubeconfig, then the per-node workload's (if any).
+    pub kubeconfigs: Vec<PathBuf>,
+    /// The manager's command line (program first).
+    pub argv: Vec<String>,
+    /// The manager's environment (the container's, then the node's).
+    pub env: Vec<(String, String)>,
+    /// The directory the volume mounts stand for.
+    pub mounts: PathBuf,
+    /// The audit log's position once the tokens worked.
+    pub mark: crate::audit::Mark,
+    /// The users of upstream's ServiceAccounts (`system:serviceaccount:<ns>:<name>`).
+    pub users: Vec<String>,
+}
+
+/// Starts a control plane for `case` and prepares `binary` to run as upstream's manager
+/// container (RBAC, tokens, command line, cloud config written for `world`); records the
+/// mappings in `outcome`.
+pub async fn prepare(
     case: &Case,
-    mut world: World,
+    world: &World,
     dir: &Path,
+    binary: &Path,
     outcome: &mut Outcome,
-) -> Result<(), SwapError> {
+) -> Result<Prepared, SwapError> {
     std::fs::create_dir_all(dir).map_err(|e| step(format!("creating {}: {e}", dir.display())))?;
     let tools = tools::Tools::locate()?;
     let cp =
         ControlPlane::start_with_options(tools, StartOptions { audit: true, ..Default::default() })
             .await?;
-    let mut keep = KeepUnlessPassed { cp: &cp, passed: false };
     let admin = cp.admin_client().await?;
-    let kubeconfig_admin = cp.admin_kubeconfig_path().to_path_buf();
 
     // Upstream's RBAC, and what the operator creates besides it.
     chart::apply_rbac(&admin, &case.objects).await?;
@@ -687,6 +781,11 @@ async fn run_steps(
         ));
     }
     let mark = cp.audit_mark()?;
+    let users: Vec<String> = workloads
+        .iter()
+        .map(|(_, w)| service_account(w))
+        .map(|(ns, sa)| format!("system:serviceaccount:{ns}:{sa}"))
+        .collect();
 
     // The manager's command line.
     let first_node = world.nodes.first().map(|n| n.0.clone()).unwrap_or_default();
@@ -700,8 +799,7 @@ async fn run_steps(
     outcome.upstream_args.extend(verbatim(&container["args"]));
     let mut env = container_env(container, &first_node, &mut outcome.mappings);
     let mounts = dir.join("mounts");
-    let binary = bin_dir().join(format!("cloud-controller-manager-{}", case.cloud));
-    let mut argv = command_line(container, &binary, &env, &mounts, &mut outcome.mappings)?;
+    let mut argv = command_line(container, binary, &env, &mounts, &mut outcome.mappings)?;
     if let Some(config) = &world.config {
         let path = flag_value(&argv, "--cloud-config")
             .ok_or_else(|| step("the manager's command line has no --cloud-config"))?
@@ -722,9 +820,54 @@ async fn run_steps(
     env.extend(world.env.iter().cloned());
     outcome.argv = argv.clone();
     outcome.leader_elect = flag_value(&argv, "--leader-elect") != Some("false");
+    Ok(Prepared { cp, admin, kubeconfigs, argv, env, mounts, mark, users })
+}
 
-    let mut procs =
-        vec![Proc::spawn("cloud-controller-manager", &argv, &env, &dir.join("ccm.log"))?];
+/// A command line (program first), its environment, and the mappings it needed.
+pub type NodeManagerCommand = (Vec<String>, Vec<(String, String)>, Vec<String>);
+
+/// The per-node workload's command line and environment on `node` (a DaemonSet's pod there),
+/// running `binary`; the mappings it needed.
+pub fn node_manager_command(
+    case: &Case,
+    world: &World,
+    prepared: &Prepared,
+    node: &str,
+    binary: &Path,
+) -> Result<NodeManagerCommand, SwapError> {
+    let (k, n) =
+        case.node_manager.as_ref().ok_or_else(|| step("the artifact has no per-node workload"))?;
+    let w = find_workload(&case.objects, k, n)?;
+    let kubeconfig = prepared
+        .kubeconfigs
+        .get(1)
+        .ok_or_else(|| step("no kubeconfig for the per-node workload"))?;
+    let container = &w["spec"]["template"]["spec"]["containers"][0];
+    let mut maps = Vec::new();
+    let mut env = container_env(container, node, &mut maps);
+    let mut argv = command_line(container, binary, &env, &prepared.mounts, &mut maps)?;
+    argv.push(format!("--kubeconfig={}", kubeconfig.display()));
+    env.extend(world.env.iter().cloned());
+    for (k, v) in world.node_env.get(node).cloned().unwrap_or_default() {
+        maps.push(format!("node {node}'s environment {k}={v}"));
+        env.push((k, v));
+    }
+    Ok((argv, env, maps))
+}
+
+async fn run_steps(
+    case: &Case,
+    mut world: World,
+    dir: &Path,
+    outcome: &mut Outcome,
+) -> Result<(), SwapError> {
+    let binary = bin_dir().join(format!("cloud-controller-manager-{}", case.cloud));
+    let prepared = prepare(case, &world, dir, &binary, outcome).await?;
+    let Prepared { cp, admin, argv, env, mark, users, .. } = &prepared;
+    let mut keep = KeepUnlessPassed { cp, passed: false };
+    let kubeconfig_admin = cp.admin_kubeconfig_path().to_path_buf();
+
+    let mut procs = vec![Proc::spawn("cloud-controller-manager", argv, env, &dir.join("ccm.log"))?];
 
     // Nodes as kubelets register them.
     let nodes_api: Api<Node> = Api::all(admin.clone());
@@ -735,19 +878,11 @@ async fn run_steps(
             .map_err(|e| step(format!("registering Node {name}: {e}")))?;
     }
     // The per-node workload, one per Node (a DaemonSet's pods).
-    if let Some(w) = workloads.get(1).map(|w| w.1) {
-        let container = &w["spec"]["template"]["spec"]["containers"][0];
+    if case.node_manager.is_some() {
         let nm_binary = bin_dir().join(format!("cloud-node-manager-{}", case.cloud));
         for (name, _, _) in &world.nodes {
-            let mut maps = Vec::new();
-            let mut env = container_env(container, name, &mut maps);
-            let mut nm_argv = command_line(container, &nm_binary, &env, &mounts, &mut maps)?;
-            nm_argv.push(format!("--kubeconfig={}", kubeconfigs[1].display()));
-            env.extend(world.env.iter().cloned());
-            for (k, v) in world.node_env.get(name).cloned().unwrap_or_default() {
-                maps.push(format!("node {name}'s environment {k}={v}"));
-                env.push((k, v));
-            }
+            let (nm_argv, env, maps) =
+                node_manager_command(case, &world, &prepared, name, &nm_binary)?;
             if outcome.node_manager_argv.is_empty() {
                 outcome.node_manager_argv = nm_argv.clone();
                 outcome.mappings.extend(maps);
@@ -820,8 +955,8 @@ async fn run_steps(
     // The Lease renewed for several periods.
     if outcome.leader_elect {
         let name =
-            flag_value(&argv, "--leader-elect-resource-name").unwrap_or("cloud-controller-manager");
-        let ns = flag_value(&argv, "--leader-elect-resource-namespace").unwrap_or("kube-system");
+            flag_value(argv, "--leader-elect-resource-name").unwrap_or("cloud-controller-manager");
+        let ns = flag_value(argv, "--leader-elect-resource-namespace").unwrap_or("kube-system");
         let leases: Api<Lease> = Api::namespaced(admin.clone(), ns);
         let mut seen = std::collections::BTreeSet::new();
         let start = Instant::now();
@@ -874,16 +1009,11 @@ async fn run_steps(
         p.stop();
     }
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let users: Vec<String> = workloads
-        .iter()
-        .map(|(_, w)| service_account(w))
-        .map(|(ns, sa)| format!("system:serviceaccount:{ns}:{sa}"))
-        .collect();
     // Upstream's ServiceAccounts, and with --use-service-account-credentials the
     // per-controller accounts the manager mints tokens for.
-    let per_controller = flag_value(&argv, "--use-service-account-credentials") == Some("true");
+    let per_controller = flag_value(argv, "--use-service-account-credentials") == Some("true");
     let mut forbidden: Vec<String> = cp
-        .forbidden_since(&mark, |u| {
+        .forbidden_since(mark, |u| {
             users.iter().any(|x| x == u)
                 || (per_controller && u.starts_with("system:serviceaccount:kube-system:"))
         })?

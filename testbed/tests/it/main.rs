@@ -6,6 +6,7 @@
 mod chart;
 mod clients;
 mod control_plane;
+mod differential;
 mod manager;
 mod startup;
 mod upstream;
