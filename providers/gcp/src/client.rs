@@ -107,8 +107,9 @@ pub enum GceError {
         /// Compute's message.
         message: String,
     },
-    /// The mutation was accepted but its `Operation` finished with errors.
-    #[error("{operation}: operation {name} failed: {message}")]
+    /// The mutation was accepted but its `Operation` finished with errors (Compute's code
+    /// shown, as the Event a user reads should name it).
+    #[error("{operation}: operation {name} failed: {code}: {message}")]
     Operation {
         /// The mutation.
         operation: &'static str,

@@ -934,3 +934,76 @@ async fn an_internal_load_balancer_never_takes_an_ip_outside_its_subnetwork() {
     assert_eq!(t.names("forwardingRules"), Vec::<String>::new());
     assert_eq!(t.names("addresses"), vec!["hand-made"]);
 }
+
+/// A Compute operation that ends `DONE` with `error.errors[]` (issue 31's failure profile):
+/// a port change deletes the forwarding rule and its re-insert fails. The ensure is an error
+/// naming Compute's code, the IP stays reserved under the load balancer's name (nothing the
+/// Service holds is lost), and the next sync converges on the same IP, releasing it.
+#[tokio::test]
+async fn a_failed_operation_is_an_error_keeps_the_ip_and_the_next_sync_converges() {
+    let t = setup().await;
+    let addr = ip(&t.ensure(&web(&[]), &nodes_ab()).await.unwrap());
+    t.f.server
+        .admin()
+        .fail_operations(
+            "*/forwardingRules/*",
+            ccm_emulators::asyncop::Action::Create,
+            1,
+            "QUOTA_EXCEEDED: Quota 'FORWARDING_RULES' exceeded.  Limit: 15.0 in region us-central1.",
+        )
+        .await
+        .unwrap();
+    let s = svc(UID, "web", &[80, 443], &[]);
+    let e = t.ensure(&s, &nodes_ab()).await.unwrap_err();
+    assert!(e.to_string().contains("QUOTA_EXCEEDED"), "{e}");
+    assert_eq!(t.names("forwardingRules"), Vec::<String>::new(), "the failed insert made nothing");
+    assert_eq!(t.one("addresses", LB)["address"], addr.as_str(), "the IP is still held");
+    assert_eq!(t.names("targetPools"), vec![LB.to_string()]);
+
+    assert_eq!(ip(&t.ensure(&s, &nodes_ab()).await.unwrap()), addr);
+    assert_eq!(t.one("forwardingRules", LB)["portRange"], "80-443");
+    assert_eq!(t.names("addresses"), Vec::<String>::new(), "released once the rule holds it");
+}
+
+/// A failed `removeInstance` leaves the target pool as it was (Compute changes nothing); the
+/// update is an error, and the next one converges.
+#[tokio::test]
+async fn a_failed_membership_operation_changes_nothing_and_is_retried() {
+    let t = setup().await;
+    let s = web(&[]);
+    t.ensure(&s, &nodes_ab()).await.unwrap();
+    let members = || {
+        strs(&t.one("targetPools", LB)["instances"])
+            .iter()
+            .map(|l| last(l).to_string())
+            .collect::<Vec<_>>()
+    };
+    t.f.server
+        .admin()
+        .fail_operations("*/targetPools/*", ccm_emulators::asyncop::Action::Update, 1, "boom")
+        .await
+        .unwrap();
+    let e = t.update(&s, &[node("node-a", ZONE_A)]).await.unwrap_err();
+    assert!(e.to_string().contains("INTERNAL_ERROR") && e.to_string().contains("boom"), "{e}");
+    assert_eq!(members(), vec!["node-a", "node-b"]);
+    t.update(&s, &[node("node-a", ZONE_A)]).await.unwrap();
+    assert_eq!(members(), vec!["node-a"]);
+}
+
+/// Realistic Compute operation times (seconds), scaled: the provider polls through them.
+#[tokio::test]
+async fn realistic_operation_times_scaled_converge() {
+    let t = setup().await;
+    t.f.server
+        .admin()
+        .set_timing(ccm_emulators::asyncop::TimingProfile::Realistic, 0.05)
+        .await
+        .unwrap();
+    let report = t.f.server.admin().timing_report().await.unwrap();
+    assert!(report.realistic.is_some_and(|r| r.create_ms >= 10_000), "{report:?}");
+    let s = web(&[]);
+    let addr = ip(&t.ensure(&s, &nodes_ab()).await.unwrap());
+    assert_eq!(t.one("forwardingRules", LB)["IPAddress"], addr.as_str());
+    t.lb.ensure_load_balancer_deleted("k", &s).await.unwrap();
+    assert_eq!(t.names("forwardingRules"), Vec::<String>::new());
+}
