@@ -3,13 +3,31 @@ Names shared by the templates. Every object is named after the release, so two r
 (e.g. in two namespaces) never collide on a cluster-scoped ClusterRole or ClusterRoleBinding.
 */}}
 
-{{/* <release>-cloud-controller-manager, or the release name if it already says so (max 63). */}}
+{{/* The chart's name: nameOverride, else cloud-controller-manager (max 63). */}}
+{{- define "ccm.name" -}}
+{{- .Values.nameOverride | default "cloud-controller-manager" | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/*
+fullnameOverride, else <release>-<name>, or the release name if it already contains the name
+(max 63). Default: <release>-cloud-controller-manager.
+*/}}
 {{- define "ccm.fullname" -}}
-{{- if contains "cloud-controller-manager" .Release.Name -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := include "ccm.name" . -}}
+{{- if contains $name .Release.Name -}}
 {{- .Release.Name | trunc 63 | trimSuffix "-" -}}
 {{- else -}}
-{{- printf "%s-cloud-controller-manager" .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The manager's ServiceAccount: serviceAccount.name, else the fullname. */}}
+{{- define "ccm.serviceAccountName" -}}
+{{- .Values.serviceAccount.name | default (include "ccm.fullname" .) -}}
 {{- end -}}
 
 {{- define "ccm.labels" -}}
@@ -17,10 +35,23 @@ Names shared by the templates. Every object is named after the release, so two r
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | quote }}
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{/*
+commonAnnotations as an `annotations:` block at metadata level (two spaces), with a leading
+newline; nothing when empty. Used right after each object's labels line.
+*/}}
+{{- define "ccm.annotations" -}}
+{{- with .Values.commonAnnotations }}
+  annotations: {{- toYaml . | nindent 4 }}
+{{- end }}
 {{- end -}}
 
 {{- define "ccm.selectorLabels" -}}
-app.kubernetes.io/name: cloud-controller-manager
+app.kubernetes.io/name: {{ include "ccm.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 
@@ -37,6 +68,15 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 The cloud's image: <registry>/<repository>[:tag][@digest]; the repository defaults to
 cloud-controller-manager-<provider> (one image per cloud, built by ci/image or cmd/Dockerfile).
 */}}
+{{/*
+The manager's --cloud-provider name: upstream's (gce for gcp, as cloud-provider-gcp's
+manifests and providers/gcp/src/lib.rs PROVIDER_NAME), else the provider.
+*/}}
+{{- define "ccm.cloudProviderFlag" -}}
+{{- $p := include "ccm.provider" . -}}
+{{- if eq $p "gcp" -}}gce{{- else -}}{{ $p }}{{- end -}}
+{{- end -}}
+
 {{- define "ccm.image" -}}
 {{- $repo := .Values.image.repository | default (printf "cloud-controller-manager-%s" (include "ccm.provider" .)) -}}
 {{- $ref := $repo -}}
@@ -53,10 +93,16 @@ cloud-controller-manager-<provider> (one image per cloud, built by ci/image or c
 {{/* Where the cloud config is mounted and the --cloud-config path. */}}
 {{- define "ccm.cloudConfigDir" -}}/etc/kubernetes/cloud-config{{- end -}}
 {{- define "ccm.hasCloudConfig" -}}
-{{- if and .Values.cloudConfig.secretName .Values.cloudConfig.configMapName -}}
-{{- fail "cloudConfig: set secretName or configMapName, not both" -}}
+{{- $c := .Values.cloudConfig -}}
+{{- if gt (len (compact (list $c.secretName $c.configMapName $c.content))) 1 -}}
+{{- fail "cloudConfig: set one of secretName, configMapName or content, not several" -}}
 {{- end -}}
-{{- if or .Values.cloudConfig.secretName .Values.cloudConfig.configMapName -}}true{{- end -}}
+{{- if or $c.secretName $c.configMapName $c.content -}}true{{- end -}}
+{{- end -}}
+
+{{/* The Secret the chart renders from cloudConfig.content (templates/cloud-config.yaml). */}}
+{{- define "ccm.cloudConfigSecretName" -}}
+{{- printf "%s-cloud-config" (include "ccm.fullname" .) | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
 
 {{/*
@@ -73,7 +119,8 @@ The manager's flags (upstream names), each one list item, quoted. The chart's ow
 first; values.args are appended (a later flag overrides an earlier one).
 */}}
 {{- define "ccm.args" -}}
-- {{ printf "--cloud-provider=%s" (include "ccm.provider" .) | quote }}
+- {{ printf "--cloud-provider=%s" (include "ccm.cloudProviderFlag" .) | quote }}
+- {{ printf "--v=%d" (int .Values.logVerbosity) | quote }}
 - {{ printf "--cluster-name=%s" .Values.clusterName | quote }}
 - {{ printf "--controllers=%s" (join "," .Values.controllers) | quote }}
 - {{ printf "--leader-elect=%t" .Values.leaderElect | quote }}
@@ -95,6 +142,11 @@ first; values.args are appended (a later flag overrides an earlier one).
 {{- end }}
 {{- if eq (include "ccm.hasCloudConfig" .) "true" }}
 - {{ printf "--cloud-config=%s/%s" (include "ccm.cloudConfigDir" .) .Values.cloudConfig.key | quote }}
+{{- else if and (eq (include "ccm.provider" .) "azure") .Values.cloudCredentialSecret.name }}
+{{- /* Azure without a config file reads its config from this Secret (providers/azure/src/config.rs
+read_secret): the flags name the very Secret the credential Role allows. */}}
+- {{ printf "--cloud-config-secret-name=%s" .Values.cloudCredentialSecret.name | quote }}
+- {{ printf "--cloud-config-secret-namespace=%s" .Values.cloudCredentialSecret.namespace | quote }}
 {{- end }}
 {{- range .Values.args }}
 - {{ . | quote }}
@@ -109,7 +161,7 @@ client certificate with that common name then holds these roles: off by default.
 */}}
 {{- define "ccm.subjects" -}}
 - kind: ServiceAccount
-  name: {{ include "ccm.fullname" . }}
+  name: {{ include "ccm.serviceAccountName" . }}
   namespace: {{ .Release.Namespace }}
 {{- if .Values.rbac.bindCloudControllerManagerUser }}
 - apiGroup: rbac.authorization.k8s.io
