@@ -10,7 +10,10 @@ use ccm_provider_openstack::routes::{OpenStackRoutes, supported};
 use k8s_openapi::api::core::v1::NodeAddress;
 use serde_json::{Value, json};
 
-use crate::fixture::{Fixture, instance, start};
+use ccm_emulators::openstack::OpenStackOptions;
+use ccm_emulators::server::ServerOptions;
+
+use crate::fixture::{Fixture, WORLD, fast_options, instance, start, start_with};
 
 fn config(f: &Fixture, router: &str) -> Config {
     Config { route: RouteOpts { router_id: router.into() }, ..f.config.clone() }
@@ -81,7 +84,10 @@ async fn two_hundred(f: &Fixture) -> Vec<Route> {
 }
 
 async fn create_and_delete_two_hundred(atomic: bool) {
-    let f = start().await;
+    // Neutron allows 30 routes per router by default (`max_routes`): a cluster routing 200
+    // nodes' pod CIDRs through one router has it raised, as here.
+    let opts = OpenStackOptions { max_routes: 256, ..Default::default() };
+    let f = start_with(WORLD, opts, fast_options(), ServerOptions::default()).await;
     let mut r = routes(&f);
     if !atomic {
         r = r.without_atomic_updates();
