@@ -403,6 +403,16 @@ async fn prove_steps(cloud: &str, dir: &Path, report: &mut Report) -> Result<(),
         config_text = Some(text);
     }
     argv.push(format!("--kubeconfig={}", kubeconfigs[0].display()));
+    // A pod has a network namespace of its own; here the default secure port (10258) may be
+    // held by another manager on this machine: one nobody holds instead (swap maps a busy
+    // port the args name the same way).
+    if swap::flag_value(&argv, "--secure-port").is_none() {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .map_err(|e| step(format!("choosing a free port: {e}")))?;
+        argv.push(format!("--secure-port={port}"));
+    }
     env.extend(world.env.iter().cloned());
     env.extend(extra.iter().cloned());
     report.argv = argv.clone();
