@@ -26,6 +26,10 @@ async fn a_call_throttled_four_times_in_a_row_still_succeeds() {
     let cloud = Cloud::with_clients(cfg, Arc::new(LazyClients::ready(clients)));
     let iv2 = cloud.instances_v2().unwrap();
     let by_id = node("throttled", Some("aws:///us-east-1a/i-0123456789abcdef0".into()));
+    // Moto loads its EC2 backend on the first EC2 request: seconds on a busy machine, which
+    // would land on the attempt that gets through and could run into the SDK's per-attempt
+    // timeout (the attempt the test counts on). One direct call first, not through the proxy.
+    testing::ec2(&moto.url).await.describe_instances().send().await.unwrap();
 
     // Four throttled answers, then moto answers: the fifth attempt gets through. With the
     // SDK's default of 3 attempts this lookup failed with RequestLimitExceeded.
