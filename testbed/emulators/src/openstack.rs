@@ -2686,6 +2686,8 @@ impl OpenStackCloud {
     /// pending check (their load balancer is being created by this very call). Every object
     /// made is pushed to `created`, so the caller can undo them all when one fails (Octavia
     /// creates the whole tree or nothing). Returns the object as stored and its load balancer.
+    // The recursion threads the state, the undo list and the caller through every level.
+    #[allow(clippy::too_many_arguments)]
     fn create_tree(
         &self,
         st: &mut State,
