@@ -36,12 +36,20 @@ pub struct Counters {
     pub total: u64,
     /// Calls answered by an injected fault or a paused emulator.
     pub faulted: u64,
+    /// Of those, per operation.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub faulted_operations: BTreeMap<String, u64>,
 }
 
 impl Counters {
     /// Calls of exactly `op`.
     pub fn get(&self, op: &str) -> u64 {
         self.operations.get(op).copied().unwrap_or(0)
+    }
+
+    /// Calls of exactly `op` the cloud itself answered (not a fault or a pause).
+    pub fn answered(&self, op: &str) -> u64 {
+        self.get(op).saturating_sub(self.faulted_operations.get(op).copied().unwrap_or(0))
     }
 
     /// Calls of every operation matching the glob `pattern` (e.g. `ec2:*`).

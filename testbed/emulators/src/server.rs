@@ -364,8 +364,10 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<
     result
 }
 
-fn faulted(shared: &Shared) {
-    lock(&shared.counters).faulted += 1;
+fn faulted(shared: &Shared, op: &str) {
+    let mut c = lock(&shared.counters);
+    c.faulted += 1;
+    *c.faulted_operations.entry(op.to_string()).or_default() += 1;
 }
 
 fn error_response(
@@ -419,7 +421,7 @@ async fn dispatch(
 ) -> Result<Response<Body>, Dropped> {
     match wait_out_pause(shared).await {
         Some(PauseMode::Fail) => {
-            faulted(shared);
+            faulted(shared, &op);
             return Ok(error_response(shared, &parts, &op, ErrorKind::Unavailable, None, None));
         }
         Some(PauseMode::Hang) => return Err(Dropped("paused too long".into())),
@@ -427,7 +429,7 @@ async fn dispatch(
     }
     let picked = lock(&shared.faults).pick(&op);
     if let Some((_, fault)) = picked {
-        faulted(shared);
+        faulted(shared, &op);
         match fault {
             Fault::Status { status, body } => {
                 return Ok(error_response(

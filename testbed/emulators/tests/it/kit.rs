@@ -106,6 +106,9 @@ async fn throttle_answers_retry_after() {
         assert_eq!(body["error"]["code"], "TooManyRequests");
     }
     assert_eq!(list(&server.url()).await.status(), 200);
+    let c = server.admin().counters().await.unwrap();
+    assert_eq!((c.get("example.instances.list"), c.faulted), (3, 2), "{c:?}");
+    assert_eq!(c.answered("example.instances.list"), 1, "faulted calls per operation: {c:?}");
 }
 
 #[tokio::test]
