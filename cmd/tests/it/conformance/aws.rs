@@ -142,6 +142,21 @@ impl Harness for Aws {
         self.proxy.admin()
     }
 
+    /// AWS has no long-running operations the manager waits on (ELB and EC2 calls answer
+    /// when done; an NLB's `provisioning` state is not waited for): its slowness is the
+    /// API's own latency, here 1 s on every ELB call and 300 ms on every EC2 call (the proxy's
+    /// `latency` fault), the slow end of what those APIs answer in.
+    async fn slow_cloud(&self) -> Option<std::time::Duration> {
+        let admin = self.proxy.admin();
+        for (ops, ms) in [("elasticloadbalancing:*", 1000), ("ec2:*", 300)] {
+            admin
+                .inject(ccm_emulators::FaultRule::new(ops, ccm_emulators::Fault::Latency { ms }))
+                .await
+                .unwrap();
+        }
+        Some(std::time::Duration::from_secs(1))
+    }
+
     async fn power_off(&self, i: usize) {
         self.ec2.stop_instances().instance_ids(&self.instances[i].id).send().await.unwrap();
     }

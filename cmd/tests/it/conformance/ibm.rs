@@ -122,6 +122,10 @@ impl Harness for Ibm {
         self.server.admin()
     }
 
+    async fn slow_cloud(&self) -> Option<Duration> {
+        Some(super::realistic_profile(&self.server.admin(), Self::PROVIDER).await)
+    }
+
     async fn power_off(&self, i: usize) {
         assert!(self.cloud.set_power(&self.instances[i].node, PowerState::Stopped));
     }

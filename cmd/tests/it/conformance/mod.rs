@@ -220,6 +220,51 @@ pub trait Harness: Sized {
     fn not_found_setup(&self) -> Vec<FaultRule> {
         Vec::new()
     }
+
+    /// `slow_cloud`: makes the cloud as slow as the real one (an async cloud: its emulator's
+    /// `realistic` timing profile, [`realistic_profile`]; AWS: the fault proxy's latency) and
+    /// returns the longest single cloud-side step it now takes, which bounds the scenario's
+    /// waits. None: n/a (no load balancers).
+    async fn slow_cloud(&self) -> Option<Duration> {
+        None
+    }
+}
+
+/// How long the slowest cloud-side step (one long-running operation) of the `slow_cloud`
+/// scenario takes: the cloud's realistic profile is scaled so its longest action lasts this.
+/// The scaling keeps the cloud's proportions (a create minutes long, a change seconds) and the
+/// whole scenario within about two minutes.
+pub const SLOW_STEP: Duration = Duration::from_secs(8);
+
+/// How many slowest steps one wait of `slow_cloud` allows for on top of [`WAIT`]: a load
+/// balancer's create, change or delete is a few operations in sequence, plus the service
+/// controller's retries while one is pending.
+const SLOW_STEPS_PER_WAIT: u32 = 12;
+
+/// `slow_cloud` for an emulator of the kit: selects its `realistic` timing profile scaled so
+/// the longest action takes [`SLOW_STEP`], and returns that. The emulator must report its
+/// realistic table (`AsyncOps::set_realistic`, `Cloud::async_ops`).
+pub async fn realistic_profile(admin: &Admin, provider: &str) -> Duration {
+    let report = admin.timing_report().await.unwrap();
+    let table: ccm_emulators::Timing = report
+        .realistic
+        .unwrap_or_else(|| {
+            panic!(
+                "{provider} slow_cloud: the emulator reports no realistic timing table \
+                 (AsyncOps::set_realistic and Cloud::async_ops): {report:?}"
+            )
+        })
+        .into();
+    let longest = table.create.max(table.update).max(table.delete);
+    assert!(!longest.is_zero(), "{provider} slow_cloud: a realistic table of zeros: {report:?}");
+    let scale = (SLOW_STEP.as_secs_f64() / longest.as_secs_f64()).min(1.0);
+    admin.set_timing(ccm_emulators::TimingProfile::Realistic, scale).await.unwrap();
+    let t = table.scaled(scale);
+    eprintln!(
+        "{provider} slow_cloud: realistic timing × {scale:.3}: create {:?}, update {:?}, delete {:?}",
+        t.create, t.update, t.delete
+    );
+    t.create.max(t.update).max(t.delete)
 }
 
 /// The 404s of something in front of the cloud: an Apache-style HTML page echoing the
@@ -318,6 +363,7 @@ pub async fn run<H: Harness>(scenario: &'static str) {
         "routes" => routes::<H>().await,
         "tenant_isolation" => tenant_isolation::<H>().await,
         "not_found" => not_found::<H>().await,
+        "slow_cloud" => slow_cloud::<H>().await,
         other => panic!("unknown scenario {other}"),
     };
     row.write(match outcome {
@@ -329,7 +375,7 @@ pub async fn run<H: Harness>(scenario: &'static str) {
 /// The scenario list, written once: one test per scenario for the harness `$h`.
 macro_rules! scenarios {
     ($h:ty) => {
-        $crate::conformance::scenarios!($h; join shutdown terminate outage throttling load_balancer routes tenant_isolation not_found);
+        $crate::conformance::scenarios!($h; join shutdown terminate outage throttling load_balancer routes tenant_isolation not_found slow_cloud);
     };
     ($h:ty; $($name:ident)*) => {
         $(
@@ -386,12 +432,21 @@ impl<H: Harness> Cluster<H> {
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = Option<T>>,
     {
+        self.wait_up_to(WAIT, what, f).await
+    }
+
+    /// [`Cluster::wait`] with its own bound.
+    async fn wait_up_to<T, F, Fut>(&self, bound: Duration, what: &str, f: F) -> T
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Option<T>>,
+    {
         let logs = &self.ccm;
-        let res = tokio::time::timeout(WAIT, ccm_testbed::wait_for(what, WAIT * 2, f)).await;
+        let res = tokio::time::timeout(bound, ccm_testbed::wait_for(what, bound * 2, f)).await;
         match res {
             Ok(v) => v,
             Err(_) => panic!(
-                "{} conformance: timed out after {WAIT:?} waiting for {what}; manager log:\n{}",
+                "{} conformance: timed out after {bound:?} waiting for {what}; manager log:\n{}",
                 H::PROVIDER,
                 tail(&logs.logs(), 60)
             ),
@@ -644,8 +699,9 @@ async fn outage<H: Harness>() -> Outcome {
 }
 
 /// The throttling workload: `count` Nodes join and (where the cloud has them) a LoadBalancer
-/// Service gets its load balancer. Returns the cluster, still running, once everything converged.
-async fn converge<H: Harness>(count: usize, storm: bool) -> Cluster<H> {
+/// Service gets its load balancer. Returns the cluster, still running, once everything
+/// converged, with the counters read at that moment.
+async fn converge<H: Harness>(count: usize, storm: bool) -> (Cluster<H>, Counters) {
     let h = H::start(count).await;
     if storm {
         // Half of all calls answered with the cloud's throttling error and a Retry-After.
@@ -678,35 +734,87 @@ async fn converge<H: Harness>(count: usize, storm: bool) -> Cluster<H> {
         .await;
     }
     drop(_logs);
-    c
+    let at = c.counters().await;
+    (c, at)
 }
 
-/// throttling storm: half of all calls throttled; everything converges, with no more than 2×
-/// the calls of a clean run of the same workload (measured in the same test, concurrently).
+/// throttling storm: half of all calls throttled; everything converges, and the work the
+/// cloud answered is no more than 2× that of a clean run of the same workload (measured in the
+/// same test, concurrently).
 ///
-/// Both runs are counted at the same moment, once the slower (the storm) has converged: the
-/// manager's periodic calls (lifecycle passes, node syncs) grow with time, so a clean run
-/// counted when it alone converged, seconds in, against a storm counted minutes in compares
-/// time rather than work (the IBM row failed so: the storm took 183 s to converge).
+/// Work, not time: both runs are counted once the slower (the storm) has converged, and the
+/// operations the clean run, already converged, kept calling meanwhile are periodic (node
+/// syncs, lifecycle passes, token refreshes): their calls grow with the time the storm took,
+/// not with the workload, so they are left out of both counts. What is compared is the calls
+/// of the other operations (the workload's instance lookups and load-balancer reads and
+/// mutations) that the cloud answered (a throttled attempt is not work done). Under machine
+/// load the storm once took 235 s and its periodic calls alone broke a bound on all calls
+/// (GCP: 35 `compute.instances.list` vs 4).
+///
+/// The bound still catches throttling that multiplies calls: the scenario prints how many
+/// extra answered calls per throttled workload call would break it (1 for GCP, Azure,
+/// vSphere and AWS, 3 for IBM's small workload, in the runs of issue 31).
 async fn throttling<H: Harness>() -> Outcome {
     const COUNT: usize = 3;
-    let (clean, storm) = tokio::join!(converge::<H>(COUNT, false), converge::<H>(COUNT, true));
+    let ((clean, clean_at), (storm, _)) =
+        tokio::join!(converge::<H>(COUNT, false), converge::<H>(COUNT, true));
     let (clean, storm) = tokio::join!(clean.counters(), storm.counters());
-    let clean_answered = clean.total - clean.faulted;
-    let storm_answered = storm.total - storm.faulted;
+    let periodic: BTreeSet<&str> = clean
+        .operations
+        .iter()
+        .filter(|(op, n)| **n > clean_at.get(op))
+        .map(|(op, _)| op.as_str())
+        .collect();
+    let work = |c: &Counters| -> u64 {
+        c.operations
+            .keys()
+            .filter(|op| !periodic.contains(op.as_str()))
+            .map(|op| c.answered(op))
+            .sum()
+    };
+    let throttled_work: u64 = storm
+        .faulted_operations
+        .iter()
+        .filter(|(op, _)| !periodic.contains(op.as_str()))
+        .map(|(_, n)| n)
+        .sum();
+    let (clean_work, storm_work) = (work(&clean), work(&storm));
     eprintln!(
-        "{} throttling: clean run {} calls; storm {} calls of which {} throttled ({} answered)",
+        "{} throttling: clean run {} calls ({} of the workload); storm {} calls, {} throttled, \
+         {} of the workload answered; periodic operations left out: {periodic:?}",
         H::PROVIDER,
         clean.total,
+        clean_work,
         storm.total,
         storm.faulted,
-        storm_answered
+        storm_work
     );
+    let ops: BTreeSet<&String> = clean.operations.keys().chain(storm.operations.keys()).collect();
+    for op in ops {
+        eprintln!(
+            "{} throttling: {op}: clean {} storm {} ({} answered)",
+            H::PROVIDER,
+            clean.get(op),
+            storm.get(op),
+            storm.answered(op)
+        );
+    }
     assert!(storm.faulted > 0, "the storm throttled nothing: {storm:?}");
+    assert!(clean_work > 0, "no workload calls in the clean run: {clean:?}");
     assert!(
-        storm_answered <= 2 * clean_answered,
-        "{storm_answered} answered calls under throttling vs {clean_answered} in a clean run\n\
-         clean: {clean:?}\nstorm: {storm:?}"
+        storm_work <= 2 * clean_work,
+        "{storm_work} answered workload calls under throttling vs {clean_work} in a clean run \
+         (periodic operations left out: {periodic:?})\nclean: {clean:?}\nstorm: {storm:?}"
+    );
+    // How many extra answered calls per throttled one a client would need to break the
+    // bound: printed, not asserted (a storm that happens to throttle few calls must not fail
+    // the scenario).
+    let room = (2 * clean_work + 1).saturating_sub(storm_work);
+    let needed = if throttled_work == 0 { u64::MAX } else { room.div_ceil(throttled_work) };
+    eprintln!(
+        "{} throttling: a client answering every throttled workload call with {needed} more \
+         answered call(s) would break the bound ({throttled_work} throttled)",
+        H::PROVIDER
     );
     Outcome::Pass
 }
@@ -786,6 +894,97 @@ async fn load_balancer<H: Harness>() -> Outcome {
     .await;
     let left = c.h.load_balancer_resources().await;
     assert!(left.is_empty(), "load-balancer resources left in the emulator: {left:#?}");
+    Outcome::Pass
+}
+
+/// slow_cloud: the load-balancer lifecycle (create, change ports, delete) on a cloud as slow
+/// as the real one ([`Harness::slow_cloud`]: the emulator's realistic timing profile scaled so
+/// its longest operation takes [`SLOW_STEP`]). Passes when the Service gets its address, the
+/// port change reaches the cloud and deleting the Service leaves nothing of the cluster's.
+/// Every wait is bounded from the profile ([`WAIT`] plus [`SLOW_STEPS_PER_WAIT`] slowest
+/// steps); nothing asserts a duration.
+async fn slow_cloud<H: Harness>() -> Outcome {
+    if !H::LOAD_BALANCERS {
+        return Outcome::NotApplicable;
+    }
+    let c = Cluster::<H>::start(2, false).await;
+    let _logs = c.env.cp.log_guard();
+    let Some(step) = c.h.slow_cloud().await else {
+        return Outcome::NotApplicable;
+    };
+    let bound = WAIT + step * SLOW_STEPS_PER_WAIT;
+    for i in 0..2 {
+        c.register(i, "True").await;
+    }
+    for i in 0..2 {
+        c.initialised(i).await;
+    }
+    let two = {
+        let mut v: Vec<String> = c.h.instances()[..2].iter().map(|i| i.id.clone()).collect();
+        v.sort();
+        v
+    };
+
+    let svc = c
+        .services()
+        .create(&PostParams::default(), &load_balancer_service("default", "slow", 80))
+        .await
+        .unwrap();
+    let name = ccm_core::cloud::default_load_balancer_name(&svc);
+    let services = c.services();
+    let address = c
+        .wait_up_to(bound, "the Service's load-balancer address", || ingress(&services, "slow"))
+        .await;
+    c.wait_up_to(bound, "a load balancer on port 80 with both nodes", || async {
+        c.h.load_balancer(&name).await.filter(|v| v.ports == [80] && v.instances == two)
+    })
+    .await;
+
+    // Change: 80 → 8080 plus 443.
+    let mut new_ports = ports(&svc);
+    new_ports[0].port = 8080;
+    new_ports[0].name = Some("http".into());
+    new_ports.push(ServicePort {
+        name: Some("https".into()),
+        port: 443,
+        protocol: Some("TCP".into()),
+        ..Default::default()
+    });
+    let patch = serde_json::json!({"spec": {"ports": new_ports}});
+    c.services().patch("slow", &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+    c.wait_up_to(bound, "the load balancer's ports to follow the Service", || async {
+        c.h.load_balancer(&name).await.filter(|v| v.ports == [443, 8080] && v.instances == two)
+    })
+    .await;
+    let kept = ingress(&services, "slow").await;
+    assert_eq!(kept.as_deref(), Some(address.as_str()), "the address changed with the ports");
+
+    // Delete: the Service goes, then nothing of the cluster's is left in the cloud (a
+    // delete the cloud is still running may take its time: wait for it, bounded).
+    c.services().delete("slow", &DeleteParams::default()).await.unwrap();
+    c.wait_up_to(bound, "the Service to be gone", || async {
+        services.get_opt("slow").await.unwrap().is_none().then_some(())
+    })
+    .await;
+    let left = tokio::time::timeout(bound, async {
+        loop {
+            let left = c.h.load_balancer_resources().await;
+            if left.is_empty() {
+                return left;
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    })
+    .await;
+    if left.is_err() {
+        let left = c.h.load_balancer_resources().await;
+        panic!(
+            "{} slow_cloud: load-balancer resources left {bound:?} after the Service went: \
+             {left:#?}\nmanager log:\n{}",
+            H::PROVIDER,
+            tail(&c.ccm.logs(), 60)
+        );
+    }
     Outcome::Pass
 }
 
