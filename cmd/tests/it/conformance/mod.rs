@@ -752,8 +752,8 @@ async fn converge<H: Harness>(count: usize, storm: bool) -> (Cluster<H>, Counter
 /// (GCP: 35 `compute.instances.list` vs 4).
 ///
 /// The bound still catches throttling that multiplies calls: the scenario prints how many
-/// extra answered calls per throttled workload call would break it (1 for GCP, Azure,
-/// vSphere and AWS, 3 for IBM's small workload, in the runs of issue 31).
+/// extra answered calls per throttled workload call would break it (1 to 3 per cloud in the
+/// runs of issue 31).
 async fn throttling<H: Harness>() -> Outcome {
     const COUNT: usize = 3;
     let ((clean, clean_at), (storm, _)) =
