@@ -216,13 +216,22 @@ fn is_uuid(s: &str) -> bool {
 
 /// Whether a token is a generated ID: a UUID, a cloud ID like `sg-0a1b2c3d4e` or a hashed
 /// name like `k8s-default-web-79f1b5431f` (a lower-case prefix, a dash, 8 or more hex digits
-/// with at least one digit), 16+ hex digits with a digit and a letter, or 12+ digits (an
+/// with at least one digit), 16+ hex digits with a digit and a letter, or 13+ digits (an
 /// emulator's object numbers).
 fn id_kind(token: &str) -> Option<String> {
     if is_uuid(token) {
         return Some("<uuid>".into());
     }
-    if token.len() >= 12 && token.chars().all(|c| c.is_ascii_digit()) {
+    // A name ending in a UUID (`lb-<uuid>`, `octavia-lb-<uuid>`).
+    if token.len() > 37
+        && let Some(split) = token.len().checked_sub(37)
+        && token.is_char_boundary(split)
+        && token[split..].starts_with('-')
+        && is_uuid(&token[split + 1..])
+    {
+        return Some(format!("{}-<uuid>", &token[..split]));
+    }
+    if token.len() >= 13 && token.chars().all(|c| c.is_ascii_digit()) {
         return Some("<n>".into());
     }
     if let Some((prefix, rest)) = token.rsplit_once('-')
@@ -295,7 +304,14 @@ fn volatile_key(k: &str) -> bool {
         || l.contains("heartbeat")
         || matches!(
             l.as_str(),
-            "etag" | "resourceversion" | "uid" | "managedfields" | "generation" | "requestid"
+            "etag"
+                | "resourceversion"
+                | "uid"
+                | "managedfields"
+                | "generation"
+                | "requestid"
+                | "mac_address"
+                | "macaddress"
         )
 }
 
