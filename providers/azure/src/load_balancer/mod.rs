@@ -141,6 +141,12 @@ where
     }
 }
 
+/// Whether an ARM provisioning state says the resource's last operation failed (`Failed`;
+/// ARM leaves a resource so when its operation fails, until the next `PUT` succeeds).
+pub(crate) fn provisioning_failed(state: Option<&str>) -> bool {
+    state.is_some_and(|s| s.eq_ignore_ascii_case("Failed"))
+}
+
 /// Whether the node may be a backend (upstream: control-plane nodes only with
 /// `excludeMasterFromStandardLB: false`; never `kubernetes.azure.com/managed: "false"`).
 pub fn is_backend(config: &Config, node: &Node) -> bool {
@@ -476,7 +482,13 @@ impl AzureLoadBalancer {
                 }
                 check_conflicts(&lb, &svc, &want_rules)?;
                 changed |= rules::reconcile(&mut lb, &svc, probes, want_rules);
-                Ok(if changed { Action::Put(lb) } else { Action::Keep(lb) })
+                // A load balancer whose last operation failed is put again as it is, as
+                // upstream does: ARM retries the failed operation.
+                let failed = provisioning_failed(lb.properties.provisioning_state.as_deref());
+                if failed && !changed {
+                    info!(load_balancer = %lb_name, "provisioning state Failed: putting it again");
+                }
+                Ok(if changed || failed { Action::Put(lb) } else { Action::Keep(lb) })
             },
         )
         .await?

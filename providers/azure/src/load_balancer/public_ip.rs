@@ -226,7 +226,12 @@ impl PublicIps {
                         });
                     }
                 }
-                if update(&mut pip, svc, cluster, &config_tags)? {
+                // One of ours whose last operation failed is put again (ARM retries it;
+                // a load balancer cannot use it until it is `Succeeded`).
+                let failed = !named
+                    && !user_made(&pip)
+                    && super::provisioning_failed(pip.properties.provisioning_state.as_deref());
+                if update(&mut pip, svc, cluster, &config_tags)? || failed {
                     Ok(Action::Put(pip))
                 } else {
                     Ok(Action::Keep(pip))

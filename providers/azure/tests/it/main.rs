@@ -12,6 +12,7 @@ mod imds;
 mod instances;
 mod load_balancer;
 mod node_manager;
+mod operations;
 mod routes;
 mod security_group;
 mod tenant_safety;
