@@ -37,6 +37,10 @@ use crate::{ControlPlane, Identity, tools};
 /// The chart, relative to the repository root.
 pub const CHART_DIR: &str = "charts/cloud-controller-manager";
 
+/// Every optional value of the chart at once (relative to [`CHART_DIR`]): what `ci/check-chart`
+/// lints on top of each preset.
+pub const ALL_OPTIONAL_VALUES: &str = "ci/all-optional-values.yaml";
+
 /// The kinds [`apply_rbac`] applies, in the order it applies them.
 pub const RBAC_KINDS: [&str; 5] =
     ["ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"];
@@ -136,7 +140,7 @@ pub fn render_with(
     namespace: &str,
     values: &[(&str, &str)],
 ) -> Result<Vec<Value>, ChartError> {
-    template(release, namespace, None, values)
+    template(release, namespace, &[], values)
 }
 
 /// The clouds the chart has a preset for: every `values-<cloud>.yaml` next to its
@@ -169,19 +173,37 @@ pub fn render_preset(
     if !file.is_file() {
         return Err(ChartError::Helm(format!("the chart has no preset {}", file.display())));
     }
-    template(release, namespace, Some(&file), values)
+    template(release, namespace, &[file], values)
+}
+
+/// [`render_preset`] with more values files after the preset (paths relative to
+/// [`CHART_DIR`], e.g. [`ALL_OPTIONAL_VALUES`]), then `values`.
+pub fn render_preset_with_files(
+    cloud: &str,
+    release: &str,
+    namespace: &str,
+    files: &[&str],
+    values: &[(&str, &str)],
+) -> Result<Vec<Value>, ChartError> {
+    let dir = tools::repo_root().join(CHART_DIR);
+    let mut paths = vec![dir.join(format!("values-{cloud}.yaml"))];
+    paths.extend(files.iter().map(|f| dir.join(f)));
+    if let Some(missing) = paths.iter().find(|p| !p.is_file()) {
+        return Err(ChartError::Helm(format!("no values file {}", missing.display())));
+    }
+    template(release, namespace, &paths, values)
 }
 
 fn template(
     release: &str,
     namespace: &str,
-    values_file: Option<&std::path::Path>,
+    values_files: &[PathBuf],
     values: &[(&str, &str)],
 ) -> Result<Vec<Value>, ChartError> {
     let chart = tools::repo_root().join(CHART_DIR);
     let mut cmd = Command::new(helm()?);
     cmd.arg("template").arg(release).arg(&chart).arg("--namespace").arg(namespace);
-    if let Some(f) = values_file {
+    for f in values_files {
         cmd.arg("--values").arg(f);
     }
     for (k, v) in values {

@@ -15,7 +15,12 @@ use kube::Api;
 use serde_json::Value;
 
 /// The clouds that have landed; each must have a preset.
-const LANDED: [&str; 3] = ["aws", "vsphere", "ibm"];
+const LANDED: [&str; 6] = ["aws", "azure", "gcp", "ibm", "openstack", "vsphere"];
+
+/// The manager's `--cloud-provider` for a preset: upstream's names (`gce` for GCP).
+fn provider_flag(cloud: &str) -> &str {
+    if cloud == "gcp" { "gce" } else { cloud }
+}
 
 fn presets() -> Vec<String> {
     let presets = chart::presets().expect("listing the chart's presets");
@@ -25,30 +30,48 @@ fn presets() -> Vec<String> {
     presets
 }
 
-/// Every preset, as a DaemonSet (the default) and as a Deployment with its PodDisruptionBudget,
-/// is accepted object by object by the real apiserver, and the dry run stores nothing.
+/// Every preset, as a DaemonSet (the default), as a Deployment with its PodDisruptionBudget, and
+/// with every optional value the testbed's apiserver serves the kinds of
+/// (`ci/all-optional-values.yaml` without the Prometheus Operator's ServiceMonitor and
+/// PrometheusRule, whose CRDs it does not serve), is accepted object by object by the real
+/// apiserver, and the dry run stores nothing.
 #[tokio::test]
 async fn every_cloud_preset_passes_a_server_side_dry_run_apply() {
     let cp = ControlPlane::shared().await.expect("control plane");
     let admin = cp.admin_client().await.unwrap();
+    let deployment: &[(&str, &str)] =
+        &[("workload.kind", "Deployment"), ("workload.replicas", "2")];
+    let optional: &[(&str, &str)] =
+        &[("serviceMonitor.enabled", "false"), ("prometheusRule.enabled", "false")];
     for cloud in presets() {
-        for variant in [&[][..], &[("workload.kind", "Deployment"), ("workload.replicas", "2")][..]]
-        {
+        for (variant, files) in [
+            (&[][..], &[][..]),
+            (deployment, &[][..]),
+            (optional, &[chart::ALL_OPTIONAL_VALUES][..]),
+        ] {
             let release = unique_name(&format!("dry-{cloud}"));
-            let objects = chart::render_preset(&cloud, &release, "kube-system", variant)
-                .unwrap_or_else(|e| panic!("{cloud} {variant:?}: {e}"));
+            let objects =
+                chart::render_preset_with_files(&cloud, &release, "kube-system", files, variant)
+                    .unwrap_or_else(|e| panic!("{cloud} {variant:?}: {e}"));
             let applied = chart::dry_run_apply(&admin, &objects)
                 .await
                 .unwrap_or_else(|e| panic!("{cloud} {variant:?}: the apiserver rejects {e}"));
             assert_eq!(applied.len(), objects.len(), "{cloud}: {applied:?}");
             let kinds: BTreeSet<&str> = objects.iter().map(chart::kind).collect();
-            let want_workload = if variant.is_empty() { "DaemonSet" } else { "Deployment" };
+            let is_deployment = variant == deployment;
+            let want_workload = if is_deployment { "Deployment" } else { "DaemonSet" };
             for want in [want_workload, "ServiceAccount", "ClusterRole", "ClusterRoleBinding"] {
                 assert!(kinds.contains(want), "{cloud} {variant:?}: no {want} in {kinds:?}");
             }
+            if !files.is_empty() {
+                // The cloud config from values, and the dashboard.
+                for want in ["Secret", "ConfigMap"] {
+                    assert!(kinds.contains(want), "{cloud} every optional value: no {want}");
+                }
+            }
             assert_eq!(
                 kinds.contains("PodDisruptionBudget"),
-                !variant.is_empty(),
+                is_deployment,
                 "{cloud} {variant:?}: a PDB exactly with the Deployment: {kinds:?}"
             );
             // A dry run persists nothing.
@@ -116,7 +139,20 @@ fn every_preset_runs_the_clouds_image_non_root_read_only_with_tmp_on_an_empty_di
         );
         let argv = chart::container_args(chart::workload(&objects).unwrap()).unwrap();
         assert_eq!(argv[0], format!("/usr/local/bin/cloud-controller-manager-{cloud}"));
-        assert!(argv.contains(&format!("--cloud-provider={cloud}")), "{cloud}: {argv:?}");
+        let flag = provider_flag(&cloud);
+        assert!(argv.contains(&format!("--cloud-provider={flag}")), "{cloud}: {argv:?}");
+        // Upstream's log verbosity.
+        assert!(argv.contains(&"--v=2".to_string()), "{cloud}: {argv:?}");
+        // The pod's identity for its Events, from the downward API.
+        for (env, field) in [("POD_NAME", "metadata.name"), ("POD_NAMESPACE", "metadata.namespace")]
+        {
+            let var = c["env"].as_array().and_then(|e| e.iter().find(|v| v["name"] == env));
+            assert_eq!(
+                var.map(|v| &v["valueFrom"]["fieldRef"]["fieldPath"]),
+                Some(&Value::from(field)),
+                "{cloud}: {env}"
+            );
+        }
         assert!(argv.contains(&"--leader-elect=true".to_string()), "{cloud}: {argv:?}");
         // Issue #29 MED 8: every controller as the chart's own ServiceAccount by default;
         // nothing mints tokens for kube-controller-manager's accounts.
@@ -153,7 +189,13 @@ fn every_preset_runs_the_clouds_image_non_root_read_only_with_tmp_on_an_empty_di
             volume.is_some_and(|v| v["emptyDir"].is_object()),
             "{cloud}: /tmp is not an emptyDir: {volume:?}"
         );
-        assert_eq!(spec["priorityClassName"], "system-cluster-critical", "{cloud}");
+        // As upstream's manifests: Azure's and GCE's run system-node-critical.
+        let priority = if matches!(cloud.as_str(), "azure" | "gcp") {
+            "system-node-critical"
+        } else {
+            "system-cluster-critical"
+        };
+        assert_eq!(spec["priorityClassName"], priority, "{cloud}");
         let tolerated: BTreeSet<&str> = spec["tolerations"]
             .as_array()
             .unwrap()
@@ -700,4 +742,110 @@ async fn the_vsphere_demo_runs_with_the_charts_args_under_the_charts_service_acc
         "the apiserver refused requests of the CCM running under the chart's RBAC: {denied:#?}"
     );
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// What a cloud's own code calls, allowed by exactly its preset's RBAC on the real apiserver,
+/// acting as the chart's ServiceAccount: GCP lists ConfigMap `kube-system/ingress-uid` the way
+/// `providers/gcp/src/load_balancer/cluster_id.rs` does (a list with the field selector
+/// `metadata.name=ingress-uid`) and may create it, but lists no other ConfigMap and reads no
+/// Secret; GCP and OpenStack patch Services (finalizers, annotations written back); AWS, whose
+/// code writes no Service, may not.
+#[tokio::test]
+async fn each_clouds_own_kubernetes_calls_are_allowed_by_its_preset_and_no_more() {
+    use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
+    use kube::api::{ListParams, Patch, PatchParams, PostParams};
+    use std::time::Duration;
+
+    let cp = ControlPlane::shared().await.expect("control plane");
+    let admin = cp.admin_client().await.unwrap();
+    // A Service to patch, in a namespace of its own.
+    let ns = unique_name("chart-rbac");
+    let ns_obj = serde_json::from_value(serde_json::json!({"metadata": {"name": ns}})).unwrap();
+    Api::<k8s_openapi::api::core::v1::Namespace>::all(admin.clone())
+        .create(&PostParams::default(), &ns_obj)
+        .await
+        .unwrap();
+    let svc: Service = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "lb"},
+        "spec": {"type": "LoadBalancer", "ports": [{"port": 80}]},
+    }))
+    .unwrap();
+    Api::<Service>::namespaced(admin.clone(), &ns)
+        .create(&PostParams::default(), &svc)
+        .await
+        .unwrap();
+
+    let forbidden =
+        |r: &Result<(), kube::Error>| matches!(r, Err(kube::Error::Api(s)) if s.code == 403);
+    for (cloud, patches_services) in [("gcp", true), ("openstack", true), ("aws", false)] {
+        let release = unique_name(&format!("rbac-{cloud}"));
+        let objects = chart::render_preset(cloud, &release, "kube-system", &[]).unwrap();
+        chart::apply_rbac(&admin, &objects).await.expect("the chart's RBAC applies");
+        let sa = chart::manager_service_account(&objects).unwrap();
+        let client = chart::service_account_client(cp, &admin, "kube-system", chart::name(sa))
+            .await
+            .unwrap();
+        // The authorizer learns new bindings through informers: wait until every grant this
+        // cloud should have is in place (so no 403 below comes from that delay).
+        let (wait_client, wait_ns) = (client.clone(), ns.clone());
+        ccm_testbed::wait_for(
+            &format!("{cloud}: the chart's ServiceAccount has its grants"),
+            Duration::from_secs(60),
+            || {
+                let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(wait_client.clone());
+                let services = Api::<Service>::namespaced(wait_client.clone(), &wait_ns);
+                let config_maps = Api::<ConfigMap>::namespaced(wait_client.clone(), "kube-system");
+                async move {
+                    nodes.list(&Default::default()).await.ok()?;
+                    if patches_services {
+                        let dry = PatchParams { dry_run: true, ..Default::default() };
+                        let patch = serde_json::json!({"metadata": {"annotations": {}}});
+                        services.patch("lb", &dry, &Patch::Merge(&patch)).await.ok()?;
+                    }
+                    if cloud == "gcp" {
+                        let by_name = ListParams::default().fields("metadata.name=ingress-uid");
+                        config_maps.list(&by_name).await.ok()?;
+                    }
+                    Some(())
+                }
+            },
+        )
+        .await;
+
+        let services = Api::<Service>::namespaced(client.clone(), &ns);
+        let dry = PatchParams { dry_run: true, ..Default::default() };
+        let patch =
+            serde_json::json!({"metadata": {"annotations": {"example.com/chart-test": "x"}}});
+        let patched = services.patch("lb", &dry, &Patch::Merge(&patch)).await.map(drop);
+        if patches_services {
+            assert!(patched.is_ok(), "{cloud}: services patch: {patched:?}");
+        } else {
+            assert!(forbidden(&patched), "{cloud}: services patch allowed: {patched:?}");
+        }
+
+        let config_maps = Api::<ConfigMap>::namespaced(client.clone(), "kube-system");
+        let by_name = ListParams::default().fields("metadata.name=ingress-uid");
+        let listed = config_maps.list(&by_name).await.map(drop);
+        let all = config_maps.list(&ListParams::default()).await.map(drop);
+        assert!(forbidden(&all), "{cloud}: lists every ConfigMap in kube-system: {all:?}");
+        let cm: ConfigMap =
+            serde_json::from_value(serde_json::json!({"metadata": {"name": "ingress-uid"}}))
+                .unwrap();
+        let created = config_maps
+            .create(&PostParams { dry_run: true, ..Default::default() }, &cm)
+            .await
+            .map(drop);
+        if cloud == "gcp" {
+            assert!(listed.is_ok(), "{cloud}: list ingress-uid by name: {listed:?}");
+            assert!(!forbidden(&created), "{cloud}: create ingress-uid (dry run): {created:?}");
+        } else {
+            assert!(forbidden(&listed), "{cloud}: lists ingress-uid: {listed:?}");
+            assert!(forbidden(&created), "{cloud}: creates ConfigMaps: {created:?}");
+        }
+        let secret = Api::<Secret>::namespaced(client.clone(), "kube-system")
+            .get_opt("ingress-uid")
+            .await
+            .map(drop);
+        assert!(forbidden(&secret), "{cloud}: reads a Secret: {secret:?}");
+    }
 }
