@@ -306,16 +306,19 @@ async fn main() -> anyhow::Result<()> {
             timing,
             exit_on_stdin_close,
         } => {
-            let world = match world {
-                Some(path) => World::load(&path)?,
-                None => World::default(),
+            // The kit's world plus the OpenStack-only settings under its `openstack:` key
+            // (octavia_max_version, max_routes, quotas, users, projects, trusts, ...).
+            let (world, os) = match world {
+                Some(path) => ccm_emulators::openstack::load_world(&path)?,
+                None => (World::default(), Default::default()),
             };
             let timing = timing.selection(&world)?;
             let opts = ccm_emulators::openstack::OpenStackOptions {
                 lb_pending: std::time::Duration::from_millis(lb_pending_ms),
                 token_lifetime: std::time::Duration::from_secs(token_lifetime_secs),
                 ..Default::default()
-            };
+            }
+            .with_world(&os)?;
             let cloud = ccm_emulators::openstack::OpenStackCloud::new(world, opts);
             let server = ccm_emulators::server::Server::start(
                 cloud,

@@ -113,3 +113,36 @@ async fn the_emulator_binary_takes_its_timing_from_the_flags_over_the_world_file
         assert!(err.contains(word), "{args:?}: {err}");
     }
 }
+
+/// The binary reads the OpenStack-only settings of a world file (`openstack:`), as the
+/// library's `openstack::load_world` does: before, it loaded the kit's world only and refused
+/// the section.
+#[tokio::test]
+async fn the_openstack_binary_reads_the_world_files_openstack_section() {
+    let dir = tempfile::tempdir().unwrap();
+    let world = dir.path().join("world.yaml");
+    std::fs::write(
+        &world,
+        "instances:\n  - { name: node-1, zone: nova }\nopenstack:\n  octavia_max_version: \"2.4\"\n",
+    )
+    .unwrap();
+    let (mut child, url) = start_emulator(&["openstack", "--world", world.to_str().unwrap()]).await;
+    let http = reqwest::Client::builder().timeout(Duration::from_secs(60)).build().unwrap();
+    let v: serde_json::Value =
+        http.get(format!("{url}/load-balancer/")).send().await.unwrap().json().await.unwrap();
+    let ids: Vec<&str> =
+        v["versions"].as_array().unwrap().iter().filter_map(|v| v["id"].as_str()).collect();
+    assert_eq!(ids.last(), Some(&"v2.4"), "{v}");
+    drop(child.stdin.take());
+    child.wait().unwrap();
+
+    // A bad value stops the binary naming the key.
+    std::fs::write(&world, "openstack:\n  octavia_max_version: \"3.1\"\n").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_ccm-emulator"))
+        .args(["openstack", "--world", world.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("octavia_max_version"), "{err}");
+}
