@@ -53,7 +53,8 @@ static FAMILIES: LazyLock<Families> = LazyLock::new(|| Families {
     build_info: Family::default(),
 });
 
-/// The labelled families of [`register`] as the reference lists them before any sample exists:
+/// The labelled families of [`register`], of the manager (leader election, running controllers),
+/// its webhooks and the node IPAM controller, as the reference lists them before any sample exists:
 /// (family name as its `# HELP` line gives it, type, label names, help).
 pub const DESCRIBED: &[(&str, &str, &[&str], &str)] = &[
     (
@@ -73,6 +74,54 @@ pub const DESCRIBED: &[(&str, &str, &[&str], &str)] = &[
         "counter",
         &["name"],
         "[ALPHA] Total number of slow path exercised in renewing leader leases. 'name' is the string used to identify the lease. Please make sure to group by name.",
+    ),
+    (
+        "leader_election_master_status",
+        "gauge",
+        &["name"],
+        "[ALPHA] Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, 1 indicates master. 'name' is the string used to identify the lease. Please make sure to group by name.",
+    ),
+    (
+        "running_managed_controllers",
+        "gauge",
+        &["manager", "name"],
+        "[BETA] Indicates where instances of a controller are currently running.",
+    ),
+    (
+        "cloud_provider_webhook_request",
+        "counter",
+        &["code", "webhook"],
+        "[ALPHA] Number of HTTP requests partitioned by status code.",
+    ),
+    (
+        "cloud_provider_webhook_request_duration_seconds",
+        "histogram",
+        &["code", "webhook"],
+        "[ALPHA] Response latency distribution in seconds for each webhook.",
+    ),
+    (
+        "node_ipam_controller_cidrset_cidrs_allocations",
+        "counter",
+        &["clusterCIDR"],
+        "Counter measuring total number of CIDR allocations.",
+    ),
+    (
+        "node_ipam_controller_cidrset_cidrs_releases",
+        "counter",
+        &["clusterCIDR"],
+        "Counter measuring total number of CIDR releases.",
+    ),
+    (
+        "node_ipam_controller_cidrset_usage_cidrs",
+        "gauge",
+        &["clusterCIDR"],
+        "Gauge measuring percentage of allocated CIDRs.",
+    ),
+    (
+        "node_ipam_controller_cidrset_allocation_tries_per_request",
+        "histogram",
+        &["clusterCIDR"],
+        "Number of endpoints added on each Service sync.",
     ),
 ];
 
