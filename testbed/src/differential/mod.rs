@@ -552,6 +552,16 @@ async fn side_steps(
     {
         argv.remove(1);
     }
+    // A pod has a network namespace of its own; here the default secure port (10258) may be
+    // held by another manager on this machine: both sides get one nobody holds when the args
+    // name none (swap maps a busy port the args name the same way).
+    if swap::flag_value(&argv, "--secure-port").is_none() {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .map_err(|e| fail(format!("choosing a free secure port: {e}")))?;
+        argv.push(format!("--secure-port={port}"));
+    }
     let manager = Proc::spawn("cloud-controller-manager", &argv, &env, &dir.join("ccm.log"))?;
     let mut ctx = Ctx {
         cloud: case.cloud.clone(),
