@@ -632,10 +632,22 @@ async fn scenario(ctx: &mut Ctx<'_>, result: &mut SideResult) -> Result<(), Diff
     result.snapshots.insert("join".into(), ctx.snapshot().await?);
 
     // instance-gone
-    let gone = if ctx.world.access.delete_instance.is_some() {
+    // The instance is deleted first; where the emulator refuses (Azure's answers 405 to a VM
+    // DELETE), the step falls back to a NotReady Node no instance stands behind, on both
+    // sides alike.
+    let deleted = match &ctx.world.access.delete_instance {
+        Some(delete) => match delete(victim.0.clone()).await {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::warn!(instance = %victim.0, error = %e, "the emulator cannot delete the instance: a NotReady Node for a name no instance has instead");
+                false
+            }
+        },
+        None => false,
+    };
+    let gone = if deleted {
         victim.0.clone()
     } else {
-        // The emulator cannot delete an instance: a NotReady Node no instance stands behind.
         let name = "node-gone".to_string();
         ctx.register(&name, "10.255.0.99", &Value::Null).await?;
         name
@@ -648,9 +660,6 @@ async fn scenario(ctx: &mut Ctx<'_>, result: &mut SideResult) -> Result<(), Diff
         .patch_status(&gone, &PatchParams::default(), &Patch::Strategic(&status))
         .await
         .map_err(|e| fail(format!("Node {gone} NotReady: {e}")))?;
-    if let Some(delete) = &ctx.world.access.delete_instance {
-        delete(gone.clone()).await?;
-    }
     ctx.settle(Duration::from_secs(90), node_gone(gone.clone())).await?;
     result.snapshots.insert("instance-gone".into(), ctx.snapshot().await?);
 
