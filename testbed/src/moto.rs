@@ -126,6 +126,39 @@ async fn http(port: u16, method: &str, path: &str) -> std::io::Result<String> {
     Ok(out)
 }
 
+/// Moto loads a service's backend on that service's first request: seconds of Python imports
+/// (13 s measured on a busy 2-core machine), which would land on a test's first EC2 call and
+/// could run into the SDK's per-attempt or per-operation timeout (the AWS tests' assume-role
+/// and throttling calls did, when ci/test's lanes loaded the machine). One EC2 request
+/// (`DescribeRegions`, unsigned: moto reads the service from the credential scope and checks
+/// no signature) loads it before the server is handed out. Best effort: a failure here shows
+/// again, with its cause, on the test's own first call.
+async fn warm_up_ec2(port: u16) {
+    let body = "Action=DescribeRegions&Version=2016-11-15";
+    let req = format!(
+        "POST / HTTP/1.0\r\nHost: 127.0.0.1:{port}\r\n\
+         Authorization: AWS4-HMAC-SHA256 Credential=testing/20260101/us-east-1/ec2/aws4_request, SignedHeaders=host, Signature=0\r\n\
+         Content-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let call = async {
+        let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
+        s.write_all(req.as_bytes()).await?;
+        let mut out = String::new();
+        s.read_to_string(&mut out).await?;
+        Ok::<_, std::io::Error>(out)
+    };
+    match tokio::time::timeout(Duration::from_secs(120), call).await {
+        Ok(Ok(r)) if r.contains(" 200 ") => {}
+        Ok(Ok(r)) => eprintln!(
+            "ccm-testbed: moto's EC2 warm-up was answered {:?}",
+            r.lines().next().unwrap_or_default()
+        ),
+        Ok(Err(e)) => eprintln!("ccm-testbed: moto's EC2 warm-up failed: {e}"),
+        Err(_) => eprintln!("ccm-testbed: moto's EC2 warm-up took over 120 s"),
+    }
+}
+
 impl Moto {
     /// Starts a moto server on a free port and waits until it answers.
     pub async fn start() -> Result<Moto, MotoError> {
@@ -206,6 +239,7 @@ impl Moto {
                 && r.starts_with("HTTP/1.")
                 && r.contains(" 200 ")
             {
+                warm_up_ec2(port).await;
                 return Ok(moto);
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
