@@ -95,6 +95,103 @@ pub struct IbmOptions {
     /// How many load balancers the region allows (IBM's default quota: 50 per region); a
     /// create past it is a 400 `over_quota`.
     pub lb_quota: usize,
+    /// Listeners per load balancer (IBM's default: 10); past it, 400 `over_quota`.
+    pub listener_quota: usize,
+    /// Pools per load balancer (IBM's default: 10); past it, 400 `over_quota`.
+    pub pool_quota: usize,
+    /// Members per pool (IBM's default: 50); past it, 400 `over_quota`.
+    pub member_quota: usize,
+}
+
+/// The IBM-only settings of a world file, under its `ibm:` key (read by [`parse_world`] and
+/// [`load_world`]; the rest of the file is the kit's [`World`]):
+///
+/// ```yaml
+/// ibm:
+///   quotas: { load_balancers: 2, listeners_per_load_balancer: 10, pools_per_load_balancer: 10, members_per_pool: 50 }
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IbmWorld {
+    /// VPC quotas (default: IBM's defaults).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quotas: Option<IbmQuotas>,
+}
+
+/// VPC load-balancer quotas; a create past one is a 400 `over_quota`, IBM's documented error
+/// code. An absent key keeps IBM's default.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IbmQuotas {
+    /// Load balancers in the account's region (default 50).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub load_balancers: Option<usize>,
+    /// Listeners per load balancer (default 10).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub listeners_per_load_balancer: Option<usize>,
+    /// Pools per load balancer (default 10).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pools_per_load_balancer: Option<usize>,
+    /// Members per pool (default 50).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub members_per_pool: Option<usize>,
+}
+
+impl IbmOptions {
+    /// These options with the world file's `ibm:` settings applied (its quotas).
+    pub fn with_world(mut self, ibm: &IbmWorld) -> Self {
+        if let Some(q) = &ibm.quotas {
+            self.lb_quota = q.load_balancers.unwrap_or(self.lb_quota);
+            self.listener_quota = q.listeners_per_load_balancer.unwrap_or(self.listener_quota);
+            self.pool_quota = q.pools_per_load_balancer.unwrap_or(self.pool_quota);
+            self.member_quota = q.members_per_pool.unwrap_or(self.member_quota);
+        }
+        self
+    }
+}
+
+/// Reads a world file with an optional `ibm:` section (see [`IbmWorld`]).
+pub fn load_world(path: &std::path::Path) -> Result<(World, IbmWorld), crate::world::WorldError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|source| crate::world::WorldError::Read { path: path.to_path_buf(), source })?;
+    parse_world_named(&text, &path.display().to_string())
+}
+
+/// Parses a world (YAML or JSON) with an optional `ibm:` section (see [`IbmWorld`]).
+pub fn parse_world(text: &str) -> Result<(World, IbmWorld), crate::world::WorldError> {
+    parse_world_named(text, "<inline>")
+}
+
+fn parse_world_named(
+    text: &str,
+    origin: &str,
+) -> Result<(World, IbmWorld), crate::world::WorldError> {
+    use crate::world::WorldError;
+    let invalid = |detail: String| WorldError::Invalid { origin: origin.into(), detail };
+    let mut v: Value = if text.trim_start().starts_with('{') {
+        serde_json::from_str(text).map_err(|e| invalid(e.to_string()))?
+    } else {
+        serde_saphyr::from_str(text).map_err(|e| invalid(e.to_string()))?
+    };
+    let ibm = match v.as_object_mut().and_then(|m| m.remove("ibm")) {
+        None | Some(Value::Null) => IbmWorld::default(),
+        Some(o) => serde_json::from_value(o).map_err(|e| invalid(format!("ibm: {e}")))?,
+    };
+    let rest = if v.is_null() { "{}".to_string() } else { v.to_string() };
+    let world = World::parse(&rest).map_err(|e| match e {
+        WorldError::Invalid { detail, .. } => invalid(detail),
+        other => other,
+    })?;
+    Ok((world, ibm))
+}
+
+/// IBM's 400 for a create past a quota.
+fn over_quota(what: &str, quota: usize, have: usize) -> Resp {
+    err(
+        StatusCode::BAD_REQUEST,
+        "over_quota",
+        format!("{what} quota exceeded: the quota is {quota} and {have} exist or are requested."),
+    )
 }
 
 impl Default for IbmOptions {
@@ -108,6 +205,9 @@ impl Default for IbmOptions {
             token_lifetime: Duration::from_secs(3600),
             lb_pending: Duration::from_secs(2),
             lb_quota: 50,
+            listener_quota: 10,
+            pool_quota: 10,
+            member_quota: 50,
         }
     }
 }
@@ -1637,9 +1737,23 @@ impl IbmCloud {
                 lb.pools.push(pool);
             }
         }
+        let opts = lock(&self.opts).clone();
+        if lb.pools.len() > opts.pool_quota {
+            return Err(over_quota("Pools per load balancer", opts.pool_quota, lb.pools.len()));
+        }
+        if let Some(p) = lb.pools.iter().find(|p| p.members.len() > opts.member_quota) {
+            return Err(over_quota("Members per pool", opts.member_quota, p.members.len()));
+        }
         if let Some(ls) = v.get("listeners") {
             let ls =
                 ls.as_array().ok_or_else(|| bad("load balancer: listeners must be an array"))?;
+            if ls.len() > opts.listener_quota {
+                return Err(over_quota(
+                    "Listeners per load balancer",
+                    opts.listener_quota,
+                    ls.len(),
+                ));
+            }
             for l in ls {
                 let lid = st.next_id("listener");
                 let listener = Self::parse_listener(l, &lb, lid, &[])?;
@@ -1718,6 +1832,11 @@ impl IbmCloud {
             }
             "vpc.load_balancer_listeners.create" => {
                 Self::require_active(&st.lbs[li])?;
+                let quota = lock(&self.opts).listener_quota;
+                if st.lbs[li].listeners.len() >= quota {
+                    let have = st.lbs[li].listeners.len() + 1;
+                    return Err(over_quota("Listeners per load balancer", quota, have));
+                }
                 let v = body_json(req)?;
                 let lid = st.next_id("listener");
                 let mut l = Self::parse_listener(&v, &st.lbs[li], lid, &[])?;
@@ -1802,9 +1921,20 @@ impl IbmCloud {
             }
             "vpc.load_balancer_pools.create" => {
                 Self::require_active(&st.lbs[li])?;
+                let (pool_quota, member_quota) = {
+                    let o = lock(&self.opts);
+                    (o.pool_quota, o.member_quota)
+                };
+                if st.lbs[li].pools.len() >= pool_quota {
+                    let have = st.lbs[li].pools.len() + 1;
+                    return Err(over_quota("Pools per load balancer", pool_quota, have));
+                }
                 let v = body_json(req)?;
                 let lb = st.lbs[li].clone();
                 let mut p = self.parse_pool(st, &v, &lb)?;
+                if p.members.len() > member_quota {
+                    return Err(over_quota("Members per pool", member_quota, p.members.len()));
+                }
                 p.op = Some(self.ops.start(format!("pools/{}", p.id), Action::Create));
                 for m in &mut p.members {
                     m.op = Some(self.ops.start(format!("members/{}", m.id), Action::Create));
@@ -1926,6 +2056,11 @@ impl IbmCloud {
             }
             "vpc.load_balancer_pool_members.create" => {
                 Self::require_active(&st.lbs[li])?;
+                let quota = lock(&self.opts).member_quota;
+                if st.lbs[li].pools[pi].members.len() >= quota {
+                    let have = st.lbs[li].pools[pi].members.len() + 1;
+                    return Err(over_quota("Members per pool", quota, have));
+                }
                 let v = body_json(req)?;
                 let vpc = lb_vpc(st, &st.lbs[li]);
                 let mut m = self.parse_member(st, &v, vpc)?;
@@ -1957,6 +2092,10 @@ impl IbmCloud {
                         "members is required",
                     )
                 })?;
+                let quota = lock(&self.opts).member_quota;
+                if list.len() > quota {
+                    return Err(over_quota("Members per pool", quota, list.len()));
+                }
                 let mut members = Vec::new();
                 let vpc = lb_vpc(st, &st.lbs[li]);
                 for m in list {
