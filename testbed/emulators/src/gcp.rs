@@ -8,6 +8,7 @@
 //! |---|---|
 //! | `GET /computeMetadata/v1/…` (`Metadata-Flavor: Google`; `universe/universe-domain` is `googleapis.com`) | `metadata.get` |
 //! | `POST /token` (gce.conf `token-url`, body ignored) | `token.alt` |
+//! | `POST /v1/token` (Google STS token exchange: Workload Identity image pulls) | `sts.token` |
 //! | `GET …/projects/{p}` (with `quotas[]`) | `compute.projects.get` |
 //! | `GET …/projects/{p}/zones[/{z}]`, `…/regions[/{r}]` | `compute.zones.{list,get}`, `compute.regions.{list,get}` |
 //! | `GET …/aggregated/{coll}` | `compute.{coll}.aggregatedList` |
@@ -55,8 +56,12 @@
 //! access configs; tag `gce.tags` (comma-separated) gives the network tags (default
 //! `k8s-node`), `gce.alias` an alias IP range (`10.64.1.0/24`); other tags are labels. Power:
 //! running `RUNNING`, stopped `TERMINATED`, terminated `STOPPING`. `networks` are global
-//! networks (`default` when none), `subnets` regional subnetworks. The metadata server speaks
-//! for [`GcpOptions::metadata_instance`] (default: the world's first instance).
+//! networks (`default` when none), custom mode unless named in [`GcpOptions::auto_mode_networks`]
+//! (then `autoCreateSubnetworks: true` with a subnetwork named like the network in every
+//! region, from Google's auto-mode range, [`auto_mode_range`]); `subnets` regional
+//! subnetworks. The world file's `gcp:` section ([`GcpWorld`], read by [`load_world`]) sets
+//! quota limits and auto-mode networks. The metadata server speaks for
+//! [`GcpOptions::metadata_instance`] (default: the world's first instance).
 
 // Handlers return the Compute error reply itself as their error.
 #![allow(clippy::result_large_err)]
@@ -71,7 +76,7 @@ use serde_json::{Map, Value, json};
 
 use crate::asyncop::{Action, AsyncOps, Operation, Phase, Timing, gce_operation};
 use crate::server::{Body, Cloud, ErrorKind, ErrorReply, ServeFuture, full};
-use crate::world::{Instance, PowerState, World};
+use crate::world::{Instance, PowerState, World, WorldError};
 
 /// Where Compute's self-links point (as Compute answers whatever endpoint was called).
 pub const LINK_PREFIX: &str = "https://www.googleapis.com/compute/v1/";
@@ -109,6 +114,123 @@ pub struct GcpOptions {
     /// Quota limits by Compute metric ([`REGIONAL_QUOTAS`] per region, [`PROJECT_QUOTAS`] per
     /// project); a metric not given has its [`default_quota`].
     pub quotas: BTreeMap<String, u64>,
+    /// Networks in auto mode (`autoCreateSubnetworks: true`): each has a subnetwork named
+    /// like it in every region of the world, from Google's auto-mode range
+    /// ([`auto_mode_range`]), besides the world's own subnets of it.
+    pub auto_mode_networks: BTreeSet<String>,
+}
+
+/// The GCP-only part of a world file, under its `gcp:` key:
+///
+/// ```yaml
+/// gcp:
+///   quotas: { FORWARDING_RULES: 2, HEALTH_CHECKS: 10 }   # limits; see REGIONAL_QUOTAS, PROJECT_QUOTAS
+///   auto_mode_networks: [default]                     # networks in auto mode
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GcpWorld {
+    /// Quota limits by metric ([`GcpOptions::quotas`]); an unknown metric is refused.
+    #[serde(default)]
+    pub quotas: BTreeMap<String, u64>,
+    /// Networks in auto mode ([`GcpOptions::auto_mode_networks`]); each must be a network of
+    /// the world (`default` when the world names none).
+    #[serde(default)]
+    pub auto_mode_networks: Vec<String>,
+}
+
+impl GcpWorld {
+    /// Sets these on `opts`.
+    pub fn apply(&self, opts: &mut GcpOptions) {
+        opts.quotas.extend(self.quotas.iter().map(|(k, v)| (k.clone(), *v)));
+        opts.auto_mode_networks.extend(self.auto_mode_networks.iter().cloned());
+    }
+}
+
+/// Reads a world file with an optional `gcp:` section ([`GcpWorld`]): the kit's world and the
+/// GCP settings, each checked (an unknown quota metric or auto-mode network is named).
+pub fn load_world(path: &std::path::Path) -> Result<(World, GcpWorld), WorldError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|source| WorldError::Read { path: path.to_path_buf(), source })?;
+    parse_world_named(&text, &path.display().to_string())
+}
+
+/// [`load_world`] from text.
+pub fn parse_world(text: &str) -> Result<(World, GcpWorld), WorldError> {
+    parse_world_named(text, "<inline>")
+}
+
+fn parse_world_named(text: &str, origin: &str) -> Result<(World, GcpWorld), WorldError> {
+    let invalid = |detail: String| WorldError::Invalid { origin: origin.into(), detail };
+    let mut v: Value = if text.trim_start().starts_with('{') {
+        serde_json::from_str(text).map_err(|e| invalid(e.to_string()))?
+    } else {
+        serde_saphyr::from_str(text).map_err(|e| invalid(e.to_string()))?
+    };
+    let gcp = match v.as_object_mut().and_then(|m| m.remove("gcp")) {
+        None | Some(Value::Null) => GcpWorld::default(),
+        Some(o) => serde_json::from_value(o).map_err(|e| invalid(format!("gcp: {e}")))?,
+    };
+    for metric in gcp.quotas.keys() {
+        if !REGIONAL_QUOTAS.contains(&metric.as_str()) && !PROJECT_QUOTAS.contains(&metric.as_str())
+        {
+            return Err(invalid(format!(
+                "gcp: quotas: unknown metric {metric:?} (known: {})",
+                REGIONAL_QUOTAS
+                    .iter()
+                    .chain(PROJECT_QUOTAS)
+                    .copied()
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )));
+        }
+    }
+    let rest = if v.is_null() { "{}".to_string() } else { v.to_string() };
+    let world = World::parse(&rest).map_err(|e| match e {
+        WorldError::Invalid { detail, .. } => invalid(detail),
+        other => other,
+    })?;
+    for n in &gcp.auto_mode_networks {
+        let known = if world.networks.is_empty() {
+            n == "default"
+        } else {
+            world.networks.iter().any(|x| &x.name == n)
+        };
+        if !known {
+            return Err(invalid(format!(
+                "gcp: auto_mode_networks: {n:?} is not a network of the world"
+            )));
+        }
+    }
+    Ok((world, gcp))
+}
+
+/// The IPv4 range of an auto-mode network's subnetwork in `region`: Google's for the regions
+/// it publishes (us-central1 `10.128.0.0/20`, …), else a /20 inside `10.128.0.0/9` derived
+/// from the region's name.
+pub fn auto_mode_range(region: &str) -> String {
+    const KNOWN: &[(&str, &str)] = &[
+        ("us-central1", "10.128.0.0/20"),
+        ("europe-west1", "10.132.0.0/20"),
+        ("us-west1", "10.138.0.0/20"),
+        ("asia-east1", "10.140.0.0/20"),
+        ("us-east1", "10.142.0.0/20"),
+        ("asia-northeast1", "10.146.0.0/20"),
+        ("asia-southeast1", "10.148.0.0/20"),
+        ("us-east4", "10.150.0.0/20"),
+        ("australia-southeast1", "10.152.0.0/20"),
+        ("europe-west2", "10.154.0.0/20"),
+        ("europe-west3", "10.156.0.0/20"),
+        ("southamerica-east1", "10.158.0.0/20"),
+        ("asia-south1", "10.160.0.0/20"),
+        ("northamerica-northeast1", "10.162.0.0/20"),
+        ("europe-west4", "10.164.0.0/20"),
+        ("europe-north1", "10.166.0.0/20"),
+    ];
+    if let Some((_, r)) = KNOWN.iter().find(|(name, _)| *name == region) {
+        return (*r).to_string();
+    }
+    format!("10.{}.{}.0/20", 168 + fnv(region) % 80, (fnv(region) >> 8) % 16 * 16)
 }
 
 /// The regional quota metrics the emulator enforces: `FORWARDING_RULES` (forwarding rules of
@@ -152,6 +274,7 @@ impl Default for GcpOptions {
             service_account: "default-sa@emulated-project.iam.gserviceaccount.com".into(),
             token_lifetime: Duration::from_secs(3600),
             quotas: BTreeMap::new(),
+            auto_mode_networks: BTreeSet::new(),
         }
     }
 }
@@ -258,6 +381,8 @@ fn rel(link: &str) -> &str {
 enum Target {
     Metadata(String),
     AltToken,
+    /// Google's Security Token Service token exchange (`POST /v1/token`).
+    Sts,
     Project,
     Zones(Option<String>),
     Regions(Option<String>),
@@ -275,6 +400,9 @@ fn parse_target(path: &str) -> (Option<String>, Target) {
     }
     if path == "/token" {
         return (None, Target::AltToken);
+    }
+    if path == "/v1/token" {
+        return (None, Target::Sts);
     }
     let Some(rest) = path.strip_prefix("/compute/v1/projects/") else {
         return (None, Target::Unknown);
@@ -328,6 +456,7 @@ fn operation_name(method: &Method, t: &Target) -> String {
     match t {
         Target::Metadata(_) => "metadata.get".into(),
         Target::AltToken => "token.alt".into(),
+        Target::Sts => "sts.token".into(),
         Target::Project => "compute.projects.get".into(),
         Target::Zones(None) => "compute.zones.list".into(),
         Target::Zones(Some(_)) => "compute.zones.get".into(),
@@ -635,6 +764,8 @@ struct State {
     next_id: u64,
     next_ip: u32,
     attributes: BTreeMap<String, String>,
+    /// Subject tokens STS exchanged.
+    sts_subjects: Vec<String>,
 }
 
 /// The GCP emulator (Compute v1 subset and the metadata server on one URL).
@@ -809,15 +940,39 @@ impl GcpCloud {
         } else {
             self.world.networks.iter().map(|n| (n.name.clone(), n.cidr.clone())).collect()
         };
+        let auto = self.o().auto_mode_networks;
         for (name, _) in &nets {
             let id = Self::next_id(&mut st, name);
-            let v = json!({
+            let auto_mode = auto.contains(name);
+            let mut v = json!({
                 "kind": "compute#network", "id": id, "name": name,
                 "creationTimestamp": rfc3339_now(),
                 "selfLink": self.link("global", "networks", name),
-                "autoCreateSubnetworks": false,
+                "autoCreateSubnetworks": auto_mode,
                 "routingConfig": { "routingMode": "REGIONAL" },
             });
+            if auto_mode {
+                let mut subnets = vec![];
+                for r in self.regions() {
+                    let scope = format!("regions/{r}");
+                    let id = Self::next_id(&mut st, &format!("{name}/{r}"));
+                    let link = self.link(&scope, "subnetworks", name);
+                    let s = json!({
+                        "kind": "compute#subnetwork", "id": id, "name": name,
+                        "creationTimestamp": rfc3339_now(),
+                        "network": self.link("global", "networks", name),
+                        "ipCidrRange": auto_mode_range(&r),
+                        "gatewayAddress": gateway_of(&auto_mode_range(&r)),
+                        "region": format!("{}/regions/{r}", self.base()),
+                        "selfLink": link,
+                        "stackType": "IPV4_ONLY",
+                        "fingerprint": "AAAAAAAAAAA=",
+                    });
+                    st.res.insert(("subnetworks".into(), scope, name.clone()), s);
+                    subnets.push(json!(link));
+                }
+                v["subnetworks"] = json!(subnets);
+            }
             st.res.insert(("networks".into(), "global".into(), name.clone()), v);
         }
         let first_net = nets[0].0.clone();
@@ -1152,6 +1307,58 @@ impl GcpCloud {
         reply(StatusCode::OK, &json!({ "accessToken": t, "expireTime": rfc3339_at(secs) }))
     }
 
+    /// Google STS's token exchange as Workload Identity image pulls call it: a JSON body with
+    /// `grant_type` token-exchange, `subject_token_type` jwt, `requested_token_type`
+    /// access_token, a non-empty `subject_token` and the audience
+    /// `identitynamespace:<project>.svc.id.goog:<identity provider>`; answered with a token
+    /// this emulator issued (Compute accepts it). Anything else: 400 in STS's OAuth shape
+    /// (`{"error":"invalid_request"|"invalid_grant","error_description"}`). The subject
+    /// tokens received are kept ([`GcpCloud::sts_subjects`]).
+    fn sts_exchange(&self, req: &Request<Bytes>) -> Resp {
+        let oauth = |code: &str, why: &str| {
+            reply(StatusCode::BAD_REQUEST, &json!({ "error": code, "error_description": why }))
+        };
+        let Ok(body) = serde_json::from_slice::<Value>(req.body()) else {
+            return oauth("invalid_request", "The request body is not JSON.");
+        };
+        let field = |k: &str| body[k].as_str().unwrap_or_default().to_string();
+        if field("grant_type") != "urn:ietf:params:oauth:grant-type:token-exchange" {
+            return oauth("unsupported_grant_type", "Invalid value for \"grant_type\".");
+        }
+        if field("subject_token_type") != "urn:ietf:params:oauth:token-type:jwt"
+            || field("requested_token_type") != "urn:ietf:params:oauth:token-type:access_token"
+        {
+            return oauth("invalid_request", "Invalid token type.");
+        }
+        let prefix = format!("identitynamespace:{}.svc.id.goog:", self.project());
+        if !field("audience").starts_with(&prefix) {
+            return oauth(
+                "invalid_target",
+                "The target service indicated by the \"audience\" parameters is invalid.",
+            );
+        }
+        let subject = field("subject_token");
+        if subject.is_empty() {
+            return oauth("invalid_grant", "The subject token is empty.");
+        }
+        self.st().sts_subjects.push(subject);
+        let t = self.issue_token();
+        reply(
+            StatusCode::OK,
+            &json!({
+                "access_token": t,
+                "issued_token_type": "urn:ietf:params:oauth:token-type:access_token",
+                "token_type": "Bearer",
+                "expires_in": self.o().token_lifetime.as_secs(),
+            }),
+        )
+    }
+
+    /// The subject tokens STS exchanged so far.
+    pub fn sts_subjects(&self) -> Vec<String> {
+        self.st().sts_subjects.clone()
+    }
+
     fn page(
         &self,
         qs: &[(String, String)],
@@ -1364,6 +1571,13 @@ impl GcpCloud {
                     err(405, "methodNotAllowed", "POST only")
                 });
             }
+            Target::Sts => {
+                return Ok(if req.method() == Method::POST {
+                    self.sts_exchange(req)
+                } else {
+                    err(405, "methodNotAllowed", "POST only")
+                });
+            }
             Target::Unknown => return Ok(not_found(req.uri().path())),
             t => {
                 if let Err(r) = self.authorise(req) {
@@ -1505,10 +1719,13 @@ impl GcpCloud {
     /// when the body names a known subnetwork with an IPv4 range.
     fn alloc_subnet_ip(st: &mut State, subnet_link: &str) -> Option<String> {
         let name = subnet_link.rsplit('/').next()?;
+        let region = subnet_region(subnet_link);
         let range = st
             .res
             .iter()
-            .find(|((c, _, n), _)| c == "subnetworks" && n == name)
+            .find(|((c, sc, n), _)| {
+                c == "subnetworks" && n == name && region.as_ref().is_none_or(|r| sc == r)
+            })
             .and_then(|(_, v)| v["ipCidrRange"].as_str().map(str::to_string))?;
         let net: ipnet::Ipv4Net = range.parse().ok()?;
         let hosts = (1u64 << (32 - u32::from(net.prefix_len()))).saturating_sub(2);
@@ -1679,9 +1896,12 @@ impl GcpCloud {
     /// The IPv4 range of the subnetwork `link` names (`None` when unknown).
     fn subnet_range(st: &State, link: &str) -> Option<ipnet::Ipv4Net> {
         let name = link.rsplit('/').next()?;
+        let region = subnet_region(link);
         st.res
             .iter()
-            .find(|((c, _, n), _)| c == "subnetworks" && n == name)
+            .find(|((c, sc, n), _)| {
+                c == "subnetworks" && n == name && region.as_ref().is_none_or(|r| sc == r)
+            })
             .and_then(|(_, v)| v["ipCidrRange"].as_str())
             .and_then(|r| r.parse().ok())
     }
@@ -2459,6 +2679,22 @@ fn rfc3339_at(secs: u64) -> String {
     let m = if mp < 10 { mp + 3 } else { mp - 9 };
     let y = yoe + era * 400 + i64::from(m <= 2);
     format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z", rem / 3600, (rem / 60) % 60, rem % 60)
+}
+
+/// The `regions/<r>` scope a subnetwork link names (auto-mode subnetworks share their
+/// network's name in every region).
+fn subnet_region(link: &str) -> Option<String> {
+    let i = link.find("/regions/")?;
+    let rest = &link[i + "/regions/".len()..];
+    Some(format!("regions/{}", rest.split('/').next()?))
+}
+
+/// The first host of an IPv4 range (a subnetwork's gateway).
+fn gateway_of(cidr: &str) -> String {
+    match cidr.parse::<ipnet::Ipv4Net>() {
+        Ok(n) => std::net::Ipv4Addr::from(u32::from(n.network()) + 1).to_string(),
+        Err(_) => String::new(),
+    }
 }
 
 fn last(link: &str) -> &str {

@@ -483,3 +483,87 @@ async fn inserts_past_a_quota_are_refused_naming_the_metric() {
         project["quotas"].as_array().unwrap().iter().find(|m| m["metric"] == "FIREWALLS").cloned();
     assert_eq!(fws.map(|m| m["usage"].clone()), Some(json!(1.0)));
 }
+
+/// The world file's `gcp:` section (#31 leftover): quota limits set there are enforced as
+/// [`GcpCloud::set_quota`]'s, with Compute's `quotaExceeded` error naming the metric, and
+/// reported by `regions.get`; a mistyped metric or an unknown auto-mode network is refused
+/// naming it. An auto-mode network has a subnetwork named like it in every region (Google's
+/// auto-mode range), listed by Compute's network filter.
+#[tokio::test]
+async fn the_world_file_sets_quotas_and_auto_mode_networks() {
+    let text = r#"
+region: us-central1
+zones: [us-central1-a]
+instances:
+  - { name: n1, zone: us-central1-a }
+gcp:
+  quotas: { FORWARDING_RULES: 1 }
+  auto_mode_networks: [default]
+"#;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("world.yaml");
+    std::fs::write(&path, text).unwrap();
+    let (world, gcp) = ccm_emulators::gcp::load_world(&path).unwrap();
+    assert_eq!(gcp.quotas.get("FORWARDING_RULES"), Some(&1));
+    let mut opts = GcpOptions::default();
+    gcp.apply(&mut opts);
+    let g = Gcp::start(world, opts).await;
+    let r = "regions/us-central1";
+
+    let (s, _) = g
+        .done(reqwest::Method::POST, &format!("{r}/targetPools"), Some(json!({"name": "tp"})))
+        .await;
+    assert_eq!(s, 200);
+    let rule = |name: &str| json!({"name": name, "portRange": "80", "target": format!("{r}/targetPools/tp")});
+    assert_eq!(
+        g.call(reqwest::Method::POST, &format!("{r}/forwardingRules"), Some(rule("f1"))).await.0,
+        200
+    );
+    let (s, v) =
+        g.call(reqwest::Method::POST, &format!("{r}/forwardingRules"), Some(rule("f2"))).await;
+    assert_eq!(
+        (s, v["error"]["errors"][0]["reason"].as_str()),
+        (403, Some("quotaExceeded")),
+        "{v}"
+    );
+    let msg = v["error"]["message"].as_str().unwrap();
+    assert!(
+        msg.contains("Quota 'FORWARDING_RULES' exceeded.  Limit: 1.0 in region us-central1"),
+        "{msg}"
+    );
+    let region = g.get(r).await;
+    let fr = region["quotas"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["metric"] == "FORWARDING_RULES")
+        .cloned()
+        .unwrap();
+    assert_eq!((fr["limit"].as_f64(), fr["usage"].as_f64()), (Some(1.0), Some(1.0)));
+
+    // The auto-mode network and its subnetwork of the region.
+    let net = g.get("global/networks/default").await;
+    assert_eq!(net["autoCreateSubnetworks"], true);
+    let (s, list) = g
+        .call(
+            reqwest::Method::GET,
+            &format!("{r}/subnetworks?filter={}", "network%20eq%20.*%2Fdefault%24"),
+            None,
+        )
+        .await;
+    assert_eq!(s, 200, "{list}");
+    let items = list["items"].as_array().unwrap();
+    assert_eq!(items.len(), 1, "{list}");
+    assert_eq!(items[0]["ipCidrRange"], "10.128.0.0/20");
+    assert_eq!(items[0]["name"], "default");
+
+    // Mistakes are named.
+    for (bad, named) in [
+        ("gcp: { quotas: { FORWARDING_RULE: 1 } }", "FORWARDING_RULE"),
+        ("gcp: { auto_mode_networks: [nope] }", "nope"),
+        ("gcp: { quota: {} }", "quota"),
+    ] {
+        let e = ccm_emulators::gcp::parse_world(bad).unwrap_err().to_string();
+        assert!(e.contains(named), "{bad}: {e}");
+    }
+}
