@@ -314,8 +314,15 @@ pub struct Compute {
     pub target_pools: gc::TargetPools,
     /// `compute.httpHealthChecks` (legacy, global).
     pub http_health_checks: gc::HttpHealthChecks,
-    /// `compute.regionHealthChecks`.
+    /// `compute.healthChecks` (global: the internal load balancer's, as upstream's).
+    pub health_checks: gc::HealthChecks,
+    /// `compute.regionHealthChecks` (the internal load balancer's before they moved to global
+    /// ones: found and replaced on the next sync, deleted with their load balancer).
     pub region_health_checks: gc::RegionHealthChecks,
+    /// `compute.networks` (reads: the network's mode, for an auto-mode network's subnetwork).
+    pub networks: gc::Networks,
+    /// `compute.subnetworks` (reads: the auto-mode network's subnetwork of the region).
+    pub subnetworks: gc::Subnetworks,
     /// `compute.regionBackendServices`.
     pub region_backend_services: gc::RegionBackendServices,
     /// `compute.instanceGroups` (zonal, unmanaged).
@@ -549,12 +556,15 @@ impl GceClient {
                     forwarding_rules: build!(gc::ForwardingRules, "forwardingRules", e, c),
                     target_pools: build!(gc::TargetPools, "targetPools", e, c),
                     http_health_checks: build!(gc::HttpHealthChecks, "httpHealthChecks", e, c),
+                    health_checks: build!(gc::HealthChecks, "healthChecks", e, c),
                     region_health_checks: build!(
                         gc::RegionHealthChecks,
                         "regionHealthChecks",
                         e,
                         c
                     ),
+                    networks: build!(gc::Networks, "networks", e, c),
+                    subnetworks: build!(gc::Subnetworks, "subnetworks", e, c),
                     region_backend_services: build!(
                         gc::RegionBackendServices,
                         "regionBackendServices",

@@ -271,7 +271,7 @@ pub static CONFIG_KEYS: &[KeyDoc] = &[
         key: "subnetwork-name",
         value: "subnetwork name or URL",
         example: "k8s-subnet",
-        doc: "The subnetwork of internal load balancers: a name in the region, or a URL when it contains `/`. Needed on custom-mode networks.",
+        doc: "The subnetwork of internal load balancers: a name in the region, or a URL when it contains `/`. Not set: on an auto-mode network, the network's subnetwork of the region (inside `10.128.0.0/9`), as upstream picks it; on a custom-mode network an internal load balancer without the subnet annotation is an error naming this key.",
     },
     KeyDoc {
         section: GLOBAL,
@@ -348,7 +348,7 @@ pub static CONFIG_KEYS: &[KeyDoc] = &[
         key: "alpha-features",
         value: "feature name, one per line, may repeat",
         example: "ILBSubsets",
-        doc: "Upstream's alpha feature gates (`ILBSubsets`, `SkipIGsManagement`); other names are accepted with a warning. A bare `alpha-features` clears the list.",
+        doc: "Upstream's alpha feature gates, honoured as upstream: `ILBSubsets` (new internal load balancers are left to GKE's L4 controller; ones made before are still updated and deleted) and `SkipIGsManagement` (the `k8s-ig--<clusterID>*` instance groups are used as found, never created, changed or deleted). Other names are accepted with a warning. A bare `alpha-features` clears the list.",
     },
     KeyDoc {
         section: GLOBAL,

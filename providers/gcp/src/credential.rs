@@ -29,10 +29,21 @@
 //! to it; `{"auths": {…}}` (config.json) is read as well as the legacy `.dockercfg` map; the
 //! metadata host honours `GCE_METADATA_HOST`; every request is bounded (10 s, as upstream's
 //! client) and the whole answer by [`PLUGIN_DEADLINE`], where upstream's scope check retried
-//! without end. Workload Identity image pulls (`--identity-provider`, Service Accounts
-//! annotated `iam.gke.io/enable-wi-image-pull: "true"`) are not implemented: such a request
-//! fails with a message (upstream fails it without one when the exchange fails); other
-//! requests use the node's account, as upstream.
+//! without end.
+//!
+//! Workload Identity image pulls (issue #32), as upstream's `gcr` flow: with
+//! `--identity-provider=URL --project-id=P`, a request whose Service Account is annotated
+//! `iam.gke.io/enable-wi-image-pull: "true"` trades the Pod's Service Account token (the
+//! kubelet sends it with `tokenAttributes`) at Google's Security Token Service
+//! ([`STS_ENDPOINT`], `POST` JSON: `grant_type` token-exchange, `subject_token_type` jwt,
+//! `requested_token_type` access_token, scope `cloud-platform`, audience
+//! `identitynamespace:<P>.svc.id.goog:<URL>`) for a federated access token, answered as
+//! `_token` for Google's registries. Opted in without a token, or a failed exchange: an error,
+//! never a fall-back to the node's account (upstream's fail-fast). Other requests use the node's
+//! account. The exchange is bounded by [`STS_TIMEOUT`] (upstream's 30 s) within the whole
+//! answer's deadline; the Service Account token and the access token are never logged.
+//! `AUTH_PROVIDER_GCP_STS_ENDPOINT` points it elsewhere (a private endpoint, tests): https,
+//! or http on a loopback host only.
 //!
 //! Tokens and passwords never reach stderr: errors name the metadata path, the attribute or
 //! the URL's scheme and host, never a body or a full URL (a signed URL is a credential).
@@ -84,6 +95,16 @@ pub const CACHE_DURATION_ENV: &str = "KUBE_SIDECAR_CACHE_DURATION";
 
 /// How the kubelet keys its cache: `image`, `registry` or `global` (upstream's variable).
 pub const CACHE_TYPE_ENV: &str = "KUBE_SIDECAR_CACHE_TYPE";
+
+/// Google's Security Token Service token exchange (upstream's `googleSTSEndpoint`).
+pub const STS_ENDPOINT: &str = "https://sts.googleapis.com/v1/token";
+
+/// The environment variable overriding [`STS_ENDPOINT`] (not upstream's: private endpoints and
+/// tests; https, or http on a loopback host).
+pub const STS_ENDPOINT_ENV: &str = "AUTH_PROVIDER_GCP_STS_ENDPOINT";
+
+/// The bound on the STS exchange (upstream's `stsHTTPClientTimeout`).
+pub const STS_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The Service Account annotation opting a Pod's pulls into Workload Identity.
 pub const WORKLOAD_IDENTITY_ANNOTATION: &str = "iam.gke.io/enable-wi-image-pull";
@@ -170,13 +191,12 @@ pub enum AuthError {
     /// A reply that does not mean what it should (never quoted).
     #[error("{0}")]
     Reply(String),
-    /// A Workload Identity pull, which this build does not do.
+    /// A Workload Identity pull that cannot be done (the message says why, never a token).
     #[error(
-        "the Pod's Service Account opts into Workload Identity image pulls \
-         ({WORKLOAD_IDENTITY_ANNOTATION}) and --identity-provider is set, which this \
-         auth-provider-gcp does not implement"
+        "Workload Identity image pull (the Pod's Service Account is annotated \
+         {WORKLOAD_IDENTITY_ANNOTATION}): {0}"
     )]
-    WorkloadIdentity,
+    WorkloadIdentity(String),
     /// The answer took longer than [`PLUGIN_DEADLINE`].
     #[error(transparent)]
     Deadline(#[from] DeadlineExceeded),
@@ -191,6 +211,8 @@ pub struct Options {
     pub identity_provider: Option<String>,
     /// `--project-id` (Workload Identity).
     pub project_id: Option<String>,
+    /// Google's STS token endpoint ([`STS_ENDPOINT`], or [`STS_ENDPOINT_ENV`]).
+    pub sts_endpoint: String,
     /// The metadata server's root URL (`http://host[:port]`).
     pub metadata_root: String,
     /// The bound on one HTTP request.
@@ -236,10 +258,15 @@ impl Options {
                 });
             }
         };
+        let sts_endpoint = match env(STS_ENDPOINT_ENV).filter(|v| !v.trim().is_empty()) {
+            None => STS_ENDPOINT.to_string(),
+            Some(v) => sts_endpoint(v.trim())?,
+        };
         Ok(Some(Options {
             flow: flags.flow,
             identity_provider: flags.identity_provider,
             project_id: flags.project_id,
+            sts_endpoint,
             metadata_root: metadata_root(env(METADATA_HOST_ENV).as_deref()),
             request_timeout: REQUEST_TIMEOUT,
             deadline: PLUGIN_DEADLINE,
@@ -247,6 +274,27 @@ impl Options {
             cache_duration,
             cache_key_type,
         }))
+    }
+}
+
+/// An STS endpoint from [`STS_ENDPOINT_ENV`]: https, or http on a loopback host (the Pod's
+/// Service Account token is sent there). The value is never quoted back.
+fn sts_endpoint(v: &str) -> Result<String, AuthError> {
+    let bad = |why: &str| AuthError::Env { name: STS_ENDPOINT_ENV, message: why.to_string() };
+    let url = reqwest::Url::parse(v).map_err(|_| bad("not a URL"))?;
+    if !url.username().is_empty() || url.password().is_some() {
+        return Err(bad("must not carry user information"));
+    }
+    let loopback = match url.host() {
+        Some(url::Host::Domain(d)) => d == "localhost",
+        Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+        Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
+        None => false,
+    };
+    match url.scheme() {
+        "https" => Ok(url.to_string()),
+        "http" if loopback => Ok(url.to_string()),
+        _ => Err(bad("must be an https URL (http only on a loopback host)")),
     }
 }
 
@@ -415,14 +463,26 @@ impl Provider {
         let mut cache = self.options.cache_duration;
         let auth = match self.options.flow {
             AuthFlow::Gcr => {
-                if self.options.identity_provider.is_some()
-                    && req
-                        .service_account_annotations
-                        .as_ref()
-                        .and_then(|a| a.get(WORKLOAD_IDENTITY_ANNOTATION))
-                        .is_some_and(|v| v == "true")
-                {
-                    return Err(AuthError::WorkloadIdentity);
+                let opted_in = req
+                    .service_account_annotations
+                    .as_ref()
+                    .and_then(|a| a.get(WORKLOAD_IDENTITY_ANNOTATION))
+                    .is_some_and(|v| v == "true");
+                if let (Some(idp), true) = (self.options.identity_provider.as_deref(), opted_in) {
+                    let ksa = req.service_account_token.as_deref().unwrap_or_default();
+                    if ksa.is_empty() {
+                        return Err(AuthError::WorkloadIdentity(
+                            "the kubelet sent no Service Account token (its credential provider \
+                             config needs tokenAttributes); not falling back to the node's account"
+                                .into(),
+                        ));
+                    }
+                    let (token, lifetime) = self.sts_exchange(idp, ksa).await?;
+                    if let Some(lifetime) = lifetime {
+                        cache = cache.min(lifetime);
+                    }
+                    let auth = registry_auth(&req.image, &token);
+                    return Ok(req.respond(self.options.cache_key_type, Some(cache), auth));
                 }
                 self.check_scopes().await?;
                 let (token, lifetime) = self.token().await?;
@@ -508,6 +568,81 @@ impl Provider {
             )));
         }
         Ok((token.access_token, token.expires_in.map(Duration::from_secs)))
+    }
+
+    /// Upstream's `exchangeKSATokenForFederated`: the Service Account token `ksa` for a
+    /// federated access token at STS, within [`STS_TIMEOUT`]; not retried (a token exchange
+    /// is not known to be idempotent). Errors carry STS's OAuth error code, never a token.
+    async fn sts_exchange(
+        &self,
+        identity_provider: &str,
+        ksa: &str,
+    ) -> Result<(String, Option<Duration>), AuthError> {
+        #[derive(serde::Deserialize)]
+        struct Answer {
+            #[serde(default)]
+            access_token: String,
+            #[serde(default)]
+            expires_in: Option<u64>,
+        }
+        #[derive(serde::Deserialize)]
+        struct OauthError {
+            #[serde(default)]
+            error: String,
+        }
+        let wi = AuthError::WorkloadIdentity;
+        let Some(project) = self.options.project_id.as_deref() else {
+            return Err(wi("--project-id is not set".into()));
+        };
+        let body = serde_json::json!({
+            "audience": format!("identitynamespace:{project}.svc.id.goog:{identity_provider}"),
+            "grant_type": "urn:ietf:params:oauth:grant-type:token-exchange",
+            "requested_token_type": "urn:ietf:params:oauth:token-type:access_token",
+            "scope": "https://www.googleapis.com/auth/cloud-platform",
+            "subject_token": ksa,
+            "subject_token_type": "urn:ietf:params:oauth:token-type:jwt",
+        });
+        let send = self
+            .http
+            .post(&self.options.sts_endpoint)
+            .timeout(STS_TIMEOUT)
+            .header("Content-Type", "application/json")
+            .body(body.to_string())
+            .send();
+        let mut resp = send
+            .await
+            .map_err(|e| wi(format!("the STS token exchange failed: {}", transport_error(&e))))?;
+        let status = resp.status();
+        let mut reply = Vec::new();
+        while let Some(chunk) = resp
+            .chunk()
+            .await
+            .map_err(|e| wi(format!("the STS reply broke off: {}", transport_error(&e))))?
+        {
+            if reply.len() + chunk.len() > MAX_REPLY {
+                return Err(wi(format!("the STS reply is larger than {MAX_REPLY} bytes")));
+            }
+            reply.extend_from_slice(&chunk);
+        }
+        if !status.is_success() {
+            let code = serde_json::from_slice::<OauthError>(&reply)
+                .ok()
+                .map(|e| e.error)
+                .filter(|c| {
+                    !c.is_empty() && c.len() < 64 && c.bytes().all(|b| b.is_ascii_graphic())
+                })
+                .unwrap_or_else(|| "no OAuth error code".into());
+            return Err(wi(format!(
+                "the STS token exchange was refused: HTTP {status} ({code}); not falling back to the node's account"
+            )));
+        }
+        // Never quote the reply: it holds a token.
+        let answer: Answer = serde_json::from_slice(&reply)
+            .map_err(|_| wi("the STS reply is not a token answer".into()))?;
+        if answer.access_token.is_empty() {
+            return Err(wi("the STS reply has no access_token".into()));
+        }
+        Ok((answer.access_token, answer.expires_in.map(Duration::from_secs)))
     }
 
     async fn metadata_attribute(&self, name: &'static str) -> Result<Vec<u8>, AuthError> {

@@ -32,7 +32,7 @@ use ccm_core::cloud::{
 use crate::client::{ClientError, ClientOptions, GceClient};
 use crate::config::{Config, ConfigError};
 use crate::instances::GceInstances;
-use crate::load_balancer::{GceLoadBalancer, LbOptions, Timings};
+use crate::load_balancer::{AlphaFeatures, GceLoadBalancer, LbOptions, Timings};
 use crate::routes::GceRoutes;
 
 /// Why the provider could not be built.
@@ -108,8 +108,12 @@ impl GcpProvider {
         let client = Arc::new(GceClient::new(&config.global, options)?);
         let instances = Arc::new(GceInstances::new(client.clone()));
         let routes = Arc::new(GceRoutes::new(client.clone()));
-        let load_balancer =
-            Arc::new(GceLoadBalancer::new(client.clone(), timings).with_options(lb));
+        let alpha = AlphaFeatures::from_names(&config.global.alpha_features);
+        let load_balancer = Arc::new(
+            GceLoadBalancer::new(client.clone(), timings)
+                .with_options(lb)
+                .with_alpha_features(alpha),
+        );
         tracing::info!(
             project = config.global.project_id.as_deref().unwrap_or("<metadata server>"),
             endpoint = %client.endpoint(),

@@ -318,6 +318,15 @@ pub struct ServiceConfig {
     pub share_backend: bool,
 }
 
+/// The Service's ports use more than one protocol (upstream's `checkMixedProtocol`).
+pub fn mixed_protocols(service: &Service) -> bool {
+    let ports = service.spec.as_ref().and_then(|s| s.ports.as_deref()).unwrap_or_default();
+    let proto = |p: &k8s_openapi::api::core::v1::ServicePort| {
+        p.protocol.clone().unwrap_or_else(|| "TCP".into())
+    };
+    ports.first().is_some_and(|first| ports.iter().any(|p| proto(p) != proto(first)))
+}
+
 /// Whether `s` is a valid Compute resource name (RFC 1035 label, lower case, ≤ 63).
 pub fn valid_name(s: &str) -> bool {
     let b = s.as_bytes();
@@ -345,6 +354,18 @@ fn parse_cidrs(what: &str, items: &[&str]) -> Result<Vec<String>, ProviderError>
 impl ServiceConfig {
     /// Reads and checks the Service. No cloud call.
     pub fn parse(service: &Service) -> Result<ServiceConfig, ProviderError> {
+        Self::parse_with(service, false)
+    }
+
+    /// [`Self::parse`] for a node update of a Service whose ports mix protocols (upstream
+    /// keeps updating those): the first port's protocol is used.
+    pub fn parse_allowing_mixed_protocols(
+        service: &Service,
+    ) -> Result<ServiceConfig, ProviderError> {
+        Self::parse_with(service, true)
+    }
+
+    fn parse_with(service: &Service, allow_mixed: bool) -> Result<ServiceConfig, ProviderError> {
         let spec = service.spec.clone().unwrap_or_default();
         let scheme = scheme(service)?;
         let sp = spec.ports.clone().unwrap_or_default();
@@ -352,7 +373,7 @@ impl ServiceConfig {
             return Err(invalid("spec.ports", "no ports specified for GCE load balancer"));
         }
         let protocol = sp[0].protocol.clone().unwrap_or_else(|| "TCP".into());
-        if sp.iter().any(|p| p.protocol.as_deref().unwrap_or("TCP") != protocol) {
+        if !allow_mixed && mixed_protocols(service) {
             return Err(invalid(
                 "spec.ports",
                 "mixed protocol is not supported for LoadBalancer (all ports must be TCP, or all UDP)",

@@ -1,20 +1,25 @@
 //! The Compute calls of the load balancers, one function per call: every read through
 //! [`GceClient::call`] (a 404 is `None`), every mutation through [`GceClient::mutate`] (its
 //! `Operation` awaited). Regional resources live in the cluster's project and region;
-//! firewalls in the network project (upstream's project router); health checks, legacy HTTP
-//! health checks and firewalls are global.
+//! firewalls, networks and subnetworks in the network project (upstream's project router);
+//! health checks, legacy HTTP health checks and firewalls are global.
 
 use std::sync::Arc;
 
 use google_cloud_compute_v1::model::{
     Address, BackendService, Firewall, ForwardingRule, HealthCheck, HttpHealthCheck, Instance,
     InstanceGroup, InstanceGroupsAddInstancesRequest, InstanceGroupsListInstancesRequest,
-    InstanceGroupsRemoveInstancesRequest, InstanceReference, TargetPool,
+    InstanceGroupsRemoveInstancesRequest, InstanceReference, Network, Subnetwork, TargetPool,
     TargetPoolsAddInstanceRequest, TargetPoolsRemoveInstanceRequest,
     instance_groups_list_instances_request::InstanceState,
 };
 
 use crate::client::{Compute, GceClient, GceError, Scope, link};
+
+/// A `…/regions/<r>/…` link (a regional resource).
+pub fn is_regional_link(link: &str) -> bool {
+    link.contains("/regions/")
+}
 
 /// `Ok(None)` for a 404.
 fn found<T>(r: Result<T, GceError>) -> Result<Option<T>, GceError> {
@@ -51,6 +56,9 @@ pub struct Api<'a> {
     c: &'a Compute,
     /// The cluster's scope.
     pub scope: Arc<Scope>,
+    /// `gcloud` commands for firewall changes Compute refused on a Shared VPC, for the
+    /// Service's `LoadBalancerManualChange` Events.
+    manual_changes: std::sync::Mutex<Vec<String>>,
 }
 
 impl<'a> Api<'a> {
@@ -58,7 +66,19 @@ impl<'a> Api<'a> {
     pub async fn new(client: &'a GceClient) -> Result<Api<'a>, GceError> {
         let scope = client.scope().await?;
         let c = client.compute().await?;
-        Ok(Api { client, c, scope })
+        Ok(Api { client, c, scope, manual_changes: std::sync::Mutex::new(Vec::new()) })
+    }
+
+    /// Remembers a firewall change only the network project's administrators can make.
+    pub fn manual_change(&self, command: String) {
+        if let Ok(mut v) = self.manual_changes.lock() {
+            v.push(command);
+        }
+    }
+
+    /// The firewall changes remembered so far (cleared).
+    pub fn take_manual_changes(&self) -> Vec<String> {
+        self.manual_changes.lock().map(|mut v| std::mem::take(&mut *v)).unwrap_or_default()
     }
 
     /// A read, its future on the heap (the SDK's request futures are large).
@@ -405,47 +425,35 @@ impl<'a> Api<'a> {
         )
     }
 
-    // Health checks of the internal load balancer.
-    //
-    // Upstream keeps them global (`compute.healthChecks`); the client has regional ones only
-    // so far (`compute.regionHealthChecks`): switching is these four functions.
+    // Health checks of the internal load balancer: global (`compute.healthChecks`), as
+    // upstream's, so a cluster moving from upstream keeps and updates its checks. Before,
+    // this provider made regional ones (`compute.regionHealthChecks`): a backend service
+    // still naming one is moved to the global check on its next sync and the regional one
+    // deleted ([`Self::delete_health_check_link`]).
 
     pub async fn health_check(&self, name: &str) -> Result<Option<HealthCheck>, GceError> {
         found(
-            self.read("compute.regionHealthChecks.get", || {
-                self.c
-                    .region_health_checks
-                    .get()
-                    .set_project(self.project())
-                    .set_region(self.region())
-                    .set_health_check(name)
-                    .send()
+            self.read("compute.healthChecks.get", || {
+                self.c.health_checks.get().set_project(self.project()).set_health_check(name).send()
             })
             .await,
         )
     }
 
     pub async fn insert_health_check(&self, hc: &HealthCheck) -> Result<(), GceError> {
-        self.write("compute.regionHealthChecks.insert", || {
-            self.c
-                .region_health_checks
-                .insert()
-                .set_project(self.project())
-                .set_region(self.region())
-                .set_body(hc.clone())
-                .send()
+        self.write("compute.healthChecks.insert", || {
+            self.c.health_checks.insert().set_project(self.project()).set_body(hc.clone()).send()
         })
         .await
     }
 
     pub async fn update_health_check(&self, hc: &HealthCheck) -> Result<(), GceError> {
         let name = hc.name.clone().unwrap_or_default();
-        self.write("compute.regionHealthChecks.update", || {
+        self.write("compute.healthChecks.update", || {
             self.c
-                .region_health_checks
+                .health_checks
                 .update()
                 .set_project(self.project())
-                .set_region(self.region())
                 .set_health_check(name.clone())
                 .set_body(hc.clone())
                 .send()
@@ -454,6 +462,22 @@ impl<'a> Api<'a> {
     }
 
     pub async fn delete_health_check(&self, name: &str) -> Result<bool, GceError> {
+        gone(
+            self.write("compute.healthChecks.delete", || {
+                self.c
+                    .health_checks
+                    .delete()
+                    .set_project(self.project())
+                    .set_health_check(name)
+                    .send()
+            })
+            .await,
+        )
+    }
+
+    /// Deletes the regional health check `name` (this provider's earlier internal load
+    /// balancers made regional ones).
+    pub async fn delete_region_health_check(&self, name: &str) -> Result<bool, GceError> {
         gone(
             self.write("compute.regionHealthChecks.delete", || {
                 self.c
@@ -466,6 +490,63 @@ impl<'a> Api<'a> {
             })
             .await,
         )
+    }
+
+    /// Deletes the health check a backend service's `healthChecks[]` entry names: the
+    /// regional one for a `…/regions/<r>/healthChecks/<name>` link, else the global one.
+    pub async fn delete_health_check_link(&self, link: &str) -> Result<bool, GceError> {
+        let name = crate::client::last_segment(link);
+        if is_regional_link(link) {
+            self.delete_region_health_check(name).await
+        } else {
+            self.delete_health_check(name).await
+        }
+    }
+
+    // Networks and subnetworks (reads, in the network project).
+
+    /// The cluster network (`None` when Compute says it does not exist).
+    pub async fn network(&self) -> Result<Option<Network>, GceError> {
+        let name = crate::client::last_segment(&self.scope.network_url).to_string();
+        found(
+            self.read("compute.networks.get", || {
+                self.c
+                    .networks
+                    .get()
+                    .set_project(self.net_project())
+                    .set_network(name.clone())
+                    .send()
+            })
+            .await,
+        )
+    }
+
+    /// The region's subnetworks of the cluster network (upstream's
+    /// `listSubnetworksOfNetwork`: filter `network eq .*/<network>$`).
+    pub async fn network_subnetworks(&self) -> Result<Vec<Subnetwork>, GceError> {
+        let name = crate::client::last_segment(&self.scope.network_url).to_string();
+        let filter = format!("network eq .*/{name}$");
+        let mut out = Vec::new();
+        let mut token = String::new();
+        loop {
+            let page = self
+                .read("compute.subnetworks.list", || {
+                    self.c
+                        .subnetworks
+                        .list()
+                        .set_project(self.net_project())
+                        .set_region(self.region())
+                        .set_filter(filter.clone())
+                        .set_page_token(token.clone())
+                        .send()
+                })
+                .await?;
+            out.extend(page.items);
+            match page.next_page_token {
+                Some(t) if !t.is_empty() => token = t,
+                _ => return Ok(out),
+            }
+        }
     }
 
     // Backend services (regional).
@@ -580,6 +661,41 @@ impl<'a> Api<'a> {
             })
             .await,
         )
+    }
+
+    /// The zone's instance groups whose names start with `prefix` (upstream's
+    /// `FilterInstanceGroupsByNamePrefix`: filter `name eq <prefix>.*`).
+    pub async fn instance_groups_with_prefix(
+        &self,
+        zone: &str,
+        prefix: &str,
+    ) -> Result<Vec<InstanceGroup>, GceError> {
+        let filter = format!("name eq {prefix}.*");
+        let mut out = Vec::new();
+        let mut token = String::new();
+        loop {
+            let page = self
+                .read("compute.instanceGroups.list", || {
+                    self.c
+                        .instance_groups
+                        .list()
+                        .set_project(self.project())
+                        .set_zone(zone)
+                        .set_filter(filter.clone())
+                        .set_page_token(token.clone())
+                        .send()
+                })
+                .await?;
+            out.extend(
+                page.items
+                    .into_iter()
+                    .filter(|g| g.name.as_deref().is_some_and(|n| n.starts_with(prefix))),
+            );
+            match page.next_page_token {
+                Some(t) if !t.is_empty() => token = t,
+                _ => return Ok(out),
+            }
+        }
     }
 
     /// The names of the group's instances (any state).

@@ -2,8 +2,11 @@
 //! upstream's `gce_clusterid.go`: the ConfigMap `kube-system/ingress-uid`, key `provider-uid`
 //! when present, else `uid`. When the ConfigMap does not exist it is created with a random
 //! 16-hex-digit ID under both keys (ingress-gce reads the same ConfigMap, so both controllers
-//! agree). Read once, then kept: upstream watches the ConfigMap, but a changed ID would orphan
-//! every shared resource, so a change takes effect at the next start (logged then).
+//! agree). Watched, as upstream's informer watches it: after the first read a background
+//! watch (the same `list`/`watch` with the name's field selector) follows the ConfigMap, so
+//! a cluster ID written or changed later (by ingress-gce, or by hand) is used from the next
+//! load-balancer sync on, and logged as a warning (the shared resources named with the old ID
+//! stay as they are, as upstream's). A deleted ConfigMap keeps the last ID, as upstream.
 //!
 //! Read as upstream's informer reads it: a `list` of `kube-system` ConfigMaps with the field
 //! selector `metadata.name=ingress-uid`, never a `get` (issue #30: upstream's role grants
@@ -12,7 +15,7 @@
 
 use std::collections::BTreeMap;
 use std::io::Read;
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use ccm_core::cloud::ProviderError;
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -59,7 +62,17 @@ pub fn make_uid() -> String {
 pub struct ClusterId {
     fixed: OnceLock<String>,
     kube: OnceLock<kube::Client>,
-    cached: Mutex<Option<String>>,
+    cached: Arc<Mutex<Option<String>>>,
+    /// The background watch, started with the first read through the ConfigMap.
+    watch: OnceLock<tokio::task::JoinHandle<()>>,
+}
+
+impl Drop for ClusterId {
+    fn drop(&mut self) {
+        if let Some(w) = self.watch.get() {
+            w.abort();
+        }
+    }
 }
 
 impl std::fmt::Debug for ClusterId {
@@ -97,7 +110,54 @@ impl ClusterId {
         if let Ok(mut c) = self.cached.lock() {
             *c = Some(id.clone());
         }
+        let cached = Arc::downgrade(&self.cached);
+        let client = kube.clone();
+        let _ = self.watch.get_or_init(|| tokio::spawn(follow(client, cached)));
         Ok(id)
+    }
+}
+
+/// Follows the ConfigMap (upstream's informer): every version seen with an ID replaces the
+/// cached one; ends when the [`ClusterId`] is gone. Watch failures are retried with the
+/// watcher's backoff (logged), the last ID kept meanwhile.
+async fn follow(client: kube::Client, cached: std::sync::Weak<Mutex<Option<String>>>) {
+    use futures::StreamExt;
+    use kube::runtime::WatchStreamExt;
+    use kube::runtime::watcher::{self, Event};
+    let api: Api<ConfigMap> = Api::namespaced(client, NAMESPACE);
+    let config = watcher::Config::default().fields(&format!("metadata.name={CONFIG_MAP}"));
+    let mut stream = watcher::watcher(api, config).default_backoff().boxed();
+    while let Some(event) = stream.next().await {
+        let Some(cell) = cached.upgrade() else { return };
+        let cm = match event {
+            Ok(Event::Apply(cm) | Event::InitApply(cm)) => cm,
+            Ok(_) => continue,
+            Err(
+                watcher::Error::InitialListFailed(kube::Error::Api(s))
+                | watcher::Error::WatchStartFailed(kube::Error::Api(s)),
+            ) if s.code == 403 => {
+                // A role granting list but not watch (upstream's grants both): the ID read
+                // first is kept, as before; said once, not on every retry.
+                tracing::warn!(
+                    "GCE cluster ID: no permission to watch ConfigMap kube-system/ingress-uid (grant list and watch, as upstream's role); a later change takes effect at restart"
+                );
+                return;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "GCE cluster ID: watching ConfigMap kube-system/ingress-uid failed; retrying");
+                continue;
+            }
+        };
+        if cm.metadata.name.as_deref() != Some(CONFIG_MAP) {
+            continue;
+        }
+        let Some(id) = id_from_data(&cm.data.unwrap_or_default()) else { continue };
+        if let Ok(mut c) = cell.lock()
+            && c.as_deref() != Some(id.as_str())
+        {
+            tracing::warn!(old = ?c.as_deref(), new = %id, "GCE: the cluster ID in ConfigMap kube-system/ingress-uid changed; new shared resources are named with the new ID");
+            *c = Some(id);
+        }
     }
 }
 

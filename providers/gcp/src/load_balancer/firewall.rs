@@ -146,7 +146,8 @@ pub(crate) async fn ensure(
             Err(e) if e.is_already_exists() => Ok(()),
             Err(e) if forbidden_on_xpn(api, &e) => {
                 tracing::warn!(firewall = %name, network_project = %api.scope.network_project, error = %e,
-                    "GCE: no permission to create the firewall in the network project; an administrator must create it (gcloud compute firewall-rules create {name} …)");
+                    "GCE: no permission to create the firewall in the network project; an administrator must create it");
+                api.manual_change(gcloud_create(want, &api.scope.network_project));
                 Ok(())
             }
             Err(e) => Err(e.into()),
@@ -159,7 +160,8 @@ pub(crate) async fn ensure(
             }
             Err(e) if forbidden_on_xpn(api, &e) => {
                 tracing::warn!(firewall = %name, network_project = %api.scope.network_project, error = %e,
-                    "GCE: no permission to update the firewall in the network project; an administrator must update it (gcloud compute firewall-rules update {name} …)");
+                    "GCE: no permission to update the firewall in the network project; an administrator must update it");
+                api.manual_change(gcloud_update(want, &api.scope.network_project));
                 Ok(())
             }
             Err(e) => Err(e.into()),
@@ -177,16 +179,114 @@ pub(crate) async fn delete(api: &Api<'_>, name: &str) -> Result<(), LbError> {
         Ok(false) => Ok(()),
         Err(e) if forbidden_on_xpn(api, &e) => {
             tracing::warn!(firewall = %name, error = %e,
-                "GCE: no permission to delete the firewall in the network project; an administrator must delete it (gcloud compute firewall-rules delete {name})");
+                "GCE: no permission to delete the firewall in the network project; an administrator must delete it");
+            api.manual_change(gcloud_delete(name, &api.scope.network_project));
             Ok(())
         }
         Err(e) => Err(e.into()),
     }
 }
 
+/// The `gcloud` command creating `fw` in `project` (upstream's `FirewallToGCloudCreateCmd`).
+pub fn gcloud_create(fw: &Firewall, project: &str) -> String {
+    let network = fw.network.as_deref().map(crate::client::last_segment).unwrap_or_default();
+    format!(
+        "gcloud compute firewall-rules create {} --network {network} {}",
+        fw.name.as_deref().unwrap_or_default(),
+        gcloud_args(fw, project)
+    )
+}
+
+/// The `gcloud` command updating `fw` (upstream's `FirewallToGCloudUpdateCmd`).
+pub fn gcloud_update(fw: &Firewall, project: &str) -> String {
+    format!(
+        "gcloud compute firewall-rules update {} {}",
+        fw.name.as_deref().unwrap_or_default(),
+        gcloud_args(fw, project)
+    )
+}
+
+/// The `gcloud` command deleting firewall `name` (upstream's `FirewallToGCloudDeleteCmd`).
+pub fn gcloud_delete(name: &str, project: &str) -> String {
+    format!("gcloud compute firewall-rules delete {name} --project {project}")
+}
+
+/// The rule's flags as upstream's `firewallToGcloudArgs` writes them: the description
+/// quoted, the allowed `proto:port` specs, sources, destinations and target tags sorted, the
+/// priority when set, the project last.
+fn gcloud_args(fw: &Firewall, project: &str) -> String {
+    let mut args =
+        vec![format!("--description {:?}", fw.description.as_deref().unwrap_or_default())];
+    let mut allow: Vec<String> = fw
+        .allowed
+        .iter()
+        .flat_map(|a| {
+            let proto = a.ip_protocol.clone().unwrap_or_default();
+            if a.ports.is_empty() {
+                vec![proto]
+            } else {
+                a.ports.iter().map(|p| format!("{proto}:{p}")).collect()
+            }
+        })
+        .collect();
+    if !allow.is_empty() {
+        allow.sort();
+        args.push(format!("--allow {}", allow.join(",")));
+    }
+    let sorted = |v: &[String]| {
+        let mut v = v.to_vec();
+        v.sort();
+        v.join(",")
+    };
+    if !fw.source_ranges.is_empty() {
+        args.push(format!("--source-ranges {}", sorted(&fw.source_ranges)));
+    }
+    if !fw.destination_ranges.is_empty() {
+        args.push(format!("--destination-ranges {}", sorted(&fw.destination_ranges)));
+    }
+    if !fw.target_tags.is_empty() {
+        args.push(format!("--target-tags {}", sorted(&fw.target_tags)));
+    }
+    if let Some(p) = fw.priority.filter(|p| *p != 0) {
+        args.push(format!("--priority {p}"));
+    }
+    args.push(format!("--project {project}"));
+    args.join(" ")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn gcloud_commands_are_upstream_s() {
+        let mut a = Allowed::default();
+        a.ip_protocol = Some("tcp".into());
+        a.ports = vec!["443".into(), "80".into()];
+        let mut f = Firewall::default();
+        f.name = Some("k8s-fw-a1".into());
+        f.description = Some(r#"{"kubernetes.io/service-name":"default/web"}"#.into());
+        f.network = Some(
+            "https://www.googleapis.com/compute/v1/projects/host/global/networks/shared".into(),
+        );
+        f.allowed = vec![a];
+        f.source_ranges = vec!["10.0.0.0/8".into(), "0.0.0.0/0".into()];
+        f.destination_ranges = vec!["1.2.3.4".into()];
+        f.target_tags = vec!["k8s-node".into()];
+        f.priority = Some(1000);
+        assert_eq!(
+            gcloud_create(&f, "host"),
+            r#"gcloud compute firewall-rules create k8s-fw-a1 --network shared --description "{\"kubernetes.io/service-name\":\"default/web\"}" --allow tcp:443,tcp:80 --source-ranges 0.0.0.0/0,10.0.0.0/8 --destination-ranges 1.2.3.4 --target-tags k8s-node --priority 1000 --project host"#
+        );
+        assert!(
+            gcloud_update(&f, "host")
+                .starts_with("gcloud compute firewall-rules update k8s-fw-a1 --description ")
+        );
+        assert_eq!(
+            gcloud_delete("k8s-fw-a1", "host"),
+            "gcloud compute firewall-rules delete k8s-fw-a1 --project host"
+        );
+    }
 
     fn fw(
         desc: &str,

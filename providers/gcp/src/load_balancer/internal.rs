@@ -50,22 +50,21 @@ pub(crate) async fn ensure(
     if existing.is_none()
         && !has_finalizer(svc, keys::FINALIZER_ILB_V1)
         && annotations::class(svc) != Class::InternalLegacy
-        && has_finalizer(svc, keys::FINALIZER_ILB_V2)
     {
-        tracing::info!(service = %conf.service, "GCE: internal load balancer of the newer controller: implemented elsewhere");
-        return Err(ProviderError::ImplementedElsewhere.into());
+        if lbs.alpha.ilb_subsets {
+            tracing::info!(service = %conf.service, "GCE: ILBSubsets is on: a new internal load balancer is GKE's L4 controller's; implemented elsewhere");
+            return Err(ProviderError::ImplementedElsewhere.into());
+        }
+        if has_finalizer(svc, keys::FINALIZER_ILB_V2) {
+            tracing::info!(service = %conf.service, "GCE: internal load balancer of the newer controller: implemented elsewhere");
+            return Err(ProviderError::ImplementedElsewhere.into());
+        }
     }
     let api = &cx.api;
     let lb = cx.lb.as_str();
     let subnet_url = match &conf.subnet {
         Some(s) => api.subnetwork_link(s),
-        None => api.scope.subnetwork_url.clone().ok_or_else(|| ProviderError::Invalid {
-            what: "subnetwork-name".into(),
-            message: format!(
-                "an internal load balancer needs a subnetwork: set `subnetwork-name` in gce.conf or annotate the Service with {}",
-                keys_subnet()
-            ),
-        })?,
+        None => lbs.default_subnetwork(api).await?,
     };
     // Before anything is created: an IP another load balancer answers on is refused.
     if !conf.requested_ip.is_empty() {
@@ -94,8 +93,7 @@ pub(crate) async fn ensure(
         &conf.protocol,
         &conf.k8s_affinity,
     );
-    let groups =
-        ensure_instance_groups(api, &naming::instance_group(&cx.cluster_id), nodes).await?;
+    let groups = instance_groups(lbs, api, &naming::instance_group(&cx.cluster_id), nodes).await?;
 
     let existing_bs = match existing
         .as_ref()
@@ -176,7 +174,7 @@ pub(crate) async fn ensure(
         let tags = lbs.node_tags(api, &names).await?;
         ensure_firewalls(api, cx, conf, &ip, &tags, shared_hc, port).await?;
         if let Some(old) = &existing_bs {
-            clear_previous(api, cx, old, &bs_name, &hc_name).await;
+            clear_previous(api, old, &bs_name, &hc_link).await;
         }
         Ok::<_, LbError>(status(&ip))
     }
@@ -189,10 +187,6 @@ pub(crate) async fn ensure(
     result
 }
 
-fn keys_subnet() -> &'static str {
-    keys::SUBNET
-}
-
 /// The node-change path: instance-group members and the backend service's groups.
 pub(crate) async fn update(
     lbs: &GceLoadBalancer,
@@ -202,8 +196,7 @@ pub(crate) async fn update(
 ) -> Result<(), LbError> {
     let api = &cx.api;
     let _guard = lbs.shared.lock().await;
-    let groups =
-        ensure_instance_groups(api, &naming::instance_group(&cx.cluster_id), nodes).await?;
+    let groups = instance_groups(lbs, api, &naming::instance_group(&cx.cluster_id), nodes).await?;
     let bs_name = naming::backend_service(
         &cx.lb,
         &cx.cluster_id,
@@ -241,13 +234,26 @@ fn node_zone(node: &Node) -> Option<String> {
 
 /// Upstream's `ensureInternalInstanceGroups`: nodes of other subnetworks' pools left out,
 /// one group per zone with nodes, members made exactly the zone's nodes (a node without a
-/// zone is never removed). Returns the groups' links, sorted by zone.
-async fn ensure_instance_groups(
+/// zone is never removed). Returns the groups' links, sorted by zone. With
+/// `SkipIGsManagement` the groups are someone else's: the ones named `<name>*` in each zone
+/// with nodes are used as they are, never created or changed.
+async fn instance_groups(
+    lbs: &GceLoadBalancer,
     api: &Api<'_>,
     name: &str,
     nodes: &[Node],
 ) -> Result<Vec<String>, LbError> {
-    let default_subnet = api.scope.subnetwork_url.as_deref().map(last_segment).map(str::to_string);
+    // The nodes of the default subnetwork's pools only (a failure to find the auto-mode
+    // subnetwork leaves the pools unfiltered, as upstream without a subnetwork).
+    let default_subnet = match &api.scope.subnetwork_url {
+        Some(s) => Some(last_segment(s).to_string()),
+        None => lbs
+            .auto_subnet
+            .lock()
+            .ok()
+            .and_then(|c| c.clone())
+            .map(|s| last_segment(&s).to_string()),
+    };
     let mut by_zone: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     let mut zoneless = BTreeSet::new();
     for n in nodes {
@@ -270,6 +276,17 @@ async fn ensure_instance_groups(
     }
     let mut links = Vec::new();
     for (zone, members) in &by_zone {
+        if lbs.alpha.skip_igs_management {
+            for g in api.instance_groups_with_prefix(zone, name).await? {
+                match g.self_link {
+                    Some(l) => links.push(l),
+                    None => {
+                        tracing::warn!(instance_group = ?g.name, zone, "GCE: instance group without selfLink; skipped")
+                    }
+                }
+            }
+            continue;
+        }
         links.push(ensure_instance_group(api, name, zone, members, &zoneless).await?);
     }
     Ok(links)
@@ -540,14 +557,11 @@ async fn ensure_firewalls(
 }
 
 /// Upstream's `clearPreviousInternalResources`: the backend service and health check a change
-/// replaced are deleted (kept while in use; failures logged only).
-async fn clear_previous(
-    api: &Api<'_>,
-    cx: &Ctx<'_>,
-    old: &BackendService,
-    bs_name: &str,
-    hc_name: &str,
-) {
+/// replaced are deleted (kept while in use; failures logged only). A regional health check of
+/// the same name (this provider's earlier internal load balancers made regional ones) is
+/// replaced by the global one `hc_link` and deleted, its firewall kept: the global check
+/// uses the same firewall.
+async fn clear_previous(api: &Api<'_>, old: &BackendService, bs_name: &str, hc_link: &str) {
     let old_name = old.name.clone().unwrap_or_default();
     if old_name != bs_name {
         tracing::info!(old = %old_name, new = bs_name, "GCE: backend service replaced; deleting the old one");
@@ -557,11 +571,11 @@ async fn clear_previous(
     }
     match old.health_checks.as_slice() {
         [one] => {
-            let old_hc = last_segment(one).to_string();
-            if old_hc != hc_name {
-                let shared = naming::is_shared_health_check(&old_hc, &cx.cluster_id);
-                if let Err(e) = teardown_health_check(api, &old_hc, shared).await {
-                    tracing::warn!(health_check = %old_hc, error = %e, "GCE: could not delete the old health check");
+            if resource_path(one) != resource_path(hc_link) {
+                let same_name = last_segment(one) == last_segment(hc_link);
+                tracing::info!(old = %one, new = hc_link, "GCE: health check replaced; deleting the old one");
+                if let Err(e) = teardown_health_check(api, one, !same_name).await {
+                    tracing::warn!(health_check = %one, error = %e, "GCE: could not delete the old health check");
                 }
             }
         }
@@ -583,9 +597,21 @@ async fn teardown_backend_service(api: &Api<'_>, name: &str) -> Result<(), LbErr
     }
 }
 
-/// Upstream's `teardownInternalHealthCheckAndFirewall`: a check in use stays with its firewall.
-async fn teardown_health_check(api: &Api<'_>, name: &str, _shared: bool) -> Result<(), LbError> {
-    match api.delete_health_check(name).await {
+/// Upstream's `teardownInternalHealthCheckAndFirewall`: a check in use stays with its
+/// firewall. `check` is a name (a global check) or a backend service's link to one (global
+/// or regional); `with_firewall` deletes its firewall too.
+async fn teardown_health_check(
+    api: &Api<'_>,
+    check: &str,
+    with_firewall: bool,
+) -> Result<(), LbError> {
+    let name = last_segment(check);
+    let deleted = if check.contains('/') {
+        api.delete_health_check_link(check).await
+    } else {
+        api.delete_health_check(name).await
+    };
+    match deleted {
         Ok(_) => {}
         Err(e) if e.is_in_use() => {
             tracing::debug!(health_check = name, "GCE: health check in use; kept");
@@ -593,19 +619,24 @@ async fn teardown_health_check(api: &Api<'_>, name: &str, _shared: bool) -> Resu
         }
         Err(e) => return Err(e.into()),
     }
+    if !with_firewall {
+        return Ok(());
+    }
     firewall::delete(api, &naming::internal_health_check_firewall(name)).await
 }
 
 /// Everything of an internal load balancer, in upstream's order: address, forwarding rule,
 /// backend service `bs`, the traffic firewalls (new and legacy names), the health check `hc`
-/// with its firewall (both stay while another load balancer uses the check), and the
-/// cluster's instance groups in every zone of the region (they stay while in use).
+/// with its firewall (both stay while another load balancer uses the check; `hc` a name or
+/// a backend service's link), and the cluster's instance groups in every zone of the region
+/// (they stay while in use; never touched when `skip_igs`, `SkipIGsManagement`).
 pub(crate) async fn delete(
     api: &Api<'_>,
     lb: &str,
     cluster_id: &str,
     bs: &str,
     hc: Option<&str>,
+    skip_igs: bool,
 ) -> Result<(), LbError> {
     if let Err(e) = api.delete_address(lb).await {
         tracing::warn!(load_balancer = lb, error = %e, "GCE: could not delete the internal address");
@@ -615,7 +646,10 @@ pub(crate) async fn delete(
     firewall::delete(api, &naming::firewall(lb)).await?;
     firewall::delete(api, lb).await?;
     if let Some(hc) = hc {
-        teardown_health_check(api, hc, naming::is_shared_health_check(hc, cluster_id)).await?;
+        teardown_health_check(api, hc, true).await?;
+    }
+    if skip_igs {
+        return Ok(());
     }
     let ig = naming::instance_group(cluster_id);
     for zone in api.region_zones().await? {
@@ -642,8 +676,9 @@ pub(crate) async fn delete_for_service(
         match existing.and_then(|f| f.backend_service.as_deref()).filter(|b| !b.is_empty()) {
             Some(link) => last_segment(link).to_string(),
             None => {
-                let share =
-                    ServiceConfig::parse(cx.service).map(|c| c.share_backend).unwrap_or(false);
+                let share = ServiceConfig::parse_allowing_mixed_protocols(cx.service)
+                    .map(|c| c.share_backend)
+                    .unwrap_or(false);
                 let protocol = spec
                     .ports
                     .as_ref()
@@ -655,11 +690,12 @@ pub(crate) async fn delete_for_service(
             }
         };
     let hc = match api.backend_service(&bs_name).await? {
-        Some(bs) if bs.health_checks.len() == 1 => last_segment(&bs.health_checks[0]).to_string(),
+        Some(bs) if bs.health_checks.len() == 1 => bs.health_checks[0].clone(),
         _ => naming::internal_health_check(&cx.lb, &cx.cluster_id, !local),
     };
     let _guard = lbs.shared.lock().await;
-    delete(api, &cx.lb, &cx.cluster_id, &bs_name, Some(&hc)).await?;
+    let skip_igs = lbs.alpha.skip_igs_management;
+    delete(api, &cx.lb, &cx.cluster_id, &bs_name, Some(&hc), skip_igs).await?;
     tracing::info!(load_balancer = %cx.lb, service = %annotations::service_key(cx.service), "GCE: deleted the internal load balancer");
     Ok(())
 }

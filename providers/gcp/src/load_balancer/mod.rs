@@ -38,6 +38,7 @@ mod external;
 mod firewall;
 mod hosts;
 mod internal;
+mod kube_api;
 pub mod naming;
 
 use std::sync::{Arc, Mutex};
@@ -94,6 +95,32 @@ impl Default for LbOptions {
     }
 }
 
+/// Upstream's `alpha-features` gates (`gce.conf`) the load balancers honour.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct AlphaFeatures {
+    /// `ILBSubsets`: new internal load balancers belong to GKE's subsetting L4 controller
+    /// ([`ProviderError::ImplementedElsewhere`]); one this provider (or upstream's legacy
+    /// controller) already made, proven by its `a<uid>` INTERNAL forwarding rule, upstream's
+    /// `gke.networking.io/l4-ilb-v1` finalizer or the legacy internal class, is still
+    /// updated and deleted here.
+    pub ilb_subsets: bool,
+    /// `SkipIGsManagement`: the `k8s-ig--<clusterID>*` instance groups are someone else's:
+    /// the internal load balancers use the groups they find in each zone with nodes and never
+    /// create, change or delete one.
+    pub skip_igs_management: bool,
+}
+
+impl AlphaFeatures {
+    /// The gates named in `gce.conf`'s `alpha-features` (other names are not read here).
+    pub fn from_names(names: &[String]) -> Self {
+        let on = |f: &str| names.iter().any(|n| n == f);
+        AlphaFeatures {
+            ilb_subsets: on("ILBSubsets"),
+            skip_igs_management: on("SkipIGsManagement"),
+        }
+    }
+}
+
 /// A failure inside a load balancer operation, given the load balancer's name at the top.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum LbError {
@@ -123,8 +150,14 @@ pub struct GceLoadBalancer {
     client: Arc<GceClient>,
     timings: Timings,
     options: LbOptions,
+    alpha: AlphaFeatures,
     cluster_id: cluster_id::ClusterId,
     kube: std::sync::OnceLock<kube::Client>,
+    /// Events on Services, as upstream's `g-cloudprovider` source.
+    events: std::sync::OnceLock<kube_api::Events>,
+    /// The auto-mode network's subnetwork of the region, once found
+    /// ([`Self::default_subnetwork`]).
+    auto_subnet: Mutex<Option<String>>,
     /// Serialises the changes to resources Services share (the nodes health check and its
     /// firewall, instance groups, shared backend services), as upstream's
     /// `sharedResourceLock`.
@@ -148,8 +181,11 @@ impl GceLoadBalancer {
             client,
             timings,
             options: LbOptions::default(),
+            alpha: AlphaFeatures::default(),
             cluster_id: cluster_id::ClusterId::default(),
             kube: std::sync::OnceLock::new(),
+            events: std::sync::OnceLock::new(),
+            auto_subnet: Mutex::new(None),
             shared: tokio::sync::Mutex::new(()),
             tags: Mutex::new(None),
         }
@@ -166,10 +202,42 @@ impl GceLoadBalancer {
         &self.options
     }
 
+    /// These load balancers with `gce.conf`'s `alpha-features` gates.
+    pub fn with_alpha_features(mut self, alpha: AlphaFeatures) -> Self {
+        self.alpha = alpha;
+        self
+    }
+
+    /// The alpha feature gates in use.
+    pub fn alpha_features(&self) -> AlphaFeatures {
+        self.alpha
+    }
+
+    /// The subnetwork of an internal load balancer without the subnet annotation:
+    /// `subnetwork-name`, else (as upstream picks it at start) the region's subnetwork of an
+    /// auto-mode network: the one subnetwork of the network in the region inside the
+    /// auto-mode range `10.128.0.0/9`. Found once, then kept. A custom-mode or legacy
+    /// network, or none or several such subnetworks, is an error naming `subnetwork-name`.
+    pub(crate) async fn default_subnetwork(&self, api: &Api<'_>) -> Result<String, LbError> {
+        if let Some(s) = &api.scope.subnetwork_url {
+            return Ok(s.clone());
+        }
+        if let Some(s) = self.auto_subnet.lock().ok().and_then(|c| c.clone()) {
+            return Ok(s);
+        }
+        let chosen = auto_mode_subnetwork(api).await?;
+        tracing::info!(subnetwork = %chosen, "GCE: auto-selected the auto-mode network's subnetwork of the region for internal load balancers");
+        if let Ok(mut c) = self.auto_subnet.lock() {
+            *c = Some(chosen.clone());
+        }
+        Ok(chosen)
+    }
+
     /// The Kubernetes client (from the provider's `initialize`): reads (or creates) the
     /// cluster ID ConfigMap, and removes upstream's finalizers from deleted Services.
     pub fn set_kube_client(&self, client: kube::Client) {
         self.cluster_id.set_kube(client.clone());
+        let _ = self.events.set(kube_api::Events::new(client.clone()));
         let _ = self.kube.set(client);
     }
 
@@ -245,41 +313,73 @@ impl GceLoadBalancer {
             tracing::info!(service = %key, %class, "GCE: ignoring a Service of another load balancer class");
             return Err(ProviderError::ImplementedElsewhere);
         }
+        let lb = default_load_balancer_name(service);
+        if annotations::mixed_protocols(service) {
+            // Upstream's `processMixedProtocolCheck` on a Service that is this provider's:
+            // an Event and the LoadBalancerPortsError condition, and an error.
+            let scheme = annotations::scheme(service)?;
+            let run = async {
+                let cx = self.ctx(service).await?;
+                let existing = cx.api.forwarding_rule(&cx.lb).await?;
+                if !self.is_ours(service, scheme, existing.as_ref()) {
+                    return Err(LbError::Provider(ProviderError::ImplementedElsewhere));
+                }
+                if let Some(events) = self.events.get() {
+                    events.mixed_protocols(service).await?;
+                }
+                Err(ProviderError::Invalid {
+                    what: "spec.ports".into(),
+                    message: "mixed protocol is not supported for LoadBalancer (all ports must be TCP, or all UDP)".into(),
+                }
+                .into())
+            };
+            return Box::pin(run).await.map_err(|e| self.finish(&lb, &key, e));
+        }
         // Everything the Service asks is checked before the first Compute call.
         let conf = ServiceConfig::parse(service)?;
-        let lb = default_load_balancer_name(service);
         let run = async {
             let cx = self.ctx(service).await?;
-            let mut existing = cx.api.forwarding_rule(&cx.lb).await?;
-            if let Some(fr) = &existing {
-                let have =
-                    Scheme::of_rule(fr.load_balancing_scheme.as_ref().and_then(|s| s.name()));
-                if have != conf.scheme {
-                    tracing::info!(load_balancer = %cx.lb, service = %key, from = have.compute(), to = conf.scheme.compute(),
-                        "GCE: load balancer scheme changed; deleting the old one");
-                    match have {
-                        Scheme::Internal => {
-                            internal::delete_for_service(self, &cx, existing.as_ref()).await?
-                        }
-                        Scheme::External => external::delete_for_service(self, &cx).await?,
-                    }
-                    existing = None;
-                }
-            }
-            let status = match conf.scheme {
-                Scheme::External => {
-                    Box::pin(external::ensure(self, &cx, &conf, existing, nodes)).await?
-                }
-                Scheme::Internal => {
-                    Box::pin(internal::ensure(self, &cx, &conf, existing, nodes)).await?
-                }
-            };
-            if self.options.resource_annotations {
-                self.annotate_resources(&cx, &conf).await?;
-            }
-            Ok(status)
+            let out = Box::pin(self.ensure_in(&cx, &conf, nodes, &key)).await;
+            self.report_manual_changes(&cx).await;
+            out
         };
         Box::pin(run).await.map_err(|e| self.finish(&lb, &key, e))
+    }
+
+    async fn ensure_in(
+        &self,
+        cx: &Ctx<'_>,
+        conf: &ServiceConfig,
+        nodes: &[Node],
+        key: &str,
+    ) -> Result<LoadBalancerStatus, LbError> {
+        let service = cx.service;
+        if let Some(events) = self.events.get() {
+            events.ports_agree(service).await?;
+        }
+        let mut existing = cx.api.forwarding_rule(&cx.lb).await?;
+        if let Some(fr) = &existing {
+            let have = Scheme::of_rule(fr.load_balancing_scheme.as_ref().and_then(|s| s.name()));
+            if have != conf.scheme {
+                tracing::info!(load_balancer = %cx.lb, service = %key, from = have.compute(), to = conf.scheme.compute(),
+                    "GCE: load balancer scheme changed; deleting the old one");
+                match have {
+                    Scheme::Internal => {
+                        internal::delete_for_service(self, cx, existing.as_ref()).await?
+                    }
+                    Scheme::External => external::delete_for_service(self, cx).await?,
+                }
+                existing = None;
+            }
+        }
+        let status = match conf.scheme {
+            Scheme::External => Box::pin(external::ensure(self, cx, conf, existing, nodes)).await?,
+            Scheme::Internal => Box::pin(internal::ensure(self, cx, conf, existing, nodes)).await?,
+        };
+        if self.options.resource_annotations {
+            self.annotate_resources(cx, conf).await?;
+        }
+        Ok(status)
     }
 
     async fn update(&self, service: &Service, nodes: &[Node]) -> Result<(), ProviderError> {
@@ -291,15 +391,44 @@ impl GceLoadBalancer {
         let lb = default_load_balancer_name(service);
         let run = async {
             let cx = self.ctx(service).await?;
-            match scheme {
-                Scheme::External => external::update(self, &cx, nodes).await,
-                Scheme::Internal => {
-                    let conf = ServiceConfig::parse(service)?;
-                    internal::update(self, &cx, &conf, nodes).await
-                }
-            }
+            let out = self.update_in(&cx, scheme, nodes, &key).await;
+            self.report_manual_changes(&cx).await;
+            out
         };
         run.await.map_err(|e| self.finish(&lb, &key, e))
+    }
+
+    async fn update_in(
+        &self,
+        cx: &Ctx<'_>,
+        scheme: Scheme,
+        nodes: &[Node],
+        key: &str,
+    ) -> Result<(), LbError> {
+        let service = cx.service;
+        if scheme == Scheme::Internal
+            && self.alpha.ilb_subsets
+            && !self.is_ours(service, scheme, cx.api.forwarding_rule(&cx.lb).await?.as_ref())
+        {
+            tracing::debug!(service = %key, "GCE: ILBSubsets: internal load balancer of GKE's controller; implemented elsewhere");
+            return Err(ProviderError::ImplementedElsewhere.into());
+        }
+        // Mixed protocols: the Event and condition, and the nodes are still updated (as
+        // upstream: an update is never broken by them).
+        if let Some(events) = self.events.get() {
+            if annotations::mixed_protocols(service) {
+                events.mixed_protocols(service).await?;
+            } else {
+                events.ports_agree(service).await?;
+            }
+        }
+        match scheme {
+            Scheme::External => external::update(self, cx, nodes).await,
+            Scheme::Internal => {
+                let conf = ServiceConfig::parse_allowing_mixed_protocols(service)?;
+                internal::update(self, cx, &conf, nodes).await
+            }
+        }
     }
 
     async fn delete(&self, service: &Service) -> Result<(), ProviderError> {
@@ -311,33 +440,89 @@ impl GceLoadBalancer {
         let lb = default_load_balancer_name(service);
         let run = async {
             let cx = self.ctx(service).await?;
-            let existing = cx.api.forwarding_rule(&cx.lb).await?;
-            // The rule's own scheme when it still exists; else the Service's (both kinds when
-            // the Service's annotation is unreadable).
-            let schemes = match (&existing, annotations::scheme(service)) {
-                (Some(fr), _) => {
-                    vec![Scheme::of_rule(fr.load_balancing_scheme.as_ref().and_then(|s| s.name()))]
-                }
-                (None, Ok(s)) => vec![s],
-                (None, Err(_)) => vec![Scheme::External, Scheme::Internal],
-            };
-            for s in schemes {
-                match s {
-                    Scheme::External => {
-                        if !external::ours(service, existing.as_ref()) {
-                            tracing::info!(service = %key, "GCE: external load balancer implemented elsewhere; nothing to delete");
-                            continue;
-                        }
-                        external::delete_for_service(self, &cx).await?
-                    }
-                    Scheme::Internal => {
-                        internal::delete_for_service(self, &cx, existing.as_ref()).await?
-                    }
-                }
-            }
-            self.remove_upstream_finalizers(service).await
+            let out = self.delete_in(&cx, &key).await;
+            self.report_manual_changes(&cx).await;
+            out
         };
         run.await.map_err(|e| self.finish(&lb, &key, e))
+    }
+
+    async fn delete_in(&self, cx: &Ctx<'_>, key: &str) -> Result<(), LbError> {
+        let service = cx.service;
+        let existing = cx.api.forwarding_rule(&cx.lb).await?;
+        // The rule's own scheme when it still exists; else the Service's (both kinds when
+        // the Service's annotation is unreadable).
+        let schemes = match (&existing, annotations::scheme(service)) {
+            (Some(fr), _) => {
+                vec![Scheme::of_rule(fr.load_balancing_scheme.as_ref().and_then(|s| s.name()))]
+            }
+            (None, Ok(s)) => vec![s],
+            (None, Err(_)) => vec![Scheme::External, Scheme::Internal],
+        };
+        for s in schemes {
+            match s {
+                Scheme::External => {
+                    if !external::ours(service, existing.as_ref()) {
+                        tracing::info!(service = %key, "GCE: external load balancer implemented elsewhere; nothing to delete");
+                        continue;
+                    }
+                    external::delete_for_service(self, cx).await?
+                }
+                Scheme::Internal => {
+                    if !self.is_ours(service, s, existing.as_ref()) {
+                        tracing::info!(service = %key, "GCE: ILBSubsets: internal load balancer of GKE's controller; nothing to delete");
+                        continue;
+                    }
+                    internal::delete_for_service(self, cx, existing.as_ref()).await?
+                }
+            }
+        }
+        self.remove_upstream_finalizers(service).await
+    }
+
+    /// Upstream's `raiseFirewallChangeNeededEvent`: for each firewall change Compute refused
+    /// on a Shared VPC (the network project's administrators own the firewalls), a Normal
+    /// Event `LoadBalancerManualChange` on the Service with the full `gcloud` command.
+    async fn report_manual_changes(&self, cx: &Ctx<'_>) {
+        let commands = cx.api.take_manual_changes();
+        for cmd in commands {
+            tracing::warn!(service = %annotations::service_key(cx.service), command = %cmd, "GCE: firewall change required by the network project's administrator");
+            if let Some(events) = self.events.get() {
+                events
+                    .event(
+                        cx.service,
+                        kube::runtime::events::EventType::Normal,
+                        kube_api::MANUAL_CHANGE_REASON,
+                        format!("Firewall change required by security admin: `{cmd}`"),
+                    )
+                    .await;
+            }
+        }
+    }
+
+    /// Whether this provider handles the Service's `scheme` load balancer given the
+    /// forwarding rule `<lb>` found (`existing`): external as `external::ours` says;
+    /// internal always, except with `ILBSubsets` for a Service without proof of an earlier
+    /// legacy load balancer (its INTERNAL rule, upstream's `l4-ilb-v1` finalizer or the
+    /// legacy internal class), as upstream.
+    fn is_ours(
+        &self,
+        service: &Service,
+        scheme: Scheme,
+        existing: Option<&google_cloud_compute_v1::model::ForwardingRule>,
+    ) -> bool {
+        match scheme {
+            Scheme::External => external::ours(service, existing),
+            Scheme::Internal => {
+                !self.alpha.ilb_subsets
+                    || has_finalizer(service, keys::FINALIZER_ILB_V1)
+                    || annotations::class(service) == Class::InternalLegacy
+                    || existing.is_some_and(|f| {
+                        Scheme::of_rule(f.load_balancing_scheme.as_ref().and_then(|s| s.name()))
+                            == Scheme::Internal
+                    })
+            }
+        }
     }
 
     /// `--enable-l4-lb-annotations`: the Service names the resource carrying its traffic
@@ -458,6 +643,81 @@ impl GceLoadBalancer {
             Ok(left.then(LoadBalancerStatus::default))
         };
         run.await.map_err(|e: LbError| self.finish(&lb, &key, e))
+    }
+}
+
+/// Google's auto-mode subnetwork range (every auto-mode subnetwork is a /20 inside it).
+pub const AUTO_MODE_RANGE: &str = "10.128.0.0/9";
+
+/// Upstream's `determineSubnetURL` for the cluster network: its mode, then its one
+/// subnetwork of the region inside [`AUTO_MODE_RANGE`].
+async fn auto_mode_subnetwork(api: &Api<'_>) -> Result<String, LbError> {
+    let network = crate::client::last_segment(&api.scope.network_url).to_string();
+    let needs = |why: String| -> LbError {
+        ProviderError::Invalid {
+            what: "subnetwork-name".into(),
+            message: format!(
+                "{why}; an internal load balancer needs a subnetwork: set `subnetwork-name` in gce.conf or annotate the Service with {}",
+                annotations::keys::SUBNET
+            ),
+        }
+        .into()
+    };
+    let Some(net) = api.network().await? else {
+        return Err(needs(format!(
+            "network {network} (project {}) was not found",
+            api.scope.network_project
+        )));
+    };
+    // Compute still reports a legacy network's range here (deprecated in the API, as legacy
+    // networks are): upstream's `typeOfNetwork` reads the same field.
+    #[allow(deprecated)]
+    let legacy = net.i_pv_4_range.as_deref().is_some_and(|r| !r.is_empty());
+    if legacy {
+        return Err(needs(format!(
+            "network {network} is a legacy network (no subnetworks), which internal load balancers here do not support"
+        )));
+    }
+    if net.auto_create_subnetworks != Some(true) {
+        return Err(needs(format!(
+            "network {network} is a custom-mode network, so no subnetwork is picked for it"
+        )));
+    }
+    let range: ipnet::Ipv4Net = AUTO_MODE_RANGE
+        .parse()
+        .map_err(|e: ipnet::AddrParseError| ProviderError::other(e.to_string()))?;
+    let mut inside = Vec::new();
+    for s in api.network_subnetworks().await? {
+        let cidr = s.ip_cidr_range.as_deref().unwrap_or_default();
+        let Ok(net) = cidr.parse::<ipnet::Ipv4Net>() else {
+            return Err(ProviderError::other(format!(
+                "subnetwork {} of network {network} has an unreadable range {cidr:?}",
+                s.name.as_deref().unwrap_or_default()
+            ))
+            .into());
+        };
+        if range.contains(&net) {
+            inside.push(s);
+        }
+    }
+    match inside.as_slice() {
+        [one] => one.self_link.clone().ok_or_else(|| {
+            ProviderError::other(format!(
+                "subnetwork {} has no selfLink",
+                one.name.as_deref().unwrap_or_default()
+            ))
+            .into()
+        }),
+        [] => Err(needs(format!(
+            "auto-mode network {network} has no subnetwork in region {} inside {AUTO_MODE_RANGE}",
+            api.scope.region
+        ))),
+        many => Err(needs(format!(
+            "auto-mode network {network} has {} subnetworks in region {} inside {AUTO_MODE_RANGE} ({})",
+            many.len(),
+            api.scope.region,
+            many.iter().filter_map(|s| s.name.as_deref()).collect::<Vec<_>>().join(", ")
+        ))),
     }
 }
 
@@ -593,6 +853,7 @@ impl LoadBalancer for GceLoadBalancer {
                         &cluster_id,
                         &backend_service,
                         health_check.as_deref(),
+                        self.alpha.skip_igs_management,
                     )
                     .await
                 }
@@ -660,14 +921,20 @@ async fn inventory(
         let mut owned = false;
         if let Some(bs) = api.backend_service(&bs_name).await? {
             resources.push(resource("backend service", &bs_name));
-            hc = bs.health_checks.first().map(|h| crate::client::last_segment(h).to_string());
+            hc = bs.health_checks.first().cloned();
+            // `k8s-ig--<clusterID>`, or (SkipIGsManagement) a group named after it.
+            let ig = naming::instance_group(cluster_id);
             owned = bs.backends.iter().any(|b| {
-                b.group.as_deref().map(crate::client::last_segment)
-                    == Some(naming::instance_group(cluster_id).as_str())
+                b.group
+                    .as_deref()
+                    .map(crate::client::last_segment)
+                    .is_some_and(|g| g == ig || g.starts_with(&format!("{ig}-")))
             });
         }
         if let Some(h) = &hc {
-            resources.push(resource("health check", h));
+            let kind =
+                if api::is_regional_link(h) { "regional health check" } else { "health check" };
+            resources.push(resource(kind, crate::client::last_segment(h)));
         }
         (
             Kind::Internal { backend_service: bs_name, health_check: hc },

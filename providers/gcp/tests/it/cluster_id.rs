@@ -1,7 +1,8 @@
 //! The cluster ID ConfigMap `kube-system/ingress-uid` under upstream's RBAC (issue #30):
 //! upstream's role grants `list`/`watch` on ConfigMaps (and `create`), never `get`. The ID is
 //! read through a `list` with the name's field selector, by a ServiceAccount holding exactly
-//! such a Role, with no Forbidden answer.
+//! such a Role, with no Forbidden answer; and then watched (issue #32), so a later change is
+//! followed.
 
 use ccm_provider_gcp::load_balancer::cluster_id::{self, ClusterId};
 use ccm_testbed::{ControlPlane, chart, unique_name};
@@ -89,6 +90,19 @@ async fn the_cluster_id_is_read_with_list_and_watch_only_and_created_with_create
     let reader = ClusterId::default();
     reader.set_kube(client_with(cp, &admin, &["list", "watch"]).await);
     assert_eq!(reader.get().await.unwrap(), "feedface");
+
+    // Issue #32 (GCP 6): the ConfigMap is watched, not read once: the reader that created it
+    // (and read `id` then) follows the change, through its list/watch.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    loop {
+        let now = creator.get().await.unwrap();
+        if now == "feedface" {
+            break;
+        }
+        assert_eq!(now, id);
+        assert!(std::time::Instant::now() < deadline, "the change to provider-uid was never seen");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
 
     // The tightest rule a chart can write: list/watch of that one name (the field selector
     // names it, so RBAC's resourceNames applies).

@@ -354,17 +354,52 @@ fn malformed_input_and_command_lines_exit_1_with_one_line() {
     assert!(out.stdout.starts_with("usage: auth-provider-gcp get-credentials"), "{}", out.stdout);
 }
 
+/// Issue #32 (GCP 7): Workload Identity image pulls as upstream's plugin: an opted-in Service
+/// Account's token is traded at STS for a federated token, answered as `_token` for Google's
+/// registries (the node's account is not asked); a refused exchange or a missing token is an
+/// error, never the node's token; no token reaches stderr.
 #[test]
-fn workload_identity_requests_fail_and_others_use_the_node_account() {
+fn workload_identity_trades_the_pod_s_token_at_sts_and_never_falls_back() {
     let p = Plugin::start();
-    let args = "get-credentials --identity-provider=https://container.googleapis.com/v1/projects/p/locations/l/clusters/c --project-id=p";
+    let sts = format!("{}/v1/token", p.server.url());
+    let env = [("AUTH_PROVIDER_GCP_STS_ENDPOINT", sts.as_str())];
+    let idp =
+        "https://container.googleapis.com/v1/projects/emulated-project/locations/l/clusters/c";
+    let args = format!("get-credentials --identity-provider={idp} --project-id=emulated-project");
     let annotated = r#"{"kind":"CredentialProviderRequest","apiVersion":"credentialprovider.kubelet.k8s.io/v1","image":"gcr.io/p/a","serviceAccountToken":"eyJ.ksa.token","serviceAccountAnnotations":{"iam.gke.io/enable-wi-image-pull":"true"}}"#;
-    let line = p.invoke(args, annotated).failure("Workload Identity").to_string();
-    assert!(!line.contains("eyJ.ksa.token"), "{line}");
-    assert!(p.cloud.tokens().is_empty());
-    // Not opted in: the node's service account, as upstream.
-    let resp = p.invoke(args, &request("gcr.io/p/a")).response();
+    let resp = p.invoke_env(&args, &env, annotated).response();
+    let issued = p.cloud.tokens();
+    assert_eq!(issued.len(), 1, "one federated token");
     assert_eq!(resp.auth["gcr.io"].username, "_token");
+    assert_eq!(resp.auth["gcr.io"].password, issued[0]);
+    assert_eq!(resp.auth["*.pkg.dev"].password, issued[0]);
+    assert_eq!(p.cloud.sts_subjects(), vec!["eyJ.ksa.token".to_string()]);
+    assert_eq!(p.server.counters().get("metadata.get"), 0, "the node's account is not asked");
+
+    // STS refuses (another project's audience): an error naming the OAuth code, no fallback.
+    let other = format!("get-credentials --identity-provider={idp} --project-id=other-project");
+    let line = p.invoke_env(&other, &env, annotated).failure("refused").to_string();
+    assert!(line.contains("invalid_target") && line.contains("Workload Identity"), "{line}");
+    assert!(!line.contains("eyJ.ksa.token"), "{line}");
+    assert_eq!(p.cloud.tokens().len(), 1, "nothing else issued");
+
+    // Opted in, but the kubelet sent no token: an error, no fallback.
+    let no_token = r#"{"kind":"CredentialProviderRequest","apiVersion":"credentialprovider.kubelet.k8s.io/v1","image":"gcr.io/p/a","serviceAccountAnnotations":{"iam.gke.io/enable-wi-image-pull":"true"}}"#;
+    p.invoke_env(&args, &env, no_token).failure("no Service Account token");
+    assert_eq!(p.server.counters().get("metadata.get"), 0);
+
+    // Not opted in: the node's service account, as upstream.
+    let resp = p.invoke_env(&args, &env, &request("gcr.io/p/a")).response();
+    assert_eq!(resp.auth["gcr.io"].username, "_token");
+    assert!(p.server.counters().get("metadata.get") > 0);
+
+    // The endpoint override takes https, or http on loopback only.
+    p.invoke_env(
+        &args,
+        &[("AUTH_PROVIDER_GCP_STS_ENDPOINT", "http://sts.example.com/v1/token")],
+        annotated,
+    )
+    .failure("AUTH_PROVIDER_GCP_STS_ENDPOINT");
 }
 
 fn options(p: &Plugin, flow: AuthFlow, deadline: Duration) -> Options {
@@ -372,6 +407,7 @@ fn options(p: &Plugin, flow: AuthFlow, deadline: Duration) -> Options {
         flow,
         identity_provider: None,
         project_id: None,
+        sts_endpoint: credential::STS_ENDPOINT.to_string(),
         metadata_root: p.server.url(),
         request_timeout: Duration::from_millis(500),
         deadline,

@@ -10,5 +10,8 @@ mod config;
 mod credential;
 mod fixture;
 mod instances;
+mod internal_compat;
 mod load_balancer;
+mod mixed_protocols;
 mod routes;
+mod shared_vpc;
