@@ -30,6 +30,7 @@ pub mod faults;
 pub mod gcp;
 pub mod ibm;
 pub mod openstack;
+pub mod openstack_barbican;
 pub mod proxy;
 pub mod server;
 pub mod tls;

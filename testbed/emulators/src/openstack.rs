@@ -13,6 +13,7 @@
 //! | `/compute/v2.1` | Nova | `nova.servers.{list,get}`, `nova.flavors.{list,get}`, `nova.availability_zones.list` |
 //! | `/network` | Neutron (`/v2.0/…`) | `neutron.<collection>.{list,get,create,update,delete}`, `neutron.routers.{add,remove}_extraroutes`, `neutron.tags.{replace,add}` |
 //! | `/load-balancer` | Octavia (`/v2/lbaas/…`) | `octavia.<collection>.{list,get,create,update,delete}`, `octavia.members.batch_update` |
+//! | `/key-manager` | Barbican (`/v1/…`, [`crate::openstack_barbican`]) | `barbican.versions`, `barbican.{containers,secrets}.{get,create}`, `barbican.acls.{get,update}` |
 //!
 //! Rules enforced as OpenStack does: every service call needs an `X-Auth-Token` this emulator
 //! issued and that has not expired (401, the client re-authenticates); lists page with
@@ -615,6 +616,19 @@ fn route(method: &Method, path: &str) -> String {
         ["load-balancer"] | ["load-balancer", "v2"] if method == Method::GET => {
             "octavia.versions".into()
         }
+        ["key-manager"] if method == Method::GET => "barbican.versions".into(),
+        ["key-manager", "v1", "containers" | "secrets", _, "acl"] if method == Method::GET => {
+            "barbican.acls.get".into()
+        }
+        ["key-manager", "v1", "containers" | "secrets", _, "acl"] if method == Method::PUT => {
+            "barbican.acls.update".into()
+        }
+        ["key-manager", "v1", c @ ("containers" | "secrets"), _] if method == Method::GET => {
+            format!("barbican.{c}.get")
+        }
+        ["key-manager", "v1", c @ ("containers" | "secrets")] if method == Method::POST => {
+            format!("barbican.{c}.create")
+        }
         ["load-balancer", "v2", "lbaas", "pools", _, "members"] if method == Method::PUT => {
             "octavia.members.batch_update".into()
         }
@@ -782,6 +796,8 @@ struct Ctx {
     project: String,
     /// Whether it is an admin.
     admin: bool,
+    /// The token's user ID (Barbican's ACLs name users).
+    user: String,
 }
 
 /// A user Keystone knows, as the token request sees it.
@@ -908,6 +924,8 @@ pub struct OpenStackCloud {
     state: Mutex<State>,
     /// The load balancers' pending operations.
     pub ops: AsyncOps,
+    /// Barbican's containers and secrets (TLS listeners name them).
+    pub barbican: crate::openstack_barbican::Barbican,
 }
 
 impl std::fmt::Debug for OpenStackCloud {
@@ -948,6 +966,7 @@ impl OpenStackCloud {
             world: Mutex::new(world),
             opts: Mutex::new(opts),
             state: Mutex::new(State::default()),
+            barbican: Default::default(),
         };
         cloud.load();
         Arc::new(cloud)
@@ -1221,7 +1240,7 @@ impl OpenStackCloud {
         let project = t.project.clone().ok_or_else(|| {
             err(svc, StatusCode::FORBIDDEN, "PolicyNotAuthorized", POLICY_FORBIDDEN)
         })?;
-        Ok(Ctx { project, admin: t.admin })
+        Ok(Ctx { project, admin: t.admin, user: user_id(&t.user) })
     }
 
     fn state_json(&self) -> Value {
@@ -1514,7 +1533,22 @@ impl OpenStackCloud {
             }
             _ => {}
         }
+        if op == "barbican.versions" {
+            let caller = crate::openstack_barbican::Caller { project: "", user: "", admin: false };
+            let (status, v) = self.barbican.handle(op, &segs, &base, &caller, None);
+            return Ok(reply(status, &v));
+        }
         let ctx = self.check_token(req, svc)?;
+        if op.starts_with("barbican.") {
+            let caller = crate::openstack_barbican::Caller {
+                project: &ctx.project,
+                user: &ctx.user,
+                admin: ctx.admin,
+            };
+            let body: Option<Value> = serde_json::from_slice(req.body()).ok();
+            let (status, v) = self.barbican.handle(op, &segs, &base, &caller, body.as_ref());
+            return Ok(reply(status, &v));
+        }
         let q = query(req.uri().query());
         match svc {
             Svc::Nova => self.nova(op, &segs, &q, req, &base, &ctx),
@@ -1689,6 +1723,7 @@ impl OpenStackCloud {
             ep("compute", "nova", format!("{services}/compute/v2.1")),
             ep("network", "neutron", format!("{services}/network")),
             ep("load-balancer", "octavia", format!("{services}/load-balancer")),
+            ep("key-manager", "barbican", format!("{services}/key-manager")),
         ];
         let mut body = json!({"token": {
             "methods": methods,
@@ -3007,6 +3042,7 @@ impl OpenStackCloud {
                         format!("Duplicate member with address {addr} and protocol_port {port}"),
                     ));
                 }
+                self.check_listener_tls(&proto, &spec, ctx)?;
                 merge(
                     &mut o,
                     json!({"weight": 1, "backup": false, "subnet_id": null, "monitor_address": null,
@@ -3176,6 +3212,39 @@ impl OpenStackCloud {
                 return Err(obad(format!(
                     "Validation failure: The associated pool protocol is UDP, so only a UDP-CONNECT, TCP or PING health monitor is supported, not {ty}."
                 )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Octavia's TLS rules for a listener (`spec`: its create body, or the listener as an
+    /// update leaves it): `TERMINATED_HTTPS` needs a certificate reference, other protocols
+    /// may not have one, and the reference must name a Barbican container or secret the
+    /// caller may read (Octavia reads it with the user's token: 400 otherwise).
+    fn check_listener_tls(&self, protocol: &str, spec: &Value, ctx: &Ctx) -> Res<()> {
+        let tls_ref =
+            spec.get("default_tls_container_ref").and_then(Value::as_str).filter(|r| !r.is_empty());
+        let sni =
+            spec.get("sni_container_refs").and_then(Value::as_array).is_some_and(|a| !a.is_empty());
+        if protocol == "TERMINATED_HTTPS" {
+            if tls_ref.is_none() && !sni {
+                return Err(obad(
+                    "Validation failure: An SNI or default certificate container reference must be provided for TERMINATED_HTTPS protocol listeners.",
+                ));
+            }
+        } else if tls_ref.is_some() || sni {
+            return Err(obad(format!(
+                "Validation failure: Certificate container references are only allowed on TERMINATED_HTTPS protocol listeners, not {protocol}."
+            )));
+        }
+        if let Some(r) = tls_ref {
+            let caller = crate::openstack_barbican::Caller {
+                project: &ctx.project,
+                user: &ctx.user,
+                admin: ctx.admin,
+            };
+            if self.barbican.check_ref(r, &caller).is_err() {
+                return Err(obad(format!("Could not retrieve certificate: {r}")));
             }
         }
         Ok(())
@@ -3413,6 +3482,10 @@ impl OpenStackCloud {
                     return Err(obad(format!("Pool {p} not found.")));
                 }
                 merge(&mut o, spec);
+                if coll == "listeners" {
+                    let proto = o["protocol"].as_str().unwrap_or_default().to_string();
+                    self.check_listener_tls(&proto, &o, ctx)?;
+                }
                 o["updated_at"] = json!(now);
                 for x in st.ocoll(coll).iter_mut() {
                     if x["id"].as_str() == Some(id.as_str()) {
@@ -3528,6 +3601,7 @@ impl Cloud for OpenStackCloud {
 
     fn reset(&self) {
         self.ops.reset();
+        self.barbican.clear();
         self.load();
     }
 
