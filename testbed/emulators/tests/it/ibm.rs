@@ -787,3 +787,121 @@ async fn ibm_standalone_binary_serves_the_world_file() {
     let status = tokio::task::spawn_blocking(move || child.wait().unwrap()).await.unwrap();
     assert!(status.success(), "{status}");
 }
+
+/// Quotas from the world file's `ibm:` section (issue #31): load balancers per region,
+/// listeners and pools per load balancer and members per pool, each a 400 `over_quota` (IBM's
+/// documented error code) past its limit, inline in a create or one at a time; absent keys keep
+/// IBM's defaults; an unknown key is refused naming it.
+#[tokio::test]
+async fn ibm_quotas_come_from_the_world_file() {
+    use ccm_emulators::ibm::{IbmQuotas, IbmWorld, parse_world};
+    let mut text = serde_json::to_value(world()).unwrap();
+    text["ibm"] = json!({"quotas": {"load_balancers": 2, "listeners_per_load_balancer": 2,
+        "pools_per_load_balancer": 2, "members_per_pool": 2}});
+    let (w, ibm_world) = parse_world(&text.to_string()).unwrap();
+    assert_eq!(w, world());
+    let q = ibm_world.quotas.clone().unwrap();
+    assert_eq!(
+        q,
+        IbmQuotas {
+            load_balancers: Some(2),
+            listeners_per_load_balancer: Some(2),
+            pools_per_load_balancer: Some(2),
+            members_per_pool: Some(2),
+        }
+    );
+    let defaults = IbmOptions::default().with_world(&IbmWorld::default());
+    assert_eq!(
+        (defaults.lb_quota, defaults.listener_quota, defaults.pool_quota, defaults.member_quota),
+        (50, 10, 10, 50)
+    );
+    let (_, yaml) =
+        parse_world("region: us-south\nibm:\n  quotas: { load_balancers: 3 }\n").unwrap();
+    assert_eq!(IbmOptions::default().with_world(&yaml).lb_quota, 3);
+    let e = parse_world("ibm:\n  quotas: { routers: 1 }\n").unwrap_err().to_string();
+    assert!(e.contains("ibm:") && e.contains("routers"), "{e}");
+
+    let opts = IbmOptions { lb_pending: Duration::from_millis(50), ..Default::default() }
+        .with_world(&ibm_world);
+    let ibm = Ibm::start(opts).await;
+    let subnet = ibm.subnet_id("subnet-a").await;
+    let post = |path: String, body: Value| {
+        let ibm = &ibm;
+        async move { ibm.vpc(reqwest::Method::POST, &path, Some(body)).await }
+    };
+    let settle = || tokio::time::sleep(Duration::from_millis(150));
+
+    // Inline: three members in a pool of the create.
+    let mut three = lb_body("lb-members", &subnet);
+    three["pools"][0]["members"] = json!([
+        {"port": 30080, "target": {"address": "10.0.0.10"}},
+        {"port": 30080, "target": {"address": "10.0.0.11"}},
+        {"port": 30080, "target": {"address": "10.0.0.14"}},
+    ]);
+    let (s, v) = post("load_balancers".into(), three).await;
+    assert_eq!(s, 400, "{v}");
+    assert_ibm_error(&v, "over_quota");
+
+    let (s, lb) = post("load_balancers".into(), lb_body("lb-1", &subnet)).await;
+    assert_eq!(s, 201, "{lb}");
+    let id = lb["id"].as_str().unwrap().to_string();
+    settle().await;
+    // One more listener (2 of 2), then the third is over.
+    let pool = ibm.get(&format!("load_balancers/{id}/pools")).await["pools"][0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let (s, v) = post(
+        format!("load_balancers/{id}/listeners"),
+        json!({"port": 81, "protocol": "tcp", "default_pool": {"id": pool}}),
+    )
+    .await;
+    assert_eq!(s, 201, "{v}");
+    settle().await;
+    let (s, v) = post(
+        format!("load_balancers/{id}/listeners"),
+        json!({"port": 82, "protocol": "tcp", "default_pool": {"id": pool}}),
+    )
+    .await;
+    assert_eq!(s, 400, "{v}");
+    assert_ibm_error(&v, "over_quota");
+    // Pools: a second, then the third is over.
+    let pool_body = |name: &str| {
+        json!({"name": name, "algorithm": "round_robin", "protocol": "tcp",
+            "health_monitor": {"delay": 5, "max_retries": 2, "timeout": 2, "type": "tcp"}})
+    };
+    let (s, v) = post(format!("load_balancers/{id}/pools"), pool_body("tcp-90-30090")).await;
+    assert_eq!(s, 201, "{v}");
+    settle().await;
+    let (s, v) = post(format!("load_balancers/{id}/pools"), pool_body("tcp-91-30091")).await;
+    assert_eq!(s, 400, "{v}");
+    assert_ibm_error(&v, "over_quota");
+    // Members: a second, then the third is over; a replace with three too.
+    let member = |ip: &str| json!({"port": 30080, "target": {"address": ip}});
+    let (s, v) =
+        post(format!("load_balancers/{id}/pools/{pool}/members"), member("10.0.0.11")).await;
+    assert_eq!(s, 201, "{v}");
+    settle().await;
+    let (s, v) =
+        post(format!("load_balancers/{id}/pools/{pool}/members"), member("10.0.0.14")).await;
+    assert_eq!(s, 400, "{v}");
+    assert_ibm_error(&v, "over_quota");
+    let (s, v) = ibm
+        .vpc(
+            reqwest::Method::PUT,
+            &format!("load_balancers/{id}/pools/{pool}/members"),
+            Some(
+                json!({"members": [member("10.0.0.10"), member("10.0.0.11"), member("10.0.0.14")]}),
+            ),
+        )
+        .await;
+    assert_eq!(s, 400, "{v}");
+    assert_ibm_error(&v, "over_quota");
+    // Load balancers: a second, then the third is over.
+    let (s, v) = post("load_balancers".into(), lb_body("lb-2", &subnet)).await;
+    assert_eq!(s, 201, "{v}");
+    let (s, v) = post("load_balancers".into(), lb_body("lb-3", &subnet)).await;
+    assert_eq!(s, 400, "{v}");
+    assert_ibm_error(&v, "over_quota");
+    assert!(v["errors"][0]["message"].as_str().unwrap().contains("quota"), "{v}");
+}
