@@ -868,6 +868,10 @@ func main() {
 		ok("acr.exchange: ACR refresh token for %s (an ARM token refused)", registry)
 	}
 
+	// Compute's deletes last: they change the world the checks above read.
+	checkComputeDeletes(ctx, compute, network)
+	checkBarePut(ctx, base, network)
+
 	fmt.Printf("fidelity azure: %d checks passed\n", checks)
 }
 

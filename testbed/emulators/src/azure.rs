@@ -331,6 +331,8 @@ enum Target {
     ImdsInstance,
     ImdsLoadBalancer,
     ImdsToken,
+    /// The emulator's own Azure switches (`POST /__azure/<switch>?on=true|false`).
+    AzureSwitch(String),
     Operation {
         id: String,
         result: bool,
@@ -377,6 +379,9 @@ fn parse_target(method: &Method, path: &str) -> Target {
         ["metadata", "instance", ..] => return Target::ImdsInstance,
         ["metadata", "loadbalancer"] => return Target::ImdsLoadBalancer,
         ["metadata", "identity", "oauth2", "token"] => return Target::ImdsToken,
+        ["__azure", switch] if method == Method::POST => {
+            return Target::AzureSwitch(switch.to_string());
+        }
         ["subscriptions", _, "providers", _, "locations", _, "operations", _] => {
             return Target::Operation { id: segs[7].to_string(), result: false };
         }
@@ -444,6 +449,7 @@ fn operation_name(method: &Method, t: &Target) -> String {
         Target::ImdsInstance => "imds.instance".into(),
         Target::ImdsLoadBalancer => "imds.loadbalancer".into(),
         Target::ImdsToken => "imds.token".into(),
+        Target::AzureSwitch(_) => "emulator.azure_switch".into(),
         Target::Operation { result: false, .. } => "arm.operations.get".into(),
         Target::Operation { result: true, .. } => "arm.operation_results.get".into(),
         Target::List { kind, rg, .. } => {
@@ -601,6 +607,10 @@ struct State {
     next_pip: u32,
     /// Next private IP per subnet id.
     next_private: BTreeMap<String, u32>,
+    /// Creates (PUT answered 201) carry no `Azure-AsyncOperation`/`Location`: the client
+    /// reads the resource until its provisioning state settles (`POST
+    /// /__azure/put-without-operation-header?on=true|false`).
+    put_without_operation_header: bool,
 }
 
 /// The Azure emulator (see the module docs).
@@ -824,6 +834,13 @@ impl AzureCloud {
         self.ops.set_pending_for(d);
     }
 
+    /// Creates (PUT answered 201) without `Azure-AsyncOperation`/`Location` headers from now
+    /// on (`on`), as some ARM resource providers answer: the resource reads `Updating` until
+    /// its operation ends.
+    pub fn set_put_without_operation_header(&self, on: bool) {
+        lock(&self.state).put_without_operation_header = on;
+    }
+
     /// Changes the list page size.
     pub fn set_page_size(&self, n: usize) {
         lock(&self.opts).page_size = n.max(1);
@@ -860,6 +877,16 @@ impl AzureCloud {
             .filter(|r| r.kind.arm_type().eq_ignore_ascii_case(arm_type))
             .map(|r| self.render(&st, r, false))
             .collect()
+    }
+
+    /// Sets a resource's `provisioningState` with no operation behind it (a resource ARM left
+    /// stuck `Updating`, or `Failed`); false when absent.
+    pub fn set_provisioning_state(&self, id: &str, state: &str) -> bool {
+        let mut st = lock(&self.state);
+        let Some(r) = st.res.get_mut(&id.to_ascii_lowercase()) else { return false };
+        r.op = None;
+        props_mut(&mut r.body).insert("provisioningState".into(), json!(state));
+        true
     }
 
     /// Writes a resource as an operator would (no operation, no checks), e.g. to pre-create a
@@ -1231,7 +1258,9 @@ impl AzureCloud {
             }
         }
         for k in remove {
-            st.res.remove(&k);
+            if let Some(gone) = st.res.remove(&k) {
+                after_compute_delete(&mut st, &gone);
+            }
         }
     }
 
@@ -1346,6 +1375,16 @@ impl AzureCloud {
             Target::ArmMetadata => return arm_metadata(req, &qs),
             Target::AcrChallenge => return acr_challenge(req),
             Target::AcrExchange => return self.acr_exchange(req),
+            Target::AzureSwitch(switch) => {
+                let on = q(&qs, "on").is_none_or(|v| v.eq_ignore_ascii_case("true"));
+                return match switch.as_str() {
+                    "put-without-operation-header" => {
+                        self.set_put_without_operation_header(on);
+                        reply(StatusCode::OK, &json!({ switch: on }))
+                    }
+                    _ => err(StatusCode::NOT_FOUND, "NotFound", format!("no switch {switch}")),
+                };
+            }
             Target::ImdsInstance | Target::ImdsLoadBalancer | Target::ImdsToken => {
                 let meta = req.headers().get("metadata").and_then(|v| v.to_str().ok());
                 if !meta.is_some_and(|v| v.eq_ignore_ascii_case("true")) {
@@ -1432,8 +1471,12 @@ impl AzureCloud {
                     Method::PUT | Method::PATCH if kind.writable() && !instance_view => {
                         self.put(req, kind, &id)
                     }
+                    // Compute deletes VMs and scale-set VMs (a VM's NICs stay, detached,
+                    // unless its network profile says `deleteOption: Delete`).
                     Method::DELETE
-                        if kind.writable() && kind != Kind::VmssVm && kind != Kind::Subnet =>
+                        if !instance_view
+                            && (matches!(kind, Kind::Vm | Kind::VmssVm)
+                                || (kind.writable() && kind != Kind::Subnet)) =>
                     {
                         self.delete(req, kind, &id)
                     }
@@ -2184,10 +2227,11 @@ impl AzureCloud {
         let s = Stored { kind, body, etag, op: Some((op, action)), power, fault_domain: fd };
         let out = self.render(&st, &s, false);
         st.res.insert(key, s);
+        let bare = current.is_none() && st.put_without_operation_header;
         drop(st);
         let mut resp =
             reply(if current.is_some() { StatusCode::OK } else { StatusCode::CREATED }, &out);
-        for (k, v) in headers {
+        for (k, v) in headers.into_iter().filter(|_| !bare) {
             if let Ok(v) = HeaderValue::from_str(&v) {
                 resp.headers_mut().insert(k, v);
             }
@@ -2198,6 +2242,16 @@ impl AzureCloud {
     fn delete(&self, req: &Request<Bytes>, kind: Kind, id: &str) -> Resp {
         let key = id.to_ascii_lowercase();
         let st = lock(&self.state);
+        // A scale-set VM of a scale set that does not exist: the parent is not found.
+        if kind == Kind::VmssVm
+            && let Some(i) = key.rfind("/virtualmachines/")
+            && !st.res.contains_key(&key[..i])
+        {
+            drop(st);
+            return self.not_found(Kind::Vmss, &id[..i]);
+        }
+        // ARM's contract: deleting what does not exist (in a resource group that does) is a
+        // 204 with nothing to poll.
         let Some(cur) = st.res.get(&key).cloned() else {
             return empty(StatusCode::NO_CONTENT);
         };
@@ -2847,6 +2901,48 @@ fn vmss_vm_nic(r: &Stored) -> Value {
             "ipConfigurations": configs, "virtualMachine": { "id": vm_id },
         }
     })
+}
+
+/// What Compute does when a VM's or a scale-set VM's delete completes. A VM's NICs stay
+/// (detached: no `virtualMachine`, pool memberships and public IPs kept) unless the VM's
+/// reference to them says `deleteOption: Delete`; a scale-set VM's NIC is part of it, and the
+/// scale set's capacity drops by one.
+fn after_compute_delete(st: &mut State, gone: &Stored) {
+    match gone.kind {
+        Kind::Vm => {
+            let refs: Vec<(String, bool)> =
+                gone.body["properties"]["networkProfile"]["networkInterfaces"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|n| {
+                        let id = n["id"].as_str()?.to_ascii_lowercase();
+                        let delete = n["properties"]["deleteOption"]
+                            .as_str()
+                            .is_some_and(|d| d.eq_ignore_ascii_case("Delete"));
+                        Some((id, delete))
+                    })
+                    .collect();
+            for (nic, delete) in refs {
+                if delete {
+                    st.res.remove(&nic);
+                } else if let Some(n) = st.res.get_mut(&nic) {
+                    props_mut(&mut n.body).remove("virtualMachine");
+                    n.etag += 1;
+                }
+            }
+        }
+        Kind::VmssVm => {
+            let id = gone.body["id"].as_str().unwrap_or_default().to_ascii_lowercase();
+            if let Some(i) = id.rfind("/virtualmachines/")
+                && let Some(ss) = st.res.get_mut(&id[..i])
+            {
+                let n = ss.body["sku"]["capacity"].as_u64().unwrap_or(1);
+                ss.body["sku"]["capacity"] = json!(n.saturating_sub(1));
+            }
+        }
+        _ => {}
+    }
 }
 
 fn self_not_found(c: &AzureCloud, kind: Kind, id: &str) -> Resp {
@@ -3665,6 +3761,59 @@ mod tests {
             .get(&c.id("Microsoft.Compute/virtualMachines", "b").to_ascii_lowercase())
             .unwrap();
         assert_eq!(c.instance_view(b)["platformFaultDomain"], 2);
+    }
+
+    #[test]
+    fn deleting_a_vm_detaches_its_nic_unless_delete_option_says_delete() {
+        let w = World::parse(
+            "instances:\n- {name: a, zone: '1', public_ips: [20.1.2.3]}\n- {name: b, zone: '1'}\n- {name: ss-0, zone: '1', tags: {azure.vmss: pool}}\n- {name: ss-1, zone: '1', tags: {azure.vmss: pool}}\n",
+        )
+        .unwrap();
+        let c = AzureCloud::new(w, AzureOptions { lro: Duration::ZERO, ..Default::default() });
+        let del = |id: &str| {
+            let req = Request::builder()
+                .method(Method::DELETE)
+                .uri(format!("{id}?api-version=2024-07-01"))
+                .header(header::HOST, "localhost")
+                .body(Bytes::new())
+                .unwrap();
+            let kind = match parse_target(&Method::DELETE, id) {
+                Target::One { kind, .. } => kind,
+                t => panic!("{t:?}"),
+            };
+            c.delete(&req, kind, id)
+        };
+        // b's NIC is made to go with it.
+        let b = c.id("Microsoft.Compute/virtualMachines", "b");
+        let mut bvm = c.resource(&b).unwrap();
+        bvm["properties"]["networkProfile"]["networkInterfaces"][0]["properties"]["deleteOption"] =
+            json!("Delete");
+        lock(&c.state).res.get_mut(&b.to_ascii_lowercase()).unwrap().body = bvm;
+        let a = c.id("Microsoft.Compute/virtualMachines", "a");
+        for id in [&a, &b] {
+            let r = del(id);
+            assert_eq!(r.status(), StatusCode::ACCEPTED, "{id}");
+            assert!(r.headers().contains_key("azure-asyncoperation"));
+            assert!(r.headers().contains_key("location"));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+        assert!(c.resource(&a).is_none() && c.resource(&b).is_none());
+        let nic = c.resource(&c.id("Microsoft.Network/networkInterfaces", "a-nic")).unwrap();
+        assert!(nic["properties"].get("virtualMachine").is_none(), "{nic}");
+        assert!(c.resource(&c.id("Microsoft.Network/publicIPAddresses", "a-pip")).is_some());
+        assert!(c.resource(&c.id("Microsoft.Network/networkInterfaces", "b-nic")).is_none());
+        // Again: nothing to delete, 204.
+        assert_eq!(del(&a).status(), StatusCode::NO_CONTENT);
+        // A scale-set VM: gone, the set's capacity one less; a missing set is 404.
+        let ss0 = c.instance_resource_id("ss-0").unwrap();
+        assert_eq!(del(&ss0).status(), StatusCode::ACCEPTED);
+        std::thread::sleep(Duration::from_millis(20));
+        assert!(c.resource(&ss0).is_none());
+        let set = c.resource(&c.id("Microsoft.Compute/virtualMachineScaleSets", "pool")).unwrap();
+        assert_eq!(set["sku"]["capacity"], 1);
+        let other =
+            c.id("Microsoft.Compute/virtualMachineScaleSets", "nope") + "/virtualMachines/0";
+        assert_eq!(del(&other).status(), StatusCode::NOT_FOUND);
     }
 
     #[test]
