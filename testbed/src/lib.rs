@@ -285,7 +285,37 @@ where
     }
 }
 
-fn free_port() -> Result<u16, Error> {
+/// A loopback TCP port nobody listens on now, for a server a test starts a moment later.
+///
+/// The kernel's own choice (`bind(0)`) comes from the ephemeral range, which every outgoing
+/// connection on the machine draws its local port from too: between this call and the
+/// server's bind, a client of another test (concurrent test binaries make thousands of
+/// connections) could take the port, and the server then fails to start. So the port is
+/// drawn at random from below the ephemeral range (`/proc/sys/net/ipv4/ip_local_port_range`,
+/// default 32768-60999), where the kernel never assigns ports on its own, and checked free
+/// on 127.0.0.1 and 0.0.0.0; the kernel's choice only when no such port is found.
+pub fn free_port() -> Result<u16, Error> {
+    let low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next().and_then(|v| v.parse::<u16>().ok()))
+        .unwrap_or(32768);
+    // 20000..low: clear of the ports Kubernetes components default to (10248-10259, 6443,
+    // 2379/2380), which a manager started without flags by another test binds.
+    if low > 21000 {
+        let span = u64::from(low - 20000);
+        for attempt in 0..64u64 {
+            use std::hash::{BuildHasher, Hasher};
+            let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+            h.write_u64(attempt);
+            h.write_u32(std::process::id());
+            let port = 20000 + (h.finish() % span) as u16;
+            if TcpListener::bind(("127.0.0.1", port)).is_ok()
+                && TcpListener::bind(("0.0.0.0", port)).is_ok()
+            {
+                return Ok(port);
+            }
+        }
+    }
     let l = TcpListener::bind("127.0.0.1:0")
         .map_err(io_err("binding a free port", Path::new("127.0.0.1:0")))?;
     let port =

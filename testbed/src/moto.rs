@@ -110,10 +110,10 @@ pub struct Moto {
 }
 
 fn free_port() -> Result<u16, MotoError> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map_err(io("finding a free port"))?
-        .port())
+    crate::free_port().map_err(|e| MotoError::Io {
+        what: "finding a free port",
+        source: std::io::Error::other(e.to_string()),
+    })
 }
 
 async fn http(port: u16, method: &str, path: &str) -> std::io::Result<String> {

@@ -540,5 +540,5 @@ pub async fn curl(url: &str) -> (u16, String) {
 /// A free loopback port.
 #[allow(dead_code)]
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    ccm_testbed::free_port().unwrap()
 }

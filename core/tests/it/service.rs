@@ -97,6 +97,28 @@ pub async fn event_reasons(client: &Client, namespace: &str, name: &str) -> Vec<
     evs.into_iter().filter_map(|e| e.reason).collect()
 }
 
+/// Waits (up to 30 s) until the Service's event reasons, oldest first, satisfy `ok`; fails
+/// with the reasons seen last.
+pub async fn events_settle(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    ok: impl Fn(&[String]) -> bool,
+) {
+    let start = std::time::Instant::now();
+    loop {
+        let reasons = event_reasons(client, namespace, name).await;
+        if ok(&reasons) {
+            return;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "events of {namespace}/{name} after 30 s: {reasons:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 fn has_finalizer(svc: &Service) -> bool {
     svc.metadata.finalizers.iter().flatten().any(|f| f == names::FINALIZER_LB_CLEANUP)
 }
@@ -150,8 +172,9 @@ async fn load_balancer_lifecycle_follows_the_service() {
     assert_eq!(lb.nodes, vec![n1.clone()], "excluded node is not a backend");
     assert_eq!(lb.ports, vec![80]);
     assert_eq!(ingress_ip(&svc), lb.status.ingress.as_ref().unwrap()[0].ip);
-    let reasons = event_reasons(&client, &ns, "web").await;
-    assert_eq!(reasons, vec!["EnsuringLoadBalancer", "EnsuredLoadBalancer"]);
+    // Events are written as the controller goes; the last may land just after the status.
+    events_settle(&client, &ns, "web", |r| r == ["EnsuringLoadBalancer", "EnsuredLoadBalancer"])
+        .await;
 
     // Port change: the load balancer is updated.
     let patch = json!({"spec": {"ports": [{"port": 81, "protocol": "TCP"}]}});
@@ -171,11 +194,11 @@ async fn load_balancer_lifecycle_follows_the_service() {
     })
     .await;
     assert!(lbs.for_service(&ns, "web").is_none(), "load balancer deleted");
-    let reasons = event_reasons(&client, &ns, "web").await;
-    assert!(
-        reasons.ends_with(&["DeletingLoadBalancer".into(), "DeletedLoadBalancer".into()]),
-        "{reasons:?}"
-    );
+    // DeletedLoadBalancer may be written just after the finalizer is removed.
+    events_settle(&client, &ns, "web", |r| {
+        r.ends_with(&["DeletingLoadBalancer".into(), "DeletedLoadBalancer".into()])
+    })
+    .await;
 
     // Back to LoadBalancer, then delete the Service: the LB is gone before the Service is.
     let patch = json!({"spec": {"type": "LoadBalancer"}});

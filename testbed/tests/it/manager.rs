@@ -28,7 +28,7 @@ static BIN: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
 });
 
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    ccm_testbed::free_port().unwrap()
 }
 
 /// A per-test directory (logs, kubeconfigs), removed when the test passes and kept (its path

@@ -33,9 +33,10 @@ fn label_names(line: &str) -> Vec<String> {
 
 pub async fn metrics<H: Harness>() {
     let row = Row { provider: H::PROVIDER, scenario: "metrics", start: Instant::now() };
-    let port = free_port();
     let h = H::start(1).await;
     let env = Env::start(H::BINARY).await;
+    // Picked just before the manager binds it (the control plane takes seconds to start).
+    let port = free_port();
     let mut args = h.args(false);
     args.push(format!("--secure-port={port}"));
     args.push("--authorization-always-allow-paths=/healthz,/metrics".into());
