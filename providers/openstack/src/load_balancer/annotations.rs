@@ -79,7 +79,7 @@ pub mod keys {
     pub const HOSTNAME: &str = "loadbalancer.openstack.org/hostname";
     /// Written back with the address (an output; read by nobody), as upstream.
     pub const LOAD_BALANCER_ADDRESS: &str = "loadbalancer.openstack.org/load-balancer-address";
-    /// TLS termination with a Barbican container (not supported).
+    /// TLS termination: `TERMINATED_HTTPS` listeners with this Barbican container or secret.
     pub const DEFAULT_TLS_CONTAINER_REF: &str =
         "loadbalancer.openstack.org/default-tls-container-ref";
     /// Use (adopt or share) this existing Octavia load balancer.
@@ -120,7 +120,7 @@ pub const ANNOTATIONS: &[KeyDoc] = &[
     ),
     kd(
         keys::FLOATING_SUBNET,
-        "subnet name glob (`*`, `?`), `!` negates; `~regex` is not supported",
+        "subnet name glob (`*`, `?`) or, after `~`, a regular expression (RE2 syntax, matching the whole name); `!` first negates",
         "public-*",
         "The first subnet of the floating network whose name matches and has a free address.",
     ),
@@ -276,9 +276,9 @@ pub const ANNOTATIONS: &[KeyDoc] = &[
     ),
     kd(
         keys::DEFAULT_TLS_CONTAINER_REF,
-        "not supported",
-        "",
-        "TLS termination with a Barbican container is not supported: a non-empty value is an error (as is `[LoadBalancer] default-tls-container-ref`).",
+        "Barbican container or secret URL (`https://<key-manager>/v1/containers/<uuid>` or `…/v1/secrets/<uuid>`; any text with `[LoadBalancer] container-store = external`), default `[LoadBalancer] default-tls-container-ref`",
+        "https://barbican.example.com/v1/containers/a2c1f0e4-0000-4000-8000-000000000009",
+        "TLS termination, as upstream: every listener of the Service is `TERMINATED_HTTPS` with this `default_tls_container_ref` (its pool HTTP, or PROXY/PROXYV2 with `proxy-protocol`); changing it updates the listeners in place, adding or removing it re-creates them. With `container-store = barbican` (the default) the reference must end in `containers/<id>` or `secrets/<id>`; Octavia reads it from Barbican with the user's token, so the project's users (or the user, through the container's ACL) must be able to read it: otherwise Octavia refuses the listener and the error names this annotation.",
     ),
     kd(
         keys::SOURCE_RANGES,
@@ -417,14 +417,28 @@ impl FloatingSubnetSpec {
         Some((key, list.join(",")))
     }
 
-    /// Whether a subnet (name, tags) matches the pattern and tags.
+    /// The regular expression of a `~…` name pattern (after an optional `!`), compiled;
+    /// `None` for a glob or no pattern.
+    pub fn name_regex(&self) -> Option<Result<regex::Regex, regex::Error>> {
+        let pat = self.subnet.strip_prefix('!').unwrap_or(&self.subnet);
+        pat.strip_prefix('~').map(regex::Regex::new)
+    }
+
+    /// Whether a subnet (name, tags) matches the pattern and tags. A `~regex` matches when
+    /// its leftmost match is the whole name (upstream's `FindString(name) == name`); a
+    /// regex that does not compile matches nothing ([`ServiceConfig::parse`] refuses it).
     pub fn matches(&self, name: &str, tags: &[String]) -> bool {
         if !self.subnet.is_empty() {
             let (pat, not) = match self.subnet.strip_prefix('!') {
                 Some(p) => (p, true),
                 None => (self.subnet.as_str(), false),
             };
-            if glob(pat, name) == not {
+            let hit = match self.name_regex() {
+                Some(Ok(re)) => re.find(name).map_or("", |m| m.as_str()) == name,
+                Some(Err(_)) => return false,
+                None => glob(pat, name),
+            };
+            if hit == not {
                 return false;
             }
         }
@@ -569,6 +583,8 @@ pub struct ServiceConfig {
     pub keep_floating_ip: bool,
     /// `hostname`.
     pub hostname: String,
+    /// `default-tls-container-ref`: `TERMINATED_HTTPS` listeners with this reference.
+    pub tls_container_ref: String,
     /// The Service's IP family.
     pub ip_family: Option<IpFamily>,
     /// `spec.loadBalancerIP`.
@@ -660,21 +676,18 @@ impl ServiceConfig {
 
         let internal = opts.internal_lb || bool_annotation(service, keys::INTERNAL, false)?;
 
-        let tls = str_annotation(
+        let tls_container_ref = str_annotation(
             service,
             keys::DEFAULT_TLS_CONTAINER_REF,
             &opts.default_tls_container_ref,
         );
-        if !tls.is_empty() {
+        if !tls_container_ref.is_empty() && opts.container_store == "barbican" {
             let what = if annotation(service, keys::DEFAULT_TLS_CONTAINER_REF).is_some() {
                 keys::DEFAULT_TLS_CONTAINER_REF
             } else {
                 "[LoadBalancer] default-tls-container-ref"
             };
-            return Err(invalid(
-                what,
-                "TLS termination (TERMINATED_HTTPS listeners with a Barbican container) is not supported by this provider",
-            ));
+            check_barbican_ref(what, &key, &tls_container_ref)?;
         }
 
         // The class: an unknown name is an error (as upstream).
@@ -756,7 +769,7 @@ impl ServiceConfig {
                 }
             };
         }
-        if floating_subnet.subnet.trim_start_matches('!').starts_with('~') {
+        if let Some(Err(e)) = floating_subnet.name_regex() {
             let what = if annotation(service, keys::FLOATING_SUBNET).is_some() {
                 keys::FLOATING_SUBNET
             } else {
@@ -764,10 +777,7 @@ impl ServiceConfig {
             };
             return Err(invalid(
                 what,
-                format!(
-                    "{:?}: regular expressions (~...) are not supported, use a glob (*, ?)",
-                    floating_subnet.subnet
-                ),
+                format!("{:?}: invalid subnet regexp pattern: {e}", floating_subnet.subnet),
             ));
         }
 
@@ -921,6 +931,7 @@ impl ServiceConfig {
             lb_id: str_annotation(service, keys::LOAD_BALANCER_ID, ""),
             keep_floating_ip: bool_annotation(service, keys::KEEP_FLOATING_IP, false)?,
             hostname: str_annotation(service, keys::HOSTNAME, ""),
+            tls_container_ref,
             ip_family,
             load_balancer_ip: spec.load_balancer_ip.clone().unwrap_or_default().trim().to_string(),
             session_affinity: spec.session_affinity.as_deref() == Some("ClientIP"),
@@ -928,17 +939,25 @@ impl ServiceConfig {
         })
     }
 
-    /// The listener protocol of a port: HTTP with `x-forwarded-for`, else the port's.
+    /// The listener protocol of a port, as upstream's `getListenerProtocol`:
+    /// `TERMINATED_HTTPS` with a TLS container (every port, as upstream), else HTTP with
+    /// `x-forwarded-for`, else the port's.
     pub fn listener_protocol(&self, port: &PortSpec) -> String {
-        if self.keep_client_ip { "HTTP".into() } else { port.protocol.clone() }
+        if !self.tls_container_ref.is_empty() {
+            "TERMINATED_HTTPS".into()
+        } else if self.keep_client_ip {
+            "HTTP".into()
+        } else {
+            port.protocol.clone()
+        }
     }
 
     /// The pool protocol of a listener protocol: PROXY/PROXYV2, HTTP with
-    /// `x-forwarded-for`, else the listener's.
+    /// `x-forwarded-for` or TLS termination, else the listener's.
     pub fn pool_protocol(&self, listener_protocol: &str) -> String {
         match self.proxy_protocol {
             Some(p) => p.pool_protocol().into(),
-            None if self.keep_client_ip => "HTTP".into(),
+            None if self.keep_client_ip || !self.tls_container_ref.is_empty() => "HTTP".into(),
             None => listener_protocol.to_string(),
         }
     }
@@ -960,6 +979,37 @@ impl ServiceConfig {
         } else {
             port.protocol.clone()
         }
+    }
+}
+
+/// Upstream's check of a `default-tls-container-ref` with `container-store = barbican`: the
+/// reference's last two path segments are `containers/<id>` or `secrets/<id>`. (Upstream
+/// then reads the container or secret from Barbican; here Octavia's own read when it creates
+/// the listener is the check, see the provider README.)
+fn check_barbican_ref(what: &str, service: &str, reference: &str) -> Result<(), ProviderError> {
+    let mut segs = reference.trim().rsplit('/');
+    let id = segs.next().unwrap_or_default();
+    let kind = segs.next();
+    match kind {
+        None => Err(invalid(
+            what,
+            format!(
+                "invalid TLS container reference {reference:?} for Service {service}: expected https://<key-manager>/v1/containers/<uuid> or .../v1/secrets/<uuid> (or set [LoadBalancer] container-store = external)"
+            ),
+        )),
+        Some("containers" | "secrets") if !id.is_empty() => Ok(()),
+        Some(kind @ ("containers" | "secrets")) => Err(invalid(
+            what,
+            format!(
+                "TLS container reference {reference:?} for Service {service}: no ID after {kind}/"
+            ),
+        )),
+        Some(other) => Err(invalid(
+            what,
+            format!(
+                "TLS container reference {reference:?} for Service {service}: type {other:?} unknown (expected containers/<uuid> or secrets/<uuid>; or set [LoadBalancer] container-store = external)"
+            ),
+        )),
     }
 }
 
@@ -1083,8 +1133,9 @@ mod tests {
             (keys::INTERNAL, "yes"),
             (keys::HEALTH_MONITOR_DELAY, "0"),
             (keys::CLASS, "silver"),
-            (keys::DEFAULT_TLS_CONTAINER_REF, "https://barbican/v1/containers/x"),
-            (keys::FLOATING_SUBNET, "~pub.*"),
+            (keys::DEFAULT_TLS_CONTAINER_REF, "https://barbican/v1/orders/x"),
+            (keys::DEFAULT_TLS_CONTAINER_REF, "no-slashes"),
+            (keys::FLOATING_SUBNET, "~pub(.*"),
             (keys::SOURCE_RANGES, "10.0.0.0/33"),
         ] {
             let e = ServiceConfig::parse(&service(&[(k, v)]), &config()).unwrap_err();
@@ -1098,6 +1149,53 @@ mod tests {
         )
         .unwrap_err();
         assert!(e.to_string().contains("cannot be used together"), "{e}");
+    }
+
+    #[test]
+    fn tls_termination_as_upstream() {
+        let tls = "https://kms.example.com/v1/containers/a2c1f0e4-0000-4000-8000-000000000009";
+        let mut svc = service(&[(keys::DEFAULT_TLS_CONTAINER_REF, tls)]);
+        svc.spec.as_mut().unwrap().ports.as_mut().unwrap().push(ServicePort {
+            port: 53,
+            node_port: Some(30053),
+            protocol: Some("UDP".into()),
+            ..Default::default()
+        });
+        let c = ServiceConfig::parse(&svc, &config()).unwrap();
+        assert_eq!(c.tls_container_ref, tls);
+        // Every port, UDP too, as upstream's getListenerProtocol.
+        assert_eq!(c.listener_protocol(&c.ports[0]), "TERMINATED_HTTPS");
+        assert_eq!(c.listener_protocol(&c.ports[1]), "TERMINATED_HTTPS");
+        assert_eq!(c.pool_protocol("TERMINATED_HTTPS"), "HTTP");
+        assert_eq!(c.monitor_type(&c.ports[0]), "TCP");
+        let c = ServiceConfig::parse(
+            &service(&[(keys::DEFAULT_TLS_CONTAINER_REF, tls), (keys::PROXY_PROTOCOL, "v2")]),
+            &config(),
+        )
+        .unwrap();
+        assert_eq!(c.pool_protocol("TERMINATED_HTTPS"), "PROXYV2");
+        // The config's default, a secret reference; the annotation (even empty) wins.
+        let mut cfg = config();
+        cfg.load_balancer.default_tls_container_ref =
+            "https://kms.example.com/v1/secrets/a2c1f0e4-0000-4000-8000-00000000000a".into();
+        let c = ServiceConfig::parse(&service(&[]), &cfg).unwrap();
+        assert_eq!(c.tls_container_ref, cfg.load_balancer.default_tls_container_ref);
+        let c =
+            ServiceConfig::parse(&service(&[(keys::DEFAULT_TLS_CONTAINER_REF, "")]), &cfg).unwrap();
+        assert_eq!(c.tls_container_ref, "");
+        assert_eq!(c.listener_protocol(&c.ports[0]), "TCP");
+        // A bad config default is named as the config key.
+        cfg.load_balancer.default_tls_container_ref = "https://kms.example.com/v1/orders/x".into();
+        let e = ServiceConfig::parse(&service(&[]), &cfg).unwrap_err().to_string();
+        assert!(
+            e.contains("[LoadBalancer] default-tls-container-ref") && e.contains("orders"),
+            "{e}"
+        );
+        // container-store = external: any text.
+        cfg.load_balancer.container_store = "external".into();
+        cfg.load_balancer.default_tls_container_ref = "vault:tls/web".into();
+        let c = ServiceConfig::parse(&service(&[]), &cfg).unwrap();
+        assert_eq!(c.tls_container_ref, "vault:tls/web");
     }
 
     #[test]
@@ -1215,6 +1313,17 @@ mod tests {
         assert!(!glob("public", "public-subnet"));
         let spec = FloatingSubnetSpec { subnet: "!internal-*".into(), ..Default::default() };
         assert!(spec.matches("public-1", &[]) && !spec.matches("internal-1", &[]));
+        // `~`: a regular expression whose leftmost match must be the whole name, as upstream.
+        let re = FloatingSubnetSpec { subnet: "~public-[0-9]+".into(), ..Default::default() };
+        assert!(re.matches("public-12", &[]));
+        assert!(!re.matches("public-12b", &[]) && !re.matches("xpublic-1", &[]));
+        let re = FloatingSubnetSpec { subnet: "~a|ab".into(), ..Default::default() };
+        assert!(re.matches("a", &[]) && !re.matches("ab", &[]), "leftmost-first, as Go's");
+        let re = FloatingSubnetSpec { subnet: "!~ext-.*".into(), ..Default::default() };
+        assert!(re.matches("public-1", &[]) && !re.matches("ext-1", &[]));
+        let c = ServiceConfig::parse(&service(&[(keys::FLOATING_SUBNET, "~pub.*")]), &config())
+            .unwrap();
+        assert!(c.floating_subnet.matches("public", &[]));
         let tags = FloatingSubnetSpec { subnet_tags: "&a,b".into(), ..Default::default() };
         assert_eq!(tags.tag_filter(), Some(("tags", "a,b".into())));
         assert!(tags.matches("x", &["a".into(), "b".into()]) && !tags.matches("x", &["a".into()]));

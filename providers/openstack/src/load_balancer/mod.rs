@@ -11,7 +11,8 @@
 //!   created), `Security Group for <ns>/<name> Service LoadBalancer in cluster <cluster>`.
 //! - **VIP**: `port-id`, else `subnet-id` / `network-id` (annotation > class > config), else
 //!   the subnet of the first member node's port holding its address (as upstream).
-//! - **Per port**: a listener (TCP/UDP/SCTP, HTTP with `x-forwarded-for`; connection limit,
+//! - **Per port**: a listener (TCP/UDP/SCTP, HTTP with `x-forwarded-for`, `TERMINATED_HTTPS`
+//!   naming the Barbican container of `default-tls-container-ref`; connection limit,
 //!   timeouts, `allowed_cidrs` from the source ranges, tagged with the load balancer name),
 //!   its pool (`lb-method`, PROXY/PROXYV2, `SOURCE_IP` persistence for `ClientIP` affinity),
 //!   members = the nodes' `InternalIP` (else `ExternalIP`) of the Service's IP family on the
@@ -35,7 +36,9 @@
 //!   or user-provided one is disassociated.
 //! - **Security group** with `[LoadBalancer] manage-security-groups`: ingress rules on the
 //!   node ports (and health-check node port) from the member subnet's CIDR (the source ranges
-//!   with `lb-provider = ovn`), added to the member nodes' ports on the member subnet and taken
+//!   with `lb-provider = ovn`) and no other rule (Neutron's default egress rules are deleted,
+//!   as upstream; a group of that name not described as this Service's is refused), added to
+//!   the member nodes' ports on the member subnet and taken
 //!   off ports that are no longer members; removed from every port and deleted with the
 //!   Service (also when the load balancer is already gone).
 //! - **Ownership** (issue #29): this cluster created a load balancer for a Service when its
@@ -90,6 +93,15 @@ use octavia::{Api, FloatingIp, Listener, Pool, Rule};
 use crate::client::{ClientError, OpenStackClient};
 use crate::config::Config;
 use crate::instances::parse_provider_id;
+
+/// Upstream's Warning reason when no floating network is configured and none is found.
+pub const EVENT_EXTERNAL_NETWORK_SEARCH_FAILED: &str = "LoadBalancerExternalNetworkSearchFailed";
+/// Upstream's Warning reason when an external Service is given its VIP for want of a
+/// floating network.
+pub const EVENT_FORCED_INTERNAL: &str = "LoadBalancerForcedInternal";
+/// Upstream's Warning reason when an IPv6 load balancer's VIP is reported (no floating IPs
+/// for IPv6); raised for internal Services too, as upstream.
+pub const EVENT_FLOATING_IP_SKIPPED: &str = "LoadBalancerFloatingIPSkipped";
 
 /// The name prefix of the load balancers (and of their tags).
 pub const SERVICE_PREFIX: &str = "kube_service_";
@@ -772,10 +784,27 @@ impl OctaviaLoadBalancer {
         if conf.keep_client_ip {
             b["insert_headers"] = json!({"X-Forwarded-For": "true"});
         }
+        if !conf.tls_container_ref.is_empty() {
+            b["default_tls_container_ref"] = json!(conf.tls_container_ref);
+        }
         if let Some(c) = conf.allowed_cidrs.as_ref().filter(|c| !c.is_empty()) {
             b["allowed_cidrs"] = json!(c);
         }
         b
+    }
+
+    /// What a listener call does, for errors: a TLS listener names the reference and the
+    /// annotation (Octavia refuses a reference it cannot read with a 400).
+    fn listener_change(verb: &str, conf: &ServiceConfig) -> String {
+        if conf.tls_container_ref.is_empty() {
+            format!("{verb} a listener")
+        } else {
+            format!(
+                "{verb} a TERMINATED_HTTPS listener with {} {:?}",
+                keys::DEFAULT_TLS_CONTAINER_REF,
+                conf.tls_container_ref
+            )
+        }
     }
 
     /// The listener of `port`: created, or brought to the annotations in place.
@@ -795,9 +824,8 @@ impl OctaviaLoadBalancer {
             tracing::info!(load_balancer = name, port = port.port, protocol = %protocol, "OpenStack: creating listener");
             let body = self.listener_body(conf, port, &lb.id, name);
             let api = self.api();
-            return self
-                .mutate(&lb.id, name, "creating a listener", || api.create_listener(body.clone()))
-                .await;
+            let what = Self::listener_change("creating", conf);
+            return self.mutate(&lb.id, name, &what, || api.create_listener(body.clone())).await;
         };
         let mut update = serde_json::Map::new();
         if conf.tags && !l.tags.iter().any(|t| t == name) {
@@ -817,6 +845,9 @@ impl OctaviaLoadBalancer {
                 headers.remove("X-Forwarded-For");
             }
             update.insert("insert_headers".into(), json!(headers));
+        }
+        if l.default_tls_container_ref != conf.tls_container_ref {
+            update.insert("default_tls_container_ref".into(), json!(conf.tls_container_ref));
         }
         if let Some(t) = conf.timeouts {
             for (field, have, want) in [
@@ -842,10 +873,9 @@ impl OctaviaLoadBalancer {
             tracing::info!(load_balancer = name, listener = %l.id, fields = ?fields, "OpenStack: updating listener");
             let body = Value::Object(update.clone());
             let api = self.api();
-            self.mutate(&lb.id, &lb.name, "updating a listener", || {
-                api.update_listener(&l.id, body.clone())
-            })
-            .await?;
+            let what = Self::listener_change("updating", conf);
+            self.mutate(&lb.id, &lb.name, &what, || api.update_listener(&l.id, body.clone()))
+                .await?;
         }
         Ok(l.clone())
     }
@@ -1160,28 +1190,45 @@ impl OctaviaLoadBalancer {
 
     // ---- floating IPs -------------------------------------------------------------------------
 
-    /// The floating network: the configured one, else the only external network.
-    async fn floating_network(&self, conf: &ServiceConfig) -> Result<String, ProviderError> {
+    /// The floating network: the configured one, else the only external network. `None`:
+    /// Neutron shows no external network (with subnets) — upstream's
+    /// `LoadBalancerExternalNetworkSearchFailed` and `LoadBalancerForcedInternal` Warnings
+    /// are raised on the Service and it gets its VIP, as upstream. A failed listing is the
+    /// first Warning and an error (upstream forces the Service internal then too).
+    async fn floating_network(
+        &self,
+        service: &Service,
+        conf: &ServiceConfig,
+    ) -> Result<Option<String>, ProviderError> {
         if !conf.floating_network_id.is_empty() {
-            return Ok(conf.floating_network_id.clone());
+            return Ok(Some(conf.floating_network_id.clone()));
         }
-        let nets: Vec<_> = self
-            .api()
-            .list_external_networks()
-            .await?
-            .into_iter()
-            .filter(|n| !n.subnets.is_empty())
-            .collect();
+        let listed = match self.api().list_external_networks().await {
+            Ok(l) => l,
+            Err(e) => {
+                let message =
+                    format!("Failed to find floating-network-id for Service {}: {e}", conf.service);
+                self.warn(service, EVENT_EXTERNAL_NETWORK_SEARCH_FAILED, message).await;
+                return Err(e.into());
+            }
+        };
+        let nets: Vec<_> = listed.into_iter().filter(|n| !n.subnets.is_empty()).collect();
         match nets.as_slice() {
-            [one] => Ok(one.id.clone()),
-            [] => Err(invalid(
-                "[LoadBalancer] floating-network-id",
-                format!(
-                    "not set and Neutron shows no external network for Service {}: set it (or the annotation {}), or make the Service internal",
+            [one] => Ok(Some(one.id.clone())),
+            [] => {
+                let message = format!(
+                    "Failed to find floating-network-id for Service {}: Neutron shows no external network with a subnet (set [LoadBalancer] floating-network-id or the annotation {})",
                     conf.service,
                     keys::FLOATING_NETWORK_ID
-                ),
-            )),
+                );
+                self.warn(service, EVENT_EXTERNAL_NETWORK_SEARCH_FAILED, message).await;
+                let message = format!(
+                    "Floating network configuration not provided for Service {}, forcing to ensure an internal load balancer service",
+                    conf.service
+                );
+                self.warn(service, EVENT_FORCED_INTERNAL, message).await;
+                Ok(None)
+            }
             many => Err(invalid(
                 "[LoadBalancer] floating-network-id",
                 format!(
@@ -1201,6 +1248,7 @@ impl OctaviaLoadBalancer {
     async fn ensure_floating_ip(
         &self,
         cluster: &str,
+        service: &Service,
         conf: &ServiceConfig,
         lb: &octavia::LoadBalancer,
         owner: bool,
@@ -1278,7 +1326,9 @@ impl OctaviaLoadBalancer {
             let fip = api.associate_floating_ip(&fip.id, Some(vip_port)).await?;
             return Ok(fip.floating_ip_address);
         }
-        let network = self.floating_network(conf).await?;
+        let Some(network) = self.floating_network(service, conf).await? else {
+            return Ok(lb.vip_address.clone());
+        };
         let mut body = json!({
             "floating_network_id": network,
             "port_id": vip_port,
@@ -1404,11 +1454,22 @@ impl OctaviaLoadBalancer {
     ) -> Result<(), ProviderError> {
         let api = self.api();
         let sg_name = security_group_name(service);
+        let description = sg_description(&conf.service, cluster);
         let sg = match api.list_security_groups(Some(&sg_name)).await?.into_iter().next() {
+            // Its rules are replaced: only a group created for this Service by this cluster.
+            Some(sg) if sg.description != description => {
+                return Err(invalid(
+                    &format!("security group {sg_name}"),
+                    format!(
+                        "a security group with the name of Service {}'s group exists ({}) but was not created for it by this cluster (description {:?}): refusing to change it; rename or delete it, or set [LoadBalancer] manage-security-groups = false",
+                        conf.service, sg.id, sg.description
+                    ),
+                ));
+            }
             Some(sg) => sg,
             None => {
                 tracing::info!(service = %conf.service, security_group = %sg_name, "OpenStack: creating security group");
-                api.create_security_group(&sg_name, &sg_description(&conf.service, cluster)).await?
+                api.create_security_group(&sg_name, &description).await?
             }
         };
         let subnet = api.get_subnet(&conf.member_subnet_id).await?.ok_or_else(|| {
@@ -1439,13 +1500,9 @@ impl OctaviaLoadBalancer {
                 wanted.push(rule(&p.protocol.to_ascii_lowercase(), p.node_port, c));
             }
         }
-        // Only ingress rules are ours: Neutron's default egress rules stay.
-        let existing: Vec<Rule> = api
-            .list_rules(&sg.id)
-            .await?
-            .into_iter()
-            .filter(|r| r.direction == "ingress")
-            .collect();
+        // Every rule of the group is ours, as upstream: the egress rules Neutron adds to a new
+        // group (any address, IPv4 and IPv6) are deleted with any other rule not wanted.
+        let existing: Vec<Rule> = api.list_rules(&sg.id).await?;
         for w in wanted.iter().filter(|w| !existing.iter().any(|e| e.same(w))) {
             api.create_rule(&sg.id, w).await?;
         }
@@ -1698,10 +1755,14 @@ impl OctaviaLoadBalancer {
         }
 
         let addr = if is_ipv6(&lb.vip_address) {
-            tracing::info!(service = %conf.service, "OpenStack: no floating IP for an IPv6 load balancer");
+            let message = format!(
+                "Floating IP not supported for IPv6 Service {}. Using IPv6 address instead {}.",
+                conf.service, lb.vip_address
+            );
+            self.warn(service, EVENT_FLOATING_IP_SKIPPED, message).await;
             lb.vip_address.clone()
         } else {
-            self.ensure_floating_ip(cluster, &conf, &lb, owner).await?
+            self.ensure_floating_ip(cluster, service, &conf, &lb, owner).await?
         };
 
         let mut tags: Vec<String> = lb

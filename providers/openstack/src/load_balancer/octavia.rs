@@ -132,6 +132,9 @@ pub struct Listener {
     /// Its default pool.
     #[serde(default, deserialize_with = "nullable")]
     pub default_pool_id: String,
+    /// `default_tls_container_ref` (`TERMINATED_HTTPS`).
+    #[serde(default, deserialize_with = "nullable")]
+    pub default_tls_container_ref: String,
 }
 
 /// An Octavia pool.

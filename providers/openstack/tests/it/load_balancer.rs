@@ -531,7 +531,7 @@ async fn bad_annotations_are_invalid_and_name_the_annotation() {
         ("loadbalancer.openstack.org/lb-method", "FASTEST"),
         ("loadbalancer.openstack.org/proxy-protocol", "v9"),
         ("loadbalancer.openstack.org/class", "gold"),
-        ("loadbalancer.openstack.org/default-tls-container-ref", "https://kms/v1/containers/x"),
+        ("loadbalancer.openstack.org/default-tls-container-ref", "https://kms/v1/orders/x"),
         ("loadbalancer.openstack.org/health-monitor-max-retries", "many"),
     ] {
         let e = lb

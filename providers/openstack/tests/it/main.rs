@@ -5,8 +5,10 @@
 //! |---|---|
 //! | `client` | Keystone sessions, OpenStack error bodies, expired tokens renewed, throttling and 5xx retried (creates sent once), a hung call ends at its deadline, paging, typed calls, `ca-file` |
 //! | `instances` | metadata as upstream (providerID, floating and multi-NIC addresses, zone, flavor), one listing per batch (30 and 1000 nodes counted), existence with the deletion-safety rule, an outage deletes nothing |
+//! | `lb_parity` | upstream's Warnings for a floating network not found (`LoadBalancerExternalNetworkSearchFailed`, `LoadBalancerForcedInternal`) on a real API server's Service, a `~regex` `floating-subnet`, a managed security group without Neutron's default egress rules, a foreign group of its name refused |
 //! | `load_balancer` | Octavia load balancer, listeners, pools, members, monitors, floating IP and security group as upstream; node changes (one batch member update per pool), listener annotations reconciled in place, X-Forwarded-For re-creating listeners, ports removed; internal, keep-floatingip, loadBalancerIP, classes, PROXY/Local/hostnames, sharing by ID, ERROR load balancers, pending ones waited out (409s sent again), deletion leaving nothing, operator tools |
 //! | `octavia_features` | Octavia API version discovery and the features gated on it (tags, timeouts, `allowed_cidrs`, HTTP monitors on UDP), serial member calls, `load-balancer-id`/`-address` written back on a real API server's Service, the rename on a cluster-name change, a load balancer in `ERROR` on create, a realistic (slow) Octavia |
+//! | `tls` | TLS termination: `TERMINATED_HTTPS` listeners with the Barbican container of `default-tls-container-ref` (annotation or config), HTTP pools, the reference changed in place and removed, a container the user may not read (Barbican ACL) refused by Octavia, `container-store = external` |
 //! | `routes` | extra routes and allowed address pairs for 200 nodes created and deleted (router updates counted, atomic and read-modify-write), blackholes, a missing router, a next hop off the router's subnets |
 // Test helpers panic on failure by design.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -15,6 +17,8 @@ mod client;
 mod fixture;
 mod flags;
 mod instances;
+mod lb_parity;
 mod load_balancer;
 mod octavia_features;
 mod routes;
+mod tls;
