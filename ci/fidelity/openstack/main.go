@@ -578,6 +578,7 @@ func main() {
 	ok("octavia.loadbalancers.create_fully_populated_refused_whole")
 	must(loadbalancers.Delete(ctx, lbc, full.ID, loadbalancers.DeleteOpts{Cascade: true}).ExtractErr(), "fully populated lb cascade delete")
 
+	barbican(url, provider, lbc, subnet)
 	behaviour(url, provider, compute, network, lbc, subnet, public, s1, all)
 
 	// Token expiry: the emulator issues 6 s tokens (emulator-args); a call after expiry is a
