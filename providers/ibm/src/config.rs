@@ -62,7 +62,7 @@ pub struct Config {
     pub version: String,
     /// `[kubernetes] config-file` (ignored: the manager's `--kubeconfig` is used).
     pub kube_config_files: Vec<String>,
-    /// `[kubernetes] set-network-unavailable` (accepted; see the README).
+    /// `[kubernetes] set-network-unavailable`: mark new Nodes `NetworkUnavailable`.
     pub set_network_unavailable: bool,
     /// `[kubernetes] cniProvider`.
     pub cni_provider: String,
@@ -148,14 +148,14 @@ pub const CONFIG_KEYS: &[KeyDoc] = &[
         key: "set-network-unavailable",
         value: "bool",
         example: "false",
-        doc: "Accepted for compatibility (see the IBM provider README).",
+        doc: "`true`: a new Node (still tainted `uninitialized`) without a `NetworkUnavailable` condition gets `NetworkUnavailable=True` (reason `No CNI present`) when it is initialised, until its CNI clears it; not with `cniProvider = OVNKubernetes` (as upstream).",
     },
     KeyDoc {
         section: "kubernetes",
         key: "cniProvider",
         value: "string",
         example: "calico",
-        doc: "The cluster's CNI, as upstream.",
+        doc: "The cluster's CNI, as upstream: with `OVNKubernetes`, `set-network-unavailable` sets no condition.",
     },
     KeyDoc {
         section: "provider",

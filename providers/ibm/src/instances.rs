@@ -28,6 +28,7 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use ccm_core::cloud::{InstanceMetadata, InstanceStatus, InstancesV2, ProviderError};
+use ccm_core::names;
 use k8s_openapi::api::core::v1::{Node, NodeAddress};
 
 use crate::client::IbmClient;
@@ -140,6 +141,13 @@ pub fn metadata_from_instance(instance: &Instance, region: &str) -> NodeMetadata
     }
 }
 
+/// The `NetworkUnavailable` condition's reason when `[kubernetes] set-network-unavailable`
+/// sets it (upstream's value).
+pub const NO_CNI_REASON: &str = "No CNI present";
+
+/// The CNI that marks node networks itself (upstream sets no condition with it).
+pub const OVN_KUBERNETES: &str = "OVNKubernetes";
+
 /// The InstancesV2 of the IBM provider.
 #[derive(Debug)]
 pub struct IbmInstances {
@@ -147,12 +155,91 @@ pub struct IbmInstances {
     config: Arc<Config>,
     /// VPC instance IDs seen in listings: an ID here is known to be a VPC instance.
     seen: Mutex<HashSet<String>>,
+    /// The manager's Kubernetes client (from `initialize`), for `set-network-unavailable`.
+    kube: std::sync::OnceLock<KubeClient>,
+}
+
+/// The Kubernetes client (`kube::Client` has no `Debug`).
+struct KubeClient(kube::Client);
+
+impl std::fmt::Debug for KubeClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("kube::Client")
+    }
 }
 
 impl IbmInstances {
     /// InstancesV2 on this client and config.
     pub fn new(client: Arc<IbmClient>, config: Arc<Config>) -> Self {
-        IbmInstances { client, config, seen: Mutex::new(HashSet::new()) }
+        IbmInstances {
+            client,
+            config,
+            seen: Mutex::new(HashSet::new()),
+            kube: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// The Kubernetes client `set-network-unavailable` writes Node conditions with (the
+    /// provider's `initialize` sets it; a second call changes nothing).
+    pub fn set_kube_client(&self, client: kube::Client) {
+        let _ = self.kube.set(KubeClient(client));
+    }
+
+    /// `[kubernetes] set-network-unavailable = true` (and a CNI other than
+    /// `OVNKubernetes`), as upstream: a Node being initialised (it still has the
+    /// `uninitialized` taint) that has no `NetworkUnavailable` condition gets
+    /// `NetworkUnavailable=True` (reason `No CNI present`), which the CNI (Calico) clears once
+    /// the node's network is ready. `Ok` when there is nothing to do; an error (the Node is
+    /// retried) when the condition cannot be written.
+    async fn mark_network_unavailable(&self, node: &Node) -> Result<(), ProviderError> {
+        if !self.config.set_network_unavailable || self.config.cni_provider == OVN_KUBERNETES {
+            return Ok(());
+        }
+        let initialising = node
+            .spec
+            .as_ref()
+            .and_then(|s| s.taints.as_ref())
+            .is_some_and(|t| t.iter().any(|t| t.key == names::TAINT_UNINITIALIZED));
+        let has_condition = node
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|c| c.iter().any(|c| c.type_ == names::CONDITION_NETWORK_UNAVAILABLE));
+        if !initialising || has_condition {
+            return Ok(());
+        }
+        let name = node_name(node);
+        let Some(kube) = self.kube.get() else {
+            return Err(ProviderError::other(format!(
+                "[kubernetes] set-network-unavailable: no Kubernetes client yet to mark node {name}"
+            )));
+        };
+        let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            k8s_openapi::jiff::Timestamp::now(),
+        );
+        let condition = serde_json::json!({
+            "type": names::CONDITION_NETWORK_UNAVAILABLE,
+            "status": "True",
+            "reason": NO_CNI_REASON,
+            "message": "The cloud provider marks a new node's network unavailable until its CNI reports it ready ([kubernetes] set-network-unavailable)",
+            "lastTransitionTime": now,
+            "lastHeartbeatTime": now,
+        });
+        let patch = serde_json::json!({"status": {"conditions": [condition]}});
+        kube::Api::<Node>::all(kube.0.clone())
+            .patch_status(name, &kube::api::PatchParams::default(), &kube::api::Patch::Strategic(patch))
+            .await
+            .map_err(|e| {
+                ProviderError::with_source(
+                    format!("[kubernetes] set-network-unavailable: marking node {name} NetworkUnavailable"),
+                    e,
+                )
+            })?;
+        tracing::info!(
+            node = name,
+            "IBM: NetworkUnavailable condition set on a new node (set-network-unavailable)"
+        );
+        Ok(())
     }
 
     fn remember(&self, instances: &[Instance]) {
@@ -242,6 +329,8 @@ impl InstancesV2 for IbmInstances {
         &self,
         nodes: &[Node],
     ) -> Vec<Result<InstanceMetadata, ProviderError>> {
+        let marked: Vec<Result<(), ProviderError>> =
+            futures::future::join_all(nodes.iter().map(|n| self.mark_network_unavailable(n))).await;
         let from_labels: Vec<Option<NodeMetadata>> =
             nodes.iter().map(metadata_from_labels).collect();
         let lookups: Vec<&str> = nodes
@@ -260,7 +349,9 @@ impl InstancesV2 for IbmInstances {
         nodes
             .iter()
             .zip(from_labels)
-            .map(|(node, md)| {
+            .zip(marked)
+            .map(|((node, md), marked)| {
+                marked?;
                 if let Some(md) = md {
                     return Ok(self.to_metadata(node, &md));
                 }

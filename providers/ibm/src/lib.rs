@@ -8,6 +8,7 @@
 //! | [`model`] | the VPC resources as the API returns them |
 //! | [`instances`] | InstancesV2: labels or VPC lookup, providerID, existence |
 //! | [`load_balancer`] | LoadBalancer: VPC load balancers, listeners, pools, members |
+//! | [`monitor`] | the 5-minute load-balancer monitor: health Events, orphans of this cluster deleted |
 //!
 //! No routes (as upstream: Calico handles pod networking) and no image credential provider.
 //! Upstream decisions kept or changed are listed in `providers/ibm/README.md`.
@@ -17,6 +18,7 @@ pub mod config;
 pub mod instances;
 pub mod load_balancer;
 pub mod model;
+pub mod monitor;
 
 /// Parse entry points for `fuzz/` (issue #21) that are private in the client: never in
 /// shipped binaries (feature `fuzzing`).
@@ -31,12 +33,13 @@ pub mod fuzzing {
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use ccm_core::cloud::{CloudProvider, InstancesV2, LoadBalancer};
+use ccm_core::cloud::{BoxError, CloudProvider, InstancesV2, LoadBalancer, ProviderInit};
 
 use crate::client::{ClientError, ClientOptions, IbmClient};
 use crate::config::{Config, ConfigError};
 use crate::instances::IbmInstances;
 use crate::load_balancer::{IbmLoadBalancer, Timings};
+use crate::monitor::{Monitor, MonitorOptions};
 
 /// The provider name, as given to `--cloud-provider`.
 pub const PROVIDER_NAME: &str = "ibm";
@@ -69,6 +72,7 @@ pub struct IbmProvider {
     client: Arc<IbmClient>,
     instances: Arc<IbmInstances>,
     load_balancer: Arc<IbmLoadBalancer>,
+    monitor: MonitorOptions,
 }
 
 impl IbmProvider {
@@ -99,7 +103,19 @@ impl IbmProvider {
             vpc_endpoint = %config.vpc_url,
             "IBM Cloud VPC provider: no routes (as upstream)"
         );
-        Ok(IbmProvider { config, client, instances, load_balancer })
+        Ok(IbmProvider {
+            config,
+            client,
+            instances,
+            load_balancer,
+            monitor: MonitorOptions::default(),
+        })
+    }
+
+    /// The provider with another load-balancer monitor period (tests shorten it).
+    pub fn with_monitor(mut self, monitor: MonitorOptions) -> Self {
+        self.monitor = monitor;
+        self
     }
 
     /// The parsed config.
@@ -140,5 +156,15 @@ impl CloudProvider for IbmProvider {
 
     fn load_balancer(&self) -> Option<Arc<dyn LoadBalancer>> {
         Some(self.load_balancer.clone())
+    }
+
+    /// Upstream's start-up work: the load-balancer monitor (every 5 minutes: health Events,
+    /// orphans of this cluster deleted; [`monitor`]) until leadership ends, and the client
+    /// `[kubernetes] set-network-unavailable` marks new Nodes with.
+    fn initialize(&self, init: ProviderInit) -> Result<(), BoxError> {
+        self.instances.set_kube_client(init.client.clone());
+        let monitor = Arc::new(Monitor::new(self.load_balancer.clone(), init.client));
+        monitor.spawn(self.monitor, init.shutdown);
+        Ok(())
     }
 }

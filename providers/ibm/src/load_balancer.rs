@@ -18,10 +18,16 @@
 //! - Updates compute the same steps as upstream (delete listeners/pools of removed ports,
 //!   fix pools whose node port, health check or proxy protocol changed, add/remove members,
 //!   create pools/listeners for new ports; several member changes on a pool become one
-//!   `ReplaceLoadBalancerPoolMembers`), and **every mutation waits for the load balancer to
-//!   be `active`** before the next one (IBM answers 409 while it is pending). Deletion waits
-//!   until the load balancer is gone. A wait that outlasts [`Timings::max_wait`] ends in
-//!   [`ProviderError::RetryAfter`].
+//!   `ReplaceLoadBalancerPoolMembers`).
+//! - **Nothing waits** (issue #33 item 11): a create returns the hostname IBM assigned while
+//!   the load balancer is still `create_pending` (as upstream); a change applies one step and,
+//!   when more remain, asks for a retry ([`ProviderError::RetryAfter`] after
+//!   [`Timings::poll`]) instead of waiting out `update_pending` (IBM answers 409 while a load
+//!   balancer is pending); a load balancer that is pending is a retry, never a wait; a delete
+//!   is sent, then retried until IBM no longer lists the load balancer (the Service keeps its
+//!   finalizer until then; upstream returned at once). So a service worker is never held for
+//!   the minutes IBM takes: N Services created at once get their hostnames in about the time
+//!   of one create call.
 //! - The status is the load balancer's hostname.
 //!
 //! **Ownership** (issue #29): a load balancer is found by its exact name only (never by ID or
@@ -324,17 +330,19 @@ pub fn naming(service: &Service, cluster_id: &str) -> Result<Naming, ProviderErr
 /// Connections per listener (upstream's value).
 pub const CONNECTION_LIMIT: i64 = 15000;
 
-/// How long to wait for a load balancer to become `active` (or gone), and how often to ask.
+/// How soon to look at a pending load balancer again, and how long the operator tools wait.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Timings {
-    /// Time between `GetLoadBalancer` polls.
+    /// The delay of the retry a pending load balancer asks for (the service controller
+    /// requeues the Service after it; nothing sleeps), and the operator tools' poll interval.
     pub poll: Duration,
-    /// The longest wait for one state change; then [`ProviderError::RetryAfter`].
+    /// The longest wait of the operator tools (`orphans --delete`) for one state change;
+    /// the controllers never wait.
     pub max_wait: Duration,
 }
 
 impl Default for Timings {
-    /// Poll every 5 s for up to 2 minutes (upstream: every 8 s, 2 minutes).
+    /// Retry after 5 s; the tools wait up to 2 minutes (upstream: every 8 s, 2 minutes).
     fn default() -> Self {
         Timings { poll: Duration::from_secs(5), max_wait: Duration::from_secs(120) }
     }
@@ -989,6 +997,25 @@ impl IbmLoadBalancer {
         }
     }
 
+    /// The delay of the retry a pending load balancer asks for.
+    fn requeue(&self) -> Duration {
+        self.timings.poll.max(Duration::from_millis(50))
+    }
+
+    /// The retry a load balancer that is not `active` (pending, under maintenance) asks for:
+    /// IBM refuses every change meanwhile, and nothing here waits it out.
+    fn busy(&self, lb: &model::LoadBalancer) -> ProviderError {
+        ProviderError::RetryAfter {
+            message: format!(
+                "load balancer {} ({}) is {}: changed once it is active again",
+                lb.name,
+                lb.id,
+                lb.status()
+            ),
+            delay: self.requeue(),
+        }
+    }
+
     /// Maps a mutation's error: a 409 (the load balancer turned busy) asks for a retry.
     fn mutation_error(name: &str, e: ClientError) -> ProviderError {
         if e.is_conflict() {
@@ -1058,8 +1085,8 @@ impl IbmLoadBalancer {
         Ok(ids.into_iter().collect())
     }
 
-    /// Creates the load balancer; `tags`: the ownership tags to attach once it is active
-    /// (annotated names).
+    /// Creates the load balancer and returns it as IBM answered (`create_pending`, with its
+    /// hostname); `tags`: the ownership tags to attach right away (annotated names).
     async fn create(
         &self,
         name: &str,
@@ -1100,12 +1127,14 @@ impl IbmLoadBalancer {
             .create_load_balancer(body)
             .await
             .map_err(|e| Self::mutation_error(name, e))?;
-        let Some(tags) = tags else { return self.wait_active(&lb.id, name).await };
+        // No wait: IBM assigned the hostname with the create; the load balancer provisions
+        // on its own (created with its listeners, pools and members inline).
+        let Some(tags) = tags else { return Ok(lb) };
         // Recorded before anything else can fail: until the tags are attached, this record
-        // is the proof that this process created it for this Service.
+        // is the proof that this process created it for this Service. Global Tagging tags a
+        // CRN whatever the load balancer's provisioning status, so no wait here either.
         let uid = service.metadata.uid.as_deref().unwrap_or_default();
         self.set_unmarked(&lb.id, Some(uid));
-        let lb = self.wait_active(&lb.id, name).await?;
         if lb.crn.is_empty() {
             return Err(ProviderError::other(format!(
                 "load balancer {name} ({}) was created without a CRN: it cannot be tagged as this Service's",
@@ -1186,9 +1215,10 @@ impl IbmLoadBalancer {
             })
             .collect();
         let id = lb.id.clone();
-        let mut current = lb;
-        // The load balancer is active here, and each step waits until it is again.
-        for step in steps {
+        // The load balancer is active here. One step, then it is `update_pending` for a
+        // while: the remaining steps are left to the retry this asks for (nothing waits).
+        let remaining = steps.len() - 1;
+        if let Some(step) = steps.into_iter().next() {
             let err = |e| Self::mutation_error(&name, e);
             match &step {
                 Step::DeleteListener { id: l, .. } => {
@@ -1245,10 +1275,17 @@ impl IbmLoadBalancer {
                     self.client.create_listener(&id, body).await.map_err(err)?;
                 }
             }
-            // Each mutation puts the load balancer in update_pending: wait it out.
-            current = self.wait_active(&id, &name).await?;
         }
-        Ok(current)
+        if remaining > 0 {
+            return Err(ProviderError::RetryAfter {
+                message: format!(
+                    "load balancer {name} ({id}): applied one change, {remaining} more once it \
+                     is active again"
+                ),
+                delay: self.requeue(),
+            });
+        }
+        Ok(lb)
     }
 }
 
@@ -1296,7 +1333,7 @@ impl LoadBalancer for IbmLoadBalancer {
             Some(lb) if lb.provisioning_status == "failed" => {
                 return Err(self.delete_failed(&lb, service).await);
             }
-            Some(lb) => self.wait_active(&lb.id, &name).await?,
+            Some(lb) => return Err(self.busy(&lb)),
         };
         let lb = self.update(lb, service, &options, nodes).await?;
         Ok(Self::status(&lb))
@@ -1317,13 +1354,17 @@ impl LoadBalancer for IbmLoadBalancer {
                 return Ok(());
             }
             Some(lb) if lb.is_active() => lb,
-            Some(lb) => self.wait_active(&lb.id, &name).await?,
+            // The service controller re-queues the Service for a full ensure.
+            Some(lb) => return Err(self.busy(&lb)),
         };
         self.update(lb, service, &options, nodes).await.map(|_| ())
     }
 
-    /// Deletes the Service's load balancer when it is the Service's. A load balancer of the
-    /// Service's name that is not its own is left as it is (a warning names it) and the
+    /// Deletes the Service's load balancer when it is the Service's: sends the delete and
+    /// asks for a retry ([`ProviderError::RetryAfter`]) until IBM no longer lists it, so the
+    /// Service's finalizer goes only once it is gone, and no worker waits meanwhile. A pending
+    /// load balancer (IBM refuses its deletion then) asks for a retry too. A load balancer of
+    /// the Service's name that is not its own is left as it is (a warning names it) and the
     /// deletion succeeds: nothing of the Service's own exists. A failed ownership check is an
     /// error (nothing is deleted).
     async fn ensure_load_balancer_deleted(
@@ -1347,17 +1388,23 @@ impl LoadBalancer for IbmLoadBalancer {
         }
         if lb.provisioning_status != "delete_pending" {
             if !lb.is_active() && lb.provisioning_status != "failed" {
-                self.wait_active(&lb.id, &name).await?;
+                return Err(self.busy(&lb));
             }
             tracing::info!(service = %service_key(service), load_balancer = %name, "IBM: deleting VPC load balancer");
             self.client
                 .delete_load_balancer(&lb.id)
                 .await
                 .map_err(|e| Self::mutation_error(&name, e))?;
+            self.set_unmarked(&lb.id, None);
         }
-        self.wait_gone(&lb.id, &name).await?;
-        self.set_unmarked(&lb.id, None);
-        Ok(())
+        // Not gone yet: a retry, not a wait; the Service keeps its finalizer until it is.
+        Err(ProviderError::RetryAfter {
+            message: format!(
+                "load balancer {name} ({}) is being deleted by IBM: done once it is gone",
+                lb.id
+            ),
+            delay: self.requeue(),
+        })
     }
 
     /// Every VPC load balancer the account shows; owned when it carries the same proof the
@@ -1421,8 +1468,80 @@ impl LoadBalancer for IbmLoadBalancer {
 
 impl IbmLoadBalancer {
     /// `kube-<clusterID>-`: the name prefix of the load balancers this cluster creates.
-    fn owned_prefix(&self) -> String {
+    pub(crate) fn owned_prefix(&self) -> String {
         format!("{NAME_PREFIX}-{}-", self.config.cluster_id)
+    }
+
+    /// The cluster ID of the config.
+    pub fn cluster_id(&self) -> &str {
+        &self.config.cluster_id
+    }
+
+    /// The IBM Cloud client.
+    pub fn client(&self) -> &Arc<IbmClient> {
+        &self.client
+    }
+
+    /// Whether `lb`, found under the Service's name, is the Service's (the proof of
+    /// [`naming`]: generated name, or this cluster's and this Service's tags).
+    pub(crate) async fn is_services(
+        &self,
+        naming: &Naming,
+        service: &Service,
+        lb: &model::LoadBalancer,
+    ) -> Result<bool, ProviderError> {
+        Ok(self.owner(naming, service, lb).await? == Owner::Ours)
+    }
+
+    /// The Service UID `lb`'s ownership tags name when they also name this cluster; `None`
+    /// when it carries no such tags (not this cluster's by tags).
+    pub(crate) async fn owner_uid(
+        &self,
+        lb: &model::LoadBalancer,
+    ) -> Result<Option<String>, ProviderError> {
+        if self.config.cluster_id.is_empty() || lb.crn.is_empty() {
+            return Ok(None);
+        }
+        let have = self.client.list_tags(&lb.crn).await?;
+        let ours = tag_value(&have, tags::CLUSTER)
+            .is_some_and(|c| c.eq_ignore_ascii_case(&self.config.cluster_id));
+        Ok(tag_value(&have, tags::SERVICE_UID)
+            .filter(|u| ours && !u.is_empty())
+            .map(str::to_ascii_lowercase))
+    }
+
+    /// The monitor's delete of an orphan: read again by ID, proved this cluster's again by
+    /// the same proof (generated name, or this cluster's tags naming the same Service UID),
+    /// then deleted without waiting. Gone already: `Ok`.
+    pub(crate) async fn delete_orphan(
+        &self,
+        lb: &model::LoadBalancer,
+        tagged_uid: Option<&str>,
+    ) -> Result<(), ProviderError> {
+        let Some(fresh) = self.client.get_load_balancer(&lb.id).await? else { return Ok(()) };
+        let proven = fresh.name == lb.name
+            && match tagged_uid {
+                None => fresh.name.starts_with(&self.owned_prefix()),
+                Some(uid) => self.owner_uid(&fresh).await?.as_deref() == Some(uid),
+            };
+        if !proven {
+            return Err(ProviderError::other(format!(
+                "load balancer {} ({}) changed since it was listed: not deleting it",
+                fresh.name, fresh.id
+            )));
+        }
+        if fresh.provisioning_status == "delete_pending" {
+            return Ok(());
+        }
+        if !fresh.is_active() && fresh.provisioning_status != "failed" {
+            return Err(self.busy(&fresh));
+        }
+        self.client
+            .delete_load_balancer(&fresh.id)
+            .await
+            .map_err(|e| Self::mutation_error(&fresh.name, e))?;
+        self.set_unmarked(&fresh.id, None);
+        Ok(())
     }
 
     /// Whether this cluster created `lb` (generated name, or this cluster's ownership tag),

@@ -133,3 +133,92 @@ pub fn iks_labels<'a>(worker: &'a str, ip: &'a str, zone: &'a str) -> Vec<(&'sta
         ("ibm-cloud.kubernetes.io/region", "us-south"),
     ]
 }
+
+/// What the service controller does with a Service, for tests that call the provider
+/// directly: ensure, again after each retry the provider asks for (nothing in the provider
+/// waits, issue #33 item 11), until it succeeds and the load balancer is `active`. Panics on
+/// any other error or after 60 s.
+pub async fn converge(
+    lb: &ccm_provider_ibm::load_balancer::IbmLoadBalancer,
+    svc: &k8s_openapi::api::core::v1::Service,
+    nodes: &[Node],
+) -> k8s_openapi::api::core::v1::LoadBalancerStatus {
+    use ccm_core::cloud::{LoadBalancer as _, ProviderError};
+    let name = lb.load_balancer_name("k", svc);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        assert!(tokio::time::Instant::now() < deadline, "{name} did not converge in 60 s");
+        match lb.ensure_load_balancer("k", svc, nodes).await {
+            Ok(status) => {
+                let all = lb.client().list_load_balancers().await.unwrap();
+                if all.iter().any(|l| l.name == name && l.is_active()) {
+                    return status;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(ProviderError::RetryAfter { delay, .. }) => tokio::time::sleep(delay).await,
+            Err(e) => panic!("ensuring {name}: {e}"),
+        }
+    }
+}
+
+/// The deletion as the service controller drives it: again after each retry until it
+/// succeeds (the load balancer is gone, or was never the Service's).
+pub async fn delete_converged(
+    lb: &ccm_provider_ibm::load_balancer::IbmLoadBalancer,
+    svc: &k8s_openapi::api::core::v1::Service,
+) {
+    use ccm_core::cloud::{LoadBalancer as _, ProviderError};
+    let name = lb.load_balancer_name("k", svc);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        assert!(tokio::time::Instant::now() < deadline, "{name} was not deleted in 60 s");
+        match lb.ensure_load_balancer_deleted("k", svc).await {
+            Ok(()) => return,
+            Err(ProviderError::RetryAfter { delay, .. }) => tokio::time::sleep(delay).await,
+            Err(e) => panic!("deleting {name}: {e}"),
+        }
+    }
+}
+
+/// [`converge`] for `update_load_balancer` (the node sync): again after each retry until it
+/// succeeds and the load balancer is `active`.
+pub async fn update_converged(
+    lb: &ccm_provider_ibm::load_balancer::IbmLoadBalancer,
+    svc: &k8s_openapi::api::core::v1::Service,
+    nodes: &[Node],
+) {
+    use ccm_core::cloud::{LoadBalancer as _, ProviderError};
+    let name = lb.load_balancer_name("k", svc);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        assert!(tokio::time::Instant::now() < deadline, "{name} did not update in 60 s");
+        match lb.update_load_balancer("k", svc, nodes).await {
+            Ok(()) => {
+                let all = lb.client().list_load_balancers().await.unwrap();
+                if all.iter().any(|l| l.name == name && l.is_active()) {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(ProviderError::RetryAfter { delay, .. }) => tokio::time::sleep(delay).await,
+            Err(e) => panic!("updating {name}: {e}"),
+        }
+    }
+}
+
+/// The emulator's load balancers once none is `delete_pending` any more (deletions return
+/// once IBM accepted them; at most 30 s).
+pub async fn settled_lbs(f: &Fixture) -> Vec<serde_json::Value> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let state = f.server.admin().state().await.unwrap();
+        let all = state["cloud"]["load_balancers"].as_array().cloned().unwrap_or_default();
+        if all.iter().all(|l| l["provisioning_status"] != "delete_pending")
+            || tokio::time::Instant::now() >= deadline
+        {
+            return all;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

@@ -61,8 +61,7 @@ fn nodes(ips: &[(&str, &str)]) -> Vec<Node> {
 }
 
 async fn lbs(f: &crate::fixture::Fixture) -> Vec<Value> {
-    let state = f.server.admin().state().await.unwrap();
-    state["cloud"]["load_balancers"].as_array().cloned().unwrap_or_default()
+    crate::fixture::settled_lbs(f).await
 }
 
 fn members(pool: &Value) -> Vec<(String, i64)> {
@@ -86,7 +85,7 @@ async fn a_public_load_balancer_is_built_as_upstream_and_deleting_it_leaves_noth
         service("6f7f1b2c-1234-5678-9abc-def012345678", &[], &[(80, 30080), (443, 30443)], None);
     let ns = nodes(&[("10.240.0.4", "us-south-1"), ("10.240.1.4", "us-south-2")]);
     assert!(lb.get_load_balancer("k", &svc).await.unwrap().is_none());
-    let status = lb.ensure_load_balancer("k", &svc, &ns).await.unwrap();
+    let status = crate::fixture::converge(lb, &svc, &ns).await;
     let hostname = status.ingress.unwrap()[0].hostname.clone().unwrap();
     assert!(!hostname.is_empty());
 
@@ -142,7 +141,7 @@ async fn a_public_load_balancer_is_built_as_upstream_and_deleting_it_leaves_noth
 
     // Ensure again with nothing changed: no mutation.
     let before = f.server.counters();
-    lb.ensure_load_balancer("k", &svc, &ns).await.unwrap();
+    crate::fixture::converge(lb, &svc, &ns).await;
     let after = f.server.counters();
     for op in [
         "vpc.load_balancers.create",
@@ -153,11 +152,11 @@ async fn a_public_load_balancer_is_built_as_upstream_and_deleting_it_leaves_noth
         assert_eq!(before.get(op), after.get(op), "{op}");
     }
 
-    lb.ensure_load_balancer_deleted("k", &svc).await.unwrap();
+    crate::fixture::delete_converged(lb, &svc).await;
     assert!(lbs(&f).await.is_empty(), "nothing left");
     assert!(lb.get_load_balancer("k", &svc).await.unwrap().is_none());
     // Deleting again is a no-op.
-    lb.ensure_load_balancer_deleted("k", &svc).await.unwrap();
+    crate::fixture::delete_converged(lb, &svc).await;
 }
 
 #[tokio::test]
@@ -171,7 +170,7 @@ async fn node_changes_update_members_and_a_private_local_service_gets_an_http_ch
         Some(32000),
     );
     let two = nodes(&[("10.240.0.4", "us-south-1"), ("10.240.0.5", "us-south-1")]);
-    lb.ensure_load_balancer("k", &svc, &two).await.unwrap();
+    crate::fixture::converge(lb, &svc, &two).await;
     let v = &lbs(&f).await[0];
     assert_eq!(v["is_public"], false);
     let pool = &v["pools"][0];
@@ -186,13 +185,13 @@ async fn node_changes_update_members_and_a_private_local_service_gets_an_http_ch
         ("10.240.0.5", "us-south-1"),
         ("10.240.1.4", "us-south-2"),
     ]);
-    lb.update_load_balancer("k", &svc, &three).await.unwrap();
+    crate::fixture::update_converged(lb, &svc, &three).await;
     let v = &lbs(&f).await[0];
     assert_eq!(members(&v["pools"][0]).len(), 3);
     assert_eq!(f.server.counters().get("vpc.load_balancer_pool_members.create"), 1);
     // Two nodes replaced by another: one ReplaceLoadBalancerPoolMembers.
     let other = nodes(&[("10.240.1.4", "us-south-2")]);
-    lb.update_load_balancer("k", &svc, &other).await.unwrap();
+    crate::fixture::update_converged(lb, &svc, &other).await;
     let v = &lbs(&f).await[0];
     assert_eq!(members(&v["pools"][0]), [("10.240.1.4".into(), 31080)]);
     assert_eq!(f.server.counters().get("vpc.load_balancer_pool_members.replace"), 1);
@@ -213,7 +212,7 @@ async fn node_changes_update_members_and_a_private_local_service_gets_an_http_ch
         &[(8080, 31081), (9090, 31090)],
         None,
     );
-    lb.ensure_load_balancer("k", &moved, &other).await.unwrap();
+    crate::fixture::converge(lb, &moved, &other).await;
     let v = &lbs(&f).await[0];
     let mut names: Vec<&str> =
         v["pools"].as_array().unwrap().iter().map(|p| p["name"].as_str().unwrap()).collect();
@@ -226,7 +225,7 @@ async fn node_changes_update_members_and_a_private_local_service_gets_an_http_ch
     }
     assert_eq!(v["listeners"].as_array().unwrap().len(), 2);
 
-    lb.ensure_load_balancer_deleted("k", &moved).await.unwrap();
+    crate::fixture::delete_converged(lb, &moved).await;
     assert!(lbs(&f).await.is_empty());
 }
 
@@ -241,13 +240,13 @@ async fn the_zone_annotation_narrows_members_and_subnets() {
         None,
     );
     let ns = nodes(&[("10.240.0.4", "us-south-1"), ("10.240.1.4", "us-south-2")]);
-    lb.ensure_load_balancer("k", &svc, &ns).await.unwrap();
+    crate::fixture::converge(lb, &svc, &ns).await;
     let v = &lbs(&f).await[0];
     let subnets: Vec<&str> =
         v["subnets"].as_array().unwrap().iter().map(|s| s["name"].as_str().unwrap()).collect();
     assert_eq!(subnets, ["subnet-2"]);
     assert_eq!(members(&v["pools"][0]), [("10.240.1.4".into(), 30080)]);
-    lb.ensure_load_balancer_deleted("k", &svc).await.unwrap();
+    crate::fixture::delete_converged(lb, &svc).await;
     assert!(lbs(&f).await.is_empty());
 }
 
@@ -257,13 +256,13 @@ async fn a_vpc_outage_fails_the_call_and_changes_nothing() {
     let lb = f.provider.ibm_load_balancer();
     let svc = service("bbbbbbbb-2222-3333-4444-555555555555", &[], &[(80, 30080)], None);
     let ns = nodes(&[("10.240.0.4", "us-south-1")]);
-    lb.ensure_load_balancer("k", &svc, &ns).await.unwrap();
+    crate::fixture::converge(lb, &svc, &ns).await;
     f.server.admin().pause(ccm_emulators::admin::PauseMode::Fail).await.unwrap();
     assert!(lb.ensure_load_balancer_deleted("k", &svc).await.is_err());
     assert!(lb.get_load_balancer("k", &svc).await.is_err());
     f.server.admin().resume().await.unwrap();
     assert_eq!(lbs(&f).await.len(), 1, "an error deletes nothing");
-    lb.ensure_load_balancer_deleted("k", &svc).await.unwrap();
+    crate::fixture::delete_converged(lb, &svc).await;
     assert!(lbs(&f).await.is_empty());
 }
 
@@ -282,10 +281,10 @@ async fn a_throttled_create_is_sent_again_and_a_failed_one_is_not() {
                 .times(1),
         )
         .unwrap();
-    lb.ensure_load_balancer("k", &svc, &ns).await.unwrap();
+    crate::fixture::converge(lb, &svc, &ns).await;
     assert_eq!(f.server.counters().get("vpc.load_balancers.create"), 2);
     assert_eq!(lbs(&f).await.len(), 1, "one load balancer, not two");
-    lb.ensure_load_balancer_deleted("k", &svc).await.unwrap();
+    crate::fixture::delete_converged(lb, &svc).await;
 
     // A 503 on a create may follow a create that was carried out: not sent again by this
     // call; the sync fails and the next one reads what exists first.
@@ -297,6 +296,6 @@ async fn a_throttled_create_is_sent_again_and_a_failed_one_is_not() {
         .unwrap();
     assert!(lb.ensure_load_balancer("k", &svc, &ns).await.is_err());
     assert_eq!(f.server.counters().get("vpc.load_balancers.create"), 3);
-    lb.ensure_load_balancer("k", &svc, &ns).await.unwrap();
+    crate::fixture::converge(lb, &svc, &ns).await;
     assert_eq!(lbs(&f).await.len(), 1);
 }

@@ -41,8 +41,7 @@ fn nodes() -> Vec<Node> {
 
 /// Every load balancer as the emulator holds it (listeners, pools and members inline).
 async fn lbs(f: &Fixture) -> Vec<Value> {
-    let state = f.server.admin().state().await.unwrap();
-    state["cloud"]["load_balancers"].as_array().cloned().unwrap_or_default()
+    crate::fixture::settled_lbs(f).await
 }
 
 async fn lb_by_id(f: &Fixture, id: &str) -> Option<Value> {
@@ -69,7 +68,7 @@ async fn a_service_naming_another_services_load_balancer_gets_an_error_and_chang
     let f = start().await;
     let lb = f.provider.ibm_load_balancer();
     let victim = service("shop", "web", "0a0a0a0a-1111-2222-3333-444444444444", None, 443);
-    lb.ensure_load_balancer("k", &victim, &nodes()).await.unwrap();
+    crate::fixture::converge(lb, &victim, &nodes()).await;
     let all = lbs(&f).await;
     assert_eq!(all.len(), 1);
     let (id, name, hostname) = (
@@ -118,8 +117,8 @@ async fn a_service_naming_another_services_load_balancer_gets_an_error_and_chang
     }
     assert_eq!(lbs(&f).await.len(), 1, "nothing was created either");
     // The victim still owns and deletes its load balancer.
-    lb.ensure_load_balancer("k", &victim, &nodes()).await.unwrap();
-    lb.ensure_load_balancer_deleted("k", &victim).await.unwrap();
+    crate::fixture::converge(lb, &victim, &nodes()).await;
+    crate::fixture::delete_converged(lb, &victim).await;
     assert!(lbs(&f).await.is_empty());
 }
 
@@ -168,7 +167,7 @@ async fn another_clusters_load_balancer_is_never_touched() {
     let f = start().await;
     let other = provider_for(&f, "clus2");
     let theirs = service("default", "web", "0b0b0b0b-1111-2222-3333-444444444444", None, 443);
-    other.ibm_load_balancer().ensure_load_balancer("k", &theirs, &nodes()).await.unwrap();
+    crate::fixture::converge(other.ibm_load_balancer(), &theirs, &nodes()).await;
     let all = lbs(&f).await;
     let (id, name) =
         (all[0]["id"].as_str().unwrap().to_string(), all[0]["name"].as_str().unwrap().to_string());
@@ -194,7 +193,7 @@ async fn a_load_balancer_created_under_an_annotated_name_is_tagged_managed_and_d
     let lb = f.provider.ibm_load_balancer();
     let owner =
         service("shop", "web", "0c0c0c0c-1111-2222-3333-444444444444", Some("shop-edge"), 443);
-    let status = lb.ensure_load_balancer("k", &owner, &nodes()).await.unwrap();
+    let status = crate::fixture::converge(lb, &owner, &nodes()).await;
     let all = lbs(&f).await;
     assert_eq!(all.len(), 1);
     assert_eq!(all[0]["name"], "shop-edge");
@@ -211,7 +210,7 @@ async fn a_load_balancer_created_under_an_annotated_name_is_tagged_managed_and_d
     // Its own Service keeps managing it: a port change is applied.
     let moved =
         service("shop", "web", "0c0c0c0c-1111-2222-3333-444444444444", Some("shop-edge"), 8443);
-    lb.ensure_load_balancer("k", &moved, &nodes()).await.unwrap();
+    crate::fixture::converge(lb, &moved, &nodes()).await;
     assert_eq!(listener_ports(&lb_by_id(&f, &id).await.unwrap()), [8443]);
     let before = fingerprint(&lb_by_id(&f, &id).await.unwrap());
 
@@ -226,7 +225,7 @@ async fn a_load_balancer_created_under_an_annotated_name_is_tagged_managed_and_d
     );
     assert!(lb.update_load_balancer("k", &other, &nodes()).await.is_err());
     assert!(lb.get_load_balancer("k", &other).await.unwrap().is_none());
-    lb.ensure_load_balancer_deleted("k", &other).await.unwrap();
+    crate::fixture::delete_converged(lb, &other).await;
     assert_eq!(fingerprint(&lb_by_id(&f, &id).await.unwrap()), before);
 
     // Another cluster's Service naming it: the same.
@@ -235,7 +234,7 @@ async fn a_load_balancer_created_under_an_annotated_name_is_tagged_managed_and_d
         service("shop", "web", "0c0c0c0c-1111-2222-3333-444444444444", Some("shop-edge"), 80);
     let err = clus2.ibm_load_balancer().ensure_load_balancer("k", &theirs, &nodes()).await;
     assert!(err.unwrap_err().to_string().contains("belongs to cluster clus1"));
-    clus2.ibm_load_balancer().ensure_load_balancer_deleted("k", &theirs).await.unwrap();
+    crate::fixture::delete_converged(clus2.ibm_load_balancer(), &theirs).await;
     assert_eq!(fingerprint(&lb_by_id(&f, &id).await.unwrap()), before);
 
     // The inventory knows it as ours and whose; the other cluster's does not.
@@ -249,7 +248,7 @@ async fn a_load_balancer_created_under_an_annotated_name_is_tagged_managed_and_d
     assert!(lb_by_id(&f, &id).await.is_some());
 
     // Its own Service's deletion deletes it.
-    lb.ensure_load_balancer_deleted("k", &moved).await.unwrap();
+    crate::fixture::delete_converged(lb, &moved).await;
     assert!(lbs(&f).await.is_empty());
 }
 
@@ -265,7 +264,7 @@ async fn names_of_the_generated_form_are_refused_and_a_failed_tagging_is_finishe
             service("evil", "grab", "e4e4e4e4-1111-2222-3333-444444444444", Some(reserved), 80);
         let err = lb.ensure_load_balancer("k", &svc, &nodes()).await.unwrap_err().to_string();
         assert!(err.contains("reserved"), "{err}");
-        lb.ensure_load_balancer_deleted("k", &svc).await.unwrap();
+        crate::fixture::delete_converged(lb, &svc).await;
     }
     assert!(lbs(&f).await.is_empty(), "nothing was created");
 
@@ -286,16 +285,16 @@ async fn names_of_the_generated_form_are_refused_and_a_failed_tagging_is_finishe
     let other =
         service("evil", "grab", "e5e5e5e5-1111-2222-3333-444444444444", Some("api-edge"), 80);
     assert!(lb.ensure_load_balancer("k", &other, &nodes()).await.is_err());
-    lb.ensure_load_balancer("k", &svc, &nodes()).await.unwrap();
+    crate::fixture::converge(lb, &svc, &nodes()).await;
     assert_eq!(f.cloud.load_balancer_tags(&id).unwrap().len(), 3);
     // A new process (no record) still recognises it by its tags.
     let fresh = provider_for(&f, "clus1");
-    fresh.ibm_load_balancer().ensure_load_balancer_deleted("k", &svc).await.unwrap();
+    crate::fixture::delete_converged(fresh.ibm_load_balancer(), &svc).await;
     assert!(lbs(&f).await.is_empty());
 
     // A Global Tagging outage: the ownership of an annotated load balancer cannot be proved,
     // so deleting its Service is an error and nothing is deleted.
-    lb.ensure_load_balancer("k", &svc, &nodes()).await.unwrap();
+    crate::fixture::converge(lb, &svc, &nodes()).await;
     f.server
         .inject(FaultRule::new(
             "tagging.tags.list",
@@ -305,6 +304,6 @@ async fn names_of_the_generated_form_are_refused_and_a_failed_tagging_is_finishe
     assert!(lb.ensure_load_balancer_deleted("k", &svc).await.is_err());
     assert_eq!(lbs(&f).await.len(), 1);
     f.server.admin().clear_faults().await.unwrap();
-    lb.ensure_load_balancer_deleted("k", &svc).await.unwrap();
+    crate::fixture::delete_converged(lb, &svc).await;
     assert!(lbs(&f).await.is_empty());
 }
