@@ -29,40 +29,22 @@ struct Args {
 }
 
 fn main() -> std::process::ExitCode {
-    match run() {
-        Ok(true) => std::process::ExitCode::SUCCESS,
-        Ok(false) => std::process::ExitCode::FAILURE,
-        Err(e) => {
-            eprintln!("ccm-differential: {e:#}");
-            std::process::ExitCode::from(2)
-        }
-    }
+    ccm_testbed::swap::cli_exit("ccm-differential", run())
 }
 
 fn run() -> anyhow::Result<bool> {
     let args = Args::parse();
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,kube_client=off")),
-        )
-        .init();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .context("starting the runtime")?;
+    let rt = ccm_testbed::swap::cli_runtime().context("starting the runtime")?;
     let mut ok = true;
     for cloud in &args.clouds {
         let start = Instant::now();
-        let upstream = differential::upstream(cloud)?;
+        let dir = differential::run_dir(cloud);
+        let upstream = differential::upstream(cloud, &dir.join("upstream-stand-ins"))?;
         println!(
             "ccm-differential: {cloud}: upstream {} ({})",
             differential::upstream_version(cloud),
             upstream.manager.display()
         );
-        let dir = differential::run_dir(cloud);
         let report = rt
             .block_on(differential::run(cloud, upstream, &dir))
             .with_context(|| format!("the {cloud} differential"))?;

@@ -30,35 +30,17 @@ struct Args {
 const DATA: &str = "<!-- swap-data ";
 
 fn main() -> std::process::ExitCode {
-    match run() {
-        Ok(true) => std::process::ExitCode::SUCCESS,
-        Ok(false) => std::process::ExitCode::FAILURE,
-        Err(e) => {
-            eprintln!("ccm-swap: {e:#}");
-            std::process::ExitCode::from(2)
-        }
-    }
+    ccm_testbed::swap::cli_exit("ccm-swap", run())
 }
 
 fn run() -> anyhow::Result<bool> {
     let args = Args::parse();
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,kube_client=off")),
-        )
-        .init();
     let chosen: Vec<String> = if args.clouds.is_empty() {
         clouds::CLOUDS.iter().map(|c| c.to_string()).collect()
     } else {
         args.clouds.clone()
     };
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .context("starting the runtime")?;
+    let rt = ccm_testbed::swap::cli_runtime().context("starting the runtime")?;
     let total = Instant::now();
     let mut outcomes: Vec<Outcome> = Vec::new();
     let mut timings = Vec::new();

@@ -20,7 +20,6 @@ pub mod compare;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Event, Node, Service};
@@ -38,7 +37,7 @@ pub const CLOUDS: [&str; 4] = ["aws", "openstack", "vsphere", "azure"];
 pub const STEPS: [(&str, &str); 7] = [
     (
         "join",
-        "kubelet-like Nodes (uninitialized taint, InternalIP and Hostname, Ready) register for every instance but the spare; settled once all are initialised",
+        "kubelet-like Nodes (uninitialized taint, InternalIP and Hostname, Ready) register for every instance but the spare; settled once all are initialised (and, where the manager's args allocate node CIDRs, have `podCIDRs` and, with cloud routes, `NetworkUnavailable=False`)",
     ),
     (
         "instance-gone",
@@ -49,7 +48,10 @@ pub const STEPS: [(&str, &str); 7] = [
         "a LoadBalancer Service `default/web` (port 80) with the cloud's common annotations; settled once it has an ingress address (clouds without load balancers: a fixed wait)",
     ),
     ("annotation-removed", "one of those annotations removed; a fixed wait"),
-    ("node-added", "a Node for the spare instance registers; settled once it is initialised"),
+    (
+        "node-added",
+        "a Node for the spare instance registers; settled once it is initialised (as in `join`)",
+    ),
     ("node-removed", "that Node is deleted; settled once it is gone"),
     ("service-deleted", "the Service is deleted; settled once it is gone (its finalizer removed)"),
 ];
@@ -114,62 +116,101 @@ pub fn ours(cloud: &str) -> Binaries {
     }
 }
 
-/// The names upstream's binaries may have in the directory `ci/install-tools` built them in.
-const UPSTREAM_NAMES: [(&str, &[&str]); 4] = [
-    ("aws", &["aws-cloud-controller-manager"]),
-    ("openstack", &["openstack-cloud-controller-manager"]),
-    ("vsphere", &["vsphere-cloud-controller-manager"]),
-    ("azure", &["cloud-controller-manager", "azure-cloud-controller-manager"]),
-];
-
-/// Upstream's binaries: the directory `ci/install-tools --print-upstream-ccm <cloud>` names
-/// (`$CCM_UPSTREAM_CCM_DIR` overrides), for AWS also `--print-aws-ccm`.
-pub fn upstream(cloud: &str) -> Result<Binaries, DiffError> {
-    let err = |detail: String| DiffError::Upstream { cloud: cloud.into(), detail };
-    let installer = crate::tools::repo_root().join("ci/install-tools");
-    let print = |flag: &[&str]| -> Option<PathBuf> {
-        let out = Command::new(&installer).args(flag).output().ok()?;
-        let last = String::from_utf8_lossy(&out.stdout).lines().last()?.trim().to_string();
-        (out.status.success() && !last.is_empty()).then(|| PathBuf::from(last))
+/// Upstream's binaries for `cloud`, and what they need beyond swap's mappings: the one way
+/// the differential and the proof (`crate::upstream::run`) find and prepare them. The
+/// binaries are in [`crate::upstream::binary_dir`] (`ci/install-tools --upstream-ccm
+/// <cloud>`: built when not cached, several minutes cold); [`crate::upstream::extra_env`]
+/// adds the environment (Azure: the AAD discovery and IMDS stand-ins, their files under
+/// `dir`, kept running by the returned [`Binaries::guard`]).
+pub fn upstream(cloud: &str, dir: &Path) -> Result<Binaries, DiffError> {
+    let err = |e: crate::upstream::UpstreamError| DiffError::Upstream {
+        cloud: cloud.into(),
+        detail: e.to_string(),
     };
-    let mut candidates: Vec<PathBuf> = Vec::new();
-    if let Some(d) = std::env::var_os("CCM_UPSTREAM_CCM_DIR") {
-        candidates.push(PathBuf::from(d));
+    if !CLOUDS.contains(&cloud) {
+        return Err(DiffError::Upstream {
+            cloud: cloud.into(),
+            detail: format!("no differential for {cloud} (one of {})", CLOUDS.join(", ")),
+        });
     }
-    candidates.extend(print(&["--print-upstream-ccm", cloud]));
-    if cloud == "aws"
-        && let Some(bin) = print(&["--print-aws-ccm"])
-        && let Some(parent) = bin.parent()
+    let bin_dir = crate::upstream::binary_dir(cloud).map_err(err)?;
+    let manager = crate::upstream::manager_binary(cloud, &bin_dir).map_err(err)?;
+    let node_manager = crate::upstream::node_manager_binary(cloud, &bin_dir).map_err(err)?;
+    let (env, guard) = crate::upstream::extra_env(cloud, dir).map_err(err)?;
+    Ok(Binaries {
+        label: "upstream".into(),
+        manager,
+        node_manager,
+        env,
+        guard: guard.map(std::sync::Arc::new),
+    })
+}
+
+/// Upstream's image has no entrypoint where the chart's args start with the binary's path
+/// (OpenStack's: `args: [/bin/openstack-cloud-controller-manager, --v=2, …]`): that path is
+/// the program there, not an argument, and goes (upstream's cobra command refuses positional
+/// arguments; ours skips it itself).
+fn drop_program_arg(bins: &Binaries, binary: &Path, argv: &mut Vec<String>) {
+    if bins.label == "upstream"
+        && argv
+            .get(1)
+            .is_some_and(|a| a.starts_with('/') && Path::new(a).file_name() == binary.file_name())
     {
-        candidates.push(parent.to_path_buf());
+        argv.remove(1);
     }
-    let names =
-        UPSTREAM_NAMES.iter().find(|(c, _)| *c == cloud).map(|(_, n)| *n).ok_or_else(|| {
-            err(format!("no differential for {cloud} (one of {})", CLOUDS.join(", ")))
-        })?;
-    for dir in &candidates {
-        if let Some(manager) = names.iter().map(|n| dir.join(n)).find(|p| p.is_file()) {
-            let node_manager = Some(dir.join("cloud-node-manager")).filter(|p| p.is_file());
-            if cloud == "azure" && node_manager.is_none() {
-                return Err(err(format!("no cloud-node-manager in {}", dir.display())));
-            }
-            return Ok(Binaries {
-                label: "upstream".into(),
-                manager,
-                node_manager,
-                env: Vec::new(),
-                guard: None,
-            });
-        }
+}
+
+/// Starts `bins`' manager with the command line and environment `prepared` made from
+/// upstream's chart (then `bins.env`), output to `log`: the one way both sides of the
+/// differential and the proof start a manager. A pod has a network namespace of its own;
+/// here the default secure port (10258) may be held by another manager on this machine: the
+/// manager gets one nobody holds when the args name none (swap maps a busy port the args name
+/// the same way). Returns the process and its command line.
+pub fn start_manager(
+    prepared: &swap::Prepared,
+    bins: &Binaries,
+    log: &Path,
+) -> Result<(Proc, Vec<String>), DiffError> {
+    let mut env = prepared.env.clone();
+    env.extend(bins.env.iter().cloned());
+    let mut argv = prepared.argv.clone();
+    drop_program_arg(bins, &bins.manager, &mut argv);
+    if swap::flag_value(&argv, "--secure-port").is_none() {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .map_err(|e| fail(format!("choosing a free secure port: {e}")))?;
+        argv.push(format!("--secure-port={port}"));
     }
-    Err(err(format!(
-        "not built (looked in {}); run ci/install-tools --upstream-ccm {cloud}",
-        if candidates.is_empty() {
-            "no directory: ci/install-tools printed none".to_string()
-        } else {
-            candidates.iter().map(|c| c.display().to_string()).collect::<Vec<_>>().join(", ")
-        }
-    )))
+    let proc = Proc::spawn(&format!("{} cloud-controller-manager", bins.label), &argv, &env, log)?;
+    Ok((proc, argv))
+}
+
+/// Starts `bins`' per-node manager (Azure's cloud-node-manager) as the case's per-node
+/// workload's pod on `node` would run, output to `log`; None where the case or `bins` has
+/// none.
+pub fn start_node_manager(
+    case: &Case,
+    world: &World,
+    prepared: &swap::Prepared,
+    bins: &Binaries,
+    node: &str,
+    log: &Path,
+) -> Result<Option<Proc>, DiffError> {
+    let (Some(_), Some(nm)) = (&case.node_manager, &bins.node_manager) else { return Ok(None) };
+    let (mut argv, mut env, _) = swap::node_manager_command(case, world, prepared, node, nm)?;
+    drop_program_arg(bins, nm, &mut argv);
+    env.extend(bins.env.iter().cloned());
+    if let Some(guard) = &bins.guard {
+        let node_env = world.node_env.get(node).cloned().unwrap_or_default();
+        env.extend(
+            guard
+                .node_env(node, &node_env)
+                .map_err(|e| fail(format!("upstream's environment on {node}: {e}")))?,
+        );
+    }
+    let name = format!("{} node manager on {node}", bins.label);
+    Ok(Some(Proc::spawn(&name, &argv, &env, log)?))
 }
 
 /// The annotations of the scenario's Service per cloud (the ones operators commonly set), and
@@ -309,24 +350,11 @@ impl Ctx<'_> {
             .create(&PostParams::default(), &swap::kubelet_node(name, ip, labels)?)
             .await
             .map_err(|e| fail(format!("registering Node {name}: {e}")))?;
-        if let (Some(_), Some(nm)) = (&self.case.node_manager, &self.bins.node_manager) {
-            let (argv, mut env, _) =
-                swap::node_manager_command(self.case, self.world, self.prepared, name, nm)?;
-            env.extend(self.bins.env.iter().cloned());
-            if let Some(guard) = &self.bins.guard {
-                let node_env = self.world.node_env.get(name).cloned().unwrap_or_default();
-                env.extend(
-                    guard
-                        .node_env(name, &node_env)
-                        .map_err(|e| fail(format!("upstream's environment on {name}: {e}")))?,
-                );
-            }
-            self.procs.push(Proc::spawn(
-                &format!("cloud-node-manager on {name}"),
-                &argv,
-                &env,
-                &self.dir.join(format!("node-manager-{name}.log")),
-            )?);
+        let log = self.dir.join(format!("node-manager-{name}.log"));
+        if let Some(p) =
+            start_node_manager(self.case, self.world, self.prepared, self.bins, name, &log)?
+        {
+            self.procs.push(p);
         }
         Ok(())
     }
@@ -445,9 +473,12 @@ impl Ctx<'_> {
         let raw = if access.emulator_state {
             let mut v = self.admin_get("state").await?["cloud"].take();
             if let Some(o) = v.as_object_mut() {
-                // Tokens are the emulator's bookkeeping of the sides' logins, not cloud state.
+                // Tokens are the emulator's bookkeeping of the sides' logins, and operations
+                // its records of long-running operations (numbered in the order the side
+                // started them; what they did is in the resources): not cloud state.
                 o.remove("tokens_issued");
                 o.remove("tokens");
+                o.remove("operations");
             }
             v
         } else if let Some(moto) = &access.moto_url {
@@ -540,29 +571,7 @@ async fn side_steps(
     }
     let mut outcome = Outcome::default();
     let prepared = swap::prepare(case, &world, dir, &bins.manager, &mut outcome).await?;
-    let mut env = prepared.env.clone();
-    env.extend(bins.env.iter().cloned());
-    let mut argv = prepared.argv.clone();
-    // Upstream's image has no entrypoint where the chart's args start with the binary's path
-    // (OpenStack's): that path is the program there, not an argument (ours skips it itself).
-    if bins.label == "upstream"
-        && argv.get(1).is_some_and(|a| {
-            a.starts_with('/') && Path::new(a).file_name() == bins.manager.file_name()
-        })
-    {
-        argv.remove(1);
-    }
-    // A pod has a network namespace of its own; here the default secure port (10258) may be
-    // held by another manager on this machine: both sides get one nobody holds when the args
-    // name none (swap maps a busy port the args name the same way).
-    if swap::flag_value(&argv, "--secure-port").is_none() {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .map(|a| a.port())
-            .map_err(|e| fail(format!("choosing a free secure port: {e}")))?;
-        argv.push(format!("--secure-port={port}"));
-    }
-    let manager = Proc::spawn("cloud-controller-manager", &argv, &env, &dir.join("ccm.log"))?;
+    let (manager, _) = start_manager(&prepared, bins, &dir.join("ccm.log"))?;
     let mut ctx = Ctx {
         cloud: case.cloud.clone(),
         admin: prepared.admin.clone(),
@@ -586,8 +595,46 @@ async fn side_steps(
     outcome
 }
 
+/// What the manager's command line has it do for a joining Node besides initialising it, as
+/// upstream's `k8s.io/cloud-provider` decides it: the node-ipam controller allocates pod CIDRs
+/// with `--allocate-node-cidrs=true`, and the route controller then routes them unless
+/// `--configure-cloud-routes=false`. A step waits for that too, so that both sides are
+/// compared once converged: upstream's Azure manager starts node-ipam ~15 s after it starts
+/// (its allocator lists the Nodes only after a first 10 s poll interval), later than the
+/// cloud-node-manager initialises the Nodes, where ours allocates at once.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct NodeWork {
+    /// `spec.podCIDRs` set.
+    pub pod_cidrs: bool,
+    /// `NetworkUnavailable` written (`RouteCreated`, by the route controller).
+    pub routes: bool,
+}
+
+impl NodeWork {
+    /// What `argv` (the manager's command line) has the manager do.
+    pub fn from_argv(argv: &[String]) -> NodeWork {
+        let pod_cidrs = swap::flag_value(argv, "--allocate-node-cidrs") == Some("true");
+        let routes =
+            pod_cidrs && swap::flag_value(argv, "--configure-cloud-routes") != Some("false");
+        NodeWork { pod_cidrs, routes }
+    }
+
+    /// Whether `node` is initialised and has what this work gives it.
+    pub fn done(&self, node: &Node) -> bool {
+        let cidrs =
+            || node.spec.as_ref().and_then(|s| s.pod_cidrs.as_ref()).is_some_and(|c| !c.is_empty());
+        let routed = || {
+            node.status.as_ref().and_then(|s| s.conditions.as_ref()).is_some_and(|cs| {
+                cs.iter().any(|c| c.type_ == "NetworkUnavailable" && c.status == "False")
+            })
+        };
+        swap::initialised(node) && (!self.pod_cidrs || cidrs()) && (!self.routes || routed())
+    }
+}
+
 fn initialised_all(
     names: Vec<String>,
+    work: NodeWork,
 ) -> impl FnMut(kube::Client) -> std::pin::Pin<Box<dyn std::future::Future<Output = bool> + Send>> {
     move |client| {
         let names = names.clone();
@@ -595,7 +642,7 @@ fn initialised_all(
             let api: Api<Node> = Api::all(client);
             for n in &names {
                 match api.get_opt(n).await {
-                    Ok(Some(node)) if swap::initialised(&node) => {}
+                    Ok(Some(node)) if work.done(&node) => {}
                     _ => return false,
                 }
             }
@@ -628,7 +675,8 @@ async fn scenario(ctx: &mut Ctx<'_>, result: &mut SideResult) -> Result<(), Diff
         ctx.register(name, ip, labels).await?;
     }
     let names: Vec<String> = joined.iter().map(|n| n.0.clone()).collect();
-    ctx.settle(Duration::from_secs(120), initialised_all(names)).await?;
+    let work = NodeWork::from_argv(&ctx.prepared.argv);
+    ctx.settle(Duration::from_secs(180), initialised_all(names, work)).await?;
     result.snapshots.insert("join".into(), ctx.snapshot().await?);
 
     // instance-gone
@@ -704,7 +752,7 @@ async fn scenario(ctx: &mut Ctx<'_>, result: &mut SideResult) -> Result<(), Diff
 
     // node-added
     ctx.register(&spare.0, &spare.1, &spare.2).await?;
-    ctx.settle(Duration::from_secs(120), initialised_all(vec![spare.0.clone()])).await?;
+    ctx.settle(Duration::from_secs(180), initialised_all(vec![spare.0.clone()], work)).await?;
     result.snapshots.insert("node-added".into(), ctx.snapshot().await?);
 
     // node-removed
@@ -775,20 +823,14 @@ pub fn known_path(cloud: &str) -> PathBuf {
     crate::tools::repo_root().join(format!("testbed/fixtures/differential/{cloud}.yaml"))
 }
 
-/// Runs `cloud`'s differential: upstream's side, then ours, under `dir`.
+/// Runs `cloud`'s differential: upstream's side (`upstream_bins`, from [`upstream`]), then
+/// ours, under `dir`.
 pub async fn run(cloud: &str, upstream_bins: Binaries, dir: &Path) -> Result<Report, DiffError> {
     let known = compare::Known::load(&known_path(cloud))?;
     let case = swap::clouds::cases(cloud)?
         .into_iter()
         .next()
         .ok_or_else(|| fail(format!("no swap case for {cloud}")))?;
-    let mut upstream_bins = upstream_bins;
-    // What upstream's binary needs beyond swap's mappings (Azure: AAD discovery and IMDS
-    // stand-ins); kept running for the upstream side.
-    let (env, guard) = crate::upstream::extra_env(cloud, &dir.join("upstream-stand-ins"))
-        .map_err(|e| DiffError::Upstream { cloud: cloud.into(), detail: e.to_string() })?;
-    upstream_bins.env.extend(env);
-    upstream_bins.guard = guard.map(std::sync::Arc::new);
     let upstream_side = run_side(&case, &upstream_bins, &dir.join("upstream")).await;
     if let Some(g) = &upstream_bins.guard {
         for u in g.unserved() {

@@ -369,6 +369,34 @@ pub const EVENT_SOURCES: [&str; 5] = [
     "cloud-node-manager",
 ];
 
+/// The start of the `ccm-swap` and `ccm-differential` commands: warnings (or `RUST_LOG`'s
+/// filter) logged to stderr, and a two-thread runtime (the machine runs control planes,
+/// emulators and managers besides).
+pub fn cli_runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,kube_client=off")),
+        )
+        .init();
+    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()
+}
+
+/// The exit code of such a command: 0 when `outcome` is `Ok(true)`, 1 for `Ok(false)` (a
+/// difference or a failed run), 2 (the error printed, prefixed by `command`) when it could
+/// not run.
+pub fn cli_exit(command: &str, outcome: anyhow::Result<bool>) -> std::process::ExitCode {
+    match outcome {
+        Ok(true) => std::process::ExitCode::SUCCESS,
+        Ok(false) => std::process::ExitCode::FAILURE,
+        Err(e) => {
+            eprintln!("{command}: {e:#}");
+            std::process::ExitCode::from(2)
+        }
+    }
+}
+
 /// The directory the workspace's binaries are in (`$CARGO_TARGET_DIR` or `<repo>/target`,
 /// `debug`).
 pub fn bin_dir() -> PathBuf {

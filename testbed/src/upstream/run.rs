@@ -9,6 +9,10 @@
 //! and after its deletion), and every request the emulator refused (its request log) or the
 //! stand-in had nothing for: each a candidate emulator gap.
 //!
+//! Upstream's binaries are found, prepared and started exactly as for the differential's
+//! upstream side (`crate::differential::{upstream, start_manager, start_node_manager}`, on
+//! `crate::swap::prepare`'s control plane, RBAC, tokens and command line).
+//!
 //! `ccm_testbed::upstream::run::prove(cloud, dir)`; the integration test
 //! `upstream::upstream_ccm_starts_on_the_emulator_<cloud>` (ignored by default: it builds
 //! upstream's CCM, ~10 min per cloud cold) runs it.
@@ -22,25 +26,22 @@ use kube::Api;
 use kube::api::{DeleteParams, PostParams};
 use serde_json::Value;
 
-use super::{UpstreamError, proxy};
-use crate::swap::{self, Proc, SwapError, clouds};
-use crate::{ControlPlane, StartOptions, chart, tools};
+use super::proxy;
+use crate::differential;
+use crate::swap::{self, SwapError, clouds};
 
 /// Errors of a proof run.
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
-    /// Building or preparing upstream's binaries failed.
+    /// Finding, preparing or starting upstream's binaries failed.
     #[error(transparent)]
-    Upstream(#[from] UpstreamError),
+    Differential(#[from] differential::DiffError),
+    /// Reading the emulator through the stand-in's loopback client failed.
+    #[error(transparent)]
+    Upstream(#[from] super::UpstreamError),
     /// Swap's case or world failed.
     #[error(transparent)]
     Swap(#[from] SwapError),
-    /// The control plane failed.
-    #[error(transparent)]
-    Testbed(#[from] crate::Error),
-    /// Applying upstream's RBAC failed.
-    #[error(transparent)]
-    Chart(#[from] chart::ChartError),
     /// A step failed.
     #[error("{0}")]
     Step(String),
@@ -308,18 +309,6 @@ fn node_line(n: &Node) -> String {
     )
 }
 
-/// A container without `command` whose `args` start with a program path (OpenStack's chart:
-/// `args: [/bin/openstack-cloud-controller-manager, --v=2, …]`, its image has no entrypoint,
-/// so the args are the whole command line): that path is upstream's binary itself, not an
-/// argument, and goes (upstream's cobra command refuses positional arguments).
-fn drop_program_arg(container: &Value, argv: &mut Vec<String>) {
-    let has_command = container["command"].as_array().is_some_and(|c| !c.is_empty());
-    let first = container["args"].get(0).and_then(Value::as_str).unwrap_or_default();
-    if !has_command && first.starts_with('/') && argv.get(1).map(String::as_str) == Some(first) {
-        argv.remove(1);
-    }
-}
-
 /// Runs upstream's binaries for `cloud` under swap's set-up for its first case (upstream's
 /// chart with default values), files under `dir`; never fails: a failed step is the report's
 /// `error`.
@@ -335,89 +324,28 @@ pub async fn prove(cloud: &str, dir: &Path) -> Report {
 }
 
 async fn prove_steps(cloud: &str, dir: &Path, report: &mut Report) -> Result<(), RunError> {
-    let bins = super::binary_dir(cloud)?;
-    let manager_bin = super::manager_binary(cloud, &bins)?;
-    let node_bin = super::node_manager_binary(cloud, &bins)?;
     std::fs::create_dir_all(dir).map_err(|e| step(format!("creating {}: {e}", dir.display())))?;
-
     let case = clouds::cases(cloud)?
         .into_iter()
         .next()
         .ok_or_else(|| step(format!("swap has no case for {cloud}")))?;
     report.artifact = case.artifact.clone();
+    // Upstream's binaries found, prepared and started as the differential's upstream side.
+    let bins = differential::upstream(cloud, dir)?;
     let world = clouds::world(&case, &dir.join("world")).await?;
-    let (extra, guard) = super::extra_env(cloud, dir)?;
-
-    let cp =
-        ControlPlane::start_with_options(tools::Tools::locate()?, StartOptions::default()).await?;
-    let _logs = cp.log_guard();
-    let admin = cp.admin_client().await?;
-    chart::apply_rbac(&admin, &case.objects).await?;
-    if !world.extra_objects.is_empty() {
-        chart::apply(&admin, &world.extra_objects).await?;
-    }
-    let manager = swap::find_workload(&case.objects, &case.manager.0, &case.manager.1)?;
-    let node_workload = match &case.node_manager {
-        Some((k, n)) => Some(swap::find_workload(&case.objects, k, n)?),
-        None => None,
-    };
-    // Tokens for upstream's ServiceAccounts, once the authorizer knows their bindings.
-    let mut kubeconfigs = Vec::new();
-    for (role, w) in [("manager", Some(manager)), ("node-manager", node_workload)] {
-        let Some(w) = w else { continue };
-        let (ns, sa) = swap::service_account(w);
-        let client = chart::service_account_client(&cp, &admin, &ns, &sa).await?;
-        let nodes: Api<Node> = Api::all(client);
-        wait_until(Duration::from_secs(60), || {
-            let nodes = nodes.clone();
-            async move { nodes.list(&Default::default()).await.ok().map(drop) }
-        })
-        .await
-        .ok_or_else(|| step(format!("ServiceAccount {ns}/{sa} may not list Nodes")))?;
-        let json = chart::service_account_kubeconfig(&cp, &admin, &ns, &sa).await?;
-        let path = dir.join(format!("{role}.kubeconfig"));
-        std::fs::write(&path, json.to_string())
-            .map_err(|e| step(format!("{}: {e}", path.display())))?;
-        kubeconfigs.push(path);
-    }
-
-    // The manager: the container's command line with upstream's binary, swap's mappings,
-    // then what upstream needs besides.
-    let first_node = world.nodes.first().map(|n| n.0.clone()).unwrap_or_default();
-    let container = &manager["spec"]["template"]["spec"]["containers"][0];
-    let mut maps = Vec::new();
-    let mut env = swap::container_env(container, &first_node, &mut maps);
-    let mounts = dir.join("mounts");
-    let mut argv = swap::command_line(container, &manager_bin, &env, &mounts, &mut maps)?;
-    drop_program_arg(container, &mut argv);
-    let mut config_text = None;
-    if let Some(config) = &world.config {
-        let path = PathBuf::from(
-            swap::flag_value(&argv, "--cloud-config")
-                .ok_or_else(|| step("the manager's command line has no --cloud-config"))?,
-        );
-        let parent = path.parent().unwrap_or(Path::new(".")).to_path_buf();
-        std::fs::create_dir_all(&parent).map_err(|e| step(format!("{}: {e}", parent.display())))?;
-        let text = config(&parent)?;
-        std::fs::write(&path, &text).map_err(|e| step(format!("{}: {e}", path.display())))?;
-        config_text = Some(text);
-    }
-    argv.push(format!("--kubeconfig={}", kubeconfigs[0].display()));
-    // A pod has a network namespace of its own; here the default secure port (10258) may be
-    // held by another manager on this machine: one nobody holds instead (swap maps a busy
-    // port the args name the same way).
-    if swap::flag_value(&argv, "--secure-port").is_none() {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .map(|a| a.port())
-            .map_err(|e| step(format!("choosing a free port: {e}")))?;
-        argv.push(format!("--secure-port={port}"));
-    }
-    env.extend(world.env.iter().cloned());
-    env.extend(extra.iter().cloned());
-    report.argv = argv.clone();
+    let mut outcome = swap::Outcome::default();
+    let prepared = swap::prepare(&case, &world, dir, &bins.manager, &mut outcome).await?;
+    let _logs = prepared.cp.log_guard();
+    let admin = prepared.admin.clone();
+    let (manager, argv) = differential::start_manager(&prepared, &bins, &dir.join("ccm.log"))?;
+    let config_text = swap::flag_value(&argv, "--cloud-config")
+        .filter(|_| world.config.is_some())
+        .and_then(|p| std::fs::read_to_string(p).ok());
+    let mut env = prepared.env.clone();
+    env.extend(bins.env.iter().cloned());
     let state = cloud_state(cloud, config_text.as_deref(), &env);
-    let mut procs = vec![Proc::spawn("upstream manager", &argv, &env, &dir.join("ccm.log"))?];
+    report.argv = argv;
+    let mut procs = vec![manager];
 
     // Nodes as kubelets register them, and the per-node workload on each.
     let nodes_api: Api<Node> = Api::all(admin.clone());
@@ -426,28 +354,11 @@ async fn prove_steps(cloud: &str, dir: &Path, report: &mut Report) -> Result<(),
             .create(&PostParams::default(), &swap::kubelet_node(name, ip, labels)?)
             .await
             .map_err(|e| step(format!("registering Node {name}: {e}")))?;
-    }
-    if let (Some(w), Some(bin)) = (node_workload, &node_bin) {
-        let container = &w["spec"]["template"]["spec"]["containers"][0];
-        for (name, _, _) in &world.nodes {
-            let mut maps = Vec::new();
-            let mut env = swap::container_env(container, name, &mut maps);
-            let mut nm_argv = swap::command_line(container, bin, &env, &mounts, &mut maps)?;
-            drop_program_arg(container, &mut nm_argv);
-            nm_argv.push(format!("--kubeconfig={}", kubeconfigs[1].display()));
-            env.extend(world.env.iter().cloned());
-            let node_env = world.node_env.get(name).cloned().unwrap_or_default();
-            env.extend(node_env.iter().cloned());
-            env.extend(extra.iter().cloned());
-            if let Some(g) = &guard {
-                env.extend(g.node_env(name, &node_env)?);
-            }
-            procs.push(Proc::spawn(
-                &format!("upstream node manager on {name}"),
-                &nm_argv,
-                &env,
-                &dir.join(format!("node-manager-{name}.log")),
-            )?);
+        let log = dir.join(format!("node-manager-{name}.log"));
+        if let Some(p) =
+            differential::start_node_manager(&case, &world, &prepared, &bins, name, &log)?
+        {
+            procs.push(p);
         }
     }
 
@@ -555,12 +466,12 @@ async fn prove_steps(cloud: &str, dir: &Path, report: &mut Report) -> Result<(),
                 .map(|l| format!("{}: {}", p.name, l.chars().take(300).collect::<String>())),
         );
     }
-    if let Some(g) = &guard {
+    if let Some(g) = &bins.guard {
         report.unserved = g.unserved();
         report.served = g.served();
     }
     if !report.passed() {
-        cp.keep_logs("upstream's CCM did not pass on the emulator");
+        prepared.cp.keep_logs("upstream's CCM did not pass on the emulator");
     }
     Ok(())
 }

@@ -243,3 +243,53 @@ fn moto_state_keeps_what_the_ccms_change_and_drops_the_rest() {
         })
     );
 }
+
+#[test]
+fn a_step_waits_for_pod_cidrs_and_routes_only_where_the_managers_args_ask_for_them() {
+    use k8s_openapi::api::core::v1::Node;
+    let argv = |args: &[&str]| -> Vec<String> {
+        std::iter::once("ccm").chain(args.iter().copied()).map(str::to_string).collect()
+    };
+    let node = |cidrs: bool, network: Option<&str>| -> Node {
+        let mut v = json!({
+            "metadata": {"name": "node-a"},
+            "spec": {"providerID": "azure:///subscriptions/s/virtualMachines/node-a"},
+            "status": {"addresses": [{"type": "InternalIP", "address": "10.240.0.4"}],
+                       "conditions": [{"type": "Ready", "status": "True"}]},
+        });
+        if cidrs {
+            v["spec"]["podCIDRs"] = json!(["10.244.1.0/24"]);
+        }
+        if let Some(s) = network {
+            v["status"]["conditions"]
+                .as_array_mut()
+                .unwrap()
+                .push(json!({"type": "NetworkUnavailable", "status": s, "reason": "RouteCreated"}));
+        }
+        serde_json::from_value(v).unwrap()
+    };
+    // Upstream Azure's chart: allocate, routes on by default.
+    let azure = differential::NodeWork::from_argv(&argv(&[
+        "--allocate-node-cidrs=true",
+        "--cluster-cidr=10.244.0.0/16",
+    ]));
+    assert_eq!(azure, differential::NodeWork { pod_cidrs: true, routes: true });
+    assert!(!azure.done(&node(false, None)), "initialised but no podCIDRs yet");
+    assert!(!azure.done(&node(true, None)), "podCIDRs but not routed yet");
+    assert!(!azure.done(&node(true, Some("True"))), "the route is not created yet");
+    assert!(azure.done(&node(true, Some("False"))));
+    // Routes off: podCIDRs suffice.
+    let no_routes = differential::NodeWork::from_argv(&argv(&[
+        "--allocate-node-cidrs",
+        "true",
+        "--configure-cloud-routes=false",
+    ]));
+    assert_eq!(no_routes, differential::NodeWork { pod_cidrs: true, routes: false });
+    assert!(no_routes.done(&node(true, None)));
+    // The AWS, OpenStack and vSphere charts allocate nothing: initialised is enough.
+    for args in [&["--allocate-node-cidrs=false", "--configure-cloud-routes=true"][..], &[][..]] {
+        let w = differential::NodeWork::from_argv(&argv(args));
+        assert_eq!(w, differential::NodeWork::default(), "{args:?}");
+        assert!(w.done(&node(false, None)));
+    }
+}
