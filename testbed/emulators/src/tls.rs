@@ -106,73 +106,20 @@ impl TlsIdentity {
 
 /// A TLS client configuration for the proxy's upstream: trusting only `ca_pem`, or (None)
 /// accepting any certificate — the upstream is a loopback emulator with its own self-signed
-/// certificate (vcsim), and the proxy carries no trust decision of the provider under test.
+/// certificate (vcsim), and the proxy carries no trust decision of the provider under test
+/// (the testbed's one loopback client, `ccm_testbed::upstream::proxy::loopback_client_config`).
 pub fn upstream_client_config(ca_pem: Option<&str>) -> Result<rustls::ClientConfig, TlsError> {
-    let builder = rustls::ClientConfig::builder_with_provider(provider())
-        .with_safe_default_protocol_versions()?;
-    let config = match ca_pem {
-        Some(pem) => {
-            let mut roots = rustls::RootCertStore::empty();
-            for cert in CertificateDer::pem_slice_iter(pem.as_bytes()) {
-                let cert =
-                    cert.map_err(|e| TlsError::Pem { what: "upstream CA", detail: e.to_string() })?;
-                roots.add(cert)?;
-            }
-            builder.with_root_certificates(roots).with_no_client_auth()
-        }
-        None => builder
-            .dangerous()
-            .with_custom_certificate_verifier(Arc::new(AnyServerCert(provider())))
-            .with_no_client_auth(),
+    let Some(pem) = ca_pem else {
+        return Ok(ccm_testbed::upstream::proxy::loopback_client_config()?);
     };
-    Ok(config)
-}
-
-/// Accepts any server certificate but still checks the handshake signatures.
-#[derive(Debug)]
-struct AnyServerCert(Arc<rustls::crypto::CryptoProvider>);
-
-impl rustls::client::danger::ServerCertVerifier for AnyServerCert {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &rustls::pki_types::ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: rustls::pki_types::UnixTime,
-    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
-        Ok(rustls::client::danger::ServerCertVerified::assertion())
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(pem.as_bytes()) {
+        let cert =
+            cert.map_err(|e| TlsError::Pem { what: "upstream CA", detail: e.to_string() })?;
+        roots.add(cert)?;
     }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &rustls::DigitallySignedStruct,
-    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &rustls::DigitallySignedStruct,
-    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
-    }
+    Ok(rustls::ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()?
+        .with_root_certificates(roots)
+        .with_no_client_auth())
 }

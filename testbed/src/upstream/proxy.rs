@@ -182,12 +182,8 @@ impl StandIn {
             .with_safe_default_protocol_versions()
             .and_then(|b| b.with_no_client_auth().with_single_cert(chain, key))
             .map_err(|e| proxy_err(format!("its TLS server configuration: {e}")))?;
-        let client = rustls::ClientConfig::builder_with_provider(provider())
-            .with_safe_default_protocol_versions()
-            .map_err(|e| proxy_err(format!("its TLS client configuration: {e}")))?
-            .dangerous()
-            .with_custom_certificate_verifier(Arc::new(AnyLoopbackCert(provider())))
-            .with_no_client_auth();
+        let client = loopback_client_config()
+            .map_err(|e| proxy_err(format!("its TLS client configuration: {e}")))?;
         let ca_dir = dir.join("upstream-stand-in-ca");
         std::fs::create_dir_all(&ca_dir)
             .and_then(|()| std::fs::write(ca_dir.join("ca.crt"), &ca_pem))
@@ -605,12 +601,8 @@ pub fn loopback_get(url: &str) -> Result<(u16, String), UpstreamError> {
     let t = Target::parse(url)?;
     let rest = url.split_once("://").map(|(_, r)| r).unwrap_or_default();
     let path = rest.find('/').map_or("/", |i| &rest[i..]);
-    let client = rustls::ClientConfig::builder_with_provider(provider())
-        .with_safe_default_protocol_versions()
-        .map_err(|e| proxy_err(format!("its TLS client configuration: {e}")))?
-        .dangerous()
-        .with_custom_certificate_verifier(Arc::new(AnyLoopbackCert(provider())))
-        .with_no_client_auth();
+    let client = loopback_client_config()
+        .map_err(|e| proxy_err(format!("its TLS client configuration: {e}")))?;
     let client = Arc::new(client);
     let head = Head {
         method: "GET".into(),
@@ -679,9 +671,21 @@ fn close_connection(reply: Vec<u8>) -> Vec<u8> {
     bytes
 }
 
-/// Accepts the loopback emulators' own certificates (each has a CA of its own, which the
-/// binaries under test trust; the proxy makes no trust decision for them) but still checks
-/// the handshake signatures. Only ever used towards loopback targets.
+/// A TLS client configuration for loopback emulators: accepts any server certificate (each
+/// emulator has a CA of its own, or a self-signed certificate as vcsim's, which the binaries
+/// under test trust; the caller makes no trust decision for them) but still checks the
+/// handshake signatures. Only ever for loopback targets: this stand-in's forwarding and
+/// [`loopback_get`], and the emulators' fault proxy towards moto or vcsim
+/// (`ccm_emulators::tls::upstream_client_config`).
+pub fn loopback_client_config() -> Result<rustls::ClientConfig, rustls::Error> {
+    Ok(rustls::ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()?
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(AnyLoopbackCert(provider())))
+        .with_no_client_auth())
+}
+
+/// [`loopback_client_config`]'s verifier.
 #[derive(Debug)]
 struct AnyLoopbackCert(Arc<rustls::crypto::CryptoProvider>);
 
@@ -911,14 +915,7 @@ mod tests {
                     .with_single_cert(chain, key)
                     .unwrap(),
             ),
-            client: Arc::new(
-                rustls::ClientConfig::builder_with_provider(provider())
-                    .with_safe_default_protocol_versions()
-                    .unwrap()
-                    .dangerous()
-                    .with_custom_certificate_verifier(Arc::new(AnyLoopbackCert(provider())))
-                    .with_no_client_auth(),
-            ),
+            client: Arc::new(loopback_client_config().unwrap()),
             imds: Mutex::new(BTreeMap::new()),
             aad: Mutex::new(None),
             served: Mutex::new(Vec::new()),
