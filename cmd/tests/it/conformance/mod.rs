@@ -739,7 +739,7 @@ async fn converge<H: Harness>(count: usize, storm: bool) -> (Cluster<H>, Counter
 }
 
 /// throttling storm: half of all calls throttled; everything converges, and the work the
-/// cloud answered is no more than 2× that of a clean run of the same workload (measured in the
+/// cloud answered is no more than 2× that of a clean run of the same workload plus one redo (measured in the
 /// same test, concurrently).
 ///
 /// Work, not time: both runs are counted once the slower (the storm) has converged, and the
@@ -751,9 +751,16 @@ async fn converge<H: Harness>(count: usize, storm: bool) -> (Cluster<H>, Counter
 /// load the storm once took 235 s and its periodic calls alone broke a bound on all calls
 /// (GCP: 35 `compute.instances.list` vs 4).
 ///
-/// The bound still catches throttling that multiplies calls: the scenario prints how many
-/// extra answered calls per throttled workload call would break it (1 to 3 per cloud in the
-/// runs of issue 31).
+/// One redo of the workload is allowed on top (the bound is 3× the clean run's work): with
+/// half of all calls throttled at random and 5 attempts per call, one call in 32 is throttled
+/// on every attempt and fails its sync, which the controllers then redo from the start (GCP's
+/// ensure, as upstream's, releases the address it reserved and begins again: about one clean
+/// workload of calls). CI saw it once (GCP: 72 answered vs 29, one `forwardingRules.insert`
+/// throttled five times); the runs without such a call stay at 1.0-1.3×.
+///
+/// The bound still catches throttling that multiplies calls: a client that does not retry
+/// throttled calls never gets near it (every throttled call a redo), and the scenario prints
+/// how many extra answered calls per throttled workload call would break it.
 async fn throttling<H: Harness>() -> Outcome {
     const COUNT: usize = 3;
     let ((clean, clean_at), (storm, _)) =
@@ -802,14 +809,15 @@ async fn throttling<H: Harness>() -> Outcome {
     assert!(storm.faulted > 0, "the storm throttled nothing: {storm:?}");
     assert!(clean_work > 0, "no workload calls in the clean run: {clean:?}");
     assert!(
-        storm_work <= 2 * clean_work,
+        storm_work <= 3 * clean_work,
         "{storm_work} answered workload calls under throttling vs {clean_work} in a clean run \
-         (periodic operations left out: {periodic:?})\nclean: {clean:?}\nstorm: {storm:?}"
+         (bound: 2× plus one redo; periodic operations left out: {periodic:?})\nclean: \
+         {clean:?}\nstorm: {storm:?}"
     );
     // How many extra answered calls per throttled one a client would need to break the
     // bound: printed, not asserted (a storm that happens to throttle few calls must not fail
     // the scenario).
-    let room = (2 * clean_work + 1).saturating_sub(storm_work);
+    let room = (3 * clean_work + 1).saturating_sub(storm_work);
     let needed = if throttled_work == 0 { u64::MAX } else { room.div_ceil(throttled_work) };
     eprintln!(
         "{} throttling: a client answering every throttled workload call with {needed} more \
