@@ -64,5 +64,15 @@ mod secrets;
     feature = "provider-azure"
 ))]
 mod support;
+// Issue #34 point 3: --version, --version=raw and kubernetes_build_info of the binaries.
+#[cfg(any(
+    feature = "provider-aws",
+    feature = "provider-vsphere",
+    feature = "provider-ibm",
+    feature = "provider-openstack",
+    feature = "provider-gcp",
+    feature = "provider-azure"
+))]
+mod version;
 #[cfg(feature = "provider-vsphere")]
 mod vsphere;

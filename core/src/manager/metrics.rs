@@ -148,7 +148,12 @@ pub fn register(registry: &mut Registry) {
         "[ALPHA] A metric with a constant '1' value labeled by major, minor, git version, git commit, git tree state, build date, Go version, and compiler from which Kubernetes was built, and platform on which it is running",
         f.build_info.clone(),
     );
-    f.build_info.get_or_create(&build_info_labels()).set(1);
+    {
+        // Under the lock set_build_info takes: one sample, whichever comes first.
+        let set = BUILD_INFO.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let labels = set.clone().unwrap_or_else(default_build_info_labels);
+        f.build_info.get_or_create(&labels).set(1);
+    }
     registry.register_collector(Box::new(ProcessCollector));
     registry.register_collector(crate::cloud_call::api_metrics::collector());
 }
@@ -280,22 +285,44 @@ pub fn leader_election_slowpath(name: &str) {
     FAMILIES.slowpath.get_or_create(&vec![("name".to_string(), name.to_string())]).inc();
 }
 
-fn build_info_labels() -> Labels {
-    // The same facts `--version=raw` prints, so the metric and the flag agree.
+/// What the binary reports as its build (`ccm-cmd` sets it from its build script's facts, the
+/// same `--version=raw` prints); `None`: this library's own [`super::flags::VersionInfo`].
+static BUILD_INFO: std::sync::Mutex<Option<Labels>> = std::sync::Mutex::new(None);
+
+/// Makes `kubernetes_build_info` report `info`, with `go_version` (upstream's Go toolchain
+/// label; a binary puts its Rust compiler's version there). Replaces the sample at once if the
+/// family is already registered, so the metric never shows two builds.
+pub fn set_build_info(info: &super::flags::VersionInfo, go_version: &str) {
+    let labels = build_info_labels_of(info, go_version);
+    let mut set = BUILD_INFO.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    *set = Some(labels.clone());
+    let family = &FAMILIES.build_info;
+    family.clear();
+    family.get_or_create(&labels).set(1);
+}
+
+/// This library's own facts, the same `--version=raw` prints, so the metric and the flag agree.
+fn default_build_info_labels() -> Labels {
     let v = super::flags::VersionInfo::get(&super::flags::VersionFlag::Off);
+    build_info_labels_of(&v, "")
+}
+
+/// Upstream's labels of `kubernetes_build_info` (component-base's version metric) from a
+/// version info, sorted by name as Go's Prometheus client writes them.
+fn build_info_labels_of(v: &super::flags::VersionInfo, go_version: &str) -> Labels {
     [
-        ("build_date", v.build_date),
-        ("compiler", v.compiler),
-        ("git_commit", v.git_commit),
-        ("git_tree_state", v.git_tree_state),
-        ("git_version", v.git_version),
-        ("go_version", String::new()),
-        ("major", v.major),
-        ("minor", v.minor),
-        ("platform", v.platform),
+        ("build_date", v.build_date.as_str()),
+        ("compiler", v.compiler.as_str()),
+        ("git_commit", v.git_commit.as_str()),
+        ("git_tree_state", v.git_tree_state.as_str()),
+        ("git_version", v.git_version.as_str()),
+        ("go_version", go_version),
+        ("major", v.major.as_str()),
+        ("minor", v.minor.as_str()),
+        ("platform", v.platform.as_str()),
     ]
     .into_iter()
-    .map(|(k, v)| (k.to_string(), v))
+    .map(|(k, v)| (k.to_string(), v.to_string()))
     .collect()
 }
 
@@ -379,7 +406,8 @@ mod tests {
     #[test]
     fn build_info_agrees_with_version_raw() {
         let info = super::super::flags::VersionInfo::get(&super::super::flags::VersionFlag::Off);
-        let labels: std::collections::BTreeMap<_, _> = build_info_labels().into_iter().collect();
+        let labels: std::collections::BTreeMap<_, _> =
+            build_info_labels_of(&info, "").into_iter().collect();
         // Before: git_commit fell back to "" and build_date to "" while --version said
         // "unknown" and the epoch.
         assert_eq!(labels["git_commit"], info.git_commit);
@@ -389,6 +417,32 @@ mod tests {
         assert_eq!(labels["git_tree_state"], info.git_tree_state);
         assert_eq!(labels["platform"], info.platform);
         assert!(info.raw().contains(&format!("GitCommit:\"{}\"", labels["git_commit"])));
+    }
+
+    /// The binary's facts replace the library's on a registered family: one sample, the
+    /// binary's commit and compiler version (go_version), in upstream's label set.
+    #[test]
+    fn set_build_info_replaces_the_sample() {
+        let mut registry = Registry::default();
+        register(&mut registry);
+        let mut info =
+            super::super::flags::VersionInfo::get(&super::super::flags::VersionFlag::Off);
+        info.git_commit = "0123456789abcdef0123456789abcdef01234567".to_string();
+        info.git_tree_state = "clean".to_string();
+        set_build_info(&info, "rustc 1.94.1 (e408947bf 2026-03-25)");
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        let samples: Vec<&str> =
+            text.lines().filter(|l| l.starts_with("kubernetes_build_info{")).collect();
+        assert_eq!(samples.len(), 1, "{samples:?}");
+        let want = format!(
+            "kubernetes_build_info{{build_date=\"{}\",compiler=\"rustc\",\
+             git_commit=\"0123456789abcdef0123456789abcdef01234567\",git_tree_state=\"clean\",\
+             git_version=\"{}\",go_version=\"rustc 1.94.1 (e408947bf 2026-03-25)\",\
+             major=\"{}\",minor=\"{}\",platform=\"{}\"}} 1",
+            info.build_date, info.git_version, info.major, info.minor, info.platform
+        );
+        assert_eq!(samples[0], want);
     }
 
     #[test]
