@@ -745,6 +745,47 @@ func behaviour(url string, provider *gophercloud.ProviderClient, compute, networ
 	}
 	ok("keystone.trust_scoped_token")
 
+	// Magnum's cloud.conf: the trustee by user ID (no domain) with its password and the trust.
+	mr := tokens.Create(ctx, idc, &member)
+	must(mr.Err, "the member's token")
+	mu, err := mr.ExtractUser()
+	must(err, "the member's user")
+	byID := tokens.AuthOptions{UserID: mu.ID, Password: "openstack-emulator-member-password",
+		Scope: tokens.Scope{TrustID: "emulator-trust"}}
+	br := tokens.Create(ctx, idc, &byID)
+	must(br.Err, "a trust-scoped token for the trustee by user ID")
+	bp, err := br.ExtractProject()
+	must(err, "the trustee-by-ID token's project")
+	if bp == nil || bp.Name != "demo" {
+		fail("the trustee by user ID: want the trustor's project demo, got %+v", bp)
+	}
+	ok("keystone.trust_scoped_token.trustee_by_user_id")
+
+	// An application credential by name: its user named by ID, or by name in its domain; the
+	// same name with another user is a 401.
+	ar := tokens.Create(ctx, idc, &tokens.AuthOptions{Username: "admin", Password: "openstack-emulator-password", DomainName: "Default"})
+	must(ar.Err, "the admin's token")
+	au, err := ar.ExtractUser()
+	must(err, "the admin's user")
+	for _, o := range []tokens.AuthOptions{
+		{ApplicationCredentialName: "emulator-app-cred-by-name", ApplicationCredentialSecret: "openstack-emulator-app-cred-secret", UserID: au.ID},
+		{ApplicationCredentialName: "emulator-app-cred-by-name", ApplicationCredentialSecret: "openstack-emulator-app-cred-secret", Username: "admin", DomainName: "Default"},
+	} {
+		r := tokens.Create(ctx, idc, &o)
+		must(r.Err, "an application credential by name and user")
+		p, err := r.ExtractProject()
+		must(err, "the application credential token's project")
+		if p == nil || p.Name != "demo" {
+			fail("an application credential by name: want project demo, got %+v", p)
+		}
+	}
+	otherUser := tokens.AuthOptions{ApplicationCredentialName: "emulator-app-cred-by-name",
+		ApplicationCredentialSecret: "openstack-emulator-app-cred-secret", Username: "member", DomainName: "Default"}
+	if _, err := token(url, otherUser); !is(err, 401) {
+		fail("an application credential name with another user: want 401, got %v", err)
+	}
+	ok("keystone.application_credential.by_name_and_user")
+
 	// Nova: more statuses than ACTIVE/SHUTOFF; a deleted server is a 404 itemNotFound, listed
 	// only by an admin asking deleted=true.
 	for _, s := range all {

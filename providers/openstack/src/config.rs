@@ -457,7 +457,7 @@ pub const CONFIG_KEYS: &[KeyDoc] = &[
         key: "trust-id",
         value: "string",
         example: "7e2b1f",
-        doc: "Keystone trust to scope the token to (with `trustee-id`/`trustee-password`, or `user-id`/`password`).",
+        doc: "Keystone trust to scope the token to (Magnum's layout): the trustee (`trustee-id`, else `user-id`, else `username`) authenticates with `trustee-password` (else `password`) and gets the trustor's project and delegated roles; a project set here is not used.",
     },
     KeyDoc {
         section: "Global",
@@ -506,28 +506,28 @@ pub const CONFIG_KEYS: &[KeyDoc] = &[
         key: "ca-file",
         value: "path",
         example: "/etc/kubernetes/openstack-ca.pem",
-        doc: "Extra CA bundle (PEM) to trust (read by the client, not at parse time).",
+        doc: "The CA bundle (PEM) to trust, as upstream instead of the system's roots (read when the provider starts; unreadable or without a certificate: an error naming the key).",
     },
     KeyDoc {
         section: "Global",
         key: "cert-file",
         value: "path (with `key-file`)",
         example: "/etc/kubernetes/client.pem",
-        doc: "TLS client certificate (PEM).",
+        doc: "TLS client certificate (PEM), presented to Keystone and every service.",
     },
     KeyDoc {
         section: "Global",
         key: "key-file",
         value: "path (with `cert-file`)",
         example: "/etc/kubernetes/client-key.pem",
-        doc: "TLS client key (PEM).",
+        doc: "TLS client key (PEM; PKCS#8, PKCS#1 or SEC1). Never logged nor shown in errors.",
     },
     KeyDoc {
         section: "Global",
         key: "tls-insecure",
         value: "`true` or `false`, default false",
         example: "false",
-        doc: "Skip TLS verification. As upstream only the text `true` turns it on; `yes`, `on`, `1` (which upstream silently reads as false) are refused.",
+        doc: "Skip TLS verification (a warning is logged at start). As upstream only the text `true` turns it on; `yes`, `on`, `1` (which upstream silently reads as false) are refused.",
     },
     KeyDoc {
         section: "Global",
@@ -562,7 +562,7 @@ pub const CONFIG_KEYS: &[KeyDoc] = &[
         key: "cloud",
         value: "string",
         example: "openstack",
-        doc: "The clouds.yaml entry; default `OS_CLOUD`, else the file's only entry.",
+        doc: "The clouds.yaml entry; `OS_CLOUD` in the environment overrides it (as upstream's clientconfig); neither: the file's only entry.",
     },
     KeyDoc {
         section: "LoadBalancer",
@@ -1170,7 +1170,7 @@ fn check_credentials(g: &Global) -> Result<(), ConfigError> {
     }
     if has(&g.trust_id) {
         // As upstream: the trustee, else the user, authenticates with the trust.
-        if !has(&g.trustee_id) && !has(&g.user_id) {
+        if !has(&g.trustee_id) && !has(&g.user_id) && !has(&g.username) {
             return Err(ConfigError::Required("[Global] trustee-id (with trust-id)"));
         }
         if g.trustee_password.is_empty() && g.password.is_empty() {
@@ -1500,10 +1500,18 @@ fn merge_clouds(
         }
     };
     let mut clouds = read_clouds_yaml(&path, &text)?;
-    let name = if has(&g.cloud) {
-        g.cloud.trim().to_string()
-    } else if let Some(name) = env_get("OS_CLOUD") {
+    // As upstream's clientconfig (`GetCloudFromYAML`): `OS_CLOUD` overrides `[Global] cloud`.
+    let name = if let Some(name) = env_get("OS_CLOUD") {
+        if has(&g.cloud) && g.cloud.trim() != name {
+            tracing::info!(
+                cloud = %g.cloud.trim(),
+                os_cloud = name,
+                "OpenStack: OS_CLOUD overrides [Global] cloud, as upstream"
+            );
+        }
         name.to_string()
+    } else if has(&g.cloud) {
+        g.cloud.trim().to_string()
     } else if clouds.len() == 1 {
         clouds.keys().next().cloned().unwrap_or_default()
     } else if clouds.is_empty() {
@@ -2477,6 +2485,14 @@ clouds:
         .unwrap();
         assert_eq!(c.global.application_credential_id, "ac-other");
         assert_eq!(c.global.endpoint_type, "public");
+        // ... and overrides it when set, as upstream's clientconfig.
+        let c = Config::parse_with(
+            "[Global]\nuse-clouds = true\ncloud = openstack\n",
+            &env(&[("OS_CLOUD", "other")]),
+            &read,
+        )
+        .unwrap();
+        assert_eq!(c.global.application_credential_id, "ac-other");
 
         // Two clouds and no name: an error naming [Global] cloud and the choices.
         let e = Config::parse_with("[Global]\nuse-clouds = true\n", &BTreeMap::new(), &read)

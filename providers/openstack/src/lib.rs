@@ -4,7 +4,8 @@
 //! | module | owns |
 //! |---|---|
 //! | [`config`] | the gcfg INI `cloud.conf` and the `clouds.yaml` entry it may point at |
-//! | [`client`] | the Keystone session (osauth), typed Nova/Neutron calls (`openstack`), raw JSON calls to any catalog service, OpenStack errors, deadlines, retries, re-authentication on 401 |
+//! | [`client`] | the Keystone token shared by every call, JSON calls to the catalog's services (Nova, Neutron, Octavia), OpenStack errors, deadlines, retries, renewal before expiry and re-authentication on 401 |
+//! | [`keystone`] | our Keystone v3 authentication (password by name or ID, application credential by ID or name and user, token, trust) and the service catalog |
 //! | [`instances`] | InstancesV2: providerID, addresses, zone, flavor; one server and one port listing per batch |
 //! | [`load_balancer`] | LoadBalancer: Octavia load balancers, listeners, pools, members, monitors, floating IPs, security groups |
 //! | [`routes`] | Routes: the router's extra routes and the nodes' ports' allowed address pairs |
@@ -15,6 +16,7 @@
 pub mod client;
 pub mod config;
 pub mod instances;
+pub mod keystone;
 pub mod load_balancer;
 pub mod routes;
 

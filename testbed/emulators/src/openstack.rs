@@ -79,6 +79,10 @@ pub const DEFAULT_PASSWORD: &str = "openstack-emulator-password";
 pub const DEFAULT_APP_CRED_ID: &str = "emulator-app-cred";
 /// Its secret.
 pub const DEFAULT_APP_CRED_SECRET: &str = "openstack-emulator-app-cred-secret";
+/// The name of the application credential [`OpenStackOptions::default`] accepts by name and
+/// user ([`DEFAULT_USER`], by ID or by name in domain `Default`), with
+/// [`DEFAULT_APP_CRED_SECRET`].
+pub const DEFAULT_APP_CRED_NAME: &str = "emulator-app-cred-by-name";
 /// A non-admin user [`OpenStackOptions::default`] also accepts (role `member` on the default
 /// project and on [`ALT_PROJECT`], domain `Default`, no default project).
 pub const MEMBER_USER: &str = "member";
@@ -161,6 +165,10 @@ pub struct OpenStackOptions {
     pub users: Vec<(String, String)>,
     /// Application credential ID and secret Keystone accepts.
     pub app_creds: Vec<(String, String)>,
+    /// Application credentials Keystone accepts by name and user: (name, the user's name,
+    /// secret). The name is unique per user, so a request naming it must name the user (by
+    /// ID, or by name in its domain): without one 400, another user's or a wrong secret 401.
+    pub app_cred_names: Vec<(String, String, String)>,
     /// The project (tenant) name.
     pub project: String,
     /// The region (default: the world's, else `RegionOne`).
@@ -204,6 +212,11 @@ impl Default for OpenStackOptions {
         OpenStackOptions {
             users: vec![(DEFAULT_USER.into(), DEFAULT_PASSWORD.into())],
             app_creds: vec![(DEFAULT_APP_CRED_ID.into(), DEFAULT_APP_CRED_SECRET.into())],
+            app_cred_names: vec![(
+                DEFAULT_APP_CRED_NAME.into(),
+                DEFAULT_USER.into(),
+                DEFAULT_APP_CRED_SECRET.into(),
+            )],
             project: "demo".into(),
             region: None,
             token_lifetime: Duration::from_secs(3600),
@@ -847,6 +860,21 @@ fn projects(opts: &OpenStackOptions) -> Vec<(String, String)> {
         .collect()
 }
 
+/// Keystone's ID of the project named `name` (as tokens and the catalog show it).
+pub fn keystone_project_id(name: &str) -> String {
+    project_uuid(name)
+}
+
+/// Keystone's ID of the user named `name` (as `user-id` / `trustee-id` name it).
+pub fn keystone_user_id(name: &str) -> String {
+    user_id(name)
+}
+
+/// Keystone's ID of the domain named `name` (`default` for `Default`).
+pub fn keystone_domain_id(name: &str) -> String {
+    domain_id(name)
+}
+
 fn project_uuid(name: &str) -> String {
     uuid(&format!("project-{name}")).replace('-', "")
 }
@@ -1095,6 +1123,13 @@ impl OpenStackCloud {
     /// Changes how long issued tokens live from now on.
     pub fn set_token_lifetime(&self, d: Duration) {
         lock(&self.opts).token_lifetime = d;
+    }
+
+    /// Sets the base URL of the catalog's Nova, Neutron and Octavia endpoints from now on
+    /// ([`OpenStackOptions::catalog_base`]), e.g. the server's `https://` URL once it serves
+    /// TLS (the catalog otherwise names `http://` and the request's `Host`).
+    pub fn set_catalog_base(&self, base: Option<String>) {
+        lock(&self.opts).catalog_base = base;
     }
 
     /// Expires every issued token now (the next call with one is a 401).
@@ -1620,14 +1655,45 @@ impl OpenStackCloud {
                 }
             } else if methods.iter().any(|m| m == "application_credential") {
                 let c = &ident["application_credential"];
-                let id = c["id"].as_str().or(c["name"].as_str()).unwrap_or_default();
                 let secret = c["secret"].as_str().unwrap_or_default();
-                if !opts.app_creds.iter().any(|(i, s)| i == id && s == secret) {
-                    return Err(unauthorized());
-                }
-                let a = accounts.first().cloned().ok_or_else(unauthorized)?;
+                let a = if let Some(id) = c["id"].as_str() {
+                    if !opts.app_creds.iter().any(|(i, s)| i == id && s == secret) {
+                        return Err(unauthorized());
+                    }
+                    accounts.first().cloned().ok_or_else(unauthorized)?
+                } else if let Some(name) = c["name"].as_str() {
+                    // A name is unique per user only: the request must name the user.
+                    let u = &c["user"];
+                    if !u.is_object() {
+                        return Err(bad("Expecting to find user in application credential."));
+                    }
+                    let owner = match (u["id"].as_str(), u["name"].as_str()) {
+                        (Some(id), _) => accounts.iter().find(|a| user_id(&a.name) == id),
+                        (None, Some(n)) => {
+                            if !u["domain"].is_object() {
+                                return Err(bad("Expecting to find domain in user."));
+                            }
+                            accounts
+                                .iter()
+                                .find(|a| a.name == n && domain_matches(&u["domain"], &a.domain))
+                        }
+                        (None, None) => return Err(bad("Expecting to find id or name in user.")),
+                    };
+                    let owner = owner.ok_or_else(unauthorized)?;
+                    if !opts
+                        .app_cred_names
+                        .iter()
+                        .any(|(n, who, s)| n == name && *who == owner.name && s == secret)
+                    {
+                        return Err(unauthorized());
+                    }
+                    owner.clone()
+                } else {
+                    return Err(bad("Expecting to find id or name in application credential."));
+                };
                 // An application credential is always scoped to its own project.
-                (a, Some(opts.project.clone()))
+                let project = a.default_project.clone().unwrap_or_else(|| opts.project.clone());
+                (a, Some(project))
             } else if methods.iter().any(|m| m == "token") {
                 let t = ident["token"]["id"].as_str().unwrap_or_default();
                 let user = lock(&self.state)

@@ -3,6 +3,13 @@
 //! one tenant network and subnet, servers named like their Nodes in two availability zones,
 //! the external network `public` for floating IPs and the router `router1` (routes are its
 //! extra routes). The emulator has the kit's admin API itself: no fault proxy.
+//!
+//! The manager's `cloud.conf` is **Magnum's layout** (issue #32): the trustee's `user-id` and
+//! `password` with `trust-id` (the trust delegates the project owner's roles on `demo`), the
+//! domains by ID (`user-domain-id`, `tenant-domain-id`; the trustee lives in its own domain,
+//! as Magnum's do), and `ca-file` (the emulator serves HTTPS with a testbed CA, and its
+//! catalog names its `https://` URL): every scenario (join, lifecycle, load balancers,
+//! routes) runs on a trust-scoped token.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,7 +17,10 @@ use std::time::Duration;
 use std::collections::BTreeMap;
 
 use ccm_emulators::Admin;
-use ccm_emulators::openstack::{OpenStackCloud, OpenStackOptions};
+use ccm_emulators::openstack::{
+    KeystoneTrust, KeystoneUser, OpenStackCloud, OpenStackOptions, keystone_domain_id,
+    keystone_user_id,
+};
 use ccm_emulators::server::{Server, ServerOptions};
 use ccm_emulators::world::{PowerState, World};
 use serde_json::Value;
@@ -22,6 +32,10 @@ use crate::support::{Binary, SecretKind, register_secret};
 
 const USER: &str = "ccm-conformance";
 const PASSWORD: &str = "os-conformance-Password-never-logged-4Tz";
+/// Magnum's trustee user (in its own domain) and the trust naming it.
+const TRUSTEE: &str = "ccm-conformance-trustee";
+const TRUSTEE_DOMAIN: &str = "magnum";
+const TRUST_ID: &str = "ccm-conformance-trust";
 const ZONES: [&str; 2] = ["az-1", "az-2"];
 
 pub struct OpenStack {
@@ -65,10 +79,32 @@ impl Harness for OpenStack {
             OpenStackOptions {
                 users: vec![(USER.into(), PASSWORD.into())],
                 lb_pending: Duration::from_millis(500),
+                extra_users: vec![KeystoneUser {
+                    name: TRUSTEE.into(),
+                    password: PASSWORD.into(),
+                    domain: TRUSTEE_DOMAIN.into(),
+                    projects: Vec::new(),
+                    roles: vec!["member".into()],
+                    default_project: None,
+                }],
+                // The project owner's roles, delegated (the owner is an admin here, as the
+                // plain password login of this harness was).
+                trusts: vec![KeystoneTrust {
+                    id: TRUST_ID.into(),
+                    trustor: USER.into(),
+                    trustee: TRUSTEE.into(),
+                    project: "demo".into(),
+                    roles: vec!["admin".into(), "member".into()],
+                    impersonation: false,
+                }],
                 ..OpenStackOptions::default()
             },
         );
-        let server = Server::start(cloud.clone(), ServerOptions::default()).await.unwrap();
+        let server =
+            Server::start(cloud.clone(), ServerOptions { tls: true, ..ServerOptions::default() })
+                .await
+                .unwrap();
+        cloud.set_catalog_base(Some(server.url()));
         let instances = specs
             .into_iter()
             .map(|(node, ip, zone)| {
@@ -101,9 +137,14 @@ impl Harness for OpenStack {
         let subnet = self.cloud.neutron_id("subnets", "private-subnet").unwrap();
         let public = self.cloud.neutron_id("networks", "public").unwrap();
         let router = self.cloud.neutron_id("routers", "router1").unwrap();
+        let ca = self.server.ca_file().unwrap().display().to_string();
+        let trustee = keystone_user_id(TRUSTEE);
+        let user_domain = keystone_domain_id(TRUSTEE_DOMAIN);
+        let project_domain = keystone_domain_id("Default");
         format!(
-            "[Global]\nauth-url = {url}/identity/v3\nusername = {USER}\npassword = {PASSWORD}\n\
-             tenant-name = demo\ndomain-name = Default\nregion = RegionOne\n\
+            "[Global]\nauth-url = {url}/identity/v3\nuser-id = {trustee}\npassword = {PASSWORD}\n\
+             trust-id = {TRUST_ID}\nuser-domain-id = {user_domain}\n\
+             tenant-domain-id = {project_domain}\nca-file = {ca}\nregion = RegionOne\n\
              [LoadBalancer]\nsubnet-id = {subnet}\nfloating-network-id = {public}\n\
              [Route]\nrouter-id = {router}\n"
         )

@@ -3,6 +3,7 @@
 //!
 //! | module | shows |
 //! |---|---|
+//! | `auth` | every Keystone method upstream accepts: password by user ID or by name in a domain given by ID, application credentials by ID and by name with the user, a pre-issued token, trusts (Magnum), renewal before expiry, `tls-insecure`, client-certificate files, a clouds.yaml entry by `OS_CLOUD` |
 //! | `client` | Keystone sessions, OpenStack error bodies, expired tokens renewed, throttling and 5xx retried (creates sent once), a hung call ends at its deadline, paging, typed calls, `ca-file` |
 //! | `instances` | metadata as upstream (providerID, floating and multi-NIC addresses, zone, flavor), one listing per batch (30 and 1000 nodes counted), existence with the deletion-safety rule, an outage deletes nothing |
 //! | `lb_parity` | upstream's Warnings for a floating network not found (`LoadBalancerExternalNetworkSearchFailed`, `LoadBalancerForcedInternal`) on a real API server's Service, a `~regex` `floating-subnet`, a managed security group without Neutron's default egress rules, a foreign group of its name refused |
@@ -13,6 +14,7 @@
 // Test helpers panic on failure by design.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod auth;
 mod client;
 mod fixture;
 mod flags;
