@@ -172,6 +172,9 @@ pub struct Config {
     /// Keep control-plane nodes out of the standard load balancer (default true).
     #[serde(rename = "excludeMasterFromStandardLB")]
     pub exclude_master_from_standard_lb: Option<bool>,
+    /// The load balancers whose backend pools the operator fills (`all`, `internal`,
+    /// `external`; default none): their members are neither added nor removed here.
+    pub pre_configured_backend_pool_load_balancer_types: Option<String>,
     /// Rules disable outbound SNAT.
     #[serde(default, rename = "disableOutboundSNAT")]
     pub disable_outbound_snat: bool,
@@ -324,6 +327,10 @@ const KEYS: &[(&str, Kind)] = &[
     ("loadBalancerName", Kind::Str),
     ("loadBalancerResourceGroup", Kind::Str),
     ("excludeMasterFromStandardLB", Kind::Bool),
+    (
+        "preConfiguredBackendPoolLoadBalancerTypes",
+        Kind::OneOf(&["all", "internal", "external", ""]),
+    ),
     ("disableOutboundSNAT", Kind::Bool),
     ("maximumLoadBalancerRuleCount", Kind::U32),
     (
@@ -384,7 +391,6 @@ const IGNORED_KEYS: &[&str] = &[
     "nonVmssUniformNodesCacheTTLInSeconds",
     "nsgCacheTTLInSeconds",
     "plsCacheTTLInSeconds",
-    "preConfiguredBackendPoolLoadBalancerTypes",
     "privateLinkServiceResourceGroup",
     "providerKeyName",
     "providerKeyVersion",
@@ -982,9 +988,9 @@ pub static CONFIG_KEYS: &[KeyDoc] = &[
     KeyDoc {
         section: "",
         key: "preConfiguredBackendPoolLoadBalancerTypes",
-        value: ANY_VALUE,
+        value: "`all`, `internal`, `external` or empty (default)",
         example: "all",
-        doc: "accepted for compatibility, ignored: this provider always manages the backend pool membership of the load balancers it writes.",
+        doc: "The load balancers (all, the internal ones, the public ones) whose backend pools the operator fills, as upstream: nodes are neither added to nor removed from their pools, and such a load balancer is not deleted when its last frontend goes (its pool is in use). Other values are an error.",
     },
     KeyDoc {
         section: "",
@@ -1371,6 +1377,10 @@ impl fmt::Debug for Config {
             .field("load_balancer_name", &self.load_balancer_name)
             .field("load_balancer_resource_group", &self.load_balancer_resource_group)
             .field("exclude_master_from_standard_lb", &self.exclude_master_from_standard_lb)
+            .field(
+                "pre_configured_backend_pool_load_balancer_types",
+                &self.pre_configured_backend_pool_load_balancer_types,
+            )
             .field("disable_outbound_snat", &self.disable_outbound_snat)
             .field("maximum_load_balancer_rule_count", &self.maximum_load_balancer_rule_count)
             .field(
@@ -1665,6 +1675,18 @@ impl Config {
             .as_deref()
             .filter(|p| !p.trim().is_empty())
             .unwrap_or("/healthz")
+    }
+
+    /// Whether the operator fills the backend pools of the internal (or public) load
+    /// balancer (`preConfiguredBackendPoolLoadBalancerTypes`, upstream's
+    /// `isBackendPoolPreConfigured`).
+    pub fn backend_pool_pre_configured(&self, internal: bool) -> bool {
+        match self.pre_configured_backend_pool_load_balancer_types.as_deref().map(str::trim) {
+            Some(t) if t.eq_ignore_ascii_case("all") => true,
+            Some(t) if t.eq_ignore_ascii_case("internal") => internal,
+            Some(t) if t.eq_ignore_ascii_case("external") => !internal,
+            _ => false,
+        }
     }
 
     /// `excludeMasterFromStandardLB` (default true).

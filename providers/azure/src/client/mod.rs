@@ -930,10 +930,44 @@ impl ArmClient {
         }
         let value: T = Self::decode(operation, id, &reply)?;
         if status == 201 || provisioning_pending(&reply) {
-            // No operation to poll: read until the resource settles.
-            return self.get(operation, id, api_version, &[]).await;
+            // No operation to poll: read the resource until its provisioning state settles.
+            return self.wait_provisioned(operation, id, &url, retry_after(&headers)).await;
         }
         Ok(value)
+    }
+
+    /// GETs the resource at `url` until its `provisioningState` is no longer in progress
+    /// (bounded as every operation): `Succeeded` (or none) returns it, `Failed`/`Canceled`
+    /// is [`ArmError::Operation`].
+    async fn wait_provisioned<T: DeserializeOwned>(
+        &self,
+        operation: &'static str,
+        id: &str,
+        url: &Url,
+        first_wait: Option<Duration>,
+    ) -> Result<T, ArmError> {
+        let mut last = Vec::new();
+        self.poll(operation, id, url.as_str(), first_wait, |_, body| {
+            let state = serde_json::from_slice::<serde_json::Value>(body)
+                .ok()
+                .and_then(|v| v["properties"]["provisioningState"].as_str().map(str::to_string));
+            match state.as_deref().map(str::to_ascii_lowercase).as_deref() {
+                None | Some("succeeded") => {
+                    last = body.to_vec();
+                    Ok(true)
+                }
+                Some("failed" | "canceled" | "cancelled") => Err(ArmError::Operation {
+                    operation,
+                    resource: id.to_string(),
+                    status: state.unwrap_or_default(),
+                    code: String::new(),
+                    message: "the resource's provisioning state after the PUT".into(),
+                }),
+                Some(_) => Ok(false),
+            }
+        })
+        .await?;
+        Self::decode(operation, id, &last)
     }
 
     /// DELETE a resource and wait until it is gone; `Ok` when it was already gone.

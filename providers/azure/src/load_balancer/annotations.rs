@@ -105,7 +105,7 @@ pub static ANNOTATIONS: &[KeyDoc] = &[
         IPV4,
         "IPv4 address",
         "10.240.0.100",
-        "The IPv4 frontend address, instead of `spec.loadBalancerIP`. Internal: a static private address in the subnet. Public: the existing public IP with this address in the public IPs' resource group (else an error). An address of the other family is an error.",
+        "The IPv4 frontend address, instead of `spec.loadBalancerIP`. Internal: a static private address in the subnet. Public: the existing public IP with this address in the public IPs' resource group (else an error). An address another Service's frontend already has (public IP or, internal, private address) is shared: the Service adds its own rules on that frontend (upstream's secondary Service). An address of the other family is an error.",
     ),
     kd(
         IPV6,
@@ -117,7 +117,7 @@ pub static ANNOTATIONS: &[KeyDoc] = &[
         PIP_NAME,
         "public IP name",
         "my-service-pip",
-        "Public: the public IP to use for IPv4 (or the only family of a single-stack IPv6 Service without `azure-pip-name-ipv6`), in the public IPs' resource group. It must exist and not be used by another Service or a NIC; it is used, never re-tagged or deleted (only a DNS label the Service asks for is set). Wins over `azure-pip-prefix-id` and the frontend address. A name breaking ARM's rules for network resources is an error naming the annotation, before any ARM call.",
+        "Public: the public IP to use for IPv4 (or the only family of a single-stack IPv6 Service without `azure-pip-name-ipv6`), in the public IPs' resource group. It must exist and not be used by a NIC or another load balancer; when another Service's frontend on the cluster's load balancer uses it, the Service shares that frontend (its own rules on it, as upstream's secondary Service). It is used, never re-tagged or deleted (only a DNS label the Service asks for is set). Wins over `azure-pip-prefix-id` and the frontend address. A name breaking ARM's rules for network resources is an error naming the annotation, before any ARM call.",
     ),
     kd(
         PIP_NAME_IPV6,

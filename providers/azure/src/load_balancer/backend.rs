@@ -198,6 +198,23 @@ fn remove_pool(pools: &mut Option<Vec<Ref>>, pool_id: &str) -> bool {
     before != list.len()
 }
 
+/// A scale-set VM Compute is deleting: its model takes no update (ARM refuses one, and the
+/// VM leaves every pool with it), as upstream skips it.
+fn being_deleted(v: &VirtualMachineScaleSetVm) -> bool {
+    let deleting = v
+        .properties
+        .provisioning_state
+        .as_deref()
+        .is_some_and(|p| p.eq_ignore_ascii_case("Deleting"));
+    if deleting {
+        debug!(
+            vm = v.id.as_deref().unwrap_or_default(),
+            "scale-set VM is being deleted; left alone"
+        );
+    }
+    deleting
+}
+
 fn arm_err(what: &str, e: ArmError) -> ProviderError {
     let throttled = e.is_throttled();
     let message = format!("{what}: {e}");
@@ -795,6 +812,10 @@ impl Backends {
                     &vm,
                     COMPUTE,
                     |v: &mut VirtualMachineScaleSetVm| {
+                        // A scale-set VM being deleted takes no update (upstream skips it).
+                        if being_deleted(v) {
+                            return Ok(false);
+                        }
                         let id = v.id.clone().unwrap_or_default();
                         Ok(profile_add(
                             &mut v.properties.network_profile_configuration,
@@ -839,6 +860,9 @@ impl Backends {
                     &vm,
                     COMPUTE,
                     |v: &mut VirtualMachineScaleSetVm| {
+                        if being_deleted(v) {
+                            return Ok(false);
+                        }
                         Ok(profile_remove(&mut v.properties.network_profile_configuration, pool_id))
                     },
                 )

@@ -133,8 +133,60 @@ fn new_frontend(
     }
 }
 
-/// Makes the Service's frontends on `lb` exactly one per family in `targets`. Returns
-/// whether `lb` changed and the frontend IDs per family.
+/// Another Service's frontend that already points where the Service wants its frontend of
+/// `family`, so the Service shares it as a secondary (upstream's `serviceOwnsFrontendIP`):
+/// the same public IP (the Service names it by `azure-pip-name` or `loadBalancerIP`), or, on
+/// an internal load balancer, the private address the Service asks for. The Service's own
+/// frontend wins (it is the primary). Only frontends the cluster made for a Service (named
+/// `a<uid>`) are shared; an operator's frontend is not.
+pub fn shared_with<'a>(
+    svc: &ServiceConfig,
+    lb: &'a LoadBalancer,
+    family: Family,
+    target: &Target,
+) -> Option<&'a FrontendIpConfiguration> {
+    let fes = &lb.properties.frontend_ip_configurations;
+    if fes.iter().any(|fe| naming::owns(svc, fe.name()) && matches(svc, fe, family, target)) {
+        return None;
+    }
+    fes.iter().filter(|fe| !naming::owns(svc, fe.name())).find(|fe| {
+        if super::service_prefix(fe.name()).is_none() {
+            return false;
+        }
+        let p = &fe.properties;
+        match target {
+            Target::Public { pip_id } => p.public_ip_address.as_ref().is_some_and(|r| r.is(pip_id)),
+            Target::Internal { ip: Some(ip), .. } => {
+                p.public_ip_address.is_none()
+                    && p.private_ip_address.as_deref().and_then(|a| a.parse::<IpAddr>().ok())
+                        == Some(*ip)
+            }
+            Target::Internal { ip: None, .. } => false,
+        }
+    })
+}
+
+/// The frontends the Service uses on `lb`: its own (by name) and those its rules reference
+/// (shared with another Service, see [`shared_with`]).
+pub fn used<'a>(
+    svc: &'a ServiceConfig,
+    lb: &'a LoadBalancer,
+) -> impl Iterator<Item = &'a FrontendIpConfiguration> {
+    let referenced: Vec<String> = lb
+        .properties
+        .load_balancing_rules
+        .iter()
+        .filter(|r| naming::owns(svc, r.name()))
+        .filter_map(|r| r.properties.frontend_ip_configuration.as_ref().map(|f| f.id.clone()))
+        .collect();
+    lb.properties.frontend_ip_configurations.iter().filter(move |f| {
+        naming::owns(svc, f.name()) || referenced.iter().any(|id| f.id().eq_ignore_ascii_case(id))
+    })
+}
+
+/// Makes the Service's frontends on `lb` exactly one per family in `targets` (its own, or
+/// another Service's it shares: [`shared_with`]). Returns whether `lb` changed and the
+/// frontend IDs per family.
 pub fn reconcile(
     lb: &mut LoadBalancer,
     lb_id: &str,
@@ -142,6 +194,18 @@ pub fn reconcile(
     targets: &BTreeMap<Family, Target>,
 ) -> (bool, BTreeMap<Family, String>) {
     let mut changed = false;
+    let shared: BTreeMap<Family, String> = targets
+        .iter()
+        .filter_map(|(f, t)| {
+            let fe = shared_with(svc, lb, *f, t)?;
+            Some((
+                *f,
+                fe.id.clone().unwrap_or_else(|| {
+                    naming::child_id(lb_id, "frontendIPConfigurations", fe.name())
+                }),
+            ))
+        })
+        .collect();
     let fes = &mut lb.properties.frontend_ip_configurations;
     let before = fes.len();
     fes.retain(|fe| {
@@ -149,11 +213,12 @@ pub fn reconcile(
             return true;
         }
         let family = family_of(svc, fe);
-        targets.get(&family).is_some_and(|t| matches(svc, fe, family, t))
+        !shared.contains_key(&family)
+            && targets.get(&family).is_some_and(|t| matches(svc, fe, family, t))
     });
     changed |= fes.len() != before;
-    let mut ids = BTreeMap::new();
-    for (family, target) in targets {
+    let mut ids = shared.clone();
+    for (family, target) in targets.iter().filter(|(f, _)| !shared.contains_key(f)) {
         let name = naming::frontend_name(svc, *family);
         let id = match fes.iter().find(|f| f.name().eq_ignore_ascii_case(&name)) {
             Some(f) => f
@@ -202,12 +267,20 @@ pub fn in_use_by_others(
         .any(|k| p.extra.get(*k).is_some_and(|v| mentions(v, id)))
 }
 
-/// Removes the Service's frontends that nothing else uses; returns the removed ones.
+/// Removes the Service's frontends that nothing else uses, and the frontends of other
+/// Services it shared that nothing but its rules uses any more (upstream's
+/// `removeStaleServiceLBResources`: a shared frontend goes with its last user, whichever
+/// Service made it; only frontends the cluster made for a Service, never an operator's).
+/// Call before the Service's rules are taken off. Returns the removed ones.
 pub fn remove(lb: &mut LoadBalancer, svc: &ServiceConfig) -> Vec<FrontendIpConfiguration> {
+    let shared: Vec<String> = used(svc, lb)
+        .filter(|f| !naming::owns(svc, f.name()) && super::service_prefix(f.name()).is_some())
+        .map(|f| f.id().to_string())
+        .collect();
     let (mine, rest): (Vec<_>, Vec<_>) =
-        std::mem::take(&mut lb.properties.frontend_ip_configurations)
-            .into_iter()
-            .partition(|f| naming::owns(svc, f.name()));
+        std::mem::take(&mut lb.properties.frontend_ip_configurations).into_iter().partition(|f| {
+            naming::owns(svc, f.name()) || shared.iter().any(|id| f.id().eq_ignore_ascii_case(id))
+        });
     lb.properties.frontend_ip_configurations = rest;
     let mut removed = Vec::new();
     for fe in mine {

@@ -77,8 +77,6 @@ pub(crate) enum Action<T> {
     Keep(T),
     /// PUT this (with the `If-Match` of the version read).
     Put(T),
-    /// DELETE it.
-    Delete(T),
 }
 
 /// The ARM operation names of a resource type.
@@ -120,10 +118,6 @@ where
         let existed = current.is_some();
         match change(current)? {
             Action::Keep(r) => return Ok(Some(r)),
-            Action::Delete(_) => {
-                client.delete(ops.delete, id, NETWORK).await?;
-                return Ok(None);
-            }
             Action::Put(r) => {
                 let etag = if existed { r.etag.clone() } else { None };
                 match client.put(ops.put, id, NETWORK, &r, etag.as_deref()).await {
@@ -297,18 +291,75 @@ impl AzureLoadBalancer {
         lb: &ArmLoadBalancer,
     ) -> Result<Vec<IpAddr>, ProviderError> {
         let mut out = Vec::new();
-        let mut owned: Vec<_> = frontend::owned(svc, lb).collect();
+        let mut owned: Vec<_> = frontend::used(svc, lb).collect();
         owned.sort_by_key(|f| frontend::family_of(svc, f));
         for fe in owned {
-            if let Some(ip) =
-                fe.properties.private_ip_address.as_deref().and_then(|a| a.parse().ok())
-            {
+            if let Some(ip) = self.frontend_address(fe).await? {
                 out.push(ip);
-            } else if let Some(pip) = &fe.properties.public_ip_address
-                && let Some(pip) = self.pips.get(&pip.id).await?
-                && let Some(ip) = pip.properties.ip_address.as_deref().and_then(|a| a.parse().ok())
-            {
-                out.push(ip);
+            }
+        }
+        Ok(out)
+    }
+
+    /// A frontend's address: its private IP, or its public IP's address.
+    async fn frontend_address(
+        &self,
+        fe: &crate::client::models::FrontendIpConfiguration,
+    ) -> Result<Option<IpAddr>, ProviderError> {
+        if let Some(ip) = fe.properties.private_ip_address.as_deref().and_then(|a| a.parse().ok()) {
+            return Ok(Some(ip));
+        }
+        if let Some(pip) = &fe.properties.public_ip_address
+            && let Some(pip) = self.pips.get(&pip.id).await?
+        {
+            return Ok(pip.properties.ip_address.as_deref().and_then(|a| a.parse().ok()));
+        }
+        Ok(None)
+    }
+
+    /// What the Service shares with other Services on `lb` (frontends their rules use too):
+    /// those frontends' addresses and the other Services' protocols and ports, so the NSG
+    /// keeps the addresses where the others need them.
+    async fn shared(
+        &self,
+        svc: &ServiceConfig,
+        lb: &ArmLoadBalancer,
+    ) -> Result<security_group::Shared, ProviderError> {
+        let mut out = security_group::Shared::default();
+        for fe in frontend::used(svc, lb) {
+            let others: Vec<_> = lb
+                .properties
+                .load_balancing_rules
+                .iter()
+                .filter(|r| !naming::owns(svc, r.name()))
+                .filter(|r| {
+                    r.properties
+                        .frontend_ip_configuration
+                        .as_ref()
+                        .is_some_and(|f| f.id.eq_ignore_ascii_case(fe.id()))
+                })
+                .collect();
+            if others.is_empty() {
+                continue;
+            }
+            if let Some(ip) = self.frontend_address(fe).await? {
+                out.ips.push(ip);
+            }
+            for r in others {
+                let p = &r.properties;
+                let proto = match p.protocol.as_deref().map(str::to_ascii_lowercase).as_deref() {
+                    Some("tcp") => "Tcp",
+                    Some("udp") => "Udp",
+                    _ => "*",
+                };
+                let mut ports = vec![p.frontend_port];
+                if p.enable_floating_ip == Some(false) {
+                    ports.push(p.backend_port);
+                }
+                for port in ports.into_iter().flatten() {
+                    let port = if port == 0 { "*".to_string() } else { port.to_string() };
+                    out.ports.push((proto.to_string(), port));
+                }
             }
         }
         Ok(out)
@@ -358,8 +409,18 @@ impl AzureLoadBalancer {
         Ok(ips)
     }
 
-    /// Deletes a load balancer without frontends, after taking every node out of its pools.
+    /// Deletes a load balancer without frontends, after taking every node out of its pools;
+    /// one whose pools the operator fills (`preConfiguredBackendPoolLoadBalancerTypes`) is
+    /// left as it is (upstream).
     async fn delete_empty(&self, id: &str, lb: &ArmLoadBalancer) -> Result<(), ProviderError> {
+        let internal = lb.name().to_ascii_lowercase().ends_with(naming::INTERNAL_SUFFIX);
+        if self.config.backend_pool_pre_configured(internal) {
+            info!(
+                load_balancer = lb.name(),
+                "no frontend left; its backend pools are pre-configured: kept"
+            );
+            return Ok(());
+        }
         for pool in &lb.properties.backend_address_pools {
             let pool_id = pool
                 .id
@@ -491,13 +552,32 @@ impl AzureLoadBalancer {
                 Ok(if changed || failed { Action::Put(lb) } else { Action::Keep(lb) })
             },
         )
-        .await?
+        .await;
+        let lb = match lb {
+            Err(e) if arm_code(&e) == Some(NOT_PROVISIONED) => {
+                // A public IP the frontend needs is not `Succeeded` (stuck `Updating` or
+                // `Failed`): the Service's own public IPs are put again, unchanged (ARM
+                // retries their operation), as upstream does; then the load balancer again.
+                self.reput_stuck_public_ips(cluster, &svc, &public_ips).await?;
+                return Err(ProviderError::RetryAfter {
+                    message: format!(
+                        "load balancer {lb_name}: a public IP of {} was not provisioned ({NOT_PROVISIONED}); put again",
+                        svc.key
+                    ),
+                    delay: std::time::Duration::from_secs(5),
+                });
+            }
+            other => other?,
+        }
         .ok_or_else(|| ProviderError::other(format!("load balancer {lb_name} vanished")))?;
 
         let members: Vec<Node> =
             nodes.iter().filter(|n| is_backend(&self.config, n)).cloned().collect();
-        for pool in pools.values() {
-            self.backends.ensure_members(pool, &members).await?;
+        // Pools the operator fills (`preConfiguredBackendPoolLoadBalancerTypes`) are theirs.
+        if !self.config.backend_pool_pre_configured(svc.internal) {
+            for pool in pools.values() {
+                self.backends.ensure_members(pool, &members).await?;
+            }
         }
 
         // An internal ↔ public switch: off the other load balancer.
@@ -526,7 +606,8 @@ impl AzureLoadBalancer {
         }
         let destinations =
             if svc.floating_ip { ips.clone() } else { node_ips(&members, &svc.families) };
-        self.security.ensure_service_rules(service, &destinations).await?;
+        let shared = self.shared(&svc, &lb).await?;
+        self.security.ensure_service_rules_shared(service, &destinations, &shared).await?;
         info!(service = %svc.key, load_balancer = %lb_name, ips = ?ips, "load balancer ensured");
         Ok(self.status(&svc, &ips))
     }
@@ -540,18 +621,59 @@ impl AzureLoadBalancer {
         ];
         // The addresses first: the NSG rules are keyed on them.
         let mut ips = Vec::new();
+        let mut shared = security_group::Shared::default();
         for name in &names {
             if let Some(lb) = self.get_lb(&self.lb_id(name)?).await? {
                 ips.extend(self.frontend_ips(&svc, &lb).await?);
+                let s = self.shared(&svc, &lb).await?;
+                shared.ips.extend(s.ips);
+                shared.ports.extend(s.ports);
             }
         }
-        self.security.remove_service_rules(service, &ips).await?;
+        self.security.remove_service_rules_shared(service, &ips, &shared).await?;
         for name in &names {
             self.remove_from(&svc, name).await?;
         }
         let rg = self.lenient_resource_group(service);
         self.pips.release(cluster, &svc.key, rg.as_deref(), &[]).await?;
         info!(service = %svc.key, "load balancer resources deleted");
+        Ok(())
+    }
+}
+
+/// ARM's answer to a load balancer whose frontend names a public IP that is not `Succeeded`.
+const NOT_PROVISIONED: &str = "ReferencedResourceNotProvisioned";
+
+/// ARM's error code behind a provider error, when an ARM reply caused it.
+fn arm_code(e: &ProviderError) -> Option<&str> {
+    let ProviderError::Other { source: Some(source), .. } = e else { return None };
+    source.downcast_ref::<crate::client::ArmError>()?.code()
+}
+
+impl AzureLoadBalancer {
+    /// Puts the Service's own public IPs (named `<cluster>-a<uid>`, tagged for it by this
+    /// cluster) that are not `Succeeded` again, unchanged. A public IP a Service names is
+    /// never rewritten.
+    async fn reput_stuck_public_ips(
+        &self,
+        cluster: &str,
+        svc: &ServiceConfig,
+        public_ips: &BTreeMap<Family, crate::client::models::PublicIpAddress>,
+    ) -> Result<(), ProviderError> {
+        for (family, pip) in public_ips {
+            if !pip.name().eq_ignore_ascii_case(&naming::pip_name(cluster, svc, *family))
+                || !public_ip::owned_by(pip, &svc.key, cluster)
+            {
+                continue;
+            }
+            let Some(now) = self.pips.get(pip.id()).await? else { continue };
+            let state = now.properties.provisioning_state.as_deref().unwrap_or("Succeeded");
+            if state.eq_ignore_ascii_case("Succeeded") {
+                continue;
+            }
+            info!(public_ip = now.name(), state, "public IP not provisioned: putting it again");
+            self.client.put(PIP_OPS.put, now.id(), NETWORK, &now, now.etag.as_deref()).await?;
+        }
         Ok(())
     }
 }
@@ -617,13 +739,15 @@ impl AzureLoadBalancer {
         let _guard = self.lock.lock().await;
         let lb_id = self.lb_id(&naming::lb_name(&self.config, cluster, svc.internal))?;
         let Some(lb) = self.get_lb(&lb_id).await? else { return Ok(()) };
-        if frontend::owned(&svc, &lb).next().is_none() {
+        if frontend::used(&svc, &lb).next().is_none() {
             return Ok(());
         }
         let members: Vec<Node> =
             nodes.iter().filter(|n| is_backend(&self.config, n)).cloned().collect();
-        for f in &svc.families {
-            self.backends.ensure_members(&self.pool_id(&lb_id, cluster, *f), &members).await?;
+        if !self.config.backend_pool_pre_configured(svc.internal) {
+            for f in &svc.families {
+                self.backends.ensure_members(&self.pool_id(&lb_id, cluster, *f), &members).await?;
+            }
         }
         if !svc.floating_ip {
             self.security.ensure_service_rules(service, &node_ips(&members, &svc.families)).await?;
@@ -672,7 +796,7 @@ impl LoadBalancer for AzureLoadBalancer {
         for internal in [false, true] {
             let id = self.lb_id(&naming::lb_name(&self.config, cluster, internal))?;
             if let Some(lb) = self.get_lb(&id).await?
-                && frontend::owned(&svc, &lb).next().is_some()
+                && frontend::used(&svc, &lb).next().is_some()
             {
                 let ips = self.frontend_ips(&svc, &lb).await?;
                 return Ok(Some(self.status(&svc, &ips)));
@@ -768,6 +892,15 @@ impl LoadBalancer for AzureLoadBalancer {
                     }
                 }
             }
+            // A frontend another Service's rules still use (it shares it) is not an orphan.
+            by_prefix.retain(|prefix, entry| {
+                !lb.properties.load_balancing_rules.iter().any(|r| {
+                    !starts_with_ignore_case(r.name(), prefix)
+                        && r.properties.frontend_ip_configuration.as_ref().is_some_and(|f| {
+                            entry.resources.iter().any(|c| c.id.eq_ignore_ascii_case(&f.id))
+                        })
+                })
+            });
             for (prefix, entry) in by_prefix.iter_mut() {
                 let has = |n: &str| starts_with_ignore_case(n, prefix);
                 for r in lb.properties.load_balancing_rules.iter().filter(|r| has(r.name())) {
@@ -820,6 +953,7 @@ impl LoadBalancer for AzureLoadBalancer {
             if let Some(pip) = self.pips.get(&r.id).await?
                 && !public_ip::user_made(&pip)
                 && public_ip::services_of(&pip).len() <= 1
+                && pip.properties.ip_configuration.is_none()
                 && pip.tag(naming::CLUSTER_TAG).is_none_or(|c| c.eq_ignore_ascii_case(cluster))
             {
                 self.client.delete(PIP_OPS.delete, &r.id, NETWORK).await?;

@@ -16,6 +16,7 @@ use std::sync::Arc;
 
 use ccm_core::cloud::ProviderError;
 use serde_json::json;
+use tracing::{info, warn};
 
 use crate::client::ArmClient;
 use crate::client::api_version::NETWORK;
@@ -28,6 +29,9 @@ use super::naming::{
     LEGACY_SERVICE_TAG, PIP_TYPE, SERVICE_TAG,
 };
 use super::{Action, PIP_OPS, rmw};
+
+/// ARM's answer to deleting a public IP something still uses.
+const CANNOT_BE_DELETED: &str = "PublicIPAddressCannotBeDeleted";
 
 /// The config's `tags` / `tagsMap` (the map wins), as upstream's `parseTags`.
 pub fn config_tags(config: &Config) -> Result<BTreeMap<String, String>, ProviderError> {
@@ -172,6 +176,16 @@ impl PublicIps {
         let id = self.client.resource_id(&rg, PIP_TYPE, &name)?;
         let config_tags = config_tags(&self.config)?;
         let location = self.config.location.clone().unwrap_or_default();
+        // Frontends of the cluster's public load balancer: another Service's there is shared.
+        let lb_frontends = format!(
+            "{}/frontendipconfigurations/",
+            self.client.resource_id(
+                self.config.load_balancer_resource_group(),
+                naming::LB_TYPE,
+                &naming::lb_name(&self.config, cluster, false),
+            )?
+        )
+        .to_ascii_lowercase();
         let out = rmw::<PublicIpProperties>(
             &self.client,
             PIP_OPS,
@@ -210,18 +224,24 @@ impl PublicIps {
                 if let Some(message) = refusal(&pip, &svc.key, cluster) {
                     return Err(ProviderError::Invalid { what: source.clone(), message });
                 }
-                // Used by something else (another Service's frontend, a NIC): sharing one
-                // public IP between Services is not supported.
+                // Used by something else: the Service's own frontend, or another Service's
+                // frontend on the cluster's load balancer (shared, upstream's secondary
+                // Service) are fine; a NIC, another load balancer or an operator's frontend
+                // is an error.
                 if let Some(user) = &pip.properties.ip_configuration {
                     let frontend = naming::last_segment(&user.id);
-                    if !user.id.to_ascii_lowercase().contains("/frontendipconfigurations/")
-                        || !naming::owns(svc, frontend)
+                    let lower = user.id.to_ascii_lowercase();
+                    let shareable = lower.starts_with(&lb_frontends)
+                        && super::service_prefix(frontend).is_some();
+                    if !lower.contains("/frontendipconfigurations/")
+                        || !(naming::owns(svc, frontend) || shareable)
                     {
                         return Err(ProviderError::Invalid {
                             what: source.clone(),
                             message: format!(
-                                "public IP {name} is already used by {}; sharing a public IP between Services is not supported",
-                                user.id
+                                "public IP {name} is already used by {}; only a frontend of the cluster's load balancer {} made for a Service can be shared",
+                                user.id,
+                                naming::lb_name(&self.config, cluster, false)
                             ),
                         });
                     }
@@ -335,6 +355,7 @@ impl PublicIps {
                 continue;
             }
             let id = pip.id().to_string();
+            let mut delete = false;
             rmw::<PublicIpProperties>(&self.client, PIP_OPS, &id, &mut |current| {
                 let Some(mut pip) = current else {
                     return Ok(Action::Keep(PublicIpAddress::default()));
@@ -353,13 +374,26 @@ impl PublicIps {
                     }
                 }
                 if rest.is_empty() {
-                    return Ok(Action::Delete(pip));
+                    delete = true;
+                    return Ok(Action::Keep(pip));
                 }
                 tags.remove(LEGACY_SERVICE_TAG);
                 tags.insert(SERVICE_TAG.into(), rest.join(","));
                 Ok(Action::Put(pip))
             })
             .await?;
+            if delete {
+                match self.client.delete(PIP_OPS.delete, &id, NETWORK).await {
+                    Ok(()) => info!(public_ip = %id, service, "deleted the Service's public IP"),
+                    // Still referenced (ARM's 400): left as it is, as upstream does; the
+                    // Service's removal is not held up by it.
+                    Err(e) if e.code() == Some(CANNOT_BE_DELETED) => {
+                        warn!(public_ip = %id, service, error = %e,
+                            "public IP is still in use and cannot be deleted; left in place");
+                    }
+                    Err(e) => return Err(e.into()),
+                }
+            }
         }
         Ok(())
     }

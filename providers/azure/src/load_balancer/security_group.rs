@@ -451,6 +451,41 @@ pub fn scope_of(service: &Service) -> Scope {
     Scope::OwnPorts(own)
 }
 
+/// Addresses the Service shares with other Services (a shared frontend IP) and the ports
+/// those Services' load-balancing rules use on them (upstream's `listSharedIPPortMapping`):
+/// the shared addresses stay in managed rules carrying one of those ports, whichever
+/// Service's addresses are taken out.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Shared {
+    /// The shared addresses.
+    pub ips: Vec<IpAddr>,
+    /// `(protocol as NSG rules name it: Tcp, Udp or *, destination port)` of the other
+    /// Services.
+    pub ports: Vec<(String, String)>,
+}
+
+impl Shared {
+    /// Whether another Service needs the shared addresses in `rule`.
+    fn keeps(&self, rule: &SecurityRule) -> bool {
+        let p = &rule.properties;
+        let proto = p.protocol.as_deref().unwrap_or("*");
+        let mut rule_ports: Vec<&String> = p.destination_port_range.iter().collect();
+        rule_ports.extend(p.destination_port_ranges.iter().flatten());
+        self.ports.iter().any(|(sp, port)| {
+            (sp.eq_ignore_ascii_case(proto) || sp == "*" || proto == "*")
+                && rule_ports.iter().any(|r| *r == port || r.as_str() == "*")
+        })
+    }
+
+    /// `ips` less the shared addresses when another Service needs them in `rule`.
+    fn removable(&self, ips: &[IpAddr], rule: &SecurityRule) -> Vec<IpAddr> {
+        if self.ips.is_empty() || !self.keeps(rule) {
+            return ips.to_vec();
+        }
+        ips.iter().filter(|ip| !self.ips.contains(ip)).copied().collect()
+    }
+}
+
 /// Applies a Service's wanted rules to the security group's rules: its addresses leave the
 /// managed rules it no longer wants, join (or create) the ones it wants, and managed rules
 /// left without a destination go. Operator rules are untouched. Whether anything changed.
@@ -460,12 +495,24 @@ pub fn apply(
     service_ips: &[IpAddr],
     scope: &Scope,
 ) -> Result<bool, ProviderError> {
+    apply_shared(rules, wanted, service_ips, scope, &Shared::default())
+}
+
+/// [`apply`], keeping addresses other Services share where they need them ([`Shared`]).
+pub fn apply_shared(
+    rules: &mut Vec<SecurityRule>,
+    wanted: &[RuleSpec],
+    service_ips: &[IpAddr],
+    scope: &Scope,
+    shared: &Shared,
+) -> Result<bool, ProviderError> {
     let before = normalised(rules);
     let wanted_names: BTreeSet<&str> = wanted.iter().map(|w| w.name.as_str()).collect();
     for r in rules.iter_mut() {
         if is_managed(r) && !wanted_names.contains(r.name()) && scope.covers(r) {
             if matches!(scope, Scope::Any) {
-                remove_destinations(&mut r.properties, service_ips);
+                let ips = shared.removable(service_ips, r);
+                remove_destinations(&mut r.properties, &ips);
             } else {
                 // Only this Service has these node ports: the whole rule is its.
                 set_destinations(&mut r.properties, Vec::new());
@@ -545,10 +592,21 @@ pub fn apply(
 /// rules go whole: they are the Service's alone); rules left without a destination go.
 /// Whether anything changed.
 pub fn remove(rules: &mut Vec<SecurityRule>, ips: &[IpAddr], scope: &Scope) -> bool {
+    remove_shared(rules, ips, scope, &Shared::default())
+}
+
+/// [`remove`], keeping addresses other Services share where they need them ([`Shared`]).
+pub fn remove_shared(
+    rules: &mut Vec<SecurityRule>,
+    ips: &[IpAddr],
+    scope: &Scope,
+    shared: &Shared,
+) -> bool {
     let mut changed = false;
     for r in rules.iter_mut().filter(|r| is_managed(r) && scope.covers(r)) {
         if matches!(scope, Scope::Any) {
-            changed |= remove_destinations(&mut r.properties, ips);
+            let ips = shared.removable(ips, r);
+            changed |= remove_destinations(&mut r.properties, &ips);
         } else {
             // Only this Service has these node ports: the whole rule is its.
             set_destinations(&mut r.properties, Vec::new());
@@ -595,6 +653,16 @@ impl SecurityGroup {
         service: &Service,
         frontend_ips: &[IpAddr],
     ) -> Result<(), ProviderError> {
+        self.ensure_service_rules_shared(service, frontend_ips, &Shared::default()).await
+    }
+
+    /// [`Self::ensure_service_rules`] for a Service that shares addresses with others.
+    pub async fn ensure_service_rules_shared(
+        &self,
+        service: &Service,
+        frontend_ips: &[IpAddr],
+        shared: &Shared,
+    ) -> Result<(), ProviderError> {
         let access = access(service)?;
         let wanted = desired_rules(&access, frontend_ips);
         let id = self.id()?.ok_or_else(|| {
@@ -604,7 +672,9 @@ impl SecurityGroup {
             )
         })?;
         let scope = scope_of(service);
-        let w = self.write(&id, |rules| apply(rules, &wanted, frontend_ips, &scope)).await?;
+        let w = self
+            .write(&id, |rules| apply_shared(rules, &wanted, frontend_ips, &scope, shared))
+            .await?;
         let svc = service_name(service);
         match w {
             Written::Missing => {
@@ -627,6 +697,16 @@ impl SecurityGroup {
         service: &Service,
         frontend_ips: &[IpAddr],
     ) -> Result<(), ProviderError> {
+        self.remove_service_rules_shared(service, frontend_ips, &Shared::default()).await
+    }
+
+    /// [`Self::remove_service_rules`] for a Service that shares addresses with others.
+    pub async fn remove_service_rules_shared(
+        &self,
+        service: &Service,
+        frontend_ips: &[IpAddr],
+        shared: &Shared,
+    ) -> Result<(), ProviderError> {
         let svc = service_name(service);
         let scope = scope_of(service);
         if frontend_ips.is_empty() && scope == Scope::Any {
@@ -636,7 +716,10 @@ impl SecurityGroup {
             debug!(service = %svc, "no network security group configured; no rules to remove");
             return Ok(());
         };
-        match self.write(&id, |rules| Ok(remove(rules, frontend_ips, &scope))).await? {
+        match self
+            .write(&id, |rules| Ok(remove_shared(rules, frontend_ips, &scope, shared)))
+            .await?
+        {
             Written::Missing => {
                 warn!(service = %svc, nsg = %id, "network security group not found; no rules to remove");
             }

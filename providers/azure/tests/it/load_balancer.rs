@@ -497,7 +497,7 @@ async fn operator_tools_list_and_delete_a_services_frontend() {
 }
 
 #[tokio::test]
-async fn load_balancer_ip_finds_the_public_ip_and_sharing_one_is_refused() {
+async fn load_balancer_ip_finds_the_public_ip_and_a_second_service_shares_it() {
     let f = fixture::start().await;
     let lbs = setup(&f);
     let reserved = id(&f, "Microsoft.Network/publicIPAddresses", "reserved");
@@ -519,18 +519,26 @@ async fn load_balancer_ip_finds_the_public_ip_and_sharing_one_is_refused() {
             .ends_with("/reserved")
     );
 
-    // Another Service naming the same public IP: refused, nothing of it written.
+    // Another Service naming the same public IP shares the frontend (upstream's secondary
+    // Service, issue #33 item 1; before, this was refused naming azure-pip-name): its rule
+    // on the first Service's frontend, the user's public IP still untagged.
     let b = svc(
         UID2,
         "b",
         &[(443, "TCP")],
         &[("service.beta.kubernetes.io/azure-pip-name", "reserved")],
     );
-    assert_eq!(
-        invalid_what(lbs.ensure_load_balancer(CLUSTER, &b, &nodes()).await),
-        "service.beta.kubernetes.io/azure-pip-name"
+    let sb = lbs.ensure_load_balancer(CLUSTER, &b, &nodes()).await.unwrap();
+    assert_eq!(ips(&sb), vec!["20.2.2.2".parse::<IpAddr>().unwrap()]);
+    let l = lb(&f, CLUSTER).unwrap();
+    assert_eq!(names(&l, "frontendIPConfigurations"), vec![P.to_string()]);
+    assert!(
+        child(&l, "loadBalancingRules", &format!("{P2}-TCP-443"))["properties"]
+            ["frontendIPConfiguration"]["id"]
+            .as_str()
+            .unwrap()
+            .ends_with(&format!("/frontendIPConfigurations/{P}"))
     );
-    assert_eq!(names(&lb(&f, CLUSTER).unwrap(), "frontendIPConfigurations"), vec![P.to_string()]);
     assert!(pip(&f, "reserved").unwrap()["tags"]["k8s-azure-service"].is_null());
 
     // An address no public IP has: an error, nothing created.
@@ -540,5 +548,8 @@ async fn load_balancer_ip_finds_the_public_ip_and_sharing_one_is_refused() {
     assert_eq!(names(&lb(&f, CLUSTER).unwrap(), "frontendIPConfigurations"), vec![P.to_string()]);
 
     lbs.ensure_load_balancer_deleted(CLUSTER, &a).await.unwrap();
+    assert_eq!(names(&lb(&f, CLUSTER).unwrap(), "frontendIPConfigurations"), vec![P.to_string()]);
+    lbs.ensure_load_balancer_deleted(CLUSTER, &b).await.unwrap();
+    assert!(lb(&f, CLUSTER).is_none());
     assert!(pip(&f, "reserved").is_some(), "the reserved public IP is kept");
 }
