@@ -1196,10 +1196,29 @@ impl IbmLoadBalancer {
                 service_key(service)
             )));
         }
-        let listeners = self.client.list_listeners(&lb.id).await?;
+        // What IBM is deleting counts as gone: planning it again would send its delete again
+        // (which starts IBM's deletion over), and a step that needs it gone first (a pool
+        // whose listener is going) gets IBM's 409, a retry.
+        let going = |status: &str| status == "delete_pending";
+        let listeners: Vec<model::Listener> = self
+            .client
+            .list_listeners(&lb.id)
+            .await?
+            .into_iter()
+            .filter(|l| !going(&l.provisioning_status))
+            .collect();
         let mut pools = Vec::new();
         for pool in self.client.list_pools(&lb.id).await? {
-            let members = self.client.list_members(&lb.id, &pool.id).await?;
+            if going(&pool.provisioning_status) {
+                continue;
+            }
+            let members: Vec<model::Member> = self
+                .client
+                .list_members(&lb.id, &pool.id)
+                .await?
+                .into_iter()
+                .filter(|m| !going(&m.provisioning_status))
+                .collect();
             pools.push((pool, members));
         }
         let steps = plan(options, &ips, &listeners, &pools)?;

@@ -189,6 +189,21 @@ async fn realistic_pending_minutes_scaled_converge() {
     );
     crate::fixture::converge(lb, &svc, &ns).await;
     assert_eq!(lbs(&f).await[0]["provisioning_status"], "active");
+    // A port change: IBM deletes a listener (delete time) for longer than the load balancer
+    // stays update_pending (update time). What IBM is deleting counts as gone: its delete is
+    // sent once (sent again, it started IBM's deletion over and the change never converged:
+    // conformance slow_cloud found it), the pool it used goes after it (a 409 meanwhile).
+    let moved = service(&[(443, 30443)]);
+    crate::fixture::converge(lb, &moved, &ns).await;
+    assert_eq!(f.server.counters().get("vpc.load_balancer_listeners.delete"), 1);
+    assert!(
+        f.server.counters().get("vpc.load_balancer_pools.delete") >= 1,
+        "sent again on 409 only"
+    );
+    let now = &lbs(&f).await[0];
+    assert_eq!(now["listeners"].as_array().unwrap().len(), 1, "{now}");
+    assert_eq!(now["listeners"][0]["port"], 443, "{now}");
+    let svc = moved;
     let t = tokio::time::Instant::now();
     let e = lb.ensure_load_balancer_deleted("k", &svc).await.unwrap_err();
     assert!(t.elapsed() < Duration::from_millis(realistic.delete_ms / 100), "{:?}", t.elapsed());
