@@ -270,16 +270,18 @@ async fn main() -> anyhow::Result<()> {
             timing,
             exit_on_stdin_close,
         } => {
-            let world = match world {
-                Some(path) => World::load(&path)?,
-                None => World::default(),
+            // The world's `ibm:` section (quotas) is read with it.
+            let (world, ibm_world) = match world {
+                Some(path) => ccm_emulators::ibm::load_world(&path)?,
+                None => (World::default(), Default::default()),
             };
             let timing = timing.selection(&world)?;
             let mut opts = ccm_emulators::ibm::IbmOptions {
                 lb_pending: std::time::Duration::from_millis(lb_pending_ms),
                 token_lifetime: std::time::Duration::from_secs(token_lifetime_secs),
                 ..Default::default()
-            };
+            }
+            .with_world(&ibm_world);
             if !api_keys.is_empty() {
                 opts.api_keys = api_keys;
             }
@@ -402,9 +404,10 @@ async fn main() -> anyhow::Result<()> {
             timing,
             exit_on_stdin_close,
         } => {
-            let world = match world {
-                Some(path) => World::load(&path)?,
-                None => World::default(),
+            // The world's `gcp:` section (quotas, auto-mode networks) is read with it.
+            let (world, gcp_world) = match world {
+                Some(path) => ccm_emulators::gcp::load_world(&path)?,
+                None => (World::default(), Default::default()),
             };
             let timing = timing.selection(&world)?;
             let mut opts = ccm_emulators::gcp::GcpOptions {
@@ -412,6 +415,7 @@ async fn main() -> anyhow::Result<()> {
                 metadata_instance,
                 ..Default::default()
             };
+            gcp_world.apply(&mut opts);
             if let Some(p) = project {
                 opts.project = p;
             }
