@@ -193,7 +193,7 @@ impl Service {
         let mut url = endpoint.clone();
         let ends_in_version = endpoint
             .path_segments()
-            .and_then(|s| s.filter(|x| !x.is_empty()).next_back())
+            .and_then(|mut s| s.rfind(|x| !x.is_empty()))
             .is_some_and(is_version_segment);
         let add = match self {
             Service::Compute => None,

@@ -2994,6 +2994,7 @@ impl OpenStackCloud {
                         ),
                     ));
                 }
+                self.check_listener_tls(&proto, &spec, ctx)?;
                 merge(
                     &mut o,
                     json!({"protocol": proto, "protocol_port": port, "default_pool_id": null,
@@ -3108,7 +3109,6 @@ impl OpenStackCloud {
                         format!("Duplicate member with address {addr} and protocol_port {port}"),
                     ));
                 }
-                self.check_listener_tls(&proto, &spec, ctx)?;
                 merge(
                     &mut o,
                     json!({"weight": 1, "backup": false, "subnet_id": null, "monitor_address": null,
