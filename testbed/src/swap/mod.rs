@@ -527,10 +527,7 @@ pub fn emulator(args: &[&str], lines: usize, log: &Path) -> Result<(Proc, Vec<St
 
 /// A TCP port nobody listens on now.
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .unwrap_or(0)
+    crate::free_port().unwrap_or(0)
 }
 
 fn port_taken(port: u16) -> bool {
