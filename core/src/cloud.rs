@@ -430,8 +430,9 @@ pub trait Zones: Send + Sync + 'static {
 /// `CloudAllocator`.
 #[async_trait]
 pub trait NodeCidrs: Send + Sync + 'static {
-    /// The pod CIDRs of the instance behind `node`: at most one per IP family, in any order
-    /// (the controller orders them). Empty when the cloud has none for it yet.
+    /// The pod CIDRs of the instance behind `node`, every IP family it has, in any order: the
+    /// CloudAllocator keeps the families of the service CIDRs, in their order, and the first
+    /// range of each. Empty when the cloud has none for it yet (a `CIDRNotAvailable` Event).
     async fn node_pod_cidrs(&self, node: &Node) -> Result<Vec<ipnet::IpNet>, ProviderError>;
 }
 

@@ -12,10 +12,12 @@
 //! and drop it when it ends.
 //!
 //! [`Retry`] is the shared retry policy for transient cloud faults (throttling, a busy
-//! service, a connection reset mid-call): a bounded number of attempts with jittered
-//! exponential backoff that honours a server-given `Retry-After` hint, retrying only what the
-//! caller classifies as [`Classified::Transient`], all inside one [`Deadline`] (the deadline
-//! bounds every attempt and every sleep together).
+//! service, a connection reset mid-call): jittered exponential backoff that honours a
+//! server-given `Retry-After` hint, retrying only what the caller classifies as
+//! [`Classified::Transient`] or [`Classified::Throttled`], all inside one [`Deadline`] (the
+//! deadline bounds every attempt and every sleep together). A call the cloud refused
+//! (throttled, or answered with a `Retry-After`) was not carried out: it is retried until the
+//! deadline. Other transient faults get a bounded number of attempts.
 //!
 //! [`api_metrics`] records every API call in the cloud's upstream metric families.
 //!
@@ -126,21 +128,54 @@ impl Deadline {
 pub enum Classified {
     /// Not worth retrying (a rejected credential, a missing object, a bad request...).
     Permanent,
-    /// Worth retrying (throttled, busy, connection reset); `retry_after` is the server's
-    /// hint, if it gave one: the next attempt waits at least that long.
+    /// Worth retrying (busy, connection reset, throttled); `retry_after` is the server's
+    /// hint, if it gave one: the next attempt waits at least that long. Without a hint it
+    /// counts against [`Retry::attempts`]; with one, the server has said it did not take the
+    /// call and when to come back (429, 503, Azure's `AnotherOperationInProgress`), so it is
+    /// retried as [`Classified::Throttled`].
     Transient {
+        /// The server's `Retry-After`, if any.
+        retry_after: Option<Duration>,
+    },
+    /// The cloud refused the call for its rate limit (e.g. GCP's `rateLimitExceeded`, which
+    /// carries no `Retry-After`): the call was not carried out, so it is retried, with
+    /// backoff (at least `retry_after` when given), until the deadline, not counted against
+    /// [`Retry::attempts`]. Giving up after a fixed count made the caller redo its whole
+    /// sync, calls already answered included.
+    Throttled {
         /// The server's `Retry-After`, if any.
         retry_after: Option<Duration>,
     },
 }
 
-/// Retry policy for transient cloud faults: up to `attempts` attempts in all, the n-th
-/// retry waiting a jittered `base * 2^(n-1)` capped at `max` (at least the server's
-/// `Retry-After` when it gives one). Only idempotent calls may be retried; the caller decides
-/// which errors are transient.
+impl Classified {
+    /// Whether this failed attempt is counted against [`Retry::attempts`] (`None`: not
+    /// retried at all), and the server's hint.
+    fn retry(self) -> Option<(bool, Option<Duration>)> {
+        match self {
+            Classified::Permanent => None,
+            Classified::Transient { retry_after: None } => Some((true, None)),
+            Classified::Transient { retry_after: Some(d) }
+            | Classified::Throttled { retry_after: Some(d) } => Some((false, Some(d))),
+            Classified::Throttled { retry_after: None } => Some((false, None)),
+        }
+    }
+}
+
+/// The shortest wait before retrying a refused call, so a policy with a zero base never
+/// spins on a throttling cloud until the deadline.
+pub const MIN_REFUSED_WAIT: Duration = Duration::from_millis(100);
+
+/// Retry policy for transient cloud faults: up to `attempts` attempts that failed with a
+/// counted transient fault, the n-th retry waiting a jittered `base * 2^(n-1)` capped at `max`
+/// (at least the server's `Retry-After` when it gives one). A refused call (throttled, or
+/// answered with a `Retry-After`) is not counted: it is retried until the deadline (see
+/// [`Classified`]). Only idempotent calls, or calls the cloud refused before carrying them
+/// out, may be retried; the caller decides which errors are which.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Retry {
-    /// Attempts in all, the first included (1 = no retry).
+    /// Attempts that may fail with a counted transient fault, the first included (1 = no
+    /// retry at all, refused calls included).
     pub attempts: u32,
     /// The backoff before the first retry (before jitter).
     pub base: Duration,
@@ -169,11 +204,11 @@ impl Retry {
     }
 
     /// Runs `call` (a fresh attempt each time it is called) under `deadline`, retrying the
-    /// errors `classify` calls transient. Gives up with the last error after
-    /// [`Self::attempts`], at once on a permanent error, and when the next wait would reach
-    /// the deadline; an attempt still running at the deadline fails with
-    /// [`DeadlineExceeded`]. Each retry is logged at debug level with the error's `Display`
-    /// (which must never hold credentials or bodies).
+    /// errors `classify` calls transient or throttled. Gives up with the last error after
+    /// [`Self::attempts`] counted failures, at once on a permanent error, and when the next
+    /// wait would reach the deadline (the only bound on refused calls); an attempt still
+    /// running at the deadline fails with [`DeadlineExceeded`]. Each retry is logged at
+    /// debug level with the error's `Display` (which must never hold credentials or bodies).
     pub async fn run<T, E, F, Fut>(
         &self,
         deadline: &Deadline,
@@ -208,25 +243,30 @@ impl Retry {
     {
         let operation = operation.into();
         let started = tokio::time::Instant::now();
-        let mut attempt = 1;
+        // Attempts made, and those that failed with a counted (not refused) fault.
+        let (mut attempt, mut counted) = (1, 0);
         loop {
             let err = match call().await {
                 Ok(out) => return Ok(out),
                 Err(err) => err,
             };
-            let Classified::Transient { retry_after } = classify(&err) else {
+            let Some((counts, retry_after)) = classify(&err).retry() else {
                 return Err(err);
             };
-            if attempt >= self.attempts.max(1) {
+            counted += u32::from(counts);
+            if self.attempts <= 1 || counted >= self.attempts {
                 tracing::debug!(operation = %operation, attempt, error = %err, "transient cloud error, out of attempts");
                 return Err(err);
             }
-            let wait = self.backoff(attempt).max(retry_after.unwrap_or_default());
+            let mut wait = self.backoff(attempt).max(retry_after.unwrap_or_default());
+            if !counts {
+                wait = wait.max(MIN_REFUSED_WAIT);
+            }
             if started.elapsed() + wait >= budget {
                 tracing::debug!(operation = %operation, attempt, ?wait, error = %err, "transient cloud error, no time left to retry");
                 return Err(err);
             }
-            tracing::debug!(operation = %operation, attempt, ?wait, error = %err, "transient cloud error, retrying");
+            tracing::debug!(operation = %operation, attempt, ?wait, refused = !counts, error = %err, "transient cloud error, retrying");
             tokio::time::sleep(wait).await;
             attempt += 1;
         }
@@ -442,6 +482,7 @@ mod tests {
     #[derive(Debug, PartialEq)]
     enum E {
         Busy(Option<Duration>),
+        Throttled,
         Denied,
         Deadline,
     }
@@ -458,6 +499,7 @@ mod tests {
     fn classify(e: &E) -> Classified {
         match e {
             E::Busy(retry_after) => Classified::Transient { retry_after: *retry_after },
+            E::Throttled => Classified::Throttled { retry_after: None },
             _ => Classified::Permanent,
         }
     }
@@ -511,6 +553,72 @@ mod tests {
             let full = (POLICY.base * 2u32.pow(retry - 1)).min(POLICY.max);
             assert!(d >= full / 2 && d <= full, "retry {retry}: {d:?}");
         }
+    }
+
+    /// A refused call was not carried out: the GCP storm of the conformance suite gave up on
+    /// a call throttled five times in a row and redid the whole sync. It is retried until
+    /// the deadline now, whether the cloud says so with a `Retry-After` or the caller
+    /// classifies it throttled.
+    #[tokio::test]
+    async fn a_refused_call_is_retried_past_the_attempts_until_it_is_taken() {
+        for refusal in [E::Busy(Some(Duration::from_millis(20))), E::Throttled] {
+            let calls = std::cell::Cell::new(0);
+            let out = POLICY
+                .run(&Deadline::new(Duration::from_secs(60)), "op", classify, || {
+                    calls.set(calls.get() + 1);
+                    let n = calls.get();
+                    let refusal = match &refusal {
+                        E::Busy(d) => E::Busy(*d),
+                        _ => E::Throttled,
+                    };
+                    async move { if n <= 9 { Err(refusal) } else { Ok(n) } }
+                })
+                .await;
+            // 9 refusals: more than the policy's 4 attempts.
+            assert_eq!(out, Ok(10), "{refusal:?}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_call_refused_every_time_stops_at_the_deadline() {
+        let start = tokio::time::Instant::now();
+        let calls = std::cell::Cell::new(0);
+        let out: Result<(), E> = POLICY
+            .run(&Deadline::new(Duration::from_secs(2)), "op", classify, || {
+                calls.set(calls.get() + 1);
+                async { Err(E::Throttled) }
+            })
+            .await;
+        assert_eq!(out, Err(E::Throttled), "the last refusal, not the deadline error");
+        // Every wait at least MIN_REFUSED_WAIT (the policy's own backoff is 5-40 ms): at most
+        // 20 attempts in the 2 s, never a hot loop, and more than the 4 a count allows.
+        assert!((5..=20).contains(&calls.get()), "{}", calls.get());
+        assert!(start.elapsed() < Duration::from_secs(2), "{:?}", start.elapsed());
+    }
+
+    #[tokio::test]
+    async fn refusals_do_not_use_up_the_attempts_of_other_transient_faults() {
+        // Throttled and busy by turns: the four busy answers are the four attempts.
+        let calls = std::cell::Cell::new(0);
+        let out: Result<(), E> = POLICY
+            .run(&Deadline::new(Duration::from_secs(60)), "op", classify, || {
+                calls.set(calls.get() + 1);
+                let n = calls.get();
+                async move { if n % 2 == 1 { Err(E::Throttled) } else { Err(E::Busy(None)) } }
+            })
+            .await;
+        assert_eq!(out, Err(E::Busy(None)));
+        assert_eq!(calls.get(), 8);
+        // No retry means none, for a refused call too.
+        calls.set(0);
+        let out: Result<(), E> = Retry::NONE
+            .run(&Deadline::new(Duration::from_secs(60)), "op", classify, || {
+                calls.set(calls.get() + 1);
+                async { Err(E::Throttled) }
+            })
+            .await;
+        assert_eq!(out, Err(E::Throttled));
+        assert_eq!(calls.get(), 1);
     }
 
     #[tokio::test]

@@ -16,6 +16,7 @@ pub mod cloud_call;
 pub mod controllers;
 pub mod credential;
 pub mod gcfg;
+pub mod glob;
 pub mod manager;
 pub mod names;
 pub mod ops;

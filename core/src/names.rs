@@ -61,6 +61,11 @@ pub mod reasons {
     pub const SYNC_LOAD_BALANCER_FAILED: &str = "SyncLoadBalancerFailed";
     /// Service controller: deleting the load balancer of a vanished Service failed (Warning).
     pub const DELETE_LOAD_BALANCER_FAILED: &str = "DeleteLoadBalancerFailed";
+    /// Service controller: the cloud asked for a retry after a delay (a load balancer still
+    /// being created or changed, a resource still in use): Normal, not a failure. Not upstream,
+    /// which records every sync error, this one included, as a Warning `SyncLoadBalancerFailed`
+    /// (or `UpdateLoadBalancerFailed` in a node sync).
+    pub const LOAD_BALANCER_PENDING: &str = "LoadBalancerPending";
     /// Service controller: backend hosts updated after a node-set change.
     pub const UPDATED_LOAD_BALANCER: &str = "UpdatedLoadBalancer";
     /// Service controller: updating backend hosts failed (Warning).

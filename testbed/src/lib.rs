@@ -26,6 +26,7 @@
 //! process bound a chosen port first: "address already in use") is retried on fresh ports,
 //! up to [`START_ATTEMPTS`] times. moto ([`moto::Moto`]) does the same.
 
+pub mod bench;
 pub mod chart;
 pub mod differential;
 pub mod fixtures;

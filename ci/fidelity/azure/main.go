@@ -871,6 +871,7 @@ func main() {
 	// Compute's deletes last: they change the world the checks above read.
 	checkComputeDeletes(ctx, compute, network)
 	checkBarePut(ctx, base, network)
+	checkPrivateLinkServices(ctx, base, tok.Token, network)
 
 	fmt.Printf("fidelity azure: %d checks passed\n", checks)
 }

@@ -219,6 +219,8 @@ func main() {
 	want(ni.NetworkIP == "10.0.0.10" && ni.Ipv6Address == "fd20::10" && len(ni.AccessConfigs) == 1 && ni.AccessConfigs[0].NatIP == "34.1.2.3",
 		"instances.get: addresses %s %s %s", ni.NetworkIP, ni.Ipv6Address, ni.AccessConfigs[0].NatIP)
 	want(len(ni.AliasIpRanges) == 1 && ni.AliasIpRanges[0].IpCidrRange == "10.64.0.0/24", "instances.get: alias range %v", ni.AliasIpRanges[0].IpCidrRange)
+	want(ni.StackType == "IPV4_IPV6" && ni.Ipv6AccessType == "INTERNAL" && ni.InternalIpv6PrefixLength == 96 && len(ni.Ipv6AccessConfigs) == 0,
+		"instances.get: internal IPv6 (stack %s, access %s, /%d)", ni.StackType, ni.Ipv6AccessType, ni.InternalIpv6PrefixLength)
 	want(in0.Tags != nil && len(in0.Tags.Items) == 2 && in0.Labels["team"] == "blue", "instances.get: tags %v labels %v", in0.Tags.Items, in0.Labels)
 	_, err = svc.Instances.Get(project, zoneA, "missing").Context(ctx).Do()
 	wantErr(err, 404, "notFound", "instances.get missing")

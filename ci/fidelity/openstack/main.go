@@ -34,6 +34,8 @@ import (
 	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/extensions/portsecurity"
 	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/extensions/security/groups"
 	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/extensions/security/rules"
+	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/extensions/trunk_details"
+	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/extensions/trunks"
 	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/networks"
 	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/ports"
 	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/subnets"
@@ -120,6 +122,36 @@ func main() {
 		fail("servers list paged by 2: want 7 servers in 4 pages, got %d in %d", len(all), pages)
 	}
 	ok("nova.servers.list.paging")
+	// Nova links a full page to the next (its _get_collection_links: the page holds `limit`,
+	// or `[api] max_limit`, servers), even when none follow: the pager reads an empty page
+	// and stops there. An unknown marker is Nova's 400 badRequest "marker [<id>] not found".
+	pages, all7 := 0, 0
+	err = servers.List(compute, servers.ListOpts{Limit: 7}).EachPage(ctx, func(_ context.Context, p pagination.Page) (bool, error) {
+		pages++
+		s, err := servers.ExtractServers(p)
+		all7 += len(s)
+		return true, err
+	})
+	must(err, "servers list paged by 7")
+	if all7 != 7 || pages != 1 {
+		fail("servers list paged by 7: want 7 servers in 1 page (then an empty one), got %d in %d", all7, pages)
+	}
+	ok("nova.servers.list.full_page_links_to_an_empty_one")
+	_, err = servers.List(compute, servers.ListOpts{Marker: "no-such-server"}).AllPages(ctx)
+	if !is(err, 400) {
+		fail("servers list with an unknown marker: want 400, got %v", err)
+	}
+	var markerErr struct {
+		BadRequest struct {
+			Code    int    `json:"code"`
+			Message string `json:"message"`
+		} `json:"badRequest"`
+	}
+	_ = json.Unmarshal([]byte(errBody(err)), &markerErr)
+	if markerErr.BadRequest.Code != 400 || markerErr.BadRequest.Message != "marker [no-such-server] not found" {
+		fail("servers list with an unknown marker: want Nova's badRequest \"marker [no-such-server] not found\", got %s", errBody(err))
+	}
+	ok("nova.servers.list.unknown_marker_400")
 	p, err := servers.List(compute, servers.ListOpts{Name: "^node\\-1$"}).AllPages(ctx)
 	must(err, "servers list by name")
 	byName, err := servers.ExtractServers(p)
@@ -676,6 +708,89 @@ func behaviour(url string, provider *gophercloud.ProviderClient, compute, networ
 		fail("Octavia with an unscoped token: want 403, got %v", err)
 	}
 	ok("keystone.unscoped_token_is_403_on_services")
+
+	// A domain scope (upstream's client asks for one with domain-id/-name and no project):
+	// the token has the domain, roles and a catalog but no project; the services refuse it
+	// (403); a user without a role on the domain is refused (401).
+	dip, err := openstack.NewClient(url + "/identity")
+	must(err, "identity client")
+	didc := &gophercloud.ServiceClient{ProviderClient: dip, Endpoint: url + "/identity/v3/"}
+	domOpts := tokens.AuthOptions{Username: "admin", Password: "openstack-emulator-password",
+		DomainName: "Default", Scope: tokens.Scope{DomainName: "Default"}}
+	dr := tokens.Create(ctx, didc, &domOpts)
+	must(dr.Err, "a domain-scoped token")
+	if d, err := dr.ExtractDomain(); err != nil || d == nil || d.ID != "default" || d.Name != "Default" {
+		fail("a domain-scoped token's domain: %+v %v", d, err)
+	}
+	if p, _ := dr.ExtractProject(); p != nil {
+		fail("a domain-scoped token has a project: %+v", p)
+	}
+	if c, err := dr.ExtractServiceCatalog(); err != nil || len(c.Entries) == 0 {
+		fail("a domain-scoped token has no catalog: %v", err)
+	}
+	domTok, err := dr.ExtractTokenID()
+	must(err, "the domain-scoped token")
+	dc, dn, dl := clients(url, domTok)
+	if _, err := servers.Get(ctx, dc, s1.ID).Extract(); !is(err, 403) {
+		fail("Nova with a domain-scoped token: want 403, got %v", err)
+	}
+	if _, err := networks.Get(ctx, dn, public.ID).Extract(); !is(err, 403) {
+		fail("Neutron with a domain-scoped token: want 403, got %v", err)
+	}
+	if _, err := loadbalancers.List(dl, nil).AllPages(ctx); !is(err, 403) {
+		fail("Octavia with a domain-scoped token: want 403, got %v", err)
+	}
+	noDomRole := member
+	noDomRole.Scope = tokens.Scope{DomainName: "Default"}
+	if _, err := token(url, noDomRole); !is(err, 401) {
+		fail("a domain scope for a user without a role there: want 401, got %v", err)
+	}
+	ok("keystone.domain_scoped_token")
+
+	// Trunks: POST /v2.0/trunks makes the sub-ports trunk:subport ports of the trunk, the
+	// parent port lists them in trunk_details (ports listing, as upstream's node addresses
+	// read them); a parent port cannot be deleted while its trunk exists (409).
+	mkPort := func(name, ip string) ports.Port {
+		p, err := ports.Create(ctx, network, ports.CreateOpts{NetworkID: subnet.NetworkID, Name: name,
+			FixedIPs: []ports.IP{{SubnetID: subnet.ID, IPAddress: ip}}}).Extract()
+		must(err, "port "+name)
+		return *p
+	}
+	parent, child := mkPort("trunk-parent", "10.0.0.240"), mkPort("trunk-child", "10.0.0.241")
+	trk, err := trunks.Create(ctx, network, trunks.CreateOpts{PortID: parent.ID, Name: "fidelity-trunk",
+		Subports: []trunks.Subport{{PortID: child.ID, SegmentationType: "vlan", SegmentationID: 100}}}).Extract()
+	must(err, "trunk create")
+	if trk.PortID != parent.ID || len(trk.Subports) != 1 || trk.Subports[0].SegmentationID != 100 {
+		fail("the trunk: %+v", trk)
+	}
+	tp, err := trunks.List(network, trunks.ListOpts{PortID: parent.ID}).AllPages(ctx)
+	must(err, "trunk list")
+	if l, err := trunks.ExtractTrunks(tp); err != nil || len(l) != 1 || l[0].ID != trk.ID {
+		fail("trunk list by port: %+v %v", l, err)
+	}
+	var withDetails []struct {
+		ports.Port
+		trunk_details.TrunkDetailsExt
+	}
+	pp2, err := ports.List(network, ports.ListOpts{ID: parent.ID}).AllPages(ctx)
+	must(err, "the parent port")
+	must(ports.ExtractPortsInto(pp2, &withDetails), "trunk_details")
+	if len(withDetails) != 1 || withDetails[0].TrunkDetails.TrunkID != trk.ID ||
+		len(withDetails[0].TrunkDetails.SubPorts) != 1 || withDetails[0].TrunkDetails.SubPorts[0].PortID != child.ID {
+		fail("the parent port's trunk_details: %+v", withDetails)
+	}
+	cp, err := ports.Get(ctx, network, child.ID).Extract()
+	must(err, "the sub-port")
+	if cp.DeviceOwner != "trunk:subport" || cp.DeviceID != trk.ID {
+		fail("the sub-port's device: %q %q", cp.DeviceOwner, cp.DeviceID)
+	}
+	if err := ports.Delete(ctx, network, parent.ID).ExtractErr(); !is(err, 409) {
+		fail("deleting a trunk's parent port: want 409, got %v", err)
+	}
+	must(trunks.Delete(ctx, network, trk.ID).ExtractErr(), "trunk delete")
+	must(ports.Delete(ctx, network, child.ID).ExtractErr(), "sub-port delete")
+	must(ports.Delete(ctx, network, parent.ID).ExtractErr(), "parent port delete")
+	ok("neutron.trunks.trunk_details")
 
 	// A token scoped to project alt sees nothing of project demo: Nova and Neutron answer 404
 	// (they hide another project's objects), Octavia 403 (policy).

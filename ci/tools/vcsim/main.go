@@ -2,7 +2,7 @@
 // provider's tests.
 //
 // It serves the default VPX inventory (DC0, cluster DC0_C0 with hosts DC0_C0_H0..H2,
-// standalone host DC0_H0, four powered-on VMs) with the vim25 SOAP API at /sdk and the
+// standalone host DC0_H0, four powered-on VMs; -vms N makes N, for ccm-bench) with the vim25 SOAP API at /sdk and the
 // vAPI REST tagging API at /rest, on the address given with -l (default 127.0.0.1:0).
 //
 // Protocol (one JSON object per line):
@@ -173,16 +173,21 @@ func main() {
 	listen := flag.String("l", "127.0.0.1:0", "listen address")
 	user := flag.String("username", "", "accepted user name (default: any)")
 	pass := flag.String("password", "", "accepted password (default: any)")
+	vms := flag.Int("vms", 4, "VMs in the inventory, half on the standalone host, half in the cluster (ccm-bench: -vms 1000)")
 	flag.Parse()
-	if err := run(*listen, *user, *pass); err != nil {
+	if err := run(*listen, *user, *pass, *vms); err != nil {
 		fmt.Fprintf(os.Stderr, "ccm-vcsim: %v\n", err)
 		os.Exit(1)
 	}
 }
 
-func run(listen, user, pass string) error {
+func run(listen, user, pass string, vmCount int) error {
 	ctx := context.Background()
 	model := simulator.VPX()
+	// VMs per host and per cluster resource pool: the default 2 gives the four VMs above.
+	if vmCount > 4 {
+		model.Machine = (vmCount + 1) / 2
+	}
 	if err := model.Create(); err != nil {
 		return fmt.Errorf("creating the model: %w", err)
 	}

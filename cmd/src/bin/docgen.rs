@@ -105,6 +105,7 @@ async fn pages() -> Result<Vec<(&'static str, String)>, String> {
     use ccm_provider_aws::load_balancer::annotations::ANNOTATIONS as AWS_ANN;
     use ccm_provider_azure::config::CONFIG_KEYS as AZURE_CONFIG;
     use ccm_provider_azure::load_balancer::ANNOTATIONS as AZURE_ANN;
+    use ccm_provider_azure::load_balancer::pls::PLS_ANNOTATIONS as AZURE_PLS_ANN;
     use ccm_provider_gcp::config::CONFIG_KEYS as GCP_CONFIG;
     use ccm_provider_gcp::load_balancer::ANNOTATIONS as GCP_ANN;
     use ccm_provider_ibm::config::CONFIG_KEYS as IBM_CONFIG;
@@ -112,6 +113,8 @@ async fn pages() -> Result<Vec<(&'static str, String)>, String> {
     use ccm_provider_openstack::config::CONFIG_KEYS as OPENSTACK_CONFIG;
     use ccm_provider_openstack::load_balancer::annotations::ANNOTATIONS as OPENSTACK_ANN;
     use ccm_provider_vsphere::config::CONFIG_KEYS as VSPHERE_CONFIG;
+    // Azure's load balancer annotations, then the Private Link Service's (pls.rs).
+    let azure_ann: Vec<KeyDoc> = AZURE_ANN.iter().chain(AZURE_PLS_ANN).copied().collect();
     Ok(vec![
         ("flags.md", flags_page()),
         ("metrics.md", metrics_page().await?),
@@ -174,8 +177,8 @@ async fn pages() -> Result<Vec<(&'static str, String)>, String> {
             "azure-annotations.md",
             annotation_page(
                 "Azure",
-                "providers/azure/src/load_balancer/annotations.rs",
-                AZURE_ANN,
+                "providers/azure/src/load_balancer/annotations.rs` and `pls.rs",
+                &azure_ann,
                 " The security group annotations (`azure-disable-load-balancer-nsg-rule`, \
                  `azure-allowed-service-tags`, `azure-allowed-ip-ranges`, \
                  `azure-deny-all-except-load-balancer-source-ranges`, \

@@ -217,6 +217,10 @@ async fn cloud_allocator_copies_the_clouds_cidrs_and_marks_the_network_ready() {
     cidrs.set(&name, vec!["fd00:77:0:5::/64".parse().unwrap(), "10.77.5.0/24".parse().unwrap()]);
     let cloud = TestCloud { node_cidrs: Some(cidrs.clone()), ..Default::default() };
     let o = opts();
+    let config = ControllerConfig {
+        service_cidrs: vec!["10.96.0.0/12".parse().unwrap(), "fd00:96::/112".parse().unwrap()],
+        ..config
+    };
     let c = run(&client, cloud, config, move |ctx| node_ipam::start_with(ctx, o));
     let node = Node {
         metadata: ObjectMeta {
@@ -236,7 +240,7 @@ async fn cloud_allocator_copies_the_clouds_cidrs_and_marks_the_network_ready() {
         (!c.is_empty()).then_some(c)
     })
     .await;
-    assert_eq!(got, ["10.77.5.0/24", "fd00:77:0:5::/64"], "IPv4 first without service CIDRs");
+    assert_eq!(got, ["10.77.5.0/24", "fd00:77:0:5::/64"], "IPv4-primary dual-stack");
     // The pod CIDR is written before the condition (see the next test), so wait for it.
     let cond = wait_for("NetworkUnavailable set", Duration::from_secs(60), || async {
         let n = Api::<Node>::all(client.clone()).get(&name).await.ok()?;
@@ -328,5 +332,144 @@ async fn cloud_allocator_writes_the_pod_cidr_before_the_network_condition() {
         !versions.contains(&(false, true)),
         "the network was reported ready before the pod CIDR was set: {versions:?}"
     );
+    delete_group(&client, &group).await;
+}
+
+/// A Node with this providerID in `group` (created on the apiserver).
+async fn create_cloud_node(client: &Client, group: &str, name: &str) {
+    let node = Node {
+        metadata: ObjectMeta {
+            name: Some(name.to_string()),
+            labels: Some(BTreeMap::from([(GROUP_LABEL.to_string(), group.to_string())])),
+            ..Default::default()
+        },
+        spec: Some(k8s_openapi::api::core::v1::NodeSpec {
+            provider_id: Some(format!("test://{name}")),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    Api::<Node>::all(client.clone()).create(&PostParams::default(), &node).await.unwrap();
+}
+
+/// Issue #32 GCP 8: as upstream's CloudAllocator, the service CIDRs decide which of the
+/// cloud's ranges a Node gets and in which order: IPv4-primary dual-stack `[v4, v6]`,
+/// IPv6-primary `[v6, v4]`, single-stack only its family (the other range dropped), no
+/// service CIDR IPv4 only. Each cluster stack is its own controller on the real apiserver;
+/// the cloud answers both families (IPv6 first) for every node.
+#[tokio::test]
+async fn cloud_allocator_orders_and_keeps_the_families_of_the_service_cidrs() {
+    let cp = ControlPlane::shared().await.unwrap();
+    let _g = cp.log_guard();
+    let client = cp.admin_client().await.unwrap();
+    let v4: IpNet = "10.96.0.0/12".parse().unwrap();
+    let v6: IpNet = "fd00:96::/112".parse().unwrap();
+    let stacks: [(&str, Vec<IpNet>, &[&str]); 5] = [
+        ("v4v6", vec![v4, v6], &["10.79.1.0/24", "fd00:79:1::/112"]),
+        ("v6v4", vec![v6, v4], &["fd00:79:1::/112", "10.79.1.0/24"]),
+        ("v4", vec![v4], &["10.79.1.0/24"]),
+        ("v6", vec![v6], &["fd00:79:1::/112"]),
+        ("none", vec![], &["10.79.1.0/24"]),
+    ];
+    let mut running = Vec::new();
+    let mut nodes = Vec::new();
+    for (label, service_cidrs, want) in &stacks {
+        let group = ccm_testbed::unique_name("g");
+        let cidrs = std::sync::Arc::new(TestNodeCidrs::new());
+        let name = ccm_testbed::unique_name(&format!("ipam-{label}"));
+        cidrs.set(&name, vec!["fd00:79:1::/112".parse().unwrap(), "10.79.1.0/24".parse().unwrap()]);
+        let cloud = TestCloud { node_cidrs: Some(cidrs), ..Default::default() };
+        let config = ControllerConfig {
+            allocate_node_cidrs: true,
+            cidr_allocator_type: "CloudAllocator".into(),
+            service_cidrs: service_cidrs.clone(),
+            ..Default::default()
+        };
+        let o = IpamOptions { node_selector: Some(format!("{GROUP_LABEL}={group}")) };
+        running.push(run(&client, cloud, config, move |ctx| node_ipam::start_with(ctx, o)));
+        create_cloud_node(&client, &group, &name).await;
+        nodes.push((label, group, name, want));
+    }
+    for (label, group, name, want) in &nodes {
+        let got = wait_for(&format!("{label}: pod CIDRs"), Duration::from_secs(60), || async {
+            let c = pod_cidrs(&client, group).await.get(name)?.clone();
+            (!c.is_empty()).then_some(c)
+        })
+        .await;
+        assert_eq!(got, want.to_vec(), "cluster stack {label}");
+    }
+    for (_, group, _, _) in &nodes {
+        delete_group(&client, group).await;
+    }
+}
+
+/// Issue #32 GCP 8: a node the cloud has no range for gets upstream's `Normal` Event
+/// `CIDRNotAvailable` and is retried: once the cloud has its range, it gets it. A
+/// dual-stack cluster's node whose instance has only IPv4 gets nothing written (no half
+/// dual-stack podCIDRs) and, as upstream, no Event.
+#[tokio::test]
+async fn cloud_allocator_without_a_range_raises_cidr_not_available_and_retries() {
+    use k8s_openapi::api::core::v1::Event;
+    let cp = ControlPlane::shared().await.unwrap();
+    let _g = cp.log_guard();
+    let client = cp.admin_client().await.unwrap();
+    let group = ccm_testbed::unique_name("g");
+    let cidrs = std::sync::Arc::new(TestNodeCidrs::new());
+    let cloud = TestCloud { node_cidrs: Some(cidrs.clone()), ..Default::default() };
+    let config = ControllerConfig {
+        allocate_node_cidrs: true,
+        cidr_allocator_type: "CloudAllocator".into(),
+        service_cidrs: vec!["10.96.0.0/12".parse().unwrap(), "fd00:96::/112".parse().unwrap()],
+        ..Default::default()
+    };
+    let o = IpamOptions { node_selector: Some(format!("{GROUP_LABEL}={group}")) };
+    let _c = run(&client, cloud, config, move |ctx| node_ipam::start_with(ctx, o));
+    let empty = ccm_testbed::unique_name("ipam-none");
+    let half = ccm_testbed::unique_name("ipam-half");
+    cidrs.set(&half, vec!["10.80.2.0/24".parse().unwrap()]);
+    create_cloud_node(&client, &group, &empty).await;
+    create_cloud_node(&client, &group, &half).await;
+
+    let event = wait_for("CIDRNotAvailable on the node", Duration::from_secs(60), || async {
+        let api = Api::<Event>::namespaced(client.clone(), "default");
+        let lp = ListParams::default().fields(&format!("involvedObject.name={empty}"));
+        api.list(&lp)
+            .await
+            .ok()?
+            .items
+            .into_iter()
+            .find(|e| e.reason.as_deref() == Some("CIDRNotAvailable"))
+    })
+    .await;
+    assert_eq!(event.type_.as_deref(), Some("Normal"));
+    assert_eq!(
+        event.message.as_deref(),
+        Some(format!("Node {empty} status is now: CIDRNotAvailable").as_str())
+    );
+    assert_eq!(event.involved_object.kind.as_deref(), Some("Node"));
+    // Both nodes are retried (backoff from 250 ms): nothing written, no Event for the half one.
+    wait_for("both nodes retried", Duration::from_secs(30), || async {
+        (cidrs.calls.load(std::sync::atomic::Ordering::SeqCst) >= 4).then_some(())
+    })
+    .await;
+    let now = pod_cidrs(&client, &group).await;
+    assert!(now[&half].is_empty(), "no IPv4-only podCIDRs on a dual-stack cluster: {now:?}");
+    assert!(now[&empty].is_empty(), "{now:?}");
+    assert_eq!(event_reasons(&client, "default", &half).await, Vec::<String>::new());
+
+    // The cloud gets both ranges: the retries pick them up.
+    cidrs.set(&empty, vec!["fd00:80:1::/112".parse().unwrap(), "10.80.1.0/24".parse().unwrap()]);
+    cidrs.set(&half, vec!["10.80.2.0/24".parse().unwrap(), "fd00:80:2::/112".parse().unwrap()]);
+    for (name, want) in [
+        (&empty, ["10.80.1.0/24", "fd00:80:1::/112"]),
+        (&half, ["10.80.2.0/24", "fd00:80:2::/112"]),
+    ] {
+        let got = wait_for("pod CIDRs after the retry", Duration::from_secs(60), || async {
+            let c = pod_cidrs(&client, &group).await.get(name)?.clone();
+            (!c.is_empty()).then_some(c)
+        })
+        .await;
+        assert_eq!(got, want);
+    }
     delete_group(&client, &group).await;
 }

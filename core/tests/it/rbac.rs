@@ -41,6 +41,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{
     Container, Namespace, Node, Pod, PodSpec, Secret, Service, ServiceAccount,
 };
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::rbac::v1::{ClusterRoleBinding, RoleBinding, RoleRef, Subject};
 use kube::api::{
     DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams, WatchParams,
@@ -1343,5 +1344,99 @@ impl Drop for CcmRuntime {
         if let Some(rt) = self.0.take() {
             rt.shutdown_background();
         }
+    }
+}
+
+/// Azure's multiple standard load balancers match a configuration's
+/// `serviceNamespaceSelector` against the labels of the Service's namespace: the chart grants
+/// `get` on namespaces for Azure, and nothing more (no list, watch or write); the other clouds'
+/// renderings do not mention namespaces.
+#[tokio::test]
+async fn azure_gets_one_namespace_by_name_and_nothing_more() {
+    let chart = install(&[("provider", "azure")]).await;
+    let _logs = chart.cp.log_guard();
+    for (who, c) in &chart.identities {
+        let api: Api<Namespace> = Api::all(c.clone());
+        let ns = wait_allowed(who, "get namespace kube-system", || async {
+            api.get("kube-system").await
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{who}: get namespace kube-system: {e}"));
+        assert_eq!(ns.metadata.name.as_deref(), Some("kube-system"));
+        assert_forbidden(who, "list namespaces", api.list(&ListParams::default()).await);
+        assert_forbidden(
+            who,
+            "watch namespaces",
+            api.watch(&WatchParams::default(), "0").await.map(drop),
+        );
+        assert_forbidden(
+            who,
+            "label a namespace",
+            api.patch(
+                "default",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"labels": {"x": "y"}}})),
+            )
+            .await,
+        );
+        assert_forbidden(
+            who,
+            "delete a namespace",
+            api.delete("default", &DeleteParams::default()).await.map(drop),
+        );
+    }
+    for provider in ["aws", "gcp", "openstack", "vsphere", "ibm"] {
+        let objects = chart::render(&[("provider", provider)]).expect("helm template");
+        assert!(
+            !objects.iter().any(|o| o.to_string().contains("\"namespaces\"")),
+            "{provider}: no rule mentions namespaces"
+        );
+    }
+}
+
+/// Azure's multiple standard load balancers give an `externalTrafficPolicy: Local` Service its
+/// own backend pool of the Nodes of its endpoints, read by one list of the Service's
+/// EndpointSlices by label: the chart grants `list` on EndpointSlices for Azure and nothing more
+/// (no get, watch or write); the other clouds' renderings do not mention them.
+#[tokio::test]
+async fn azure_lists_endpointslices_and_nothing_more() {
+    let chart = install(&[("provider", "azure")]).await;
+    let _logs = chart.cp.log_guard();
+    let slice: EndpointSlice = serde_json::from_value(json!({
+        "metadata": {"name": "web-abc", "namespace": "default",
+                     "labels": {"kubernetes.io/service-name": "web"}},
+        "addressType": "IPv4",
+        "endpoints": [{"addresses": ["10.0.0.5"], "nodeName": "node-1"}],
+    }))
+    .unwrap();
+    Api::<EndpointSlice>::namespaced(chart.admin.clone(), "default")
+        .create(&PostParams::default(), &slice)
+        .await
+        .unwrap();
+    for (who, c) in &chart.identities {
+        let api: Api<EndpointSlice> = Api::namespaced(c.clone(), "default");
+        let lp = ListParams::default().labels("kubernetes.io/service-name=web");
+        let listed = wait_allowed(who, "list endpointslices", || async { api.list(&lp).await })
+            .await
+            .unwrap_or_else(|e| panic!("{who}: list endpointslices: {e}"));
+        assert_eq!(listed.items.len(), 1, "{who}: the Service's one EndpointSlice");
+        assert_forbidden(who, "get an endpointslice", api.get("web-abc").await);
+        assert_forbidden(
+            who,
+            "watch endpointslices",
+            api.watch(&WatchParams::default(), "0").await.map(drop),
+        );
+        assert_forbidden(
+            who,
+            "delete an endpointslice",
+            api.delete("web-abc", &DeleteParams::default()).await.map(drop),
+        );
+    }
+    for provider in ["aws", "gcp", "openstack", "vsphere", "ibm"] {
+        let objects = chart::render(&[("provider", provider)]).expect("helm template");
+        assert!(
+            !objects.iter().any(|o| o.to_string().contains("endpointslices")),
+            "{provider}: no rule mentions endpointslices"
+        );
     }
 }

@@ -355,6 +355,114 @@ async fn retry_after_is_a_fixed_delay() {
         ingress_ip(&api.get("slow").await.ok()?)
     })
     .await;
+    // A cloud asking to come back later is not a failure: a Normal LoadBalancerPending event
+    // naming what is pending, no Warning (upstream: a Warning SyncLoadBalancerFailed on every
+    // retry).
+    let events = events_of(&client, &ns, "slow").await;
+    let pending: Vec<&(String, String, String)> = events
+        .iter()
+        .filter(|(_, reason, _)| reason == names::reasons::LOAD_BALANCER_PENDING)
+        .collect();
+    assert!(!pending.is_empty(), "{events:?}");
+    assert!(
+        pending.iter().all(|(t, _, note)| t == "Normal"
+            && note.contains("still provisioning")
+            && note.contains("retrying in 200ms")),
+        "{events:?}"
+    );
+    // (This test has no Node: its one Warning is UnAvailableLoadBalancer.)
+    let warnings: Vec<_> = events
+        .iter()
+        .filter(|(t, reason, _)| {
+            t != "Normal" && reason != names::reasons::UNAVAILABLE_LOAD_BALANCER
+        })
+        .collect();
+    assert!(warnings.is_empty(), "no Warning for a pending load balancer: {warnings:?}");
+}
+
+/// Type, reason and note of every event of the object `name`, oldest first.
+async fn events_of(client: &Client, namespace: &str, name: &str) -> Vec<(String, String, String)> {
+    let api = Api::<Event>::namespaced(client.clone(), namespace);
+    let mut evs: Vec<Event> = api
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.involved_object.name.as_deref() == Some(name))
+        .collect();
+    evs.sort_by_key(|e| e.first_timestamp.as_ref().map(|t| t.0));
+    evs.into_iter()
+        .map(|e| {
+            (
+                e.type_.unwrap_or_default(),
+                e.reason.unwrap_or_default(),
+                e.message.unwrap_or_default(),
+            )
+        })
+        .collect()
+}
+
+/// A node-sync update answered with RetryAfter re-queues the Service after the delay the
+/// cloud asked for, not at once: no ensure comes while the delay runs (upstream re-adds the
+/// key at once, and that ensure meets the same pending load balancer), one comes after it.
+#[tokio::test]
+async fn node_sync_waits_the_delay_a_pending_load_balancer_asks_for() {
+    let cp = ControlPlane::shared().await.unwrap();
+    let _g = cp.log_guard();
+    let client = cp.admin_client().await.unwrap();
+    let ns = namespace(&client, "svc-nsretry").await;
+    let group = ccm_testbed::unique_name("g");
+    let n1 = ccm_testbed::unique_name("svc-node");
+    let n2 = ccm_testbed::unique_name("svc-node");
+    create_node(&client, &group, &n1, &[]).await;
+    let lbs = Arc::new(TestLoadBalancers::new());
+    let c = start_service(&client, &lbs, ControllerConfig::default(), fast(&ns, &group));
+    let api = Api::<Service>::namespaced(client.clone(), &ns);
+    api.create(&PostParams::default(), &lb_service(&ns, "web", 80)).await.unwrap();
+    wait_for("the load balancer on the first node", Duration::from_secs(60), || async {
+        lbs.for_service(&ns, "web").filter(|lb| lb.nodes == [n1.clone()])
+    })
+    .await;
+    service_queue_settled(&c).await;
+    let retries = r#"workqueue_retries_total{name="service"}"#;
+    let (ensures, updates, retried) = (
+        lbs.calls.ensure.load(Ordering::SeqCst),
+        lbs.calls.update.load(Ordering::SeqCst),
+        c.sample(retries).unwrap_or(0.0),
+    );
+
+    // The cloud is busy with the load balancer for a while: the node sync's update is
+    // answered "retry after 30 s".
+    lbs.set_fault(Some(LbFault::RetryAfter(Duration::from_secs(30))));
+    create_node(&client, &group, &n2, &[]).await;
+    wait_for("the node sync's update, re-queued", Duration::from_secs(60), || async {
+        (lbs.calls.update.load(Ordering::SeqCst) > updates
+            && c.sample(retries).unwrap_or(0.0) > retried)
+            .then_some(())
+    })
+    .await;
+    // Re-queued with the delay: no ensure yet (re-queued at once, it would have run its
+    // ensure, answered "retry after" too, before its own delayed re-add counted the retry).
+    assert_eq!(lbs.calls.ensure.load(Ordering::SeqCst), ensures, "no ensure during the delay");
+    assert_eq!(c.sample(retries), Some(retried + 1.0), "one delayed re-add");
+    let events = events_of(&client, &ns, "web").await;
+    assert!(
+        events.iter().any(|(t, reason, note)| t == "Normal"
+            && reason == names::reasons::LOAD_BALANCER_PENDING
+            && note.contains("retrying in 30s")),
+        "{events:?}"
+    );
+    assert!(events.iter().all(|(t, _, _)| t == "Normal"), "no Warning: {events:?}");
+
+    // The cloud settles; the delayed ensure puts both nodes behind the load balancer.
+    lbs.set_fault(None);
+    wait_for("the delayed ensure with both nodes", Duration::from_secs(120), || async {
+        lbs.for_service(&ns, "web").filter(|lb| lb.nodes.len() == 2)
+    })
+    .await;
+    assert_eq!(lbs.calls.ensure.load(Ordering::SeqCst), ensures + 1, "one ensure, after the delay");
+    delete_nodes(&client, &[n1, n2]).await;
 }
 
 #[tokio::test]

@@ -117,13 +117,22 @@ pub struct Config {
     pub tenant_id: Option<String>,
     /// The subscription of the cluster's resources.
     pub subscription_id: Option<String>,
+    /// The subscription of the network resources (load balancers, public IPs, the security
+    /// group, the virtual network and the route table) when not `subscriptionId`.
+    #[serde(rename = "networkResourceSubscriptionID")]
+    pub network_resource_subscription_id: Option<String>,
+    /// The AAD tenant of the network subscription when not `tenantId`: network calls carry
+    /// that tenant's token, and every call an auxiliary token of it.
+    #[serde(rename = "networkResourceTenantID")]
+    pub network_resource_tenant_id: Option<String>,
     /// Service principal client id.
     pub aad_client_id: Option<String>,
     /// Service principal secret.
     pub aad_client_secret: Option<String>,
-    /// Service principal certificate (PKCS#12).
+    /// Service principal certificate: a PEM file with the certificate and its RSA key
+    /// ([`crate::client::certificate`]; PKCS#12 is refused).
     pub aad_client_cert_path: Option<String>,
-    /// The certificate's password.
+    /// The certificate's password (upstream's, for PKCS#12 files; named in the refusal).
     pub aad_client_cert_password: Option<String>,
     /// Use the VM's managed identity.
     #[serde(default)]
@@ -183,7 +192,8 @@ pub struct Config {
     /// How backend pools are filled.
     #[serde(default)]
     pub load_balancer_backend_pool_configuration_type: BackendPoolType,
-    /// Multiple standard load balancers (not supported; an error when non-empty).
+    /// Multiple standard load balancers (see [`crate::load_balancer::multi_slb`]; checked by
+    /// [`Config::validate`]).
     pub multiple_standard_load_balancer_configurations: Option<serde_json::Value>,
     /// Read the local node's metadata from IMDS.
     #[serde(default)]
@@ -235,6 +245,30 @@ pub struct Config {
     /// #29).
     #[serde(default, rename = "allowAdditionalPublicIPs")]
     pub allow_additional_public_ips: bool,
+    /// Seconds VM listings are reused across syncs (default 60, upstream's; 0: not cached).
+    #[serde(rename = "vmCacheTTLInSeconds")]
+    pub vm_cache_ttl_in_seconds: Option<u64>,
+    /// Seconds public IP listings (and, when set, GETs) are reused (default 120 for
+    /// listings; GETs not cached unless set).
+    #[serde(rename = "publicIPCacheTTLInSeconds")]
+    pub public_ip_cache_ttl_in_seconds: Option<u64>,
+    /// Seconds a load balancer's GET is reused (not cached unless set).
+    #[serde(rename = "loadBalancerCacheTTLInSeconds")]
+    pub load_balancer_cache_ttl_in_seconds: Option<u64>,
+    /// Seconds a security group's GET is reused (not cached unless set).
+    #[serde(rename = "nsgCacheTTLInSeconds")]
+    pub nsg_cache_ttl_in_seconds: Option<u64>,
+    /// Seconds a route listing reuses the route table read (default 120, upstream's; 0: read
+    /// at every listing).
+    #[serde(rename = "routeTableCacheTTLInSeconds")]
+    pub route_table_cache_ttl_in_seconds: Option<u64>,
+    /// Seconds between passes of the backend pool updater of `externalTrafficPolicy: Local`
+    /// Services' own pools (several standard load balancers only; default 30, upstream's).
+    #[serde(rename = "loadBalancerBackendPoolUpdateIntervalInSeconds")]
+    pub load_balancer_backend_pool_update_interval_in_seconds: Option<u64>,
+    /// No read is cached.
+    #[serde(default, rename = "disableAPICallCache")]
+    pub disable_api_call_cache: bool,
     /// Upstream keys this provider accepts but does not implement (logged when loaded).
     #[serde(skip)]
     pub ignored_keys: Vec<String>,
@@ -303,6 +337,8 @@ const KEYS: &[(&str, Kind)] = &[
     ("resourceManagerEndpoint", Kind::Str),
     ("tenantId", Kind::Str),
     ("subscriptionId", Kind::Str),
+    ("networkResourceSubscriptionID", Kind::Str),
+    ("networkResourceTenantID", Kind::Str),
     ("aadClientId", Kind::Str),
     ("aadClientSecret", Kind::SecretStr),
     ("aadClientCertPath", Kind::Str),
@@ -359,6 +395,13 @@ const KEYS: &[(&str, Kind)] = &[
     ("cloudConfigType", Kind::OneOf(&["file", "secret", "merge"])),
     ("serviceResourceGroups", Kind::Str),
     ("allowAdditionalPublicIPs", Kind::Bool),
+    ("vmCacheTTLInSeconds", Kind::U64),
+    ("publicIPCacheTTLInSeconds", Kind::U64),
+    ("loadBalancerCacheTTLInSeconds", Kind::U64),
+    ("nsgCacheTTLInSeconds", Kind::U64),
+    ("routeTableCacheTTLInSeconds", Kind::U64),
+    ("loadBalancerBackendPoolUpdateIntervalInSeconds", Kind::U64),
+    ("disableAPICallCache", Kind::Bool),
 ];
 
 /// Upstream keys accepted and ignored: caches, client tuning, and features this provider
@@ -370,7 +413,6 @@ const IGNORED_KEYS: &[&str] = &[
     "availabilitySetNodesCacheTTLInSeconds",
     "availabilitySetsCacheTTLInSeconds",
     "cloudProviderBackoffMode",
-    "disableAPICallCache",
     "disableAvailabilitySetNodes",
     "disableAzureStackCloud",
     "enableIPTagMutationForExistingPublicIP",
@@ -382,26 +424,18 @@ const IGNORED_KEYS: &[&str] = &[
     "extendedLocationType",
     "identitySystem",
     "listVmssVirtualMachinesWithoutInstanceView",
-    "loadBalancerBackendPoolUpdateIntervalInSeconds",
-    "loadBalancerCacheTTLInSeconds",
-    "networkResourceSubscriptionID",
-    "networkResourceTenantID",
     "nodeInstanceNotFoundGracePeriodInSeconds",
     "nodePoolsWithoutDedicatedSLB",
     "nonVmssUniformNodesCacheTTLInSeconds",
-    "nsgCacheTTLInSeconds",
     "plsCacheTTLInSeconds",
     "privateLinkServiceResourceGroup",
     "providerKeyName",
     "providerKeyVersion",
     "providerVaultName",
-    "publicIPCacheTTLInSeconds",
     "putVMSSVMBatchSize",
-    "routeTableCacheTTLInSeconds",
     "routeUpdateWaitingInSeconds",
     "serviceGatewayEnabled",
     "userAgent",
-    "vmCacheTTLInSeconds",
     "vmssCacheTTLInSeconds",
     "vmssFlexCacheTTLInSeconds",
     "vmssFlexVMCacheTTLInSeconds",
@@ -409,16 +443,14 @@ const IGNORED_KEYS: &[&str] = &[
 ];
 
 /// The `doc` of every cache-TTL key in [`IGNORED_KEYS`].
-const CACHE_TTL_IGNORED: &str = "accepted for compatibility, ignored: this provider keeps no ARM cache to tune. Load balancers, public IPs, the security group and the route table are read before every write; VM, scale-set, NIC and public-IP listings for Nodes are reused for 5 seconds only.";
+const CACHE_TTL_IGNORED: &str = "accepted for compatibility, ignored: this provider keeps no such cache (the caches it keeps: `vmCacheTTLInSeconds`, `publicIPCacheTTLInSeconds`, `loadBalancerCacheTTLInSeconds`, `nsgCacheTTLInSeconds`). Scale-set and NIC reads are not reused across syncs; listings for Nodes are reused for 5 seconds only; the route table is listed from its own cache (`routeTableCacheTTLInSeconds`, 120 s by default).";
 /// The `doc` of the keys tuning upstream's retries.
 const RETRY_IGNORED: &str = "accepted for compatibility, ignored: retries are the client's own (throttling, 5xx and broken connections, honouring ARM's `Retry-After`), within each call's deadline.";
 /// The `doc` of the keys of multiple standard load balancers.
-const MULTI_SLB_IGNORED: &str = "accepted for compatibility, ignored: one standard load balancer per cluster (`loadBalancerName`, and `<loadBalancerName>-internal` for internal Services); a non-empty `multipleStandardLoadBalancerConfigurations` is refused.";
+const MULTI_SLB_IGNORED: &str = "accepted for compatibility, ignored: several standard load balancers are used when `multipleStandardLoadBalancerConfigurations` is non-empty, as upstream.";
 /// The `doc` of the Key Vault keys.
 const KEY_VAULT_IGNORED: &str =
     "accepted for compatibility, ignored: this provider does not use Key Vault.";
-/// The `doc` of the keys naming network resources in another subscription or tenant.
-const NETWORK_ELSEWHERE_IGNORED: &str = "accepted for compatibility, ignored: network resources in another subscription or tenant are not implemented; load balancers, public IPs, the security group and the route table are in `subscriptionId`.";
 /// The `doc` of the extended-location keys.
 const EXTENDED_LOCATION_IGNORED: &str =
     "accepted for compatibility, ignored: extended locations (edge zones) are not implemented.";
@@ -462,6 +494,20 @@ pub static CONFIG_KEYS: &[KeyDoc] = &[
     },
     KeyDoc {
         section: "",
+        key: "networkResourceSubscriptionID",
+        value: "string",
+        example: "3c2b1a09-8f7e-4d6c-b5a4-938271605f4e",
+        doc: "The subscription of the network resources when it is not `subscriptionId` (as upstream): load balancers, public IPs, the security group, the virtual network and its subnets and the route table are read and written there (in the resource groups the other keys name); VMs, scale sets, their NICs and private link services stay in `subscriptionId`. The credential needs the network permissions of docs/install-azure.md on this subscription.",
+    },
+    KeyDoc {
+        section: "",
+        key: "networkResourceTenantID",
+        value: "string",
+        example: "0f1e2d3c-4b5a-4978-8695-a4b3c2d1e0f9",
+        doc: "The AAD tenant of `networkResourceSubscriptionID` when it is not `tenantId` (as upstream): the service principal (secret or certificate) gets a token from each tenant; calls to the network subscription carry the network tenant's token, and every ARM call carries the network tenant's token in `x-ms-authorization-auxiliary` (ARM's cross-tenant linked authorization: a NIC joining a load balancer's pool in the other tenant). The application must be registered in both tenants. Not with managed or workload identity: start-up fails naming this key.",
+    },
+    KeyDoc {
+        section: "",
         key: "aadClientId",
         value: "string",
         example: "5d8f3c1a-6b7e-4f2d-9a0c-1e2b3c4d5e6f",
@@ -478,15 +524,15 @@ pub static CONFIG_KEYS: &[KeyDoc] = &[
         section: "",
         key: "aadClientCertPath",
         value: "path",
-        example: "/etc/kubernetes/sp.pfx",
-        doc: "Client certificates are not supported: when no other credential is configured, start-up fails naming this key (use `aadClientSecret`, managed identity or workload identity).",
+        example: "/etc/kubernetes/sp.pem",
+        doc: "The service principal's certificate, used with `aadClientId` and `tenantId` when `aadClientSecret` is empty and neither workload nor managed identity is configured: a PEM file with the certificate registered on the app (the first `CERTIFICATE` section) and its unencrypted RSA key (`PRIVATE KEY` or `RSA PRIVATE KEY`); each token request sends an RS256 client assertion with the certificate's thumbprint. A missing or unreadable file, a PKCS#12 (`.pfx`) file (upstream's other format: convert it with `openssl pkcs12 -nodes`), an encrypted key, or a file without a certificate or an RSA key stops the start naming this key, never quoting the file.",
     },
     KeyDoc {
         section: "",
         key: "aadClientCertPassword",
         value: "secret",
         example: "s3cr3t",
-        doc: "The certificate's password. Never logged nor shown in errors, and not used (client certificates are not supported).",
+        doc: "Upstream's password of a PKCS#12 `aadClientCertPath`. PKCS#12 files are refused (PEM keys are unencrypted), so it is not used. Never logged nor shown in errors.",
     },
     KeyDoc {
         section: "",
@@ -652,9 +698,9 @@ pub static CONFIG_KEYS: &[KeyDoc] = &[
     KeyDoc {
         section: "",
         key: "multipleStandardLoadBalancerConfigurations",
-        value: "empty list or null",
-        example: "[]",
-        doc: "Multiple standard load balancers are not supported: any other value is refused at start-up.",
+        value: "list of `{name, primaryVMSet, allowServicePlacement, serviceLabelSelector, serviceNamespaceSelector, nodeSelector}` (selectors: Kubernetes label selectors), or empty",
+        example: r#"[{"name": "kubernetes", "primaryVMSet": "pool-main"}, {"name": "lb-apps", "primaryVMSet": "pool-apps", "serviceNamespaceSelector": {"matchLabels": {"team": "apps"}}}]"#,
+        doc: "Several standard load balancers, as upstream: one entry per public load balancer (`<name>-internal` for internal Services); one must be named after the cluster; names and primary VM sets unique; needs `loadBalancerBackendPoolConfigurationType: nodeIP`. A Service goes on an eligible load balancer (the `azure-load-balancer-configurations` annotation, `allowServicePlacement`, the selectors on its labels and its namespace's) and stays there while eligible, else moves; each Node is in one load balancer's pool (its `primaryVMSet`'s, else by `nodeSelector`, fewest Nodes first). An `externalTrafficPolicy: Local` Service gets a pool of its own, `<namespace>-<name>` (`-ipv6`), holding the Nodes with its endpoints (its EndpointSlices), kept in step every `loadBalancerBackendPoolUpdateIntervalInSeconds`. A bad entry is refused at start-up naming the entry and field.",
     },
     KeyDoc {
         section: "",
@@ -841,9 +887,9 @@ pub static CONFIG_KEYS: &[KeyDoc] = &[
     KeyDoc {
         section: "",
         key: "disableAPICallCache",
-        value: ANY_VALUE,
+        value: "bool, default false",
         example: "true",
-        doc: CACHE_TTL_IGNORED,
+        doc: "No ARM read is reused across syncs (upstream's switch for its caches): VM and public IP listings are read every time.",
     },
     KeyDoc {
         section: "",
@@ -925,30 +971,16 @@ pub static CONFIG_KEYS: &[KeyDoc] = &[
     KeyDoc {
         section: "",
         key: "loadBalancerBackendPoolUpdateIntervalInSeconds",
-        value: ANY_VALUE,
+        value: "seconds",
         example: "30",
-        doc: "accepted for compatibility, ignored: backend pools are updated by each load-balancer sync, not by a periodic updater.",
+        doc: "With several standard load balancers: how often the pools of `externalTrafficPolicy: Local` Services are brought in line with the Nodes holding their endpoints (their EndpointSlices; default 30, upstream's; 0 is taken as 1). Each Service sync and node sync also sets them; the shared pools follow every sync, with no periodic updater.",
     },
     KeyDoc {
         section: "",
         key: "loadBalancerCacheTTLInSeconds",
-        value: ANY_VALUE,
+        value: "seconds",
         example: "120",
-        doc: CACHE_TTL_IGNORED,
-    },
-    KeyDoc {
-        section: "",
-        key: "networkResourceSubscriptionID",
-        value: ANY_VALUE,
-        example: "3c2b1a09-8f7e-4d6c-b5a4-938271605f4e",
-        doc: NETWORK_ELSEWHERE_IGNORED,
-    },
-    KeyDoc {
-        section: "",
-        key: "networkResourceTenantID",
-        value: ANY_VALUE,
-        example: "0f1e2d3c-4b5a-4978-8695-a4b3c2d1e0f9",
-        doc: NETWORK_ELSEWHERE_IGNORED,
+        doc: "When set, a load balancer's GET is reused for this long across syncs (upstream's load balancer cache; 0: not cached); our own writes drop it. Unset (default): read before every write, so a change made outside the cluster is repaired at the next sync. The node sync (a Node joining or leaving), which writes no load balancer, reuses its read for this long, 120 s when unset (upstream's default); our writes of the load balancer, NICs and scale sets drop it.",
     },
     KeyDoc {
         section: "",
@@ -974,9 +1006,9 @@ pub static CONFIG_KEYS: &[KeyDoc] = &[
     KeyDoc {
         section: "",
         key: "nsgCacheTTLInSeconds",
-        value: ANY_VALUE,
+        value: "seconds",
         example: "120",
-        doc: CACHE_TTL_IGNORED,
+        doc: "When set, the security group's GET is reused for this long across syncs (0: not cached); our own writes drop it. Unset (default): read before every write.",
     },
     KeyDoc {
         section: "",
@@ -1023,9 +1055,9 @@ pub static CONFIG_KEYS: &[KeyDoc] = &[
     KeyDoc {
         section: "",
         key: "publicIPCacheTTLInSeconds",
-        value: ANY_VALUE,
+        value: "seconds, default 120",
         example: "120",
-        doc: CACHE_TTL_IGNORED,
+        doc: "How long a resource group's public IP listing is reused across syncs (upstream's public IP cache; 0: not cached); when set, GETs of one public IP too. Our own public IP writes and deletes drop every cached public IP read.",
     },
     KeyDoc {
         section: "",
@@ -1037,9 +1069,9 @@ pub static CONFIG_KEYS: &[KeyDoc] = &[
     KeyDoc {
         section: "",
         key: "routeTableCacheTTLInSeconds",
-        value: ANY_VALUE,
+        value: "seconds",
         example: "120",
-        doc: CACHE_TTL_IGNORED,
+        doc: "How long a route listing may reuse the route table read (upstream's route table cache; default 120; 0: read at every listing). Our writes of the table drop it, and a route is deleted only when the table read afresh still holds it.",
     },
     KeyDoc {
         section: "",
@@ -1065,9 +1097,9 @@ pub static CONFIG_KEYS: &[KeyDoc] = &[
     KeyDoc {
         section: "",
         key: "vmCacheTTLInSeconds",
-        value: ANY_VALUE,
+        value: "seconds, default 60",
         example: "60",
-        doc: CACHE_TTL_IGNORED,
+        doc: "How long a resource group's VM listing is reused across load-balancer syncs (upstream's VM cache; 0: not cached). Node lifecycle decisions (is a VM gone, shut down) always read ARM afresh, and each fresh listing refreshes the cache, so a new node's VM is in it once the node is initialised.",
     },
     KeyDoc {
         section: "",
@@ -1350,6 +1382,8 @@ impl fmt::Debug for Config {
             .field("resource_manager_endpoint", &self.resource_manager_endpoint)
             .field("tenant_id", &self.tenant_id)
             .field("subscription_id", &self.subscription_id)
+            .field("network_resource_subscription_id", &self.network_resource_subscription_id)
+            .field("network_resource_tenant_id", &self.network_resource_tenant_id)
             .field("aad_client_id", &self.aad_client_id)
             .field("aad_client_secret", &redacted(&self.aad_client_secret))
             .field("aad_client_cert_path", &self.aad_client_cert_path)
@@ -1492,6 +1526,19 @@ impl Config {
                 message: "required (except with useManagedIdentityExtension)".into(),
             });
         }
+        if let Some(sub) = self.network_resource_subscription_id.as_deref() {
+            crate::client::names::check_segment(sub.trim()).map_err(|message| {
+                ConfigError::Invalid { key: "networkResourceSubscriptionID", message }
+            })?;
+        }
+        if let Some(tenant) = self.network_resource_tenant_id.as_deref().map(str::trim)
+            && !tenant.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.')
+        {
+            return Err(ConfigError::Invalid {
+                key: "networkResourceTenantID",
+                message: "not a tenant ID (letters, digits, '-' and '.' only)".into(),
+            });
+        }
         if let Some(tags) = self.tags.as_deref().filter(|t| !t.trim().is_empty()) {
             for pair in tags.split(',') {
                 let parts: Vec<&str> = pair.split('=').collect();
@@ -1535,15 +1582,17 @@ impl Config {
             }
         }
         if let Some(v) = &self.multiple_standard_load_balancer_configurations {
-            let empty = match v {
-                Value::Null => true,
-                Value::Array(a) => a.is_empty(),
-                _ => false,
-            };
-            if !empty {
+            let configs =
+                crate::load_balancer::multi_slb::parse(v).map_err(|e| ConfigError::Invalid {
+                    key: "multipleStandardLoadBalancerConfigurations",
+                    message: e.to_string(),
+                })?;
+            if !configs.is_empty()
+                && self.load_balancer_backend_pool_configuration_type != BackendPoolType::NodeIp
+            {
                 return Err(ConfigError::Invalid {
                     key: "multipleStandardLoadBalancerConfigurations",
-                    message: "multiple standard load balancers are not supported by this provider; remove the key (one shared load balancer per cluster)".into(),
+                    message: "several load balancers need loadBalancerBackendPoolConfigurationType: nodeIP (as upstream)".into(),
                 });
             }
         }
@@ -1646,6 +1695,24 @@ impl Config {
     /// The load balancers' resource group.
     pub fn load_balancer_resource_group(&self) -> &str {
         self.load_balancer_resource_group.as_deref().unwrap_or(self.resource_group())
+    }
+
+    /// The subscription of the network resources: `networkResourceSubscriptionID` when set
+    /// (and not blank), else `subscriptionId` (upstream's `getNetworkResourceSubscriptionID`).
+    pub fn network_subscription_id(&self) -> Option<&str> {
+        self.network_resource_subscription_id
+            .as_deref()
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .or(self.subscription_id.as_deref())
+    }
+
+    /// The network tenant when it differs from `tenantId` (upstream's `IsMultiTenant`):
+    /// then network calls need that tenant's token, and every call an auxiliary one.
+    pub fn network_tenant_id(&self) -> Option<&str> {
+        let net = self.network_resource_tenant_id.as_deref().map(str::trim)?;
+        let home = self.tenant_id.as_deref().map(str::trim).unwrap_or_default();
+        (!net.is_empty() && !net.eq_ignore_ascii_case(home)).then_some(net)
     }
 
     /// Seconds between batched route-table writes (`routeUpdateIntervalInSeconds`; unset or
@@ -2051,10 +2118,14 @@ mod tests {
             invalid("clusterServiceLoadBalancerHealthProbeMode: local")
                 .contains("expected servicenodeport or shared")
         );
+        assert!(invalid("multipleStandardLoadBalancerConfigurations: [{name: a}]").contains(
+            "multipleStandardLoadBalancerConfigurations: entry 0 (\"a\"): primaryVMSet: required"
+        ));
         assert!(
-            invalid("multipleStandardLoadBalancerConfigurations: [{name: a}]")
-                .contains("not supported")
+            invalid("multipleStandardLoadBalancerConfigurations: [{name: a, primaryVMSet: s}]")
+                .contains("need loadBalancerBackendPoolConfigurationType: nodeIP")
         );
+        Config::parse(&format!("{base}loadBalancerBackendPoolConfigurationType: nodeIP\nmultipleStandardLoadBalancerConfigurations: [{{name: a, primaryVMSet: s}}]")).unwrap().validate().unwrap();
         assert!(
             invalid("loadBalancerBackendPoolConfigurationType: podip")
                 .contains("podIP is not supported")
@@ -2200,6 +2271,10 @@ mod tests {
             // And what the cloud-controller-manager accepts on top of its required keys.
             let mut full = base.clone();
             full.insert(key.to_string(), value);
+            // Several standard load balancers need node-IP pools (as upstream).
+            if key == "multipleStandardLoadBalancerConfigurations" {
+                full.insert("loadBalancerBackendPoolConfigurationType".into(), "nodeIP".into());
+            }
             let json = Value::Object(full).to_string();
             Config::parse(&json)
                 .and_then(|c| c.validate())

@@ -71,6 +71,20 @@ pub struct Compute {
     /// The VM's ARM ID.
     #[serde(default)]
     pub resource_id: String,
+    /// The VM's tags (`tagsList`).
+    #[serde(default)]
+    pub tags_list: Vec<Tag>,
+}
+
+/// One tag of `tagsList`.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+pub struct Tag {
+    /// The tag's name.
+    #[serde(default)]
+    pub name: String,
+    /// Its value.
+    #[serde(default)]
+    pub value: String,
 }
 
 /// `network` of `/metadata/instance`.

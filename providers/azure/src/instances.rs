@@ -15,7 +15,9 @@
 //! `$expand=instanceView`, as upstream's `ListVMInstanceView`), scale sets per resource
 //! group, VMs and NICs per scale set, NICs and public IPs per resource group — never one GET
 //! per node. Listings are kept for a short time ([`DEFAULT_CACHE_TTL`]) and shared: concurrent
-//! batches wait for the one listing in flight instead of starting their own.
+//! batches wait for the one listing in flight instead of starting their own. They are read
+//! with [`ArmClient::list_fresh`], never from the client's read cache (whose VM listings the
+//! load balancers reuse for `vmCacheTTLInSeconds`), and refresh it.
 //!
 //! Deletion safety: `NotFound` only for a node whose providerID names a VM of this
 //! subscription that a *complete, successful* listing of its resource group (or scale set),
@@ -209,7 +211,7 @@ impl AzureInstances {
         let path = self.collection(rg, "Microsoft.Compute/virtualMachines")?;
         self.vms
             .get(rg, self.fresh_after(pass, force), || {
-                self.client.list(
+                self.client.list_fresh(
                     "compute.virtual_machines.list",
                     &path,
                     api_version::COMPUTE,
@@ -228,7 +230,7 @@ impl AzureInstances {
         let path = self.collection(rg, "Microsoft.Compute/virtualMachineScaleSets")?;
         self.scale_sets
             .get(rg, self.fresh_after(pass, force), || {
-                self.client.list::<VirtualMachineScaleSet>(
+                self.client.list_fresh::<VirtualMachineScaleSet>(
                     "compute.virtual_machine_scale_sets.list",
                     &path,
                     api_version::COMPUTE,
@@ -251,7 +253,7 @@ impl AzureInstances {
         );
         self.scale_set_vms
             .get(&format!("{rg}/{scale_set}"), self.fresh_after(pass, force), || {
-                self.client.list(
+                self.client.list_fresh(
                     "compute.virtual_machine_scale_set_vms.list",
                     &path,
                     api_version::COMPUTE,
@@ -270,7 +272,7 @@ impl AzureInstances {
         let path = self.collection(rg, "Microsoft.Network/networkInterfaces")?;
         self.nics
             .get(rg, self.fresh_after(pass, force), || {
-                self.client.list::<NetworkInterface>(
+                self.client.list_fresh::<NetworkInterface>(
                     "network.network_interfaces.list",
                     &path,
                     api_version::NETWORK,
@@ -293,7 +295,7 @@ impl AzureInstances {
         );
         self.scale_set_nics
             .get(&format!("{rg}/{scale_set}"), self.fresh_after(pass, force), || {
-                self.client.list::<NetworkInterface>(
+                self.client.list_fresh::<NetworkInterface>(
                     "network.network_interfaces.list_virtual_machine_scale_set_network_interfaces",
                     &path,
                     VMSS_NIC_API_VERSION,
@@ -311,7 +313,7 @@ impl AzureInstances {
         let path = self.collection(rg, "Microsoft.Network/publicIPAddresses")?;
         self.public_ips
             .get(rg, self.fresh_after(pass, false), || {
-                self.client.list::<PublicIpAddress>(
+                self.client.list_fresh::<PublicIpAddress>(
                     "network.public_ip_addresses.list",
                     &path,
                     api_version::NETWORK,

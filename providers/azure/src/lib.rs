@@ -379,6 +379,15 @@ impl CloudProvider for AzureProvider {
             })?;
             self.live.set(Inner::new(config, self.options.clone())?);
         }
+        // Namespace selectors of several load balancers read the Services' namespaces.
+        if let Some(inner) = self.live.get() {
+            inner.load_balancer.set_kube(init.client.clone());
+            // Several load balancers: Local Services' own pools follow their endpoints.
+            let shutdown = init.shutdown.clone();
+            AzureLoadBalancer::spawn_pool_updater(&inner.load_balancer, async move {
+                shutdown.cancelled().await
+            });
+        }
         if let Some(every) = self.source.reload {
             let watch = Reloader {
                 live: Arc::downgrade(&self.live),
@@ -468,6 +477,12 @@ impl Reloader {
                 .and_then(|c| Inner::new(c, self.options.clone()));
             match loaded {
                 Ok(inner) => {
+                    inner.load_balancer.set_kube(self.kube.clone());
+                    // Runs while this config is the live one (it holds the provider weakly).
+                    AzureLoadBalancer::spawn_pool_updater(
+                        &inner.load_balancer,
+                        std::future::pending(),
+                    );
                     live.set(inner);
                     tracing::info!(source = %what, "azure: the cloud config changed; the provider now runs on the new config");
                 }

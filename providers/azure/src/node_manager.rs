@@ -44,6 +44,12 @@ use crate::imds::{ImdsClient, InstanceMetadata as Imds};
 pub const DEFAULT_STATUS_UPDATE_FREQUENCY: Duration = Duration::from_secs(5 * 60);
 /// The label of the VM's platform sub-fault domain (upstream `LabelPlatformSubFaultDomain`).
 pub const LABEL_SUB_FAULT_DOMAIN: &str = "topology.kubernetes.azure.com/sub-fault-domain";
+/// The label of the VM's platform interconnect group (upstream
+/// `LabelPlatformInterconnectGroup`), from the IMDS tag [`TAG_INTERCONNECT_GROUP`].
+pub const LABEL_INTERCONNECT_GROUP: &str = "topology.kubernetes.azure.com/interconnect-group";
+/// The IMDS `tagsList` entry naming the interconnect group (upstream
+/// `TagNameInterconnectGroup`; an empty value sets no label).
+pub const TAG_INTERCONNECT_GROUP: &str = "Platform_Interconnect_Group";
 
 /// [`InstancesV2`] for the node this process runs on, from IMDS (upstream's
 /// `IMDSNodeProvider`). It answers only for its own node; it never says another node's
@@ -147,6 +153,15 @@ pub fn local_metadata(meta: &Imds, node_name: &str) -> Result<InstanceMetadata, 
     if !compute.platform_sub_fault_domain.is_empty() {
         additional_labels
             .insert(LABEL_SUB_FAULT_DOMAIN.to_string(), compute.platform_sub_fault_domain.clone());
+    }
+    if let Some(group) = compute
+        .tags_list
+        .iter()
+        .find(|t| t.name == TAG_INTERCONNECT_GROUP)
+        .map(|t| t.value.as_str())
+        .filter(|v| !v.is_empty())
+    {
+        additional_labels.insert(LABEL_INTERCONNECT_GROUP.to_string(), group.to_string());
     }
     Ok(InstanceMetadata {
         provider_id: format!("azure://{provider_id}"),
@@ -751,7 +766,7 @@ pub fn main_with<I: IntoIterator<Item = String>>(args: I) -> ExitCode {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::imds::{Compute, Interface, IpAddress, Network, NetworkData};
+    use crate::imds::{Compute, Interface, IpAddress, Network, NetworkData, Tag};
 
     fn args(a: &[&str]) -> Result<Flags, String> {
         Flags::parse(a.iter().map(|s| s.to_string()))
@@ -871,6 +886,10 @@ mod tests {
                 vm_scale_set_name: "pool".into(),
                 subscription_id: "SUB".into(),
                 resource_id: "/subscriptions/SUB/resourceGroups/MyRG/providers/Microsoft.Compute/virtualMachineScaleSets/pool/virtualMachines/3".into(),
+                tags_list: vec![
+                    Tag { name: "team".into(), value: "a".into() },
+                    Tag { name: TAG_INTERCONNECT_GROUP.into(), value: "ig-7".into() },
+                ],
             }),
             network: Some(Network {
                 interface: vec![Interface {
@@ -901,6 +920,17 @@ mod tests {
             ]
         );
         assert_eq!(m.additional_labels.get(LABEL_SUB_FAULT_DOMAIN).map(String::as_str), Some("4"));
+        assert_eq!(
+            m.additional_labels.get(LABEL_INTERCONNECT_GROUP).map(String::as_str),
+            Some("ig-7"),
+            "upstream's interconnect-group label from the IMDS tag"
+        );
+        let mut empty_group = meta.clone();
+        if let Some(c) = empty_group.compute.as_mut() {
+            c.tags_list[1].value.clear();
+        }
+        let m = local_metadata(&empty_group, "pool000003").unwrap();
+        assert!(!m.additional_labels.contains_key(LABEL_INTERCONNECT_GROUP));
 
         let mut no_zone = meta.clone();
         if let Some(c) = no_zone.compute.as_mut() {

@@ -18,7 +18,14 @@
 //! - a legacy single-stack route named just `<node>` is removed when that node's routes are
 //!   written or deleted (upstream's clean-up of outdated routes);
 //! - routes of other tables, and routes in this table the cluster did not ask for, are never
-//!   touched: only routes named in a request change.
+//!   touched: only routes named in a request change;
+//! - listing routes (the route controller, every 10 s) reads the table from the client's read
+//!   cache within upstream's route table TTL (120 s; none with `disableAPICallCache`), so the
+//!   controller's periodic listing costs 30 reads an hour, not 360; our writes of the table
+//!   drop it. What a listing older than a change made outside the cluster may show never
+//!   deletes anything on its own: a batch reads the table afresh, and a deletion applies only
+//!   when that fresh table still holds the route the controller decided on (same name, same
+//!   destination).
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -61,8 +68,10 @@ pub fn route_name_to_node(name: &str) -> &str {
 enum Op {
     /// Create or replace the route (and drop the node's legacy route).
     Add { route: Box<models::Route>, node: String },
-    /// Remove routes with these names (case-insensitive).
-    Delete { names: Vec<String> },
+    /// Remove routes with these names (case-insensitive), only when the table read afresh
+    /// still holds the route `confirm` names (name, and destination unless empty): the one
+    /// the caller decided to delete from a listing that may be older.
+    Delete { confirm: (String, String), names: Vec<String> },
     /// Only bring the table's tags in line.
     Tags,
 }
@@ -280,7 +289,19 @@ fn apply_ops(routes: &mut Vec<models::Route>, ops: &[Op]) -> bool {
                     }
                 }
             }
-            Op::Delete { names } => {
+            Op::Delete { confirm: (name, prefix), names } => {
+                let still_there = routes.iter().any(|r| {
+                    r.name().eq_ignore_ascii_case(name)
+                        && (prefix.is_empty()
+                            || r.properties
+                                .address_prefix
+                                .as_deref()
+                                .is_some_and(|p| p.eq_ignore_ascii_case(prefix)))
+                });
+                if !still_there {
+                    tracing::debug!(route = %name, "not in the table read afresh: nothing deleted");
+                    continue;
+                }
                 for n in names {
                     changed |= remove(routes, n);
                 }
@@ -388,8 +409,13 @@ fn next_hop(route: &Route, cidr: &IpNet) -> Result<String, ProviderError> {
 impl Routes for AzureRoutes {
     async fn list_routes(&self, _cluster_name: &str) -> Result<Vec<Route>, ProviderError> {
         self.check_configured()?;
-        let table: Option<RouteTable> =
-            self.client.get_opt(OP_GET, &self.updater.table_id, api_version::NETWORK, &[]).await?;
+        // Upstream's route table cache: the listing may be up to its TTL old (our writes drop
+        // it); a deletion it leads to is confirmed on a fresh read (`Op::Delete`).
+        let max_age = self.client.cache_ttls().route_table;
+        let table: Option<RouteTable> = self
+            .client
+            .get_opt_within(OP_GET, &self.updater.table_id, api_version::NETWORK, max_age)
+            .await?;
         let Some(table) = table else { return Ok(Vec::new()) };
         let routes = table
             .properties
@@ -464,11 +490,11 @@ impl Routes for AzureRoutes {
             names.push(node.to_string());
         }
         names.dedup();
-        if names.is_empty() {
-            return Ok(());
-        }
+        // The route decided on: the listed name, else the one ours would have.
+        let Some(first) = names.first().cloned() else { return Ok(()) };
+        let confirm = (first, route.destination_cidr.trim().to_string());
         tracing::debug!(routes = ?names, "queueing route deletion");
-        self.updater.submit(Op::Delete { names }).await.map_err(batch_error)
+        self.updater.submit(Op::Delete { confirm, names }).await.map_err(batch_error)
     }
 }
 
@@ -526,11 +552,16 @@ mod tests {
         };
         assert!(apply_ops(&mut routes, &[moved]));
         assert_eq!(routes[1].properties.next_hop_ip_address.as_deref(), Some("10.240.0.6"));
-        assert!(apply_ops(
-            &mut routes,
-            &[Op::Delete { names: vec!["b____102441024".into(), "b".into()] }]
-        ));
-        assert!(!apply_ops(&mut routes, &[Op::Delete { names: vec!["b____102441024".into()] }]));
+        let delete_b = |prefix: &str| Op::Delete {
+            confirm: ("b____102441024".into(), prefix.into()),
+            names: vec!["b____102441024".into(), "b".into()],
+        };
+        // A deletion decided on a route the fresh table holds with another destination (a
+        // listing older than a change): nothing deleted.
+        assert!(!apply_ops(&mut routes, &[delete_b("10.244.9.0/24")]));
+        assert_eq!(routes.len(), 3);
+        assert!(apply_ops(&mut routes, &[delete_b("10.244.1.0/24")]));
+        assert!(!apply_ops(&mut routes, &[delete_b("10.244.1.0/24")]));
         let names: Vec<&str> = routes.iter().map(|r| r.name()).collect();
         assert_eq!(names, ["operator-default", "a____102440024"]);
     }

@@ -189,7 +189,10 @@ impl GceError {
         }
     }
 
-    /// Compute throttled the call (429 or `rateLimitExceeded`).
+    /// Compute throttled the call: HTTP 429, or reason `rateLimitExceeded` /
+    /// `userRateLimitExceeded` (Compute answers them as 403), read from the JSON error body's
+    /// `errors[0].reason` (or the SDK's `ErrorInfo`), never from the message text. A 403
+    /// `quotaExceeded` is a quota (a resource count), not a throttle: not retried.
     pub fn is_throttled(&self) -> bool {
         matches!(self.reason(), Some((429, _)) | Some((_, "rateLimitExceeded")))
             || matches!(self.reason(), Some((403, "userRateLimitExceeded")))
@@ -582,6 +585,42 @@ impl GceClient {
             .await
     }
 
+    /// Every item of a paged Compute list (`pageToken` until the reply has no
+    /// `nextPageToken`): one [`Self::call_in`] per page, so each page has the deadline, the
+    /// shared retry and its API metrics; `page(token)` sends the request for one page
+    /// (`None`: the first). A token that comes back unchanged is an error (the listing would
+    /// never end).
+    pub async fn list_all<P, F, Fut>(
+        &self,
+        operation: &'static str,
+        zone: Option<&str>,
+        mut page: F,
+    ) -> Result<Vec<P::Item>, GceError>
+    where
+        P: ListPage,
+        F: FnMut(Option<String>) -> Fut,
+        Fut: Future<Output = google_cloud_gax::Result<P>>,
+    {
+        let mut out = Vec::new();
+        let mut token: Option<String> = None;
+        loop {
+            let (items, next) =
+                Box::pin(self.call_in(operation, zone, || page(token.clone()))).await?.into_page();
+            out.extend(items);
+            match next.filter(|t| !t.is_empty()) {
+                None => return Ok(out),
+                Some(t) if token.as_ref() == Some(&t) => {
+                    let zone = zone.map(|z| format!("zone {z}: ")).unwrap_or_default();
+                    return Err(GceError::Transport {
+                        operation,
+                        message: format!("{zone}the page token repeats"),
+                    });
+                }
+                Some(t) => token = Some(t),
+            }
+        }
+    }
+
     /// One read (or any idempotent call) under the deadline, retried on throttling, 5xx
     /// and broken connections. `operation` names Compute's method in errors and logs.
     pub async fn call<T, F, Fut>(&self, operation: &'static str, f: F) -> Result<T, GceError>
@@ -652,27 +691,68 @@ impl GceClient {
     /// A mutation: sent (retried only when Compute throttled it, as a throttled request was
     /// not applied), then its `Operation` polled until `DONE`. An operation that ends with
     /// errors is [`GceError::Operation`].
-    pub async fn mutate<F, Fut>(&self, operation: &'static str, mut f: F) -> Result<(), GceError>
+    pub async fn mutate<F, Fut>(&self, operation: &'static str, f: F) -> Result<(), GceError>
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = google_cloud_gax::Result<Operation>>,
     {
         let started = std::time::Instant::now();
         let result = async {
-            let op = self
-                .options
-                .retry
-                .run(&self.options.deadline, operation, classify_mutation, || {
-                    let fut = f();
-                    async move { fut.await.map_err(|e| from_gax(operation, e)) }
-                })
-                .await?;
+            let op = self.send_mutation(operation, f).await?;
             self.wait(operation, op).await
         }
         .await;
         // As upstream: the call's latency includes waiting for its operation.
         self.record_call(operation, None, started, &result);
         result
+    }
+
+    /// A mutation sent as [`Self::mutate`] sends it (retried only when Compute throttled
+    /// it), its `Operation` returned as Compute answered, not waited for: read it again with
+    /// [`Self::operation`] and judge it with [`operation_outcome`].
+    pub async fn start<F, Fut>(&self, operation: &'static str, f: F) -> Result<Operation, GceError>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = google_cloud_gax::Result<Operation>>,
+    {
+        let started = std::time::Instant::now();
+        let result = self.send_mutation(operation, f).await;
+        self.record_call(operation, None, started, &result);
+        result
+    }
+
+    async fn send_mutation<F, Fut>(
+        &self,
+        operation: &'static str,
+        mut f: F,
+    ) -> Result<Operation, GceError>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = google_cloud_gax::Result<Operation>>,
+    {
+        self.options
+            .retry
+            .run(&self.options.deadline, operation, classify_mutation, || {
+                let fut = f();
+                async move { fut.await.map_err(|e| from_gax(operation, e)) }
+            })
+            .await
+    }
+
+    /// One read of `op` (from its zone's, region's or the global operations, as it names
+    /// them), under the call deadline. An operation without a name is an error.
+    pub async fn operation(
+        &self,
+        operation: &'static str,
+        op: &Operation,
+    ) -> Result<Operation, GceError> {
+        let Some(name) = op.name.as_deref().filter(|n| !n.is_empty()) else {
+            return Err(GceError::Transport {
+                operation,
+                message: "Compute answered with an operation without a name".into(),
+            });
+        };
+        self.get_operation(op, name).await
     }
 
     /// Polls `op` until it is `DONE` (bounded by [`ClientOptions::operation_timeout`]).
@@ -806,30 +886,21 @@ impl GceClient {
 
     async fn region_zones(&self, project: &str, region: &str) -> Result<Vec<String>, GceError> {
         let c = self.compute().await?;
-        let mut zones = Vec::new();
-        let mut token = String::new();
-        loop {
-            let page = self
-                .call("compute.zones.list", || {
-                    c.zones
-                        .list()
-                        .set_project(project)
-                        .set_filter(format!("region eq .*/regions/{region}"))
-                        .set_or_clear_page_token((!token.is_empty()).then(|| token.clone()))
-                        .send()
-                })
-                .await?;
-            for z in page.items {
-                let in_region = z.region.as_deref().map(last_segment) == Some(region);
-                if let (Some(name), true) = (z.name, in_region) {
-                    zones.push(name);
-                }
-            }
-            match page.next_page_token {
-                Some(t) if !t.is_empty() => token = t,
-                _ => break,
-            }
-        }
+        let filter = format!("region eq .*/regions/{region}");
+        let mut zones: Vec<String> = self
+            .list_all("compute.zones.list", None, |token| {
+                c.zones
+                    .list()
+                    .set_project(project)
+                    .set_filter(filter.clone())
+                    .set_or_clear_page_token(token)
+                    .send()
+            })
+            .await?
+            .into_iter()
+            .filter(|z| z.region.as_deref().map(last_segment) == Some(region))
+            .filter_map(|z| z.name)
+            .collect();
         if zones.is_empty() {
             return Err(GceError::Scope(format!("region {region} has no zones")));
         }
@@ -845,6 +916,42 @@ fn absolute_link(s: &str) -> String {
     } else {
         link(s.trim_start_matches('/'))
     }
+}
+
+/// One page of a Compute list reply: its items and the next page's token.
+pub trait ListPage {
+    /// What the list holds.
+    type Item;
+    /// The page's items and the token of the next page (`None` or empty: the last page).
+    fn into_page(self) -> (Vec<Self::Item>, Option<String>);
+}
+
+macro_rules! list_page {
+    ($($list:ident => $item:ident),* $(,)?) => {$(
+        impl ListPage for google_cloud_compute_v1::model::$list {
+            type Item = google_cloud_compute_v1::model::$item;
+            fn into_page(self) -> (Vec<Self::Item>, Option<String>) {
+                (self.items, self.next_page_token)
+            }
+        }
+    )*};
+}
+
+list_page!(
+    AddressList => Address,
+    ForwardingRuleList => ForwardingRule,
+    InstanceGroupList => InstanceGroup,
+    InstanceGroupsListInstances => InstanceWithNamedPorts,
+    InstanceList => Instance,
+    RouteList => Route,
+    SubnetworkList => Subnetwork,
+    ZoneList => Zone,
+);
+
+/// The outcome of `op`, a mutation `operation` started: `None` while it is not `DONE`, then
+/// `Ok` or the [`GceError::Operation`] naming its error.
+pub fn operation_outcome(operation: &'static str, op: &Operation) -> Option<Result<(), GceError>> {
+    (op.status == Some(OpStatus::Done)).then(|| operation_result(operation, op))
 }
 
 fn operation_result(operation: &'static str, op: &Operation) -> Result<(), GceError> {
@@ -866,17 +973,25 @@ fn operation_result(operation: &'static str, op: &Operation) -> Result<(), GceEr
     })
 }
 
+/// A throttled read is [`Classified::Throttled`] (Compute did not serve it: retried until the
+/// call's deadline, not counted against `Retry::attempts`); 5xx and broken connections are
+/// transient (counted); everything else is permanent. Compute sends no `Retry-After` with
+/// `rateLimitExceeded`, and the SDK error carries none to us: the shared backoff paces it.
 fn classify_read(e: &GceError) -> Classified {
-    if e.transient_read() {
+    if e.is_throttled() {
+        Classified::Throttled { retry_after: None }
+    } else if e.transient_read() {
         Classified::Transient { retry_after: None }
     } else {
         Classified::Permanent
     }
 }
 
+/// A mutation is retried only when throttled (a throttled request was not applied), until the
+/// call's deadline; any other error (a 5xx may follow a change that was made) is permanent.
 fn classify_mutation(e: &GceError) -> Classified {
     if e.is_throttled() {
-        Classified::Transient { retry_after: None }
+        Classified::Throttled { retry_after: None }
     } else {
         Classified::Permanent
     }

@@ -21,9 +21,10 @@
 //!   `STOPPED` and `SUSPENDED` instances are shut down, as every other provider reports a
 //!   stopped machine; the taint only lands on NotReady Nodes and goes when they are Ready.
 //! - **Pod CIDRs** ([`NodeCidrs`], the cloud CIDR allocator): the first alias IP range of the
-//!   instance's `nic0` (else its first interface) for IPv4 and the `/112` holding that
-//!   interface's IPv6 address for IPv6, chosen by `stack-type` as upstream's allocator chooses
-//!   by cluster stack: IPv4 only, IPv6 only, or both (nothing until both exist).
+//!   instance's `nic0` (else its first interface) and the `/112` holding that interface's IPv6
+//!   address, every family the instance has. Which of them a Node gets, and in which order,
+//!   is the node-IPAM controller's choice from the service CIDRs, as upstream's allocator
+//!   chooses by cluster stack (`stack-type` does not enter into it, as upstream).
 //!
 //! **Batches**: a batch of more than [`SMALL_BATCH`] nodes costs one paged `instances.list`
 //! ([`PAGE_SIZE`] per page) per zone it needs (the managed zones, plus the zones of
@@ -203,37 +204,32 @@ fn status_of(instance: &Instance) -> InstanceStatus {
     if is_shut_down(instance) { InstanceStatus::Shutdown } else { InstanceStatus::Running }
 }
 
-/// The pod CIDRs of an instance for a cluster of `stack` (upstream's cloud CIDR allocator):
-/// the first alias IP range of `nic0` (else the first interface), and the `/112` holding that
-/// interface's IPv6 address. IPv4 clusters get the IPv4 range, IPv6 ones the IPv6 range,
-/// dual-stack ones both or nothing (upstream refuses to allocate one family only).
-pub fn pod_cidrs(instance: &Instance, stack: StackType) -> Result<Vec<IpNet>, ProviderError> {
+/// The pod CIDRs of an instance (upstream's cloud CIDR allocator reads them so): the first
+/// alias IP range of `nic0` (else the first interface), and the `/112` holding that
+/// interface's IPv6 address (internal `ipv6Address`, else the external IPv6 of its IPv6 access
+/// config). Every family the instance has, IPv4 first; empty when it has neither. The
+/// node-IPAM controller keeps the families of the cluster's service CIDRs, in their order.
+pub fn pod_cidrs(instance: &Instance) -> Result<Vec<IpNet>, ProviderError> {
     let name = instance.name.as_deref().unwrap_or_default();
     let nics = &instance.network_interfaces;
     let Some(nic) = nics.iter().find(|n| n.name.as_deref() == Some("nic0")).or(nics.first()) else {
         return Ok(vec![]);
     };
-    let v4 = match nic.alias_ip_ranges.first().and_then(|r| r.ip_cidr_range.as_deref()) {
-        Some(r) => Some(r.parse::<IpNet>().map_err(|_| {
+    let mut out = Vec::with_capacity(2);
+    if let Some(r) = nic.alias_ip_ranges.first().and_then(|r| r.ip_cidr_range.as_deref()) {
+        out.push(r.parse::<IpNet>().map_err(|_| {
             ProviderError::other(format!("instance {name}: alias IP range {r:?} is not a CIDR"))
-        })?),
-        None => None,
-    };
-    let v6 = match interface_ipv6(nic) {
-        Some(a) => {
-            let ip: Ipv6Addr = a.parse().map_err(|_| {
-                ProviderError::other(format!("instance {name}: IPv6 address {a:?} is not valid"))
-            })?;
-            Ipv6Net::new(ip, IPV6_POD_PREFIX).ok().map(|n| IpNet::V6(n.trunc()))
+        })?);
+    }
+    if let Some(a) = interface_ipv6(nic) {
+        let ip: Ipv6Addr = a.parse().map_err(|_| {
+            ProviderError::other(format!("instance {name}: IPv6 address {a:?} is not valid"))
+        })?;
+        if let Ok(n) = Ipv6Net::new(ip, IPV6_POD_PREFIX) {
+            out.push(IpNet::V6(n.trunc()));
         }
-        None => None,
-    };
-    Ok(match (stack, v4, v6) {
-        (StackType::Ipv4, Some(v4), _) => vec![v4],
-        (StackType::Ipv6, _, Some(v6)) => vec![v6],
-        (StackType::DualStack, Some(v4), Some(v6)) => vec![v4, v6],
-        _ => vec![],
-    })
+    }
+    Ok(out)
 }
 
 /// Whether a Compute error is "no such instance" for exactly this instance: a 404 with
@@ -278,36 +274,21 @@ pub async fn list_instances(
     filter: Option<&str>,
 ) -> Result<Vec<Instance>, GceError> {
     let c = client.compute().await?;
-    let mut out = Vec::new();
-    let mut token = String::new();
-    loop {
-        let page = client
-            .call_in("compute.instances.list", Some(zone), || {
-                let b = c
-                    .instances
-                    .list()
-                    .set_project(project)
-                    .set_zone(zone)
-                    .set_max_results(PAGE_SIZE)
-                    .set_or_clear_page_token((!token.is_empty()).then(|| token.clone()));
-                match filter {
-                    Some(f) => b.set_filter(f).send(),
-                    None => b.send(),
-                }
-            })
-            .await?;
-        out.extend(page.items);
-        match page.next_page_token {
-            Some(t) if !t.is_empty() && t != token => token = t,
-            Some(t) if !t.is_empty() => {
-                return Err(GceError::Transport {
-                    operation: "compute.instances.list",
-                    message: format!("zone {zone}: the page token repeats"),
-                });
+    client
+        .list_all("compute.instances.list", Some(zone), |token| {
+            let b = c
+                .instances
+                .list()
+                .set_project(project)
+                .set_zone(zone)
+                .set_max_results(PAGE_SIZE)
+                .set_or_clear_page_token(token);
+            match filter {
+                Some(f) => b.set_filter(f).send(),
+                None => b.send(),
             }
-            _ => return Ok(out),
-        }
-    }
+        })
+        .await
 }
 
 /// The first instance named `name` in `zones` (in order), by `instances.get` per zone as
@@ -617,8 +598,8 @@ impl InstancesV2 for GceInstances {
 #[async_trait]
 impl NodeCidrs for GceInstances {
     async fn node_pod_cidrs(&self, node: &Node) -> Result<Vec<IpNet>, ProviderError> {
-        let (scope, instance) = self.lookup_one(node).await?;
-        pod_cidrs(&instance, scope.stack_type)
+        let (_, instance) = self.lookup_one(node).await?;
+        pod_cidrs(&instance)
     }
 }
 
@@ -740,7 +721,7 @@ mod tests {
     }
 
     #[test]
-    fn pod_cidrs_follow_the_stack() {
+    fn pod_cidrs_are_every_family_of_nic0() {
         let mut n = nic("10.0.0.2", &[], Some("2600:1900:4000:1::"));
         n = n.set_alias_ip_ranges([
             AliasIpRange::new().set_ip_cidr_range("10.64.3.0/24"),
@@ -748,19 +729,25 @@ mod tests {
         ]);
         let i = Instance::new().set_name("n").set_network_interfaces([n]);
         let s = |v: Vec<IpNet>| v.iter().map(ToString::to_string).collect::<Vec<_>>();
-        assert_eq!(s(pod_cidrs(&i, StackType::Ipv4).unwrap()), ["10.64.3.0/24"]);
-        assert_eq!(s(pod_cidrs(&i, StackType::Ipv6).unwrap()), ["2600:1900:4000:1::/112"]);
-        assert_eq!(
-            s(pod_cidrs(&i, StackType::DualStack).unwrap()),
-            ["10.64.3.0/24", "2600:1900:4000:1::/112"]
-        );
+        assert_eq!(s(pod_cidrs(&i).unwrap()), ["10.64.3.0/24", "2600:1900:4000:1::/112"]);
         let v4_only = Instance::new().set_network_interfaces([nic("10.0.0.3", &[], None)
             .set_alias_ip_ranges([AliasIpRange::new().set_ip_cidr_range("10.64.4.0/24")])]);
-        assert!(pod_cidrs(&v4_only, StackType::DualStack).unwrap().is_empty());
-        assert!(pod_cidrs(&Instance::new(), StackType::Ipv4).unwrap().is_empty());
+        assert_eq!(s(pod_cidrs(&v4_only).unwrap()), ["10.64.4.0/24"]);
+        let v6_only = Instance::new().set_network_interfaces([nic("", &[], Some("fd20:0:0:5::"))]);
+        assert_eq!(s(pod_cidrs(&v6_only).unwrap()), ["fd20:0:0:5::/112"]);
+        // nic0 is the default interface wherever it stands.
+        let second = nic("10.0.0.4", &[], None)
+            .set_name("nic1")
+            .set_alias_ip_ranges([AliasIpRange::new().set_ip_cidr_range("10.70.0.0/24")]);
+        let first = nic("10.0.0.5", &[], None)
+            .set_name("nic0")
+            .set_alias_ip_ranges([AliasIpRange::new().set_ip_cidr_range("10.71.0.0/24")]);
+        let two = Instance::new().set_network_interfaces([second, first]);
+        assert_eq!(s(pod_cidrs(&two).unwrap()), ["10.71.0.0/24"]);
+        assert!(pod_cidrs(&Instance::new()).unwrap().is_empty());
         let bad = Instance::new().set_network_interfaces([nic("10.0.0.3", &[], None)
             .set_alias_ip_ranges([AliasIpRange::new().set_ip_cidr_range("/24")])]);
-        assert!(pod_cidrs(&bad, StackType::Ipv4).is_err());
+        assert!(pod_cidrs(&bad).is_err());
     }
 
     #[test]

@@ -234,40 +234,28 @@ impl Routes for GceRoutes {
         let c = self.client.compute().await?;
         let filter = list_filter(cluster_name, &scope.network_url);
         let prefix = format!("{}-", route_prefix(cluster_name));
-        let mut out = Vec::new();
-        let mut token = String::new();
-        loop {
-            let page = self
-                .client
-                .call("compute.routes.list", || {
-                    c.routes
-                        .list()
-                        .set_project(&scope.network_project)
-                        .set_filter(filter.clone())
-                        .set_max_results(PAGE_SIZE)
-                        .set_or_clear_page_token((!token.is_empty()).then(|| token.clone()))
-                        .send()
-                })
-                .await?;
-            for r in &page.items {
-                // The filter again, here: the controller deletes routes it does not know.
-                let ours = r.name.as_deref().is_some_and(|n| n.starts_with(&prefix))
+        let all = self
+            .client
+            .list_all("compute.routes.list", None, |token| {
+                c.routes
+                    .list()
+                    .set_project(&scope.network_project)
+                    .set_filter(filter.clone())
+                    .set_max_results(PAGE_SIZE)
+                    .set_or_clear_page_token(token)
+                    .send()
+            })
+            .await?;
+        // The filter again, here: the controller deletes routes it does not know.
+        Ok(all
+            .iter()
+            .filter(|r| {
+                r.name.as_deref().is_some_and(|n| n.starts_with(&prefix))
                     && r.description.as_deref() == Some(ROUTE_DESCRIPTION)
-                    && r.network.as_deref().is_some_and(|n| same_network(n, &scope.network_url));
-                if ours {
-                    out.push(to_route(r));
-                }
-            }
-            match page.next_page_token {
-                Some(t) if !t.is_empty() && t != token => token = t,
-                Some(t) if !t.is_empty() => {
-                    return Err(ProviderError::other(
-                        "compute.routes.list: the page token repeats",
-                    ));
-                }
-                _ => return Ok(out),
-            }
-        }
+                    && r.network.as_deref().is_some_and(|n| same_network(n, &scope.network_url))
+            })
+            .map(to_route)
+            .collect())
     }
 
     async fn create_route(

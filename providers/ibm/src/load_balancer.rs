@@ -30,8 +30,18 @@
 //!   of one create call.
 //! - The status is the load balancer's hostname.
 //!
-//! **Ownership** (issue #29): a load balancer is found by its exact name only (never by ID or
-//! hostname), and it is created, changed or deleted only when it is provably this Service's:
+//! - **No listing per sync** (issue #35): a Service's load balancer is looked up by name
+//!   through an index of name → ID filled by the creates and by the listings this provider
+//!   makes, and read by that ID ([`IbmLoadBalancer::find`]): one `GetLoadBalancer` per
+//!   sync, not a listing of every load balancer of the region (which made one Node joining K
+//!   load balancers cost K listings of K). The index is never the answer: the load balancer
+//!   read by ID must still carry the name (IBM's names are unique in a region), else the name
+//!   is looked up in a listing again; "no load balancer of that name" only ever comes from a
+//!   listing begun after the lookup began (concurrent lookups share one such listing).
+//!
+//! **Ownership** (issue #29): a load balancer is found by its exact name only (never by
+//! hostname; an ID only as the index above keeps it, its name checked on the fresh read),
+//! and it is created, changed or deleted only when it is provably this Service's:
 //!
 //! - a generated name `kube-<clusterID>-<Service UID>` is its own proof (the UID is the API
 //!   server's, and no annotation may name a load balancer of that form: see [`naming`]);
@@ -808,23 +818,108 @@ pub struct IbmLoadBalancer {
     /// not attached yet (ID → Service UID): the recorded ID is the proof until the tags are
     /// attached on the next sync.
     unmarked: Mutex<HashMap<String, String>>,
+    /// Name → ID of the load balancers seen in this process's listings and creates, and how
+    /// many listings completed (see [`Self::find`]).
+    index: Mutex<NameIndex>,
+    /// Held while listing for [`Self::find`]: one listing at a time, shared by the lookups
+    /// that wait for it.
+    listing: tokio::sync::Mutex<()>,
+}
+
+/// Where [`IbmLoadBalancer::find`] looks first: an index, never an answer on its own.
+#[derive(Debug, Default)]
+struct NameIndex {
+    ids: HashMap<String, String>,
+    /// Listings by `find` completed so far (each begun after the one before completed).
+    listings: u64,
 }
 
 impl IbmLoadBalancer {
     /// Load balancers on this client and config.
     pub fn new(client: Arc<IbmClient>, config: Arc<Config>, timings: Timings) -> Self {
-        IbmLoadBalancer { client, config, timings, unmarked: Mutex::new(HashMap::new()) }
+        IbmLoadBalancer {
+            client,
+            config,
+            timings,
+            unmarked: Mutex::new(HashMap::new()),
+            index: Mutex::new(NameIndex::default()),
+            listing: tokio::sync::Mutex::new(()),
+        }
     }
 
-    /// The load balancer named exactly `name` (never matched by ID or hostname). Two of that
-    /// name is an error.
+    /// The load balancer named exactly `name` (never matched by hostname), as IBM answers
+    /// now. Through the index: the ID last seen under that name is read
+    /// (`GetLoadBalancer`, one call) and the answer counts only when it still carries the
+    /// name. Otherwise a listing answers, one begun after this lookup began: either one this
+    /// lookup makes, or one another lookup began while this one waited its turn (so K
+    /// lookups at once share a listing instead of making K). Two of that name in a listing
+    /// is an error (IBM refuses a second, so it is never expected).
     async fn find(&self, name: &str) -> Result<Option<model::LoadBalancer>, ProviderError> {
+        let seen = self.listings();
+        if let Some(lb) = self.read_indexed(name).await? {
+            return Ok(Some(lb));
+        }
+        let _turn = self.listing.lock().await;
+        // Listings run one at a time: the second to complete since `seen` began after it.
+        if self.listings() >= seen + 2 {
+            if self.indexed(name).is_none() {
+                return Ok(None);
+            }
+            if let Some(lb) = self.read_indexed(name).await? {
+                return Ok(Some(lb));
+            }
+        }
         let all = self.client.list_load_balancers().await?;
+        if let Ok(mut index) = self.index.lock() {
+            let mut ids = HashMap::with_capacity(all.len());
+            let mut twice = BTreeSet::new();
+            for lb in &all {
+                if ids.insert(lb.name.clone(), lb.id.clone()).is_some() {
+                    twice.insert(lb.name.clone());
+                }
+            }
+            // A name seen twice is looked up in a listing each time (and is an error).
+            ids.retain(|n, _| !twice.contains(n));
+            index.ids = ids;
+            index.listings += 1;
+        }
         let mut named: Vec<model::LoadBalancer> =
             all.into_iter().filter(|lb| lb.name == name).collect();
         match named.len() {
             0 | 1 => Ok(named.pop()),
             n => Err(ProviderError::other(format!("{n} VPC load balancers are named {name}"))),
+        }
+    }
+
+    /// The load balancer the index names under `name`, read now; `None` when the index has
+    /// none or IBM's answer does not carry the name any more (gone, or renamed: the entry is
+    /// dropped).
+    async fn read_indexed(&self, name: &str) -> Result<Option<model::LoadBalancer>, ProviderError> {
+        let Some(id) = self.indexed(name) else { return Ok(None) };
+        match self.client.get_load_balancer(&id).await? {
+            Some(lb) if lb.name == name => Ok(Some(lb)),
+            _ => {
+                if let Ok(mut index) = self.index.lock()
+                    && index.ids.get(name) == Some(&id)
+                {
+                    index.ids.remove(name);
+                }
+                Ok(None)
+            }
+        }
+    }
+
+    fn indexed(&self, name: &str) -> Option<String> {
+        self.index.lock().map(|i| i.ids.get(name).cloned()).unwrap_or(None)
+    }
+
+    fn listings(&self) -> u64 {
+        self.index.lock().map(|i| i.listings).unwrap_or(0)
+    }
+
+    fn index_created(&self, lb: &model::LoadBalancer) {
+        if let Ok(mut index) = self.index.lock() {
+            index.ids.insert(lb.name.clone(), lb.id.clone());
         }
     }
 
@@ -1127,6 +1222,7 @@ impl IbmLoadBalancer {
             .create_load_balancer(body)
             .await
             .map_err(|e| Self::mutation_error(name, e))?;
+        self.index_created(&lb);
         // No wait: IBM assigned the hostname with the create; the load balancer provisions
         // on its own (created with its listeners, pools and members inline).
         let Some(tags) = tags else { return Ok(lb) };

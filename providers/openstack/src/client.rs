@@ -14,7 +14,9 @@
 //! - **Credentials** (`[Global]`, as upstream's gophercloud reads them): password by
 //!   `username` (in `user-domain-id|name`, else `domain-id|name`, else `Default`) or by
 //!   `user-id`; project by `tenant-id`, or `tenant-name` in `tenant-domain-id|name` (else
-//!   `domain-id|name`); application credential by ID, or by name with `user-id` or
+//!   `domain-id|name`); no project but `domain-id|name`: a domain-scoped token (as
+//!   gophercloud's clientconfig), which the project-scoped services refuse (403: the error
+//!   says the token has no project); application credential by ID, or by name with `user-id` or
 //!   `username`; a pre-issued `token`; a trust (`trust-id` with `trustee-id`/`trustee-password`,
 //!   else `user-id`/`password`: the Magnum layout). Secrets never appear in `Debug`, logs or
 //!   errors.
@@ -23,12 +25,14 @@
 //!   (a warning at start).
 //! - **Errors**: OpenStack's error bodies (Nova `{"itemNotFound": {"code","message"}}`,
 //!   Neutron `{"NeutronError": {"type","message","detail"}}`, Octavia
-//!   `{"faultcode","faultstring"}`, Keystone `{"error": {"code","title","message"}}`) become
+//!   `{"faultcode","faultstring"}`, Keystone `{"error": {"code","title","message"}}`, Barbican
+//!   `{"code","title","description"}`) become
 //!   [`ClientError::Api`] naming the call, the status, OpenStack's code and message.
 //!   **Not found** ([`ClientError::is_not_found`]) only when the service called answered 404
 //!   with its own typed JSON error: Nova `{"itemNotFound": {"code": 404, "message"}}`,
 //!   Neutron `{"NeutronError": {"type": "<Kind>NotFound", …}}`, Octavia
-//!   `{"faultcode": "Client", "faultstring": …}`. An HTML or plain-text 404 page (a proxy, a
+//!   `{"faultcode": "Client", "faultstring": …}`, Barbican `{"code": 404, "title",
+//!   "description"}`. An HTML or plain-text 404 page (a proxy, a
 //!   gateway), a JSON body of another shape, another service's shape, or Keystone's 404 is
 //!   an error like any other, never "gone".
 //! - **Plain HTTP**: `auth-url` and every catalog endpoint must be `https://`, unless the host
@@ -174,6 +178,8 @@ pub enum Service {
     Network,
     /// Octavia (catalog type `load-balancer`, API v2).
     LoadBalancer,
+    /// Barbican (catalog type `key-manager`, API v1): TLS containers and secrets.
+    KeyManager,
 }
 
 impl Service {
@@ -183,6 +189,7 @@ impl Service {
             Service::Compute => "compute",
             Service::Network => "network",
             Service::LoadBalancer => "load-balancer",
+            Service::KeyManager => "key-manager",
         }
     }
 
@@ -199,6 +206,7 @@ impl Service {
             Service::Compute => None,
             Service::Network => Some("v2.0"),
             Service::LoadBalancer => Some("v2"),
+            Service::KeyManager => Some("v1"),
         };
         if let (Some(v), false) = (add, ends_in_version)
             && let Ok(mut segs) = url.path_segments_mut()
@@ -250,6 +258,22 @@ pub enum ClientError {
         op: String,
         /// What failed.
         message: String,
+    },
+    /// The server refused the TLS handshake over the client certificate (mutual TLS): none
+    /// was sent and it requires one, or it does not trust the one of `[Global] cert-file`.
+    /// Permanent: the same handshake is refused again.
+    #[error(
+        "OpenStack {op}: {url}: the server refused the TLS handshake (TLS alert {alert}): {hint}"
+    )]
+    ClientCertificate {
+        /// The call.
+        op: String,
+        /// The endpoint (scheme, host, port and path).
+        url: String,
+        /// rustls' name of the server's alert (`CertificateRequired`, `UnknownCA`...).
+        alert: String,
+        /// What to do, naming `[Global] cert-file` and `key-file`.
+        hint: String,
     },
     /// The call (all attempts) did not finish within its deadline.
     #[error("OpenStack {op}: no answer within the deadline of {deadline:?}")]
@@ -406,12 +430,19 @@ fn typed_not_found(svc: Service, v: &Value) -> bool {
             obj.get("faultcode").and_then(Value::as_str) == Some("Client")
                 && obj.get("faultstring").is_some_and(Value::is_string)
         }
+        // {"code": 404, "title": "Not Found", "description": "Secrets container not found."}
+        Service::KeyManager => {
+            obj.get("code").and_then(Value::as_u64) == Some(404)
+                && obj.get("title").is_some_and(Value::is_string)
+                && obj.get("description").is_some_and(Value::is_string)
+        }
     }
 }
 
 /// OpenStack's error bodies: Nova `{"<kind>": {"code","message"}}`, Neutron
 /// `{"NeutronError": {"type","message","detail"}}` (or a bare string), Octavia
-/// `{"faultcode","faultstring"}`, Keystone `{"error": {"code","title","message"}}`.
+/// `{"faultcode","faultstring"}`, Keystone `{"error": {"code","title","message"}}`, Barbican
+/// `{"code","title","description"}`.
 /// `svc`: the service called (`None`: Keystone, never "not found").
 pub(crate) fn parse_error(
     op: &str,
@@ -439,6 +470,9 @@ pub(crate) fn parse_error(
                 (s(ne.get("type")).unwrap_or_default(), message)
             }
         }
+    } else if let Some(d) = v.get("description").filter(|d| d.is_string()) {
+        // Barbican: {"code", "title", "description"}.
+        (s(v.get("title")).unwrap_or_default(), s(Some(d)))
     } else if let Some(e) = v.get("error").filter(|e| e.is_object()) {
         // Keystone.
         (s(e.get("title")).unwrap_or_default(), s(e.get("message")))
@@ -634,7 +668,23 @@ fn http_client(g: &Global) -> Result<reqwest::Client, ClientError> {
             }
             pem.push(b'\n');
             let key_pem = read("[Global] key-file", key)?;
-            if !String::from_utf8_lossy(&key_pem).contains("PRIVATE KEY-----") {
+            let key_text = String::from_utf8_lossy(&key_pem);
+            // An encrypted key (PKCS#8 `ENCRYPTED PRIVATE KEY`, or OpenSSL's legacy
+            // `Proc-Type: 4,ENCRYPTED` header) cannot be used without its passphrase, which
+            // no key of cloud.conf gives (upstream's Go client cannot read one either).
+            if key_text.contains("-----BEGIN ENCRYPTED PRIVATE KEY-----")
+                || key_text.contains("Proc-Type: 4,ENCRYPTED")
+            {
+                return Err(config_error(
+                    "[Global] key-file",
+                    format!(
+                        "{} is an encrypted private key: give it unencrypted (PEM; PKCS#8, \
+                         PKCS#1 or SEC1), e.g. `openssl pkey -in <key> -out <key>.pem`",
+                        key.display()
+                    ),
+                ));
+            }
+            if !key_text.contains("PRIVATE KEY-----") {
                 return Err(config_error(
                     "[Global] key-file",
                     format!("{} holds no PEM private key", key.display()),
@@ -943,7 +993,8 @@ impl OpenStackClient {
                     self.microversion.store(false, Ordering::Release);
                 }
                 status => {
-                    return Err(parse_error(op, Some(svc), status, reply.retry_after, &reply.body));
+                    let e = parse_error(op, Some(svc), status, reply.retry_after, &reply.body);
+                    return Err(scope_hint(e, &live.token));
                 }
             }
         }
@@ -1138,6 +1189,34 @@ impl OpenStackClient {
     }
 }
 
+/// A service's 403 to a token scoped to no project (a domain-scoped token: `domain-id` or
+/// `domain-name` without `tenant-id`/`tenant-name`) says so: every API this provider calls
+/// is project-scoped.
+fn scope_hint(e: ClientError, token: &Token) -> ClientError {
+    match e {
+        ClientError::Api { op, status: 403, code, message, retry_after, not_found }
+            if token.project_id.is_none() =>
+        {
+            let scope = match &token.domain {
+                Some(d) => format!("scoped to the domain {d:?}"),
+                None => "unscoped".to_string(),
+            };
+            ClientError::Api {
+                op,
+                status: 403,
+                code,
+                message: format!(
+                    "{message} (the Keystone token is {scope}, not to a project: set [Global] \
+                     tenant-id or tenant-name)"
+                ),
+                retry_after,
+                not_found,
+            }
+        }
+        other => other,
+    }
+}
+
 /// One raw request.
 struct Call<'a> {
     op: &'a str,
@@ -1190,9 +1269,66 @@ pub fn unversioned_root(endpoint: &url::Url) -> url::Url {
     url
 }
 
+/// The TLS alert of a server that refused this client's certificate, or its absence, when
+/// `e` was caused by one: rustls' typed error, found in the cause chain (also inside an
+/// `io::Error`, whose `source` skips it), never read from the message text.
+fn client_certificate_alert(e: &reqwest::Error) -> Option<rustls::AlertDescription> {
+    use rustls::AlertDescription as A;
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = source {
+        let tls = err.downcast_ref::<rustls::Error>().or_else(|| {
+            err.downcast_ref::<std::io::Error>()
+                .and_then(std::io::Error::get_ref)
+                .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+        });
+        if let Some(rustls::Error::AlertReceived(alert)) = tls
+            && matches!(
+                alert,
+                A::CertificateRequired
+                    | A::BadCertificate
+                    | A::UnknownCA
+                    | A::CertificateUnknown
+                    | A::UnsupportedCertificate
+                    | A::CertificateRevoked
+                    | A::CertificateExpired
+                    | A::AccessDenied
+                    | A::HandshakeFailure
+            )
+        {
+            return Some(*alert);
+        }
+        source = err.source();
+    }
+    None
+}
+
 /// A request that did not complete (connect, TLS, reset), naming the URL (no credential: an
-/// `auth-url` with user information is refused) and the cause chain.
+/// `auth-url` with user information is refused) and the cause chain. A handshake the server
+/// refused over the client certificate is [`ClientError::ClientCertificate`].
 fn transport(op: &str, shown: &str, e: &reqwest::Error) -> ClientError {
+    if let Some(alert) = client_certificate_alert(e) {
+        let hint = match alert {
+            rustls::AlertDescription::CertificateRequired => {
+                "it requires a client certificate and none was sent: set [Global] cert-file \
+                 and key-file (PEM) to a certificate signed by a CA the server trusts"
+            }
+            rustls::AlertDescription::HandshakeFailure => {
+                "if it requires a client certificate, set [Global] cert-file and key-file (PEM) \
+                 to one signed by a CA the server trusts"
+            }
+            _ => {
+                "it did not accept the client certificate of [Global] cert-file (not signed by \
+                 a CA it trusts, expired, or not for client authentication), or requires one \
+                 and none was set"
+            }
+        };
+        return ClientError::ClientCertificate {
+            op: op.to_string(),
+            url: shown.to_string(),
+            alert: format!("{alert:?}"),
+            hint: hint.to_string(),
+        };
+    }
     let mut message = format!("{shown}: ");
     let mut parts: Vec<String> = Vec::new();
     let mut source: Option<&dyn std::error::Error> = Some(e);

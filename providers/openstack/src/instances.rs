@@ -13,8 +13,10 @@
 //!   `Hostname`; then the server's `addresses` by network name: `floating` → `ExternalIP`,
 //!   networks in `public-network-name` → `ExternalIP` (dropping the same address as
 //!   internal), others → `InternalIP` unless `internal-network-name` excludes them (then the
-//!   address is dropped altogether); IPv6 dropped with `ipv6-support-disabled`; finally
-//!   `address-sort-order`.
+//!   address is dropped altogether); the fixed IPs of the server's **trunk sub-ports** (each
+//!   port's `trunk_details.sub_ports`) join the `addresses` of their network's name (after
+//!   the server's own), so the same network rules apply to them; IPv6 dropped with
+//!   `ipv6-support-disabled`; finally `address-sort-order`.
 //! - **Zone** = availability zone (sanitised as a label value), **region** = `[Global]
 //!   region`, **instance type** = flavor `original_name` (Nova ≥ 2.47) else the flavor's
 //!   name by `GET /flavors/{id}` (cached) else its ID. No additional labels, as every
@@ -26,7 +28,10 @@
 //! /servers/detail` ([`SERVER_PAGE`] per page) plus, for metadata, one `GET /ports` of the
 //! project, whatever the number of nodes (upstream: 2–3 calls per node). Smaller batches
 //! use upstream's targeted calls (`GET /servers/{id}` or `GET /servers?name=^…$`, `GET
-//! /ports?device_id=`).
+//! /ports?device_id=`). Trunk sub-ports (*changed*: upstream asks `GET /ports/{id}` and `GET
+//! /networks/{id}` per sub-port): a batch finds them in its port listing and lists the
+//! networks once (only when some port has sub-ports); a small batch lists them with one `GET
+//! /ports?id=…&id=…` and one `GET /networks?id=…` per node with a trunk.
 //!
 //! **Deletion safety** ([`InstancesV2`]): a node is `NotFound` only when `GET
 //! /servers/{id}` for the exact ID of its providerID answers Nova's typed 404 JSON error
@@ -37,7 +42,7 @@
 //! matches no server name is an error (never "gone"); for metadata it is
 //! [`ProviderError::InstanceNotFound`] ("not yet").
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 
@@ -132,6 +137,38 @@ pub struct Port {
     /// `port_security_enabled` (absent: enabled).
     #[serde(default)]
     pub port_security_enabled: Option<bool>,
+    /// `trunk_details` of a trunk's parent port (Neutron's `trunk-details` extension).
+    #[serde(default, deserialize_with = "nullable")]
+    pub trunk_details: TrunkDetails,
+}
+
+/// A parent port's `trunk_details`.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct TrunkDetails {
+    /// The trunk's ID.
+    #[serde(default, deserialize_with = "nullable")]
+    pub trunk_id: String,
+    /// Its sub-ports.
+    #[serde(default, deserialize_with = "nullable")]
+    pub sub_ports: Vec<SubPort>,
+}
+
+/// One entry of `trunk_details.sub_ports`.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct SubPort {
+    /// The sub-port's port ID.
+    #[serde(default, deserialize_with = "nullable")]
+    pub port_id: String,
+}
+
+/// A Neutron network: its ID and name.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct Network {
+    /// Its ID.
+    pub id: String,
+    /// Its name.
+    #[serde(default, deserialize_with = "nullable")]
+    pub name: String,
 }
 
 /// A fixed IP of a port.
@@ -207,6 +244,56 @@ pub async fn list_ports(
     const OP: &str = "neutron:ListPorts";
     let items = client.list(OP, Service::Network, &["ports"], filters, "ports").await?;
     items.into_iter().map(|v| decode(OP, "a port", v)).collect()
+}
+
+/// Neutron networks, one paged `GET /networks` with `filters`.
+pub async fn list_networks(
+    client: &OpenStackClient,
+    filters: &[(&str, String)],
+) -> Result<Vec<Network>, ClientError> {
+    const OP: &str = "neutron:ListNetworks";
+    let items = client.list(OP, Service::Network, &["networks"], filters, "networks").await?;
+    items.into_iter().map(|v| decode(OP, "a network", v)).collect()
+}
+
+/// The sub-port IDs of `ports`' trunks, in port order.
+fn sub_port_ids<'a>(ports: &'a [&'a Port]) -> impl Iterator<Item = &'a str> + 'a {
+    ports
+        .iter()
+        .flat_map(|p| &p.trunk_details.sub_ports)
+        .map(|s| s.port_id.as_str())
+        .filter(|id| !id.is_empty())
+}
+
+/// The fixed IPs of the trunk sub-ports of `ports`, as (network name, address) in upstream's
+/// order (ports, then sub-ports, then fixed IPs). `port` finds a sub-port by ID, `networks`
+/// maps network IDs to names; a sub-port or network not found (deleted meanwhile) is
+/// skipped with a warning, as upstream skips a sub-port it cannot read.
+pub fn trunk_addresses<'a>(
+    server: &str,
+    ports: &[&Port],
+    port: impl Fn(&str) -> Option<&'a Port>,
+    networks: &HashMap<String, String>,
+) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for id in sub_port_ids(ports) {
+        let Some(p) = port(id) else {
+            tracing::warn!(
+                server,
+                sub_port = id,
+                "OpenStack: trunk sub-port not found: its addresses are left out"
+            );
+            continue;
+        };
+        let Some(network) = networks.get(&p.network_id) else {
+            tracing::warn!(server, sub_port = id, network = %p.network_id, "OpenStack: the trunk sub-port's network was not found: its addresses are left out");
+            continue;
+        };
+        for ip in p.fixed_ips.iter().filter(|ip| !ip.ip_address.is_empty()) {
+            out.push((network.clone(), ip.ip_address.clone()));
+        }
+    }
+    out
 }
 
 /// Nova's `name` filter is a regular expression: the exact name, escaped (Go's
@@ -299,8 +386,14 @@ fn add_address(addrs: &mut Vec<NodeAddress>, type_: &str, address: &str) {
     }
 }
 
-/// The node addresses of `server` with its `ports`, as upstream's `nodeAddresses`.
-pub fn node_addresses(server: &Server, ports: &[&Port], net: &Networking) -> Vec<NodeAddress> {
+/// The node addresses of `server` with its `ports` and the fixed IPs of its trunk sub-ports
+/// (`sub_ports`: network name, address; [`trunk_addresses`]), as upstream's `nodeAddresses`.
+pub fn node_addresses(
+    server: &Server,
+    ports: &[&Port],
+    sub_ports: &[(String, String)],
+    net: &Networking,
+) -> Vec<NodeAddress> {
     let v6_ok = |a: &str| !net.ipv6_support_disabled || !is_ipv6(a);
     let mut addrs: Vec<NodeAddress> = Vec::new();
     for port in ports.iter().filter(|p| p.status == "ACTIVE") {
@@ -321,8 +414,16 @@ pub fn node_addresses(server: &Server, ports: &[&Port], net: &Networking) -> Vec
     {
         add_address(&mut addrs, "Hostname", h);
     }
+    // The sub-ports' addresses join their network's entries (after the server's own).
+    let mut addresses = server.addresses.clone();
+    for (network, addr) in sub_ports {
+        addresses
+            .entry(network.clone())
+            .or_default()
+            .push(ServerAddress { addr: addr.clone(), ip_type: "fixed".into() });
+    }
     // BTreeMap: networks in name order, as upstream sorts them.
-    for (network, entries) in &server.addresses {
+    for (network, entries) in &addresses {
         for entry in entries.iter().filter(|e| !e.addr.is_empty()) {
             let type_ = if entry.ip_type == "floating" {
                 "ExternalIP"
@@ -401,6 +502,8 @@ enum Key {
 struct Snapshot {
     servers: Vec<Server>,
     ports: Vec<Port>,
+    /// Network ID → name (listed only when a port has trunk sub-ports).
+    networks: HashMap<String, String>,
 }
 
 /// The InstancesV2 of the OpenStack provider.
@@ -486,12 +589,13 @@ impl OpenStackInstances {
         &self,
         server: &Server,
         ports: &[&Port],
+        sub_ports: &[(String, String)],
     ) -> Result<InstanceMetadata, ProviderError> {
         let instance_type = self.instance_type(server).await?;
         Ok(InstanceMetadata {
             provider_id: self.provider_id(&server.id),
             instance_type,
-            node_addresses: node_addresses(server, ports, &self.networking),
+            node_addresses: node_addresses(server, ports, sub_ports, &self.networking),
             zone: sanitize_label(&server.availability_zone),
             region: self.region.clone(),
             // None, as upstream (no release sets `topology.openstack.org/host-id`).
@@ -499,15 +603,47 @@ impl OpenStackInstances {
         })
     }
 
-    /// The full listing for a batch: every server (and every port, for metadata).
+    /// The full listing for a batch: every server (and every port, for metadata, with the
+    /// networks' names when a port has trunk sub-ports).
     async fn snapshot(&self, with_ports: bool) -> Result<Snapshot, ClientError> {
         if with_ports {
             let (servers, ports) =
                 tokio::try_join!(list_servers(&self.client), list_ports(&self.client, &[]))?;
-            Ok(Snapshot { servers, ports })
+            let refs: Vec<&Port> = ports.iter().collect();
+            let networks = if sub_port_ids(&refs).next().is_some() {
+                list_networks(&self.client, &[])
+                    .await?
+                    .into_iter()
+                    .map(|n| (n.id, n.name))
+                    .collect()
+            } else {
+                HashMap::new()
+            };
+            Ok(Snapshot { servers, ports, networks })
         } else {
-            Ok(Snapshot { servers: list_servers(&self.client).await?, ports: vec![] })
+            Ok(Snapshot { servers: list_servers(&self.client).await?, ..Snapshot::default() })
         }
+    }
+
+    /// The trunk sub-ports' addresses of a server's `ports` (a small batch): one `GET
+    /// /ports?id=…` and one `GET /networks?id=…`, none without sub-ports.
+    async fn sub_ports_small(
+        &self,
+        server: &Server,
+        ports: &[&Port],
+    ) -> Result<Vec<(String, String)>, ClientError> {
+        let ids: Vec<(&str, String)> =
+            sub_port_ids(ports).map(|id| ("id", id.to_string())).collect();
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let subs = list_ports(&self.client, &ids).await?;
+        let nets: BTreeSet<&str> = subs.iter().map(|p| p.network_id.as_str()).collect();
+        let nets: Vec<(&str, String)> = nets.into_iter().map(|id| ("id", id.to_string())).collect();
+        let networks: HashMap<String, String> =
+            list_networks(&self.client, &nets).await?.into_iter().map(|n| (n.id, n.name)).collect();
+        let by_id = |id: &str| subs.iter().find(|p| p.id == id);
+        Ok(trunk_addresses(&server.name, ports, by_id, &networks))
     }
 
     /// The server of a node looked up by name in a listing: `None` when none is named so.
@@ -544,7 +680,8 @@ impl OpenStackInstances {
         }
         let ports = list_ports(&self.client, &[("device_id", server.id.clone())]).await?;
         let ports: Vec<&Port> = ports.iter().collect();
-        self.metadata_of(&server, &ports).await
+        let sub_ports = self.sub_ports_small(&server, &ports).await?;
+        self.metadata_of(&server, &ports, &sub_ports).await
     }
 
     async fn status_small(&self, key: &Key, node: &str) -> Result<InstanceStatus, ProviderError> {
@@ -620,9 +757,12 @@ impl InstancesV2 for OpenStackInstances {
         for p in &snap.ports {
             ports_of.entry(p.device_id.as_str()).or_default().push(p);
         }
+        let port_by_id: HashMap<&str, &Port> =
+            snap.ports.iter().map(|p| (p.id.as_str(), p)).collect();
         let snap = &snap;
         let by_id = &by_id;
         let ports_of = &ports_of;
+        let port_by_id = &port_by_id;
         let answers = keys.into_iter().map(|k| async move {
             let server: Server = match k? {
                 Key::Id(id) => match by_id.get(id.as_str()) {
@@ -639,7 +779,13 @@ impl InstancesV2 for OpenStackInstances {
                 },
             };
             let ports = ports_of.get(server.id.as_str()).cloned().unwrap_or_default();
-            self.metadata_of(&server, &ports).await
+            let sub_ports = trunk_addresses(
+                &server.name,
+                &ports,
+                |id| port_by_id.get(id).copied(),
+                &snap.networks,
+            );
+            self.metadata_of(&server, &ports, &sub_ports).await
         });
         futures::future::join_all(answers).await
     }
@@ -779,7 +925,7 @@ mod tests {
         let p2 = port(&["10.1.0.5"], "ACTIVE");
         let down = port(&["10.9.9.9"], "DOWN");
         let ports = [&p1, &p2, &down];
-        let all = node_addresses(&s, &ports, &Networking::default());
+        let all = node_addresses(&s, &ports, &[], &Networking::default());
         assert_eq!(
             pairs(&all),
             vec![
@@ -798,7 +944,7 @@ mod tests {
             address_sort_order: vec![],
         };
         assert_eq!(
-            pairs(&node_addresses(&s, &ports, &net)),
+            pairs(&node_addresses(&s, &ports, &[], &net)),
             vec![
                 p("InternalIP", "10.0.0.5"),
                 p("Hostname", "n.example"),
@@ -813,11 +959,71 @@ mod tests {
             ],
             ..Networking::default()
         };
-        let sorted = node_addresses(&s, &ports, &net);
+        let sorted = node_addresses(&s, &ports, &[], &net);
         assert_eq!(
             pairs(&sorted)[..2],
             [p("InternalIP", "10.1.0.5"), p("ExternalIP", "172.24.4.9")]
         );
         assert_eq!(sorted.len(), 6);
+    }
+
+    #[test]
+    fn trunk_sub_port_addresses_join_their_networks_entries() {
+        let s = server(serde_json::json!({
+            "private": [{"addr": "10.0.0.5", "OS-EXT-IPS:type": "fixed"}],
+        }));
+        let mut parent = port(&["10.0.0.5"], "ACTIVE");
+        parent.trunk_details = TrunkDetails {
+            trunk_id: "t".into(),
+            sub_ports: vec![
+                SubPort { port_id: "sp1".into() },
+                SubPort { port_id: "gone".into() },
+                SubPort { port_id: "sp2".into() },
+            ],
+        };
+        let mut sp1 = port(&["10.100.0.5", "fd00:100::5"], "DOWN");
+        sp1.network_id = "n100".into();
+        let mut sp2 = port(&["10.0.9.9"], "ACTIVE");
+        sp2.network_id = "nprivate".into();
+        let subs = [("sp1", &sp1), ("sp2", &sp2)];
+        let networks: HashMap<String, String> = [("n100", "vlan-100"), ("nprivate", "private")]
+            .into_iter()
+            .map(|(a, b)| (a.to_string(), b.to_string()))
+            .collect();
+        let found = |id: &str| subs.iter().find(|(i, _)| *i == id).map(|(_, p)| *p);
+        let sub = trunk_addresses("n", &[&parent], found, &networks);
+        assert_eq!(
+            sub,
+            vec![
+                p("vlan-100", "10.100.0.5"),
+                p("vlan-100", "fd00:100::5"),
+                p("private", "10.0.9.9"),
+            ]
+        );
+        let all = node_addresses(&s, &[&parent], &sub, &Networking::default());
+        assert_eq!(
+            pairs(&all),
+            vec![
+                p("InternalIP", "10.0.0.5"),
+                p("Hostname", "n.example"),
+                p("InternalIP", "10.0.9.9"),
+                p("InternalIP", "10.100.0.5"),
+                p("InternalIP", "fd00:100::5"),
+            ]
+        );
+        let net = Networking {
+            ipv6_support_disabled: true,
+            public_network_names: vec!["vlan-100".into()],
+            ..Networking::default()
+        };
+        assert_eq!(
+            pairs(&node_addresses(&s, &[&parent], &sub, &net)),
+            vec![
+                p("InternalIP", "10.0.0.5"),
+                p("Hostname", "n.example"),
+                p("InternalIP", "10.0.9.9"),
+                p("ExternalIP", "10.100.0.5"),
+            ]
+        );
     }
 }

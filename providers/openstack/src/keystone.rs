@@ -3,7 +3,7 @@
 //!
 //! | `[Global]` | identity | scope |
 //! |---|---|---|
-//! | `username` (+ `user-domain-name`/`-id`, else `domain-name`/`-id`, else `Default`) or `user-id`, `password` | `password` | project by `tenant-id`, or `tenant-name` in `tenant-domain-id`/`-name` (else `domain-id`/`-name`, else `Default`); none: Keystone's default project |
+//! | `username` (+ `user-domain-name`/`-id`, else `domain-name`/`-id`, else `Default`) or `user-id`, `password` | `password` | project by `tenant-id`, or `tenant-name` in `tenant-domain-id`/`-name` (else `domain-id`/`-name`, else `Default`); no project but `domain-id` (else `domain-name`): that domain (a domain-scoped token, as gophercloud's clientconfig scopes it); neither: Keystone's default project |
 //! | `application-credential-id` + secret | `application_credential` by ID | none (the credential's own project) |
 //! | `application-credential-name` + secret + `user-id`, or `username` and its domain | `application_credential` by name and user | none |
 //! | `token` | `token` | as password |
@@ -93,6 +93,9 @@ pub enum Scope {
     ProjectId(String),
     /// A project by name in a domain.
     ProjectName(String, IdOrName),
+    /// A domain (`domain-id` or `domain-name` without a project): a domain-scoped token,
+    /// which no project-scoped API (Nova, Neutron, Octavia) accepts.
+    Domain(IdOrName),
     /// A trust (`OS-TRUST:trust`): the trustor's project and the delegated roles.
     Trust(String),
 }
@@ -165,6 +168,10 @@ impl Auth {
                 .or_else(|| domain.clone())
                 .unwrap_or_else(|| IdOrName::Name("Default".into()));
             Scope::ProjectName(name.into(), d)
+        } else if let Some(d) = domain.clone() {
+            // gophercloud's clientconfig (upstream's `ToAuthOptions`): no project but a
+            // domain scopes the token to that domain (the ID first).
+            Scope::Domain(d)
         } else {
             Scope::Default
         };
@@ -248,6 +255,7 @@ impl Auth {
                 Some(json!({"project": {"name": name, "domain": d.json()}}))
             }
             Scope::Trust(id) => Some(json!({"OS-TRUST:trust": {"id": id}})),
+            Scope::Domain(d) => Some(json!({"domain": d.json()})),
         };
         let (identity, scope) = match self {
             Auth::Password { user, password, scope } => {
@@ -365,6 +373,8 @@ pub struct Token {
     pub catalog: Catalog,
     /// The project it is scoped to (ID), if any.
     pub project_id: Option<String>,
+    /// The domain it is scoped to (its name, else its ID) when it is domain-scoped.
+    pub domain: Option<String>,
 }
 
 impl std::fmt::Debug for Token {
@@ -372,6 +382,7 @@ impl std::fmt::Debug for Token {
         f.debug_struct("Token")
             .field("expires_at", &self.expires_at)
             .field("project_id", &self.project_id)
+            .field("domain", &self.domain)
             .finish_non_exhaustive()
     }
 }
@@ -427,12 +438,16 @@ pub fn parse_token(subject: Option<&str>, body: &Value) -> Result<Token, String>
     }
     let project_id =
         token.get("project").and_then(|p| p.get("id")).and_then(Value::as_str).map(str::to_string);
+    let domain = token.get("domain").and_then(|d| {
+        d.get("name").or_else(|| d.get("id")).and_then(Value::as_str).map(str::to_string)
+    });
     Ok(Token {
         value: Secret(value),
         expires_at,
         received: SystemTime::now(),
         catalog: Catalog { services },
         project_id,
+        domain,
     })
 }
 
@@ -576,6 +591,25 @@ mod tests {
                 "application_credential": {"name": "ccm", "secret": "s",
                     "user": {"name": "u", "domain": {"id": "d-3"}}}}}})
         );
+        // No project but a domain: a domain-scoped token (the ID before the name), as
+        // gophercloud's clientconfig builds it; the user's domain is that domain too.
+        let mut c = g();
+        c.username = "ccm".into();
+        c.password = Secret("pw".into());
+        c.domain_name = "Ops".into();
+        let body = Auth::from_global(&c).unwrap().request_body();
+        assert_eq!(body["auth"]["scope"], json!({"domain": {"name": "Ops"}}));
+        c.domain_id = "d-9".into();
+        let body = Auth::from_global(&c).unwrap().request_body();
+        assert_eq!(body["auth"]["scope"], json!({"domain": {"id": "d-9"}}));
+        // A project wins over the domain; no domain and no project: no scope at all.
+        c.project_id = "p-9".into();
+        let body = Auth::from_global(&c).unwrap().request_body();
+        assert_eq!(body["auth"]["scope"], json!({"project": {"id": "p-9"}}));
+        let mut c = g();
+        c.user_id = "u".into();
+        c.password = Secret("pw".into());
+        assert!(Auth::from_global(&c).unwrap().request_body()["auth"].get("scope").is_none());
         // Token with a project ID.
         let mut c = g();
         c.token = Secret("tok".into());
@@ -633,6 +667,7 @@ mod tests {
             received: now,
             catalog: Catalog::default(),
             project_id: None,
+            domain: None,
         };
         assert!(!t(3600).needs_renewal(now));
         assert!(t(3600).needs_renewal(now + Duration::from_secs(3600 - 100)));

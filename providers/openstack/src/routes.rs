@@ -300,8 +300,17 @@ async fn list_servers_named(
     const OP: &str = "nova:ListServers";
     let q = [("name", exact_name_filter(name))];
     let items = client.list(OP, Service::Compute, &["servers", "detail"], &q, "servers").await?;
-    let servers: Vec<crate::instances::Server> =
-        items.into_iter().filter_map(|v| serde_json::from_value(v).ok()).collect();
+    // The server chooses a route's next hop: one Nova shows that cannot be read is an error
+    // naming it (and what could not be read), never skipped for another of the name.
+    let mut servers = Vec::with_capacity(items.len());
+    for v in items {
+        let id = v.get("id").and_then(Value::as_str).unwrap_or("<no id>").to_string();
+        let server: crate::instances::Server =
+            serde_json::from_value(v).map_err(|e| ProviderError::other(format!(
+                "{OP}: server {id} (named {name:?}) cannot be read: {e}: refusing to choose a route's next hop without it"
+            )))?;
+        servers.push(server);
+    }
     Ok(servers.into_iter().filter(|s| s.name == name).collect())
 }
 

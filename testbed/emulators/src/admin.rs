@@ -132,11 +132,35 @@ impl Admin {
         Self::build(base_url.as_ref(), Some(ca_pem))
     }
 
+    /// [`Admin::with_ca_pem`], presenting the client certificate and key in `identity_pem`
+    /// (PEM, certificate then key) to an emulator that requires one
+    /// ([`crate::tls::TlsIdentity::generate_requiring_client_certs`]).
+    pub fn with_ca_pem_and_identity(
+        base_url: impl AsRef<str>,
+        ca_pem: &str,
+        identity_pem: &str,
+    ) -> Result<Admin, AdminError> {
+        let identity =
+            reqwest::Identity::from_pem(identity_pem.as_bytes()).map_err(AdminError::Client)?;
+        Self::build_with(base_url.as_ref(), Some(ca_pem), Some(identity))
+    }
+
     fn build(base: &str, ca_pem: Option<&str>) -> Result<Admin, AdminError> {
+        Self::build_with(base, ca_pem, None)
+    }
+
+    fn build_with(
+        base: &str,
+        ca_pem: Option<&str>,
+        identity: Option<reqwest::Identity>,
+    ) -> Result<Admin, AdminError> {
         let mut b = reqwest::Client::builder()
             .timeout(Duration::from_secs(60))
             .connect_timeout(Duration::from_secs(20))
             .no_proxy();
+        if let Some(identity) = identity {
+            b = b.identity(identity);
+        }
         match ca_pem {
             Some(pem) => {
                 let cert =

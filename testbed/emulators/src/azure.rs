@@ -23,7 +23,8 @@
 //! | `…/virtualMachineScaleSets/{ss}[/virtualMachines/{id}]/networkInterfaces[/{nic}]` (uniform scale sets' NICs) | `network.network_interfaces.{list_virtual_machine_scale_set_network_interfaces,list_virtual_machine_scale_set_vm_network_interfaces,get_virtual_machine_scale_set_network_interface}` |
 //! | `…/Microsoft.Network/{loadBalancers,publicIPAddresses,networkSecurityGroups,routeTables,networkInterfaces}[/{name}]` | `network.<type>.{list,list_all,get,create_or_update,delete}` |
 //! | `…/Microsoft.Network/virtualNetworks/{vnet}[/subnets/{name}]` | `network.virtual_networks.get`, `network.subnets.{list,get,create_or_update}` |
-//! | `…/Microsoft.Network/privateLinkServices` (resource group or subscription) | `network.private_link_services.{list,list_all}` |
+//! | `…/Microsoft.Network/privateLinkServices[/{name}]` (lists: resource group or subscription) | `network.private_link_services.{list,list_all,get,create_or_update,delete}` (ARM's rules: [`pls`]) |
+//! | `GET /subscriptions/{sub}/providers/{ns}` (the region's zones: `Microsoft.Compute`'s `virtualMachines` `zoneMappings`, the world's numeric zones) | `resources.providers.get` |
 //!
 //! Rules enforced as ARM does: every ARM call needs `api-version` (400
 //! `MissingApiVersionParameter`) and a bearer token this emulator issued (401
@@ -60,7 +61,7 @@
 //! the kit fails (`operation-failures`) ends `Failed` and leaves its resource `Failed` (a
 //! `PUT` that creates is the action `create`, one that replaces `update`). Read-only back-references (`backendIPConfigurations`, a public IP's
 //! `ipConfiguration`) are computed on every read. Unknown fields a client sends are kept and
-//! returned unchanged. Private link services are listed (always none) and never kept.
+//! returned unchanged.
 //!
 //! Discovery, as upstream's CCM does it before building any client: `GET
 //! /metadata/endpoints?api-version=2019-05-01` (no token) answers ARM's JSON array of cloud
@@ -72,6 +73,16 @@
 //! other.
 //! Errors: `{"error":{"code","message"}}`.
 //!
+//! Network elsewhere ([`AzureOptions::network`], upstream's `networkResourceSubscriptionID` /
+//! `networkResourceTenantID`): the world's virtual networks, subnets and security group live
+//! in a second subscription (same resource group name), AAD issues tokens of its tenant too,
+//! and ARM enforces its cross-tenant rules: a call to a subscription with a token of another
+//! tenant is 401 `InvalidAuthenticationTokenTenant`; a `PUT` linking a resource of a
+//! subscription in another tenant (a NIC joining the other subscription's pool or subnet)
+//! without a token of that tenant in `x-ms-authorization-auxiliary` is 403
+//! `LinkedAuthorizationFailed` (read-only back-references are not links).
+//! [`AzureCloud::calls_to_subscription`] counts the ARM calls each subscription got.
+//!
 //! World mapping: instances are VMs in resource group [`AzureOptions::resource_group`]
 //! (`Standard_D2s_v3` unless `type`), each with a NIC `<vm>-nic` (private IPs, IPv4 and IPv6)
 //! and, for public IPs, a public IP `<vm>-pip`. An instance tagged `azure.vmss: <set>` is an
@@ -79,7 +90,12 @@
 //! name of Azure's form, `<set>` and 6 base-36 digits (`pool000000`, `pool00000a`; see
 //! [`vmss_computer_name`]), is the instance ID it encodes (0, 10); any other name (the
 //! shorthand `pool-0`, which Azure never makes) takes the lowest free ID from the number of
-//! instances so far. The VMSS VM's own name is `<set>_<id>`. A numeric
+//! instances so far. The VMSS VM's own name is `<set>_<id>`. An instance tagged
+//! `azure.vmss-flex: <set>` is a VM of the flexible scale set `<set>` (made `Flexible` with
+//! its first instance, a model with one NIC configuration `<set>-nic`): a standalone VM with
+//! its NIC `<vm>-nic`, its `virtualMachineScaleSet` naming the set, as ARM shows flexible
+//! orchestration. A scale-set instance added later (either mode) starts in the backend pools
+//! its scale set's model lists, as Compute builds it from the latest model. A numeric
 //! `zone` (`1`) is an availability zone; any other zone means "no zones", and the fault domain
 //! is the tag `azure.fault-domain` (default 0). Power: running, stopped (`PowerState/stopped`)
 //! and terminated (`PowerState/deallocated`). `networks` are virtual networks (one
@@ -101,6 +117,11 @@ use serde_json::{Map, Value, json};
 use crate::asyncop::{Action, AsyncOps, Operation, Phase, Timing, arm_operation_status};
 use crate::server::{Body, Cloud, ErrorKind, ErrorReply, ServeFuture, full};
 use crate::world::{Instance, PowerState, World};
+
+#[path = "azure_aad_cert.rs"]
+mod aad_cert;
+#[path = "azure_pls.rs"]
+mod pls;
 
 /// The client secret [`AzureOptions::default`] accepts.
 pub const DEFAULT_CLIENT_SECRET: &str = "azure-emulator-secret";
@@ -130,6 +151,24 @@ pub struct AzureOptions {
     pub page_size: usize,
     /// How long issued tokens live.
     pub token_lifetime: Duration,
+    /// A second subscription holding the world's network (virtual networks, subnets, the
+    /// security group) and every network resource clients create there, in its own AAD
+    /// tenant (or the same): upstream's `networkResourceSubscriptionID`/`TenantID`.
+    pub network: Option<NetworkSubscription>,
+}
+
+/// The network subscription of [`AzureOptions::network`] and its tenant. AAD issues tokens
+/// of either tenant (same client ids and secrets); a call to a subscription needs a token
+/// of its tenant (401 `InvalidAuthenticationTokenTenant`), and a write referencing a
+/// resource of a subscription in another tenant needs that tenant's token in
+/// `x-ms-authorization-auxiliary` (403 `LinkedAuthorizationFailed`), as ARM's cross-tenant
+/// rules.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NetworkSubscription {
+    /// The subscription id.
+    pub subscription_id: String,
+    /// Its tenant id (may be [`AzureOptions::tenant_id`]).
+    pub tenant_id: String,
 }
 
 impl Default for AzureOptions {
@@ -145,6 +184,7 @@ impl Default for AzureOptions {
             lro: Duration::from_millis(500),
             page_size: 50,
             token_lifetime: Duration::from_secs(3600),
+            network: None,
         }
     }
 }
@@ -247,7 +287,7 @@ enum Kind {
     Nic,
     Vnet,
     Subnet,
-    /// Private link services: listed (the provider's upstream looks for its own), never kept.
+    /// Private link services (rules in [`pls`]).
     Pls,
 }
 
@@ -311,7 +351,7 @@ impl Kind {
     /// Whether PUT/DELETE are served (the world's compute and vnets are read-only, apart from
     /// scale sets and their VMs, which take model updates).
     fn writable(self) -> bool {
-        !matches!(self, Kind::Vm | Kind::Vnet | Kind::Pls)
+        !matches!(self, Kind::Vm | Kind::Vnet)
     }
 }
 
@@ -349,6 +389,10 @@ enum Target {
         id: String,
         instance_view: bool,
     },
+    /// A resource provider's registration (`GET /subscriptions/{sub}/providers/{ns}`): its
+    /// resource types, with `Microsoft.Compute`'s `virtualMachines` zone mappings (the
+    /// region's availability zones, as upstream reads them).
+    ResourceProvider(String),
     /// A uniform scale set's NICs: all of the set's (`vm: None`), one VM's, or one NIC.
     VmssNics {
         /// The scale set's ARM ID.
@@ -387,6 +431,9 @@ fn parse_target(method: &Method, path: &str) -> Target {
         }
         ["subscriptions", _, "providers", _, "locations", _, "operationresults", _] => {
             return Target::Operation { id: segs[7].to_string(), result: true };
+        }
+        ["subscriptions", _, "providers", _] if method == Method::GET => {
+            return Target::ResourceProvider(segs[3].to_string());
         }
         ["subscriptions", _, "providers", ns, ty] => {
             if let Some(kind) = Kind::top(ns, ty) {
@@ -450,6 +497,7 @@ fn operation_name(method: &Method, t: &Target) -> String {
         Target::ImdsLoadBalancer => "imds.loadbalancer".into(),
         Target::ImdsToken => "imds.token".into(),
         Target::AzureSwitch(_) => "emulator.azure_switch".into(),
+        Target::ResourceProvider(_) => "resources.providers.get".into(),
         Target::Operation { result: false, .. } => "arm.operations.get".into(),
         Target::Operation { result: true, .. } => "arm.operation_results.get".into(),
         Target::List { kind, rg, .. } => {
@@ -601,6 +649,12 @@ struct State {
     res: BTreeMap<String, Stored>,
     /// Issued tokens → expiry (UNIX seconds).
     tokens: BTreeMap<String, u64>,
+    /// Issued tokens → their tenant (lower case).
+    token_tenants: BTreeMap<String, String>,
+    /// Certificates (DER) registered per client id (AAD's certificate credentials).
+    client_certificates: BTreeMap<String, Vec<Vec<u8>>>,
+    /// ARM calls per subscription (lower case), authorised or not.
+    calls_by_subscription: BTreeMap<String, u64>,
     /// The VM IMDS speaks for (lower-case id).
     imds_vm: Option<String>,
     /// Next public IP host number.
@@ -689,6 +743,25 @@ fn children_mut<'a>(v: &'a mut Value, key: &str) -> Vec<&'a mut Value> {
     }
 }
 
+/// ARM's checks on one child `c` of `key` in resource `id` (a frontend, a pool, a PLS IP
+/// configuration …): it has a name (400 `InvalidRequestFormat`), unique in `seen` ignoring
+/// case (400 `DuplicateResourceName`); its `id` is set to `<id>/<key>/<name>`. The name.
+fn name_child(
+    c: &mut Value,
+    id: &str,
+    key: &str,
+    seen: &mut std::collections::BTreeSet<String>,
+) -> Res<String> {
+    let Some(n) = c.get("name").and_then(Value::as_str).map(str::to_string) else {
+        return Err(bad("InvalidRequestFormat", format!("{key} entry of {id} has no name.")));
+    };
+    if !seen.insert(n.to_ascii_lowercase()) {
+        return Err(bad("DuplicateResourceName", format!("{id} has two {key} named {n}.")));
+    }
+    c["id"] = json!(format!("{id}/{key}/{n}"));
+    Ok(n)
+}
+
 fn child_names(v: &Value, key: &str) -> Vec<String> {
     v.get("properties")
         .and_then(|p| p.get(key))
@@ -699,6 +772,33 @@ fn child_names(v: &Value, key: &str) -> Vec<String> {
                 .collect()
         })
         .unwrap_or_default()
+}
+
+/// The resource IDs a write's body links to (every `/subscriptions/…` string), without
+/// the read-only back-references ARM ignores on a write (`backendIPConfigurations`, a
+/// public IP's `ipConfiguration`, `loadBalancingRules` of a pool, a NIC's
+/// `virtualMachine`, a security group's `networkInterfaces` and `subnets`).
+fn linked_refs(v: &Value, out: &mut Vec<String>) {
+    const READ_ONLY: [&str; 6] = [
+        "backendIPConfigurations",
+        "ipConfiguration",
+        "loadBalancingRules",
+        "virtualMachine",
+        "networkInterfaces",
+        "subnets",
+    ];
+    match v {
+        Value::String(s) if s.starts_with("/subscriptions/") => out.push(s.clone()),
+        Value::Array(a) => a.iter().for_each(|x| linked_refs(x, out)),
+        Value::Object(m) => {
+            for (k, x) in m {
+                if !READ_ONLY.contains(&k.as_str()) {
+                    linked_refs(x, out);
+                }
+            }
+        }
+        _ => {}
+    }
 }
 
 fn name_of(id: &str) -> &str {
@@ -752,6 +852,109 @@ impl AzureCloud {
 
     fn rg_id(&self, rg: &str) -> String {
         format!("/subscriptions/{}/resourceGroups/{rg}", self.subscription_id())
+    }
+
+    /// The subscription of the world's network ([`AzureOptions::network`], else the one).
+    pub fn network_subscription_id(&self) -> String {
+        self.o().network.map_or_else(|| self.subscription_id(), |n| n.subscription_id)
+    }
+
+    /// The ARM id of a network resource of the world's resource group in the network
+    /// subscription (the world's virtual networks, subnets and security group).
+    pub fn network_id(&self, arm_type: &str, name: &str) -> String {
+        format!(
+            "/subscriptions/{}/resourceGroups/{}/providers/{arm_type}/{name}",
+            self.network_subscription_id(),
+            self.resource_group()
+        )
+    }
+
+    /// ARM calls addressed to `subscription` so far (token requests and operation polls
+    /// not included).
+    pub fn calls_to_subscription(&self, subscription: &str) -> u64 {
+        let st = lock(&self.state);
+        st.calls_by_subscription.get(&subscription.to_ascii_lowercase()).copied().unwrap_or(0)
+    }
+
+    /// The tenant of `subscription`; None when the emulator has no such subscription.
+    fn tenant_of(&self, subscription: &str) -> Option<String> {
+        let o = self.o();
+        if ids_eq(subscription, &o.subscription_id) {
+            return Some(o.tenant_id);
+        }
+        o.network.filter(|n| ids_eq(subscription, &n.subscription_id)).map(|n| n.tenant_id)
+    }
+
+    /// The tenant of an issued, unexpired token.
+    fn token_tenant(&self, token: &str) -> Option<String> {
+        let st = lock(&self.state);
+        let live = st.tokens.get(token).is_some_and(|exp| *exp > now_secs());
+        if !live {
+            return None;
+        }
+        st.token_tenants
+            .get(token)
+            .cloned()
+            .or_else(|| Some(self.o().tenant_id.to_ascii_lowercase()))
+    }
+
+    /// ARM's cross-tenant rules for a call to `sub` (see [`NetworkSubscription`]).
+    fn check_tenants(&self, req: &Request<Bytes>, sub: &str) -> Res<()> {
+        let Some(want) = self.tenant_of(sub) else { return Ok(()) };
+        let bearer = |v: &str| v.trim().strip_prefix("Bearer ").map(|t| t.trim().to_string());
+        let primary = req
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(bearer)
+            .and_then(|t| self.token_tenant(&t))
+            .unwrap_or_default();
+        if !ids_eq(&primary, &want) {
+            return Err(err(
+                StatusCode::UNAUTHORIZED,
+                "InvalidAuthenticationTokenTenant",
+                format!(
+                    "The access token is from the wrong issuer 'https://sts.windows.net/{primary}/'. It must match the tenant 'https://sts.windows.net/{want}/' associated with this subscription. Please use the authority (URL) 'https://login.windows.net/{want}' to get the token. Note, if the subscription is transferred to another tenant there is no impact to the services, but information about new tenant could take time to propagate (up to an hour). If you just transferred your subscription and see this error message, please try back later."
+                ),
+            ));
+        }
+        if !matches!(*req.method(), Method::PUT | Method::PATCH) {
+            return Ok(());
+        }
+        // Linked resources in another tenant's subscription need that tenant's token.
+        let aux: Vec<String> = req
+            .headers()
+            .get("x-ms-authorization-auxiliary")
+            .and_then(|v| v.to_str().ok())
+            .map(|v| {
+                v.split(',').filter_map(bearer).filter_map(|t| self.token_tenant(&t)).collect()
+            })
+            .unwrap_or_default();
+        let body: Value = serde_json::from_slice(req.body()).unwrap_or(Value::Null);
+        let mut refs = Vec::new();
+        linked_refs(&body, &mut refs);
+        let mut linked: Vec<String> = Vec::new();
+        for r in refs {
+            let Some(s) = r.split('/').nth(2).map(str::to_string) else { continue };
+            if !ids_eq(&s, sub) && !linked.iter().any(|l| ids_eq(l, &s)) {
+                linked.push(s);
+            }
+        }
+        for s in linked {
+            let Some(tenant) = self.tenant_of(&s) else { continue };
+            if ids_eq(&tenant, &primary) || aux.iter().any(|a| ids_eq(a, &tenant)) {
+                continue;
+            }
+            return Err(err(
+                StatusCode::FORBIDDEN,
+                "LinkedAuthorizationFailed",
+                format!(
+                    "The client has permission to perform action on scope '{}'; however, the current tenant '{primary}' is not authorized to access linked subscription '{s}'.",
+                    req.uri().path()
+                ),
+            ));
+        }
+        Ok(())
     }
 
     /// The ARM id of a resource of the world's resource group, e.g.
@@ -856,6 +1059,21 @@ impl AzureCloud {
         lock(&self.state).tokens.clear();
     }
 
+    /// Registers an X.509 certificate (DER) for the service principal `client_id` (AAD's
+    /// certificate credentials): its certificate assertions must be signed by the key of one
+    /// of its certificates. `false` when `der` is not a certificate with a public key.
+    pub fn register_client_certificate(&self, client_id: &str, der: &[u8]) -> bool {
+        if aad_cert::certificate_public_key(der).is_none() {
+            return false;
+        }
+        lock(&self.state)
+            .client_certificates
+            .entry(client_id.to_string())
+            .or_default()
+            .push(der.to_vec());
+        true
+    }
+
     /// How many tokens AAD and the managed-identity endpoint issued.
     pub fn tokens_issued(&self) -> u64 {
         self.tokens_issued.load(Ordering::Relaxed)
@@ -943,7 +1161,7 @@ impl AzureCloud {
             subnets.push((vnets[0].0.clone(), "subnet".into(), "10.240.0.0/16".into()));
         }
         for (name, cidr) in &vnets {
-            let id = self.id("Microsoft.Network/virtualNetworks", name);
+            let id = self.network_id("Microsoft.Network/virtualNetworks", name);
             let body = json!({
                 "id": id, "name": name, "type": Kind::Vnet.arm_type(), "location": loc,
                 "etag": "", "properties": {
@@ -954,8 +1172,10 @@ impl AzureCloud {
             st.res.insert(id.to_ascii_lowercase(), stored(Kind::Vnet, body));
         }
         for (vnet, name, cidr) in &subnets {
-            let id =
-                format!("{}/subnets/{name}", self.id("Microsoft.Network/virtualNetworks", vnet));
+            let id = format!(
+                "{}/subnets/{name}",
+                self.network_id("Microsoft.Network/virtualNetworks", vnet)
+            );
             let body = json!({
                 "id": id, "name": name, "type": Kind::Subnet.arm_type(),
                 "properties": { "provisioningState": "Succeeded", "addressPrefix": cidr }
@@ -963,7 +1183,7 @@ impl AzureCloud {
             st.res.insert(id.to_ascii_lowercase(), stored(Kind::Subnet, body));
         }
         // The cluster's NSG.
-        let nsg = self.id("Microsoft.Network/networkSecurityGroups", &o.security_group);
+        let nsg = self.network_id("Microsoft.Network/networkSecurityGroups", &o.security_group);
         let defaults: Vec<Value> = [
             ("AllowVnetInBound", 65000, "Inbound", "VirtualNetwork", "VirtualNetwork", "Allow"),
             ("AllowAzureLoadBalancerInBound", 65001, "Inbound", "AzureLoadBalancer", "*", "Allow"),
@@ -1098,6 +1318,42 @@ impl AzureCloud {
                 "subnet": { "id": subnet_id } } }));
         }
         let vm_id_guid = uuid(&format!("vm:{}", inst.name));
+        // A flexible scale set's instance is a standalone VM with its own NIC that names the
+        // scale set; the scale set is made (Flexible) with its first instance.
+        let flex = inst.tags.get("azure.vmss-flex").map(|set| {
+            let vmss_id = self.id("Microsoft.Compute/virtualMachineScaleSets", set);
+            let key = vmss_id.to_ascii_lowercase();
+            if !st.res.contains_key(&key) {
+                let body = json!({
+                    "id": vmss_id, "name": set, "type": Kind::Vmss.arm_type(), "location": loc,
+                    "properties": {
+                        "provisioningState": "Succeeded", "orchestrationMode": "Flexible",
+                        "platformFaultDomainCount": 1, "singlePlacementGroup": false,
+                        "uniqueId": uuid(&format!("vmss:{set}")),
+                        "virtualMachineProfile": {
+                            "osProfile": { "computerNamePrefix": set, "adminUsername": "azureuser" },
+                            "networkProfile": {
+                                "networkApiVersion": "2020-11-01",
+                                "networkInterfaceConfigurations": [{
+                                    "name": format!("{set}-nic"), "properties": { "primary": true,
+                                    "ipConfigurations": [{ "name": "ipconfig1", "properties": {
+                                        "primary": true, "privateIPAddressVersion": "IPv4",
+                                        "subnet": { "id": subnet_id } } }] } }] },
+                        },
+                    }
+                });
+                st.res.insert(key.clone(), stored(Kind::Vmss, body));
+            }
+            // Compute builds the instance from the current model: its IP configurations
+            // join the model's backend pools at once.
+            (vmss_id, model_pools(st, &key))
+        });
+        if let Some((_, pools)) = &flex
+            && let Some(primary) = ipconfigs.first_mut()
+            && !pools.is_empty()
+        {
+            primary["properties"]["loadBalancerBackendAddressPools"] = json!(pools);
+        }
         if let Some(set) = inst.tags.get("azure.vmss") {
             let vmss_id = self.id("Microsoft.Compute/virtualMachineScaleSets", set);
             let key = vmss_id.to_ascii_lowercase();
@@ -1147,12 +1403,18 @@ impl AzureCloud {
                 ss.body["sku"]["capacity"] = json!(taken.len() + 1);
             }
             let id = format!("{vmss_id}/virtualMachines/{instance_id}");
+            // A new instance gets the latest model: the model's backend pools included.
+            let pools = model_pools(st, &key);
             let nic_cfg: Vec<Value> = ipconfigs
                 .iter()
                 .map(|c| {
-                    json!({ "name": c["name"], "properties": {
+                    let mut cfg = json!({ "name": c["name"], "properties": {
                     "primary": c["properties"]["primary"], "subnet": c["properties"]["subnet"],
-                    "privateIPAddressVersion": c["properties"]["privateIPAddressVersion"] } })
+                    "privateIPAddressVersion": c["properties"]["privateIPAddressVersion"] } });
+                    if c["properties"]["primary"] == json!(true) && !pools.is_empty() {
+                        cfg["properties"]["loadBalancerBackendAddressPools"] = json!(pools);
+                    }
+                    cfg
                 })
                 .collect();
             let mut body = json!({
@@ -1221,6 +1483,15 @@ impl AzureCloud {
                 "networkProfile": { "networkInterfaces": [{ "id": nic_id, "properties": { "primary": true } }] },
             }
         });
+        if let Some((vmss_id, _)) = &flex {
+            body["properties"]["virtualMachineScaleSet"] = json!({ "id": vmss_id });
+            if let Some(ss) = st.res.get_mut(&vmss_id.to_ascii_lowercase()) {
+                let n = ss.body["sku"]["capacity"].as_u64().unwrap_or(0);
+                if ss.body.get("sku").is_some() {
+                    ss.body["sku"]["capacity"] = json!(n + 1);
+                }
+            }
+        }
         if !zones.is_empty() {
             body["zones"] = json!(zones);
         }
@@ -1443,16 +1714,28 @@ impl AzureCloud {
         // The subscription must be ours.
         let sub =
             req.uri().path().trim_matches('/').split('/').nth(1).unwrap_or_default().to_string();
-        if !matches!(target, Target::Operation { .. }) && !ids_eq(&sub, &self.subscription_id()) {
+        if !matches!(target, Target::Operation { .. }) {
+            *lock(&self.state)
+                .calls_by_subscription
+                .entry(sub.to_ascii_lowercase())
+                .or_insert(0) += 1;
+        }
+        if !matches!(target, Target::Operation { .. }) && self.tenant_of(&sub).is_none() {
             return err(
                 StatusCode::NOT_FOUND,
                 "SubscriptionNotFound",
                 format!("The subscription '{sub}' could not be found."),
             );
         }
+        if !matches!(target, Target::Operation { .. })
+            && let Err(r) = self.check_tenants(req, &sub)
+        {
+            return r;
+        }
         self.settle();
         match target {
             Target::Operation { id, result } => self.operation_status(&id, result),
+            Target::ResourceProvider(ns) => self.resource_provider(&ns),
             Target::List { kind, rg, parent } => self.list(req, &qs, kind, rg, parent),
             Target::VmssNics { set, vm, nic } => self.vmss_nics(req, &qs, &set, vm, nic),
             Target::One { kind, id, instance_view } => {
@@ -1495,9 +1778,62 @@ impl AzureCloud {
         }
     }
 
+    /// The region's availability zones: the world's numeric zones (`1`–`3`); none when it
+    /// has only zoneless instances and subnets.
+    pub fn region_zones(&self) -> Vec<String> {
+        self.world.zones().into_iter().filter(|z| matches!(z.as_str(), "1" | "2" | "3")).collect()
+    }
+
+    /// `GET /subscriptions/{sub}/providers/{ns}`: ARM's provider registration. For
+    /// `Microsoft.Compute`, the `virtualMachines` resource type lists the location by its
+    /// display name (`East US`) with the region's zones in `zoneMappings`.
+    fn resource_provider(&self, ns: &str) -> Resp {
+        let known = ["Microsoft.Compute", "Microsoft.Network"];
+        let Some(ns) = known.iter().find(|k| k.eq_ignore_ascii_case(ns)) else {
+            return err(
+                StatusCode::NOT_FOUND,
+                "InvalidResourceNamespace",
+                format!("The resource namespace '{ns}' is invalid."),
+            );
+        };
+        let location = display_location(&self.location());
+        let types: Vec<Value> = if *ns == "Microsoft.Compute" {
+            ["virtualMachines", "virtualMachineScaleSets", "availabilitySets"]
+                .iter()
+                .map(|t| {
+                    let zones = if *t == "availabilitySets" { Vec::new() } else { self.region_zones() };
+                    json!({
+                        "resourceType": t,
+                        "locations": [location],
+                        "zoneMappings": [{"location": location, "zones": zones}],
+                        "apiVersions": [NEWEST_API_VERSION.iter().find(|(n, _)| *n == "Microsoft.Compute").map_or("2024-07-01", |(_, v)| *v)],
+                        "capabilities": "SupportsTags, SupportsLocation",
+                    })
+                })
+                .collect()
+        } else {
+            ["loadBalancers", "publicIPAddresses", "privateLinkServices"]
+                .iter()
+                .map(|t| json!({"resourceType": t, "locations": [location], "apiVersions": ["2024-05-01"]}))
+                .collect()
+        };
+        reply(
+            StatusCode::OK,
+            &json!({
+                "id": format!("/subscriptions/{}/providers/{ns}", self.subscription_id()),
+                "namespace": ns,
+                "registrationState": "Registered",
+                "registrationPolicy": "RegistrationRequired",
+                "resourceTypes": types,
+            }),
+        )
+    }
+
     fn rg_exists(&self, rg: &str) -> bool {
         let prefix = format!("{}/", self.rg_id(rg)).to_ascii_lowercase();
-        lock(&self.state).res.keys().any(|k| k.starts_with(&prefix))
+        let net = format!("/subscriptions/{}/resourcegroups/{rg}/", self.network_subscription_id())
+            .to_ascii_lowercase();
+        lock(&self.state).res.keys().any(|k| k.starts_with(&prefix) || k.starts_with(&net))
     }
 
     fn authorise(&self, req: &Request<Bytes>) -> Res<()> {
@@ -1533,19 +1869,27 @@ impl AzureCloud {
     }
 
     fn issue_token(&self, audience: &str) -> (String, u64) {
+        self.issue_token_in(audience, &self.tenant_id())
+    }
+
+    /// A token of `tenant` for `audience`.
+    fn issue_token_in(&self, audience: &str, tenant: &str) -> (String, u64) {
         let life = self.o().token_lifetime.as_secs().max(1);
         let n = self.tokens_issued.fetch_add(1, Ordering::Relaxed);
         let exp = now_secs() + life;
         let header = b64url(br#"{"typ":"JWT","alg":"RS256"}"#);
         let payload = b64url(
-            json!({ "aud": audience, "iss": format!("https://sts.windows.net/{}/", self.tenant_id()),
-                    "exp": exp, "tid": self.tenant_id(), "n": n, "uti": uuid(&format!("tok{n}{exp}")) })
-                .to_string()
-                .as_bytes(),
+            json!({ "aud": audience, "iss": format!("https://sts.windows.net/{tenant}/"),
+                    "exp": exp, "tid": tenant, "n": n, "uti": uuid(&format!("tok{n}{exp}")) })
+            .to_string()
+            .as_bytes(),
         );
         let sig = b64url(uuid(&format!("sig{n}{exp}")).as_bytes());
         let t = format!("{header}.{payload}.{sig}");
-        lock(&self.state).tokens.insert(t.clone(), exp);
+        let mut st = lock(&self.state);
+        st.tokens.insert(t.clone(), exp);
+        st.token_tenants.insert(t.clone(), tenant.to_ascii_lowercase());
+        drop(st);
         (t, life)
     }
 
@@ -1561,13 +1905,16 @@ impl AzureCloud {
                 "timestamp": "", "trace_id": uuid(d), "correlation_id": uuid(e) }),
             )
         };
-        if !ids_eq(tenant, &self.tenant_id()) {
+        let network_tenant = self.o().network.map(|n| n.tenant_id);
+        if !ids_eq(tenant, &self.tenant_id()) && !network_tenant.is_some_and(|n| ids_eq(tenant, &n))
+        {
             return aad_err(
                 StatusCode::BAD_REQUEST,
                 "invalid_request",
                 &format!("AADSTS90002: Tenant '{tenant}' not found."),
             );
         }
+        let tenant = tenant.to_string();
         if form.get("grant_type").map(String::as_str) != Some("client_credentials") {
             return aad_err(
                 StatusCode::BAD_REQUEST,
@@ -1595,11 +1942,26 @@ impl AzureCloud {
         let authenticated = if let Some(s) = form.get("client_secret") {
             s == secret
         } else if let Some(a) = form.get("client_assertion") {
-            // A federated token (workload identity) or certificate assertion: any JWT-shaped
-            // assertion of the right type.
-            form.get("client_assertion_type").map(String::as_str)
+            let typed = form.get("client_assertion_type").map(String::as_str)
                 == Some("urn:ietf:params:oauth:client-assertion-type:jwt-bearer")
-                && a.split('.').count() == 3
+                && a.split('.').count() == 3;
+            if typed && aad_cert::is_certificate_assertion(a) {
+                // A certificate assertion: checked against the client's certificates.
+                let certs =
+                    lock(&self.state).client_certificates.get(client).cloned().unwrap_or_default();
+                let now = i64::try_from(now_secs()).unwrap_or(i64::MAX);
+                if let Err((code, d)) = aad_cert::check(a, client, &tenant, &certs, now) {
+                    return reply(
+                        StatusCode::UNAUTHORIZED,
+                        &aad_cert::rejection(code, &d, &uuid(a)),
+                    );
+                }
+                true
+            } else {
+                // A federated token (workload identity): any JWT-shaped assertion of the
+                // right type.
+                typed
+            }
         } else {
             false
         };
@@ -1611,7 +1973,7 @@ impl AzureCloud {
             );
         }
         let scope = form.get("scope").cloned().unwrap_or_default();
-        let (t, life) = self.issue_token(scope.trim_end_matches("/.default"));
+        let (t, life) = self.issue_token_in(scope.trim_end_matches("/.default"), &tenant);
         reply(
             StatusCode::OK,
             &json!({ "token_type": "Bearer", "expires_in": life, "ext_expires_in": life, "access_token": t }),
@@ -1712,6 +2074,19 @@ impl AzureCloud {
         if v6.is_empty() {
             iface["ipv6"] = json!({ "ipAddress": [] });
         }
+        // The VM's tags, as IMDS serves them: `tags` "k:v;k2:v2" and `tagsList`.
+        let vm_tags: Vec<(String, String)> = b["tags"]
+            .as_object()
+            .map(|m| {
+                m.iter()
+                    .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_string()))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let tags_text =
+            vm_tags.iter().map(|(k, v)| format!("{k}:{v}")).collect::<Vec<_>>().join(";");
+        let tags_list: Vec<Value> =
+            vm_tags.iter().map(|(k, v)| json!({ "name": k, "value": v })).collect();
         reply(
             StatusCode::OK,
             &json!({
@@ -1726,7 +2101,8 @@ impl AzureCloud {
                     "resourceGroupName": id.split('/').nth(4).unwrap_or_default(),
                     "resourceId": id,
                     "subscriptionId": self.subscription_id(),
-                    "tags": "",
+                    "tags": tags_text,
+                    "tagsList": tags_list,
                     "vmId": b["properties"]["vmId"],
                     "vmScaleSetName": vmss,
                     "vmSize": b["properties"]["hardwareProfile"]["vmSize"].as_str().or_else(|| b["sku"]["name"].as_str()).unwrap_or_default(),
@@ -1900,6 +2276,8 @@ impl AzureCloud {
         rg: Option<String>,
         parent: Option<String>,
     ) -> Resp {
+        let sub =
+            req.uri().path().trim_matches('/').split('/').nth(1).unwrap_or_default().to_string();
         if let Some(rg) = &rg
             && !ids_eq(rg, &self.resource_group())
             && !self.rg_exists(rg)
@@ -1927,10 +2305,10 @@ impl AzureCloud {
         }
         let prefix = match (&parent, &rg) {
             (Some(p), _) => format!("{}/", p.to_ascii_lowercase()),
-            (None, Some(rg)) => format!("{}/", self.rg_id(rg).to_ascii_lowercase()),
-            (None, None) => {
-                format!("/subscriptions/{}/", self.subscription_id().to_ascii_lowercase())
+            (None, Some(rg)) => {
+                format!("/subscriptions/{sub}/resourcegroups/{rg}/").to_ascii_lowercase()
             }
+            (None, None) => format!("/subscriptions/{sub}/").to_ascii_lowercase(),
         };
         let items: Vec<Value> = st
             .res
@@ -2078,9 +2456,9 @@ impl AzureCloud {
             .and_then(|h| h.to_str().ok())
             .unwrap_or("localhost")
             .to_string();
+        let sub = id.split('/').nth(2).map_or_else(|| self.subscription_id(), str::to_string);
         let base = format!(
-            "https://{host}/subscriptions/{}/providers/{}/locations/{}",
-            self.subscription_id(),
+            "https://{host}/subscriptions/{sub}/providers/{}/locations/{}",
             kind.namespace(),
             self.location()
         );
@@ -2292,6 +2670,9 @@ impl AzureCloud {
                 }
             }
             Kind::Lb => {
+                if let Err(r) = pls::check_lb_delete(&st, &cur.body) {
+                    return r;
+                }
                 for pool in child_names(&cur.body, "backendAddressPools") {
                     let pid = format!(
                         "{}/backendAddressPools/{pool}",
@@ -2355,6 +2736,7 @@ impl AzureCloud {
         };
         match kind {
             Kind::Lb => {
+                pls::check_frontends_kept(st, body, current.map(|c| &c.body))?;
                 default_sku_tier(body);
                 for key in [
                     "frontendIPConfigurations",
@@ -2366,20 +2748,7 @@ impl AzureCloud {
                 ] {
                     let mut seen = std::collections::BTreeSet::new();
                     for c in children_mut(body, key) {
-                        let Some(n) = c.get("name").and_then(Value::as_str).map(str::to_string)
-                        else {
-                            return Err(bad(
-                                "InvalidRequestFormat",
-                                format!("{key} entry of {id} has no name."),
-                            ));
-                        };
-                        if !seen.insert(n.to_ascii_lowercase()) {
-                            return Err(bad(
-                                "DuplicateResourceName",
-                                format!("{id} has two {key} named {n}."),
-                            ));
-                        }
-                        c["id"] = json!(format!("{id}/{key}/{n}"));
+                        name_child(c, id, key, &mut seen)?;
                         if let Some(p) = c.get_mut("properties").and_then(Value::as_object_mut) {
                             p.insert("provisioningState".into(), json!("Succeeded"));
                             // Read-only back-references are computed by ARM.
@@ -2706,8 +3075,11 @@ impl AzureCloud {
                     }
                 }
             }
-            Kind::Subnet => {}
-            Kind::Vm | Kind::Vnet | Kind::Pls => {}
+            Kind::Subnet => pls::check_subnet(st, id, body)?,
+            Kind::Pls => {
+                pls::validate(st, id, body, current.map(|c| &c.body), &self.location())?;
+            }
+            Kind::Vm | Kind::Vnet => {}
         }
         Ok(())
     }
@@ -2835,26 +3207,7 @@ fn acr_challenge(req: &Request<Bytes>) -> Resp {
 /// The `aud` claim of a JWT-shaped token (no signature check).
 fn jwt_audience(token: &str) -> Option<String> {
     let payload = token.split('.').nth(1)?;
-    let mut bits = 0u32;
-    let mut n = 0u32;
-    let mut out = Vec::new();
-    for c in payload.bytes() {
-        let v = match c {
-            b'A'..=b'Z' => c - b'A',
-            b'a'..=b'z' => c - b'a' + 26,
-            b'0'..=b'9' => c - b'0' + 52,
-            b'-' | b'+' => 62,
-            b'_' | b'/' => 63,
-            b'=' => break,
-            _ => return None,
-        };
-        bits = (bits << 6) | u32::from(v);
-        n += 6;
-        if n >= 8 {
-            n -= 8;
-            out.push(((bits >> n) & 0xff) as u8);
-        }
-    }
+    let out = aad_cert::b64url_decode(payload)?;
     let claims: Value = serde_json::from_slice(&out).ok()?;
     claims.get("aud")?.as_str().map(str::to_string)
 }
@@ -2966,6 +3319,30 @@ fn pool_exists(st: &State, pool_id: &str) -> bool {
                 lower.ends_with(&format!("/backendaddresspools/{}", n.to_ascii_lowercase()))
             })
     })
+}
+
+/// The backend pools a scale set's model (`key`: its lower-case ID) lists on its primary
+/// NIC configuration's primary IP configuration: what Compute gives a new instance.
+fn model_pools(st: &State, key: &str) -> Vec<Value> {
+    let Some(ss) = st.res.get(key) else { return Vec::new() };
+    let nics = ss.body["properties"]["virtualMachineProfile"]["networkProfile"]
+        ["networkInterfaceConfigurations"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let primary = |v: &Value| v["properties"]["primary"] == json!(true);
+    let nic = if nics.len() == 1 { nics.first() } else { nics.iter().find(|n| primary(n)) };
+    let configs = nic
+        .and_then(|n| n["properties"]["ipConfigurations"].as_array().cloned())
+        .unwrap_or_default();
+    let cfg =
+        if configs.len() == 1 { configs.first() } else { configs.iter().find(|c| primary(c)) };
+    cfg.and_then(|c| c["properties"]["loadBalancerBackendAddressPools"].as_array().cloned())
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|p| p["id"].as_str().is_some_and(|id| pool_exists(st, id)))
+        .map(|p| json!({ "id": p["id"] }))
+        .collect()
 }
 
 /// The backend pools a scale-set VM's IP configurations reference, with each IP
@@ -3088,7 +3465,7 @@ fn private_ip_holders(st: &State, except: &str) -> Vec<(String, String, String)>
                 .flatten()
                 .map(|c| (c, c["id"].as_str().unwrap_or(rid).to_string()))
                 .collect(),
-            Kind::Nic => r.body["properties"]["ipConfigurations"]
+            Kind::Nic | Kind::Pls => r.body["properties"]["ipConfigurations"]
                 .as_array()
                 .into_iter()
                 .flatten()
@@ -3219,6 +3596,29 @@ fn check_zones(what: &str, sku: &str, want: &[String], had: Option<Vec<String>>)
         ));
     }
     Ok(())
+}
+
+/// A location's display name as ARM's provider registrations list it (`eastus` → `East
+/// US`); an unknown one as it is.
+fn display_location(l: &str) -> String {
+    const NAMES: &[(&str, &str)] = &[
+        ("eastus", "East US"),
+        ("eastus2", "East US 2"),
+        ("westus", "West US"),
+        ("westus2", "West US 2"),
+        ("westus3", "West US 3"),
+        ("centralus", "Central US"),
+        ("northcentralus", "North Central US"),
+        ("westcentralus", "West Central US"),
+        ("westeurope", "West Europe"),
+        ("northeurope", "North Europe"),
+        ("uksouth", "UK South"),
+        ("japaneast", "Japan East"),
+        ("southeastasia", "Southeast Asia"),
+        ("australiaeast", "Australia East"),
+    ];
+    let n = norm_location(l);
+    NAMES.iter().find(|(k, _)| *k == n).map_or_else(|| l.to_string(), |(_, v)| v.to_string())
 }
 
 fn norm_location(l: &str) -> String {
@@ -3865,5 +4265,69 @@ mod tests {
             format!("{id}/networkInterfaces/pool/ipConfigurations/ipconfig1")
         );
         assert_eq!(cfgs[1]["properties"]["privateIPAddressVersion"], "IPv6");
+    }
+
+    #[test]
+    fn flexible_scale_set_instances_are_vms_and_new_instances_get_the_models_pools() {
+        let w = World::parse(
+            "instances:\n- {name: flex-a, zone: '1', private_ips: [10.240.2.4], tags: {azure.vmss-flex: flex}}\n- {name: ss-0, zone: '1', tags: {azure.vmss: pool}}\n",
+        )
+        .unwrap();
+        let c = AzureCloud::new(w, AzureOptions::default());
+        let flex_id = c.id("Microsoft.Compute/virtualMachineScaleSets", "flex");
+        let ss = c.resource(&flex_id).unwrap();
+        assert_eq!(ss["properties"]["orchestrationMode"], "Flexible");
+        let vm_id = c.instance_resource_id("flex-a").unwrap();
+        assert_eq!(vm_id, c.id("Microsoft.Compute/virtualMachines", "flex-a"));
+        let vm = c.resource(&vm_id).unwrap();
+        assert_eq!(vm["properties"]["virtualMachineScaleSet"]["id"], json!(flex_id));
+        let nic_id = c.id("Microsoft.Network/networkInterfaces", "flex-a-nic");
+        let nic = c.resource(&nic_id).unwrap();
+        assert!(
+            nic["properties"]["ipConfigurations"][0]["properties"]
+                .get("loadBalancerBackendAddressPools")
+                .is_none()
+        );
+
+        // A load balancer with a pool; both models list it (as a CCM writes them).
+        let lb = c.id("Microsoft.Network/loadBalancers", "kubernetes");
+        let pool = format!("{lb}/backendAddressPools/kubernetes");
+        c.put_resource(
+            &lb,
+            json!({"sku": {"name": "Standard"}, "properties": {"backendAddressPools": [{"name": "kubernetes", "id": pool}]}}),
+        )
+        .unwrap();
+        for set in ["flex", "pool"] {
+            let id = c.id("Microsoft.Compute/virtualMachineScaleSets", set);
+            let mut ss = c.resource(&id).unwrap();
+            ss["properties"]["virtualMachineProfile"]["networkProfile"]["networkInterfaceConfigurations"]
+                [0]["properties"]["ipConfigurations"][0]["properties"]["loadBalancerBackendAddressPools"] =
+                json!([{ "id": pool }]);
+            c.put_resource(&id, ss).unwrap();
+        }
+        // New instances of either mode start in the pool.
+        for (name, tag) in [("flex-b", "azure.vmss-flex: flex"), ("ss-1", "azure.vmss: pool")] {
+            let w = World::parse(&format!(
+                "instances:\n- {{name: {name}, zone: '1', tags: {{{tag}}}}}\n"
+            ))
+            .unwrap();
+            c.add_instance(w.instances[0].clone()).unwrap();
+        }
+        let lb = c.resource(&lb).unwrap();
+        let mut members: Vec<String> =
+            lb["properties"]["backendAddressPools"][0]["properties"]["backendIPConfigurations"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|r| r["id"].as_str().unwrap().split("/providers/").nth(1).unwrap().to_string())
+                .collect();
+        members.sort();
+        assert_eq!(
+            members,
+            [
+                "Microsoft.Compute/virtualMachineScaleSets/pool/virtualMachines/1/networkInterfaces/pool/ipConfigurations/ipconfig1",
+                "Microsoft.Network/networkInterfaces/flex-b-nic/ipConfigurations/ipconfig1",
+            ]
+        );
     }
 }

@@ -118,27 +118,10 @@ impl FaultRule {
     }
 }
 
-/// Whether `op` matches `glob` (`*` matches any run of characters, including none).
+/// Whether `op` matches `glob`: `*` matches any run of characters (none included), `?` one
+/// character (ccm-core's shared matcher, as the providers' name selectors use).
 pub fn glob_matches(glob: &str, op: &str) -> bool {
-    let parts: Vec<&str> = glob.split('*').collect();
-    if parts.len() == 1 {
-        return glob == op;
-    }
-    let (first, rest) = (parts[0], &parts[1..]);
-    let Some(mut tail) = op.strip_prefix(first) else {
-        return false;
-    };
-    let last = rest.len() - 1;
-    for (i, part) in rest.iter().enumerate() {
-        if i == last {
-            return tail.ends_with(part);
-        }
-        match tail.find(part) {
-            Some(at) => tail = &tail[at + part.len()..],
-            None => return false,
-        }
-    }
-    true
+    ccm_core::glob::glob(glob, op)
 }
 
 /// SplitMix64: small, fast and good enough to decide "fire or not" reproducibly.
@@ -253,6 +236,8 @@ mod tests {
         assert!(!glob_matches("*Instances", "ec2:DescribeInstancesX"));
         assert!(glob_matches("a*b*c", "abc"));
         assert!(!glob_matches("a*b*c", "acb"));
+        assert!(glob_matches("compute.*.get", "compute.instances.get"));
+        assert!(glob_matches("ec2:Describe?ags", "ec2:DescribeTags"));
     }
 
     #[test]

@@ -52,8 +52,11 @@
 //!
 //! World mapping: instances are Compute instances in their zone (region = the zone without its
 //! last `-x`); `type` is the machine type (`e2-standard-2` by default); the primary private
-//! IPv4 is `networkIP`, an IPv6 private address `ipv6Address`, public IPs one-to-one NAT
-//! access configs; tag `gce.tags` (comma-separated) gives the network tags (default
+//! IPv4 is `networkIP`, an IPv6 private address `ipv6Address` (`ipv6AccessType: INTERNAL`,
+//! `internalIpv6PrefixLength: 96`), a public IPv6 an external `DIRECT_IPV6` access config
+//! (`ipv6AccessType: EXTERNAL`, `externalIpv6`, prefix length 96, no `ipv6Address`), the
+//! `stackType` `IPV4_ONLY`, `IPV4_IPV6` or (IPv6 without IPv4) `IPV6_ONLY`; public IPv4s
+//! one-to-one NAT access configs; tag `gce.tags` (comma-separated) gives the network tags (default
 //! `k8s-node`), `gce.alias` an alias IP range (`10.64.1.0/24`); other tags are labels. Power:
 //! running `RUNNING`, stopped `TERMINATED`, terminated `STOPPING`. `networks` are global
 //! networks (`default` when none), custom mode unless named in [`GcpOptions::auto_mode_networks`]
@@ -291,25 +294,7 @@ fn fnv(s: &str) -> u64 {
 }
 
 fn rfc3339_now() -> String {
-    let secs = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
-    let days = secs / 86_400;
-    let rem = secs % 86_400;
-    // Civil date from days since the epoch (Howard Hinnant's algorithm).
-    let z = days as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.000-00:00",
-        rem / 3600,
-        (rem / 60) % 60,
-        rem % 60
-    )
+    format!("{}.000-00:00", crate::kit::utc_datetime(crate::kit::unix_now()))
 }
 
 /// Google's JSON error body.
@@ -1024,12 +1009,27 @@ impl GcpCloud {
         }
         let v4 = inst.private_ips.iter().find(|i| i.is_ipv4());
         let v6 = inst.private_ips.iter().find(|i| i.is_ipv6());
+        let v6_public = inst.public_ips.iter().find(|i| i.is_ipv6());
         if let Some(ip) = v4 {
             nic["networkIP"] = json!(ip.to_string());
         }
-        if let Some(ip) = v6 {
+        // As Compute: a NIC's IPv6 is either internal (`ipv6Address`, a /96 per NIC) or
+        // external (a `DIRECT_IPV6` access config, `ipv6Address` unset), as its subnet's
+        // IPv6 access type says; without IPv4 the NIC is IPv6-only.
+        if let Some(ip) = v6_public {
+            nic["ipv6AccessType"] = json!("EXTERNAL");
+            nic["ipv6AccessConfigs"] = json!([{
+                "kind": "compute#accessConfig", "type": "DIRECT_IPV6", "name": "external-ipv6",
+                "externalIpv6": ip.to_string(), "externalIpv6PrefixLength": 96,
+                "networkTier": "PREMIUM",
+            }]);
+        } else if let Some(ip) = v6 {
+            nic["ipv6AccessType"] = json!("INTERNAL");
             nic["ipv6Address"] = json!(ip.to_string());
-            nic["stackType"] = json!("IPV4_IPV6");
+            nic["internalIpv6PrefixLength"] = json!(96);
+        }
+        if v6_public.or(v6).is_some() {
+            nic["stackType"] = json!(if v4.is_some() { "IPV4_IPV6" } else { "IPV6_ONLY" });
         }
         let access: Vec<Value> = inst
             .public_ips
@@ -1244,9 +1244,10 @@ impl GcpCloud {
             "instance/tags" => inst.as_ref().map(|i| i["tags"]["items"].to_string()),
             "instance/network-interfaces/" => inst.as_ref().map(|_| "0/\n".into()),
             "instance/network-interfaces/0/ip" => nic["networkIP"].as_str().map(String::from),
-            "instance/network-interfaces/0/ipv6s" => {
-                nic["ipv6Address"].as_str().map(|s| format!("{s}\n"))
-            }
+            "instance/network-interfaces/0/ipv6s" => nic["ipv6Address"]
+                .as_str()
+                .or(nic["ipv6AccessConfigs"][0]["externalIpv6"].as_str())
+                .map(|s| format!("{s}\n")),
             "instance/network-interfaces/0/network" => nic["network"]
                 .as_str()
                 .map(|n| format!("projects/{}/networks/{}", o.project_number, last(n))),
@@ -2666,20 +2667,7 @@ fn overlaps(a: &[(u32, u32)], b: &[(u32, u32)]) -> bool {
     a.iter().any(|(a0, a1)| b.iter().any(|(b0, b1)| a0 <= b1 && b0 <= a1))
 }
 
-fn rfc3339_at(secs: u64) -> String {
-    let days = secs / 86_400;
-    let rem = secs % 86_400;
-    let z = days as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z", rem / 3600, (rem / 60) % 60, rem % 60)
-}
+use crate::kit::rfc3339 as rfc3339_at;
 
 /// The `regions/<r>` scope a subnetwork link names (auto-mode subnetworks share their
 /// network's name in every region).
@@ -2775,7 +2763,9 @@ impl Cloud for GcpCloud {
 
     fn error(&self, head: &http::request::Parts, _op: &str, kind: ErrorKind) -> ErrorReply {
         let (status, reason, message) = match kind {
-            ErrorKind::Throttle => (429, "rateLimitExceeded", "Rate Limit Exceeded"),
+            // Compute's throttling answer: 403 with reason `rateLimitExceeded` (domain
+            // `usageLimits`), not a 429 (a 403 `quotaExceeded` is a quota, not a throttle).
+            ErrorKind::Throttle => (403, "rateLimitExceeded", "Rate Limit Exceeded"),
             ErrorKind::Unavailable => {
                 (503, "backendError", "The service is currently unavailable.")
             }
@@ -2798,10 +2788,14 @@ impl Cloud for GcpCloud {
         if head.uri.path().starts_with("/computeMetadata/") {
             return ErrorReply { status, content_type: "text/plain", body: format!("{message}\n") };
         }
+        let mut body = error_body(status, reason, message);
+        if matches!(kind, ErrorKind::Throttle) {
+            body["error"]["errors"][0]["domain"] = json!("usageLimits");
+        }
         ErrorReply {
             status,
             content_type: "application/json; charset=UTF-8",
-            body: error_body(status, reason, message).to_string(),
+            body: body.to_string(),
         }
     }
 

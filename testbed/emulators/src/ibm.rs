@@ -55,7 +55,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
-use http::{HeaderValue, Method, Request, Response, StatusCode, header};
+use http::{Method, Request, Response, StatusCode, header};
 use serde_json::{Value, json};
 
 use crate::asyncop::{Action, AsyncOps, Operation, Phase, Timing, ibm_status};
@@ -223,22 +223,7 @@ fn now_secs() -> f64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0)
 }
 
-/// RFC 3339 UTC time of a UNIX timestamp.
-fn rfc3339(secs: u64) -> String {
-    let days = (secs / 86_400) as i64;
-    let rem = secs % 86_400;
-    // Civil date from days since 1970-01-01 (H. Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z", rem / 3600, rem % 3600 / 60, rem % 60)
-}
+use crate::kit::rfc3339;
 
 fn now_rfc3339() -> String {
     rfc3339(now_secs() as u64)
@@ -317,12 +302,7 @@ fn error_body(code: &str, message: &str) -> Value {
     })
 }
 
-fn reply(status: StatusCode, v: &Value) -> Resp {
-    let mut r = Response::new(full(v.to_string()));
-    *r.status_mut() = status;
-    r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    r
-}
+use crate::kit::json_reply as reply;
 
 /// An IBM error answer.
 fn err(status: StatusCode, code: &str, message: impl AsRef<str>) -> Resp {

@@ -29,6 +29,7 @@ pub mod azure;
 pub mod faults;
 pub mod gcp;
 pub mod ibm;
+pub mod kit;
 pub mod openstack;
 pub mod openstack_barbican;
 pub mod proxy;

@@ -1,6 +1,7 @@
 //! OpenStack emulator: Keystone v3 (tokens and a service catalog pointing back at this
 //! server), Nova (servers, flavors, availability zones), Neutron (extensions, networks,
-//! subnets, ports, floating IPs, routers with extra routes, security groups and rules, tags)
+//! subnets (IPv4 and IPv6), ports, trunks, floating IPs, routers with extra routes, security
+//! groups and rules, tags)
 //! and Octavia v2 (load balancers, listeners, pools, members, health monitors), with
 //! OpenStack's field names, status codes, paging and error bodies, so
 //! `gophercloud/gophercloud/v2` parses every reply (`ci/fidelity/run openstack` checks that).
@@ -17,8 +18,12 @@
 //!
 //! Rules enforced as OpenStack does: every service call needs an `X-Auth-Token` this emulator
 //! issued and that has not expired (401, the client re-authenticates); lists page with
-//! `limit`/`marker` (`<collection>_links` with a `next` href) and filter on any top-level field
-//! given as a query parameter (Nova's `name` is a regular expression: `^…$` anchors and
+//! `limit`/`marker` (`<collection>_links` with a `next` href; Nova's pages hold at most its
+//! `[api] max_limit`, [`OpenStackOptions::nova_max_limit`], default 1000, with or without
+//! `limit`, a full page links to the next, and an unknown `marker` is Nova's 400 `badRequest`
+//! "marker [<id>] not found") and filter on any top-level field
+//! given as a query parameter (a field given more than once matches any of its values, as
+//! Neutron's `?id=a&id=b`; Nova's `name` is a regular expression: `^…$` anchors and
 //! backslash escapes are understood, otherwise a substring match); a load balancer is
 //! `PENDING_CREATE`/`PENDING_UPDATE`/`PENDING_DELETE` for a configurable time after each change
 //! to it or its children, and any change while it is pending is a 409 ("immutable");
@@ -35,12 +40,17 @@
 //! Behaviour rules (issue 31; `docs/emulators.md` lists each with its source and check):
 //! Keystone looks users up in the domain the request names, scopes tokens to a project the
 //! user has a role on (else 401), issues unscoped tokens (no scope, no default project; the
-//! services answer them 403) and trust-scoped tokens (`OS-TRUST:trust`); another project's
+//! services answer them 403), domain-scoped tokens (`{"domain": …}` for a user with a role on
+//! that domain, [`OpenStackOptions::domain_roles`], else 401: domain, roles and catalog, no
+//! project, so the services answer 403) and trust-scoped tokens (`OS-TRUST:trust`); another project's
 //! objects are 404 in Nova and Neutron and 403 in Octavia. Nova knows every server status
 //! (world tag [`STATUS_TAG`]) and a deleted server is a 404. Neutron honours a floating IP's
 //! `subnet_id`, lets only admins choose its address (403), refuses security groups and
 //! address pairs without port security (409), more than `max_routes` routes (400) and more
-//! than the quotas (409 `OverQuota`). Octavia honours `vip_port_id`, validates `vip_address`,
+//! than the quotas (409 `OverQuota`); a trunk (`POST /v2.0/trunks`) turns its sub-ports into
+//! `trunk:subport` ports (`device_id` the trunk) and shows them in the parent port's
+//! `trunk_details`, refuses a port already in a trunk (409) and a duplicate or invalid VLAN,
+//! and a trunk's ports cannot be deleted while it exists (409). Octavia honours `vip_port_id`, validates `vip_address`,
 //! provider, flavor and availability zone, refuses what its `octavia_max_version` does not
 //! know, and shows a failed operation (the kit's operation failures) as `ERROR`.
 //! Errors: Nova `{"itemNotFound": {"code","message"}}`-style, Neutron
@@ -58,8 +68,8 @@
 // Handlers return the OpenStack error reply itself as their error.
 #![allow(clippy::result_large_err)]
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::net::Ipv4Addr;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -193,6 +203,10 @@ pub struct OpenStackOptions {
     pub extra_projects: Vec<KeystoneProject>,
     /// Trusts (default: [`DEFAULT_TRUST_ID`]).
     pub trusts: Vec<KeystoneTrust>,
+    /// Domain role assignments: (user name, domain name). Such a user may get a token
+    /// scoped to that domain (default: [`DEFAULT_USER`] on `Default`); anyone else asking for
+    /// a domain scope gets a 401, as Keystone answers a user without a role there.
+    pub domain_roles: Vec<(String, String)>,
     /// Neutron's `max_routes`: routes per router (default 30).
     pub max_routes: usize,
     /// Neutron quotas, per project.
@@ -205,7 +219,21 @@ pub struct OpenStackOptions {
     pub octavia_availability_zones: Vec<String>,
     /// More subnets of the external network.
     pub public_subnets: Vec<PublicSubnet>,
+    /// Nova's `[api] max_limit` (`osapi_max_limit`; default [`NOVA_MAX_LIMIT`]): the most
+    /// servers one `GET /servers[/detail]` page holds, whatever `limit` asks; a full page
+    /// carries a `servers_links` `next` link (`marker` = its last server), as Nova pages.
+    pub nova_max_limit: usize,
+    /// Octavia's `[api_settings] pagination_max_limit` (default
+    /// [`OCTAVIA_PAGINATION_MAX_LIMIT`]): the most objects one Octavia list page holds,
+    /// whatever `limit` asks; a full page carries a `<collection>_links` `next` link.
+    pub octavia_max_limit: usize,
 }
+
+/// Octavia's default `[api_settings] pagination_max_limit`: 1000 objects per list page.
+pub const OCTAVIA_PAGINATION_MAX_LIMIT: usize = 1000;
+
+/// Nova's default `[api] max_limit` (`osapi_max_limit`): 1000 servers per listing page.
+pub const NOVA_MAX_LIMIT: usize = 1000;
 
 impl Default for OpenStackOptions {
     fn default() -> Self {
@@ -243,12 +271,15 @@ impl Default for OpenStackOptions {
                 roles: member_roles(),
                 impersonation: false,
             }],
+            domain_roles: vec![(DEFAULT_USER.into(), default_domain())],
             max_routes: 30,
             quotas: NeutronQuotas::default(),
             octavia_providers: vec!["amphora".into(), "octavia".into(), "ovn".into()],
             octavia_flavors: Vec::new(),
             octavia_availability_zones: Vec::new(),
             public_subnets: Vec::new(),
+            nova_max_limit: NOVA_MAX_LIMIT,
+            octavia_max_limit: OCTAVIA_PAGINATION_MAX_LIMIT,
         }
     }
 }
@@ -297,6 +328,18 @@ impl OpenStackOptions {
         self.octavia_flavors.extend(w.octavia_flavors.iter().cloned());
         self.octavia_availability_zones.extend(w.octavia_availability_zones.iter().cloned());
         self.public_subnets.extend(w.public_subnets.iter().cloned());
+        if let Some(m) = w.nova_max_limit {
+            if m == 0 {
+                return Err(invalid("nova_max_limit: must be at least 1".into()));
+            }
+            self.nova_max_limit = m;
+        }
+        if let Some(m) = w.octavia_pagination_max_limit {
+            if m == 0 {
+                return Err(invalid("octavia_pagination_max_limit: must be at least 1".into()));
+            }
+            self.octavia_max_limit = m;
+        }
         Ok(self)
     }
 }
@@ -307,6 +350,8 @@ impl OpenStackOptions {
 /// ```yaml
 /// openstack:
 ///   octavia_max_version: "2.11"   # GET /load-balancer/ lists v2.0..v2.11; newer attributes are 400
+///   nova_max_limit: 3             # Nova's [api] max_limit: servers per listing page (default 1000)
+///   octavia_pagination_max_limit: 3  # Octavia's objects per list page (default 1000)
 /// ```
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -342,6 +387,13 @@ pub struct OpenStackWorld {
     /// `172.24.4.0/24`), e.g. for floating IPs by `subnet_id`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub public_subnets: Vec<PublicSubnet>,
+    /// Nova's `[api] max_limit`: servers per listing page (default 1000, Nova's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nova_max_limit: Option<usize>,
+    /// Octavia's `[api_settings] pagination_max_limit`: objects per list page (default 1000,
+    /// Octavia's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub octavia_pagination_max_limit: Option<usize>,
 }
 
 /// Neutron quotas of a project (Neutron's defaults).
@@ -433,21 +485,8 @@ fn now_secs() -> f64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0)
 }
 
-/// `YYYY-MM-DDTHH:MM:SS` (UTC) of a UNIX timestamp.
-fn civil(secs: u64) -> String {
-    let days = (secs / 86_400) as i64;
-    let rem = secs % 86_400;
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}", rem / 3600, rem % 3600 / 60, rem % 60)
-}
+// `YYYY-MM-DDTHH:MM:SS` (UTC) of a UNIX timestamp.
+use crate::kit::utc_datetime as civil;
 
 fn splitmix(mut x: u64) -> u64 {
     x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
@@ -480,12 +519,7 @@ fn query(q: Option<&str>) -> Vec<(String, String)> {
         .collect()
 }
 
-fn reply(status: StatusCode, v: &Value) -> Resp {
-    let mut r = Response::new(full(v.to_string()));
-    *r.status_mut() = status;
-    r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    r
-}
+use crate::kit::json_reply as reply;
 
 fn no_content() -> Resp {
     let mut r = Response::new(full(Bytes::new()));
@@ -558,6 +592,7 @@ const NEUTRON: &[(&str, &str, &str)] = &[
     ("routers", "router", "routers"),
     ("security-groups", "security_group", "security_groups"),
     ("security-group-rules", "security_group_rule", "security_group_rules"),
+    ("trunks", "trunk", "trunks"),
 ];
 
 /// Octavia's collections → singular key.
@@ -669,24 +704,124 @@ fn octavia_coll(c: &str) -> Option<(&'static str, &'static str)> {
     OCTAVIA.iter().find(|(p, _)| *p == c).copied()
 }
 
-fn parse_cidr(cidr: &str) -> Option<(u32, u32)> {
+/// A CIDR (IPv4 or IPv6) as (network bits, mask, IPv6?) over 128 bits.
+fn parse_cidr(cidr: &str) -> Option<(u128, u128, bool)> {
     let (ip, len) = cidr.split_once('/')?;
-    let ip: Ipv4Addr = ip.parse().ok()?;
+    let ip: IpAddr = ip.parse().ok()?;
     let len: u32 = len.parse().ok()?;
-    let mask = if len == 0 { 0 } else { u32::MAX << (32 - len.min(32)) };
-    Some((u32::from(ip) & mask, mask))
+    let (bits, width, v6) = match ip {
+        IpAddr::V4(a) => (u128::from(u32::from(a)), 32, false),
+        IpAddr::V6(a) => (u128::from(a), 128, true),
+    };
+    if len > width {
+        return None;
+    }
+    let all = u128::MAX >> (128 - width);
+    let mask = if len == 0 { 0 } else { all & !((1u128 << (width - len)) - 1) };
+    Some((bits & mask, mask, v6))
 }
 
 fn in_cidr(ip: &str, cidr: &str) -> bool {
-    match (ip.parse::<Ipv4Addr>(), parse_cidr(cidr)) {
-        (Ok(ip), Some((net, mask))) => u32::from(ip) & mask == net,
+    let (Ok(ip), Some((net, mask, v6))) = (ip.parse::<IpAddr>(), parse_cidr(cidr)) else {
+        return false;
+    };
+    match ip {
+        IpAddr::V4(a) if !v6 => u128::from(u32::from(a)) & mask == net,
+        IpAddr::V6(a) if v6 => u128::from(a) & mask == net,
         _ => false,
     }
 }
 
+/// The `n`th address of `cidr` (IPv4 or IPv6).
 fn nth_host(cidr: &str, n: u32) -> String {
-    let (net, _) = parse_cidr(cidr).unwrap_or((u32::from(Ipv4Addr::new(10, 0, 0, 0)), 0));
-    Ipv4Addr::from(net.wrapping_add(n)).to_string()
+    match parse_cidr(cidr) {
+        Some((net, _, true)) => Ipv6Addr::from(net.wrapping_add(u128::from(n))).to_string(),
+        Some((net, _, false)) => Ipv4Addr::from((net as u32).wrapping_add(n)).to_string(),
+        None => Ipv4Addr::from(u32::from(Ipv4Addr::new(10, 0, 0, 0)).wrapping_add(n)).to_string(),
+    }
+}
+
+/// Neutron's default allocation pool of `cidr` (`[start, end]`): every address after the
+/// gateway (the first host, `nth_host(cidr, 1)`) up to the last host — for IPv4 the address
+/// before the broadcast address, for IPv6 the last address of the prefix — as Neutron fills
+/// in `allocation_pools` when a subnet is created without them.
+fn default_pool(cidr: &str) -> Value {
+    let end = match parse_cidr(cidr) {
+        Some((net, mask, true)) => Ipv6Addr::from(net | !mask).to_string(),
+        Some((net, mask, false)) => {
+            let last = (net | (!mask & u128::from(u32::MAX))) as u32;
+            Ipv4Addr::from(last.saturating_sub(1)).to_string()
+        }
+        None => nth_host(cidr, 254),
+    };
+    json!([{"start": nth_host(cidr, 2), "end": end}])
+}
+
+/// The lowest address of `subnet`'s `allocation_pools` that no port (or floating IP, per
+/// `used`) holds, as Neutron's IPAM allocates a fixed IP when none is asked for; `None` when
+/// every address of every pool is in use (Neutron's 409 `IpAddressGenerationFailure`). The
+/// gateway is never handed out.
+fn allocate_ip(subnet: &Value, used: &BTreeSet<IpAddr>) -> Option<String> {
+    let gateway = subnet["gateway_ip"].as_str().and_then(|g| g.parse::<IpAddr>().ok());
+    let num = |a: &IpAddr| match a {
+        IpAddr::V4(a) => u128::from(u32::from(*a)),
+        IpAddr::V6(a) => u128::from(*a),
+    };
+    let pools = match subnet["allocation_pools"].as_array() {
+        Some(p) if !p.is_empty() => Value::Array(p.clone()),
+        // A subnet created without pools gets Neutron's default one.
+        _ => default_pool(subnet["cidr"].as_str().unwrap_or_default()),
+    };
+    for pool in pools.as_array().into_iter().flatten() {
+        let bound = |k: &str| pool[k].as_str().and_then(|a| a.parse::<IpAddr>().ok());
+        let (Some(start), Some(end)) = (bound("start"), bound("end")) else { continue };
+        let v6 = start.is_ipv6();
+        let mut n = num(&start);
+        // Each step either returns or passes a used address (or the gateway): at most
+        // `used.len() + 2` steps before a free address or the pool's end.
+        while n <= num(&end) {
+            let a = if v6 {
+                IpAddr::V6(Ipv6Addr::from(n))
+            } else {
+                IpAddr::V4(Ipv4Addr::from(n as u32))
+            };
+            if !used.contains(&a) && Some(a) != gateway {
+                return Some(a.to_string());
+            }
+            n += 1;
+        }
+    }
+    None
+}
+
+/// Neutron's `IpAddressGenerationFailure` message for network `net`.
+fn no_more_addresses(net: &str) -> String {
+    format!("No more IP addresses available on network {net}.")
+}
+
+/// Every address Neutron shows as held: the ports' fixed IPs and the floating IPs.
+fn used_addresses(st: &mut State) -> BTreeSet<IpAddr> {
+    let mut used: BTreeSet<IpAddr> = st
+        .coll("ports")
+        .iter()
+        .flat_map(|p| p["fixed_ips"].as_array().cloned().unwrap_or_default())
+        .filter_map(|f| f["ip_address"].as_str().and_then(|a| a.parse().ok()))
+        .collect();
+    let gateways: Vec<IpAddr> = st
+        .coll("routers")
+        .iter()
+        .flat_map(|r| {
+            r["external_gateway_info"]["external_fixed_ips"].as_array().cloned().unwrap_or_default()
+        })
+        .filter_map(|f| f["ip_address"].as_str().and_then(|a| a.parse().ok()))
+        .collect();
+    used.extend(gateways);
+    used.extend(
+        st.coll("floatingips").iter().filter_map(|f| {
+            f["floating_ip_address"].as_str().and_then(|a| a.parse::<IpAddr>().ok())
+        }),
+    );
+    used
 }
 
 /// Nova's `name` filter: a regular expression; anchors and escapes are understood.
@@ -730,7 +865,24 @@ fn field_matches(obj: &Value, key: &str, want: &str) -> bool {
 
 const PAGING_KEYS: &[&str] = &["limit", "marker", "page_reverse", "sort_key", "sort_dir", "fields"];
 
-/// Filters and pages `items` as Neutron, Nova and Octavia do.
+/// How a service caps its list pages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Cap {
+    /// Neutron: a page is cut only at the `limit` asked for.
+    Asked,
+    /// Nova's `[api] max_limit`: a page holds at most that many items whatever `limit` asks
+    /// (and without one), a full page carries a `next` link (Nova's `_get_collection_links`:
+    /// even when nothing follows; the next page is then empty), and errors are Nova's
+    /// (`badRequest`).
+    Nova(usize),
+    /// Octavia's `[api_settings] pagination_max_limit`: a page holds at most that many items
+    /// whatever `limit` asks (and without one; a `limit` below 1 asks for the maximum), and
+    /// a full page carries a `next` link (Octavia's `PaginationHelper._make_links`:
+    /// `len(page) >= limit`, so a full last page links to an empty one).
+    Octavia(usize),
+}
+
+/// Filters and pages `items` as Neutron, Nova and Octavia do ([`Cap`]).
 fn page(
     items: Vec<Value>,
     q: &[(String, String)],
@@ -738,14 +890,28 @@ fn page(
     links_key: &str,
     plural: &str,
     custom: &dyn Fn(&Value, &str, &str) -> Option<bool>,
+    cap: Cap,
 ) -> Res<Value> {
+    let nova_max = match cap {
+        Cap::Nova(max) => Some(max),
+        _ => None,
+    };
+    let svc = if nova_max.is_some() { Svc::Nova } else { Svc::Other };
+    // A key given more than once matches any of its values (`?id=a&id=b`, as Neutron
+    // filters); different keys must all match.
+    let mut filters: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for (k, v) in q.iter().filter(|(k, _)| !PAGING_KEYS.contains(&k.as_str())) {
+        filters.entry(k.as_str()).or_default().push(v.as_str());
+    }
     let mut out: Vec<Value> = items
         .into_iter()
         .filter(|o| {
-            q.iter().filter(|(k, _)| !PAGING_KEYS.contains(&k.as_str())).all(|(k, v)| {
-                custom(o, k, v).unwrap_or_else(|| {
-                    let k = k.strip_prefix("tags-any").map(|_| "tags").unwrap_or(k);
-                    field_matches(o, k, v)
+            filters.iter().all(|(k, values)| {
+                values.iter().any(|v| {
+                    custom(o, k, v).unwrap_or_else(|| {
+                        let k = k.strip_prefix("tags-any").map(|_| "tags").unwrap_or(k);
+                        field_matches(o, k, v)
+                    })
                 })
             })
         })
@@ -756,24 +922,50 @@ fn page(
             Some(i) => {
                 out.drain(..=i);
             }
-            None => return Err(Svc::Other.marker_error(&marker)),
+            None => return Err(svc.marker_error(&marker)),
         }
     }
     let mut links = vec![];
-    if let Some(limit) = get("limit") {
-        let limit: usize = limit.parse().map_err(|_| {
-            err(Svc::Other, StatusCode::BAD_REQUEST, "BadRequest", format!("limit {limit:?}"))
-        })?;
-        if limit > 0 && out.len() > limit {
+    let limit = get("limit")
+        .map(|limit| {
+            limit.parse::<usize>().map_err(|_| {
+                let message = match nova_max {
+                    Some(_) => format!(
+                        "Invalid input for query parameters limit. Value: {limit}. {limit:?} is \
+                         not a non-negative integer"
+                    ),
+                    None => format!("limit {limit:?}"),
+                };
+                err(svc, StatusCode::BAD_REQUEST, "BadRequest", message)
+            })
+        })
+        .transpose()?;
+    // Where the page ends, and whether it links to the next page.
+    let next = match (cap, limit) {
+        (Cap::Nova(max), limit) => {
+            let limit = limit.unwrap_or(max).min(max);
             out.truncate(limit);
-            let last = out.last().and_then(|o| o["id"].as_str()).unwrap_or_default();
-            let mut qs = url::form_urlencoded::Serializer::new(String::new());
-            for (k, v) in q.iter().filter(|(k, _)| k != "marker") {
-                qs.append_pair(k, v);
-            }
-            qs.append_pair("marker", last);
-            links.push(json!({"rel": "next", "href": format!("{base}?{}", qs.finish())}));
+            limit > 0 && out.len() == limit
         }
+        (Cap::Octavia(max), limit) => {
+            let limit = limit.filter(|l| *l >= 1).unwrap_or(max).min(max).max(1);
+            out.truncate(limit);
+            out.len() >= limit
+        }
+        (Cap::Asked, Some(limit)) if limit > 0 && out.len() > limit => {
+            out.truncate(limit);
+            true
+        }
+        (Cap::Asked, _) => false,
+    };
+    if next {
+        let last = out.last().and_then(|o| o["id"].as_str()).unwrap_or_default();
+        let mut qs = url::form_urlencoded::Serializer::new(String::new());
+        for (k, v) in q.iter().filter(|(k, _)| k != "marker") {
+            qs.append_pair(k, v);
+        }
+        qs.append_pair("marker", last);
+        links.push(json!({"rel": "next", "href": format!("{base}?{}", qs.finish())}));
     }
     let mut m = Map::new();
     m.insert(plural.into(), Value::Array(out));
@@ -1120,6 +1312,52 @@ impl OpenStackCloud {
         Ok(add_port(&mut st, &id, &sub, ip, zone.as_deref().unwrap_or("nova")))
     }
 
+    /// Makes the first port of the server named `server` the parent of a new trunk whose
+    /// sub-ports are new ports on the subnets named in `sub_ports` (subnet, fixed IP, VLAN
+    /// ID), as `POST /v2.0/trunks` would; returns the trunk's ID.
+    pub fn add_trunk(
+        &self,
+        server: &str,
+        sub_ports: &[(&str, &str, u32)],
+    ) -> Result<String, String> {
+        let project = self.project_id();
+        let mut st = lock(&self.state);
+        let sid = st
+            .servers
+            .iter()
+            .find(|(_, i)| i.name == server)
+            .map(|(id, _)| id.clone())
+            .ok_or_else(|| format!("no server {server:?}"))?;
+        let parent = st
+            .coll("ports")
+            .iter()
+            .find(|p| p["device_id"].as_str() == Some(sid.as_str()))
+            .and_then(|p| p["id"].as_str().map(str::to_string))
+            .ok_or_else(|| format!("server {server:?} has no port"))?;
+        let mut subs = Vec::new();
+        for (subnet, ip, vlan) in sub_ports {
+            let sub = st
+                .coll("subnets")
+                .iter()
+                .find(|s| s["name"].as_str() == Some(*subnet))
+                .cloned()
+                .ok_or_else(|| format!("no subnet {subnet:?}"))?;
+            let port = add_port(&mut st, &format!("subport-{sid}"), &sub, ip, "nova");
+            subs.push(
+                json!({"port_id": port, "segmentation_type": "vlan", "segmentation_id": vlan}),
+            );
+        }
+        let id = st.next_id("trunks");
+        let now = format!("{}Z", civil(now_secs() as u64));
+        let o = json!({"id": id, "tenant_id": project, "project_id": project, "description": "",
+            "tags": [], "created_at": now, "updated_at": now, "revision_number": 0});
+        let spec = json!({"port_id": parent, "name": format!("trunk-{server}"), "sub_ports": subs});
+        let trunk =
+            create_trunk(&mut st, &spec, o).map_err(|_| "the trunk was refused".to_string())?;
+        st.coll("trunks").push(trunk);
+        Ok(id)
+    }
+
     /// Changes how long issued tokens live from now on.
     pub fn set_token_lifetime(&self, d: Duration) {
         lock(&self.opts).token_lifetime = d;
@@ -1142,6 +1380,46 @@ impl OpenStackCloud {
     /// How many tokens Keystone has issued.
     pub fn tokens_issued(&self) -> u64 {
         lock(&self.state).tokens_issued
+    }
+
+    /// Changes how long load balancers stay `PENDING_*` after changes made from now on
+    /// (the `fast` profile's time, every action).
+    pub fn set_lb_pending(&self, d: Duration) {
+        self.ops.set_pending_for(d);
+    }
+
+    /// Sets Neutron's floating IP quota of every project from now on.
+    pub fn set_floating_ip_quota(&self, n: usize) {
+        lock(&self.opts).quotas.floatingip = n;
+    }
+
+    /// Completes every pending Octavia operation now (deletes take effect), so a test can
+    /// hold load balancers `PENDING_*` for as long as it likes (a long `lb_pending`), look
+    /// at what a provider does meanwhile, then let Octavia finish without waiting.
+    pub fn complete_pending(&self) {
+        let mut st = lock(&self.state);
+        let deleting: Vec<String> = st
+            .lb_ops
+            .iter()
+            .filter(|(lb, o)| {
+                o.action == Action::Delete
+                    && o.target == format!("loadbalancer/{lb}")
+                    && o.phase() == Phase::Pending
+            })
+            .map(|(id, _)| id.clone())
+            .collect();
+        for lb in deleting {
+            Self::remove_lb(&mut st, &lb);
+        }
+        let children = std::mem::take(&mut st.deleting);
+        for (coll, id) in children {
+            match st.child_ops.get(&id).map(Operation::phase) {
+                Some(Phase::Failed(_)) => st.deleting.push((coll, id)),
+                _ => Self::remove_child(&mut st, coll, &id),
+            }
+        }
+        st.lb_ops.retain(|_, o| o.phase() != Phase::Pending);
+        st.child_ops.retain(|_, o| o.phase() != Phase::Pending);
     }
 
     fn load(&self) {
@@ -1205,9 +1483,10 @@ impl OpenStackCloud {
             let mut s = base(name, id.clone());
             merge(
                 &mut s,
-                json!({"network_id": net_id, "cidr": cidr, "ip_version": 4,
+                json!({"network_id": net_id, "cidr": cidr,
+                "ip_version": if cidr.contains(':') { 6 } else { 4 },
                 "gateway_ip": nth_host(cidr, 1), "enable_dhcp": true, "dns_nameservers": [],
-                "allocation_pools": [{"start": nth_host(cidr, 2), "end": nth_host(cidr, 254)}],
+                "allocation_pools": default_pool(cidr),
                 "host_routes": [], "ipv6_address_mode": null, "ipv6_ra_mode": null,
                 "subnetpool_id": null}),
             );
@@ -1712,6 +1991,7 @@ impl OpenStackCloud {
         let scope = &b["auth"]["scope"];
         let projects = projects(&opts);
         let mut trust = None;
+        let mut domain_scope: Option<String> = None;
         let (project, roles): (Option<(String, String)>, Vec<String>) = if let Some(t) =
             scope.get("OS-TRUST:trust")
         {
@@ -1751,8 +2031,27 @@ impl OpenStackCloud {
             let p = default.and_then(|d| projects.iter().find(|x| x.0 == d).cloned());
             let roles = if p.is_some() { user.roles.clone() } else { Vec::new() };
             (p, roles)
+        } else if let Some(d) = scope.get("domain") {
+            // A domain scope: a known domain (by ID or name) the user has a role on, else
+            // 401. The token has the domain, roles and a catalog but no project, so every
+            // project-scoped API (Nova, Neutron, Octavia, Barbican) refuses it (403).
+            let known: BTreeSet<String> = std::iter::once(default_domain())
+                .chain(accounts.iter().map(|a| a.domain.clone()))
+                .chain(projects.iter().map(|p| p.1.clone()))
+                .collect();
+            let found = match (d["id"].as_str(), d["name"].as_str()) {
+                (Some(id), _) => known.iter().find(|x| domain_id(x) == id),
+                (None, Some(name)) => known.iter().find(|x| x.as_str() == name),
+                (None, None) => return Err(bad("Expecting to find id or name in domain.")),
+            };
+            let dom = found
+                .filter(|x| opts.domain_roles.iter().any(|(u, dd)| *u == user.name && dd == *x))
+                .cloned()
+                .ok_or_else(unauthorized)?;
+            domain_scope = Some(dom);
+            (None, user.roles.clone())
         } else {
-            // Domain and system scopes: no project, so no service API accepts the token.
+            // System scope: no project, so no service API accepts the token.
             (None, Vec::new())
         };
         let region = self.region();
@@ -1812,6 +2111,16 @@ impl OpenStackCloud {
             );
             body["token"]["is_domain"] = json!(false);
             body["token"]["catalog"] = Value::Array(catalog);
+        } else if let Some(domain) = &domain_scope {
+            // A domain-scoped token: the domain, its roles and the catalog.
+            body["token"]["domain"] = json!({"id": domain_id(domain), "name": domain});
+            body["token"]["roles"] = Value::Array(
+                roles
+                    .iter()
+                    .map(|r| json!({"id": uuid(&format!("role-{r}")).replace('-', ""), "name": r}))
+                    .collect(),
+            );
+            body["token"]["catalog"] = Value::Array(catalog);
         }
         if let Some(tr) = &trust {
             body["token"]["OS-TRUST:trust"] = json!({"id": tr.id,
@@ -1827,12 +2136,36 @@ impl OpenStackCloud {
     }
 
     fn server_json(&self, st: &State, id: &str, inst: &Instance, mv: (u32, u32)) -> Value {
-        let project = self.project_id();
         let ports: Vec<&Value> = st
             .neutron
             .get("ports")
             .map(|p| p.iter().filter(|p| p["device_id"].as_str() == Some(id)).collect())
             .unwrap_or_default();
+        self.server_json_with_ports(st, id, inst, mv, ports)
+    }
+
+    /// The ports of every server, by `device_id`, for a listing: one pass over the ports
+    /// instead of one per server (a 1000-server page rendered 1000 × 1000 port lookups).
+    fn ports_by_device(st: &State) -> HashMap<&str, Vec<&Value>> {
+        let mut by: HashMap<&str, Vec<&Value>> = HashMap::new();
+        for p in st.neutron.get("ports").into_iter().flatten() {
+            if let Some(d) = p["device_id"].as_str() {
+                by.entry(d).or_default().push(p);
+            }
+        }
+        by
+    }
+
+    /// [`Self::server_json`] with the server's ports already found.
+    fn server_json_with_ports(
+        &self,
+        st: &State,
+        id: &str,
+        inst: &Instance,
+        mv: (u32, u32),
+        ports: Vec<&Value>,
+    ) -> Value {
+        let project = self.project_id();
         let mut addresses: BTreeMap<String, Vec<Value>> = BTreeMap::new();
         for p in ports {
             let net = st
@@ -1891,6 +2224,8 @@ impl OpenStackCloud {
     ) -> Res<Resp> {
         let svc = Svc::Nova;
         let mv = microversion(req);
+        // Read before the state lock (never both held in the other order).
+        let nova_max = lock(&self.opts).nova_max_limit.max(1);
         let st = lock(&self.state);
         let mut r = match op {
             "nova.servers.list" => {
@@ -1902,12 +2237,16 @@ impl OpenStackCloud {
                         k == "deleted" && matches!(v.as_str(), "true" | "True" | "1")
                     });
                 let mine = ctx.project == self.project_id();
+                let mut ports = Self::ports_by_device(&st);
                 let items: Vec<Value> = st
                     .servers
                     .iter()
                     .filter(|_| mine)
                     .filter(|(_, i)| (server_status(i) == "DELETED") == deleted)
-                    .map(|(id, i)| self.server_json(&st, id, i, mv))
+                    .map(|(id, i)| {
+                        let own = ports.remove(id.as_str()).unwrap_or_default();
+                        self.server_json_with_ports(&st, id, i, mv, own)
+                    })
                     .collect();
                 let custom = |o: &Value, k: &str, v: &str| -> Option<bool> {
                     match k {
@@ -1920,6 +2259,8 @@ impl OpenStackCloud {
                         _ => None,
                     }
                 };
+                // Nova pages at its `[api] max_limit`; an unknown marker is its 400
+                // `badRequest` "marker [<id>] not found".
                 let v = page(
                     items,
                     q,
@@ -1927,8 +2268,8 @@ impl OpenStackCloud {
                     "servers_links",
                     "servers",
                     &custom,
-                )
-                .map_err(|_| err(svc, StatusCode::BAD_REQUEST, "BadRequest", "marker not found"))?;
+                    Cap::Nova(nova_max),
+                )?;
                 reply(StatusCode::OK, &v)
             }
             "nova.servers.get" => {
@@ -2000,7 +2341,162 @@ const EXTENSIONS: &[(&str, &str)] = &[
     ("router", "Neutron L3 Router"),
     ("external-net", "Neutron external network"),
     ("port-security", "Port Security"),
+    ("trunk", "Trunk Extension"),
+    ("trunk-details", "Trunk port details"),
 ];
+
+fn conflict(kind: &str, message: String) -> Resp {
+    err(Svc::Neutron, StatusCode::CONFLICT, kind, message)
+}
+
+/// Neutron's trunk create (`POST /v2.0/trunks`): the parent port and every sub-port must exist
+/// and be in no trunk yet (409 `TrunkPortInUse`, `PortInUseAsSubPort`); a sub-port is
+/// `vlan` (segmentation ID 1-4094, unique on the trunk: 409 `DuplicateSubPort`) or
+/// `inherit`. The sub-ports become `trunk:subport` ports of the trunk (`device_id` the
+/// trunk's ID); the parent port shows them in its `trunk_details`.
+fn create_trunk(st: &mut State, spec: &Value, mut o: Value) -> Res<Value> {
+    let id = o["id"].as_str().unwrap_or_default().to_string();
+    let parent = spec["port_id"]
+        .as_str()
+        .ok_or_else(|| nbad("Invalid input for operation: 'port_id' is required."))?
+        .to_string();
+    let in_trunk = |st: &State, port: &str| -> Option<String> {
+        st.neutron.get("trunks").into_iter().flatten().find_map(|t| {
+            let sub = t["sub_ports"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|s| s["port_id"].as_str() == Some(port));
+            (t["port_id"].as_str() == Some(port) || sub)
+                .then(|| t["id"].as_str().unwrap_or_default().to_string())
+        })
+    };
+    let mac_of = |st: &State, port: &str| st.find("ports", port).map(|p| p["mac_address"].clone());
+    if mac_of(st, &parent).is_none() {
+        return Err(neutron_not_found("ports", &parent));
+    }
+    if in_trunk(st, &parent).is_some() {
+        return Err(conflict(
+            "TrunkPortInUse",
+            format!("Port {parent} is in use by another trunk."),
+        ));
+    }
+    let mut subs = Vec::new();
+    let mut details = Vec::new();
+    let mut seen = BTreeSet::new();
+    for sp in spec["sub_ports"].as_array().into_iter().flatten() {
+        let port = sp["port_id"]
+            .as_str()
+            .ok_or_else(|| nbad("Invalid input for operation: a sub-port needs a port_id."))?;
+        let Some(mac) = mac_of(st, port) else { return Err(neutron_not_found("ports", port)) };
+        if port == parent {
+            return Err(conflict(
+                "TrunkPortInUse",
+                format!("Port {port} is in use by another trunk."),
+            ));
+        }
+        if let Some(t) = in_trunk(st, port) {
+            return Err(conflict(
+                "PortInUseAsSubPort",
+                format!("Port {port} is currently a subport for trunk {t}."),
+            ));
+        }
+        let ty = sp["segmentation_type"].as_str().unwrap_or("vlan");
+        let seg = sp["segmentation_id"].as_u64();
+        match (ty, seg) {
+            ("vlan", Some(n)) if (1..=4094).contains(&n) => {}
+            ("inherit", _) => {}
+            _ => {
+                return Err(nbad(format!(
+                    "Invalid input for operation: segmentation_type {ty} with segmentation_id {} is not valid.",
+                    seg.map(|n| n.to_string()).unwrap_or_else(|| "None".into())
+                )));
+            }
+        }
+        if ty == "vlan" && !seen.insert(seg) {
+            return Err(conflict(
+                "DuplicateSubPort",
+                format!(
+                    "segmentation_type {ty} and segmentation_id {} already in use on trunk {id}.",
+                    seg.unwrap_or_default()
+                ),
+            ));
+        }
+        subs.push(json!({"port_id": port, "segmentation_type": ty, "segmentation_id": seg}));
+        details.push(json!({"port_id": port, "segmentation_type": ty, "segmentation_id": seg,
+            "mac_address": mac}));
+    }
+    for p in st.coll("ports").iter_mut() {
+        let pid = p["id"].as_str().unwrap_or_default().to_string();
+        if pid == parent {
+            p["trunk_details"] = json!({"trunk_id": id, "sub_ports": details});
+        } else if subs.iter().any(|s| s["port_id"].as_str() == Some(pid.as_str())) {
+            p["device_owner"] = json!("trunk:subport");
+            p["device_id"] = json!(id);
+            p["status"] = json!("ACTIVE");
+        }
+    }
+    merge(
+        &mut o,
+        json!({"name": spec["name"].as_str().unwrap_or_default(), "port_id": parent,
+            "status": "ACTIVE", "admin_state_up": true, "sub_ports": subs}),
+    );
+    if let Some(d) = spec.get("description") {
+        o["description"] = d.clone();
+    }
+    Ok(o)
+}
+
+/// Deleting a trunk: refused while its parent port is bound to a server (409 `TrunkInUse`);
+/// its sub-ports are released and the parent's `trunk_details` go.
+fn delete_trunk(st: &mut State, id: &str) -> Res<()> {
+    let Some(t) = st.find("trunks", id).cloned() else { return Ok(()) };
+    let parent = t["port_id"].as_str().unwrap_or_default().to_string();
+    if st
+        .find("ports", &parent)
+        .is_some_and(|p| p["device_id"].as_str().is_some_and(|d| !d.is_empty()))
+    {
+        return Err(conflict("TrunkInUse", format!("Trunk {id} is currently in use.")));
+    }
+    for p in st.coll("ports").iter_mut() {
+        if p["id"].as_str() == Some(parent.as_str()) {
+            if let Some(m) = p.as_object_mut() {
+                m.remove("trunk_details");
+            }
+        } else if p["device_id"].as_str() == Some(id) && p["device_owner"] == json!("trunk:subport")
+        {
+            p["device_owner"] = json!("");
+            p["device_id"] = json!("");
+            p["status"] = json!("DOWN");
+        }
+    }
+    Ok(())
+}
+
+/// A trunk's parent port or sub-port cannot be deleted (409, as Neutron).
+fn trunk_port_in_use(st: &State, port: &str) -> Res<()> {
+    for t in st.neutron.get("trunks").into_iter().flatten() {
+        let tid = t["id"].as_str().unwrap_or_default();
+        if t["port_id"].as_str() == Some(port) {
+            return Err(conflict(
+                "PortInUseAsTrunkParent",
+                format!("Port {port} is currently a parent port for trunk {tid}."),
+            ));
+        }
+        if t["sub_ports"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|s| s["port_id"].as_str() == Some(port))
+        {
+            return Err(conflict(
+                "PortInUseAsSubPort",
+                format!("Port {port} is currently a subport for trunk {tid}."),
+            ));
+        }
+    }
+    Ok(())
+}
 
 fn neutron_not_found(kind: &str, id: &str) -> Resp {
     let ty = match kind {
@@ -2011,6 +2507,7 @@ fn neutron_not_found(kind: &str, id: &str) -> Resp {
         "routers" => "RouterNotFound",
         "security-groups" => "SecurityGroupNotFound",
         "security-group-rules" => "SecurityGroupRuleNotFound",
+        "trunks" => "TrunkNotFound",
         _ => "NotFound",
     };
     let what = neutron_coll(kind).map(|c| c.1).unwrap_or("resource");
@@ -2144,6 +2641,7 @@ impl OpenStackCloud {
                     &format!("{plural}_links"),
                     plural,
                     &custom,
+                    Cap::Asked,
                 )?;
                 Ok(reply(StatusCode::OK, &v))
             }
@@ -2180,7 +2678,9 @@ impl OpenStackCloud {
                             }
                         }
                     }
+                    "trunks" => delete_trunk(&mut st, &id)?,
                     "ports" => {
+                        trunk_port_in_use(&st, &id)?;
                         st.coll("floatingips")
                             .iter_mut()
                             .filter(|f| f["port_id"].as_str() == Some(id.as_str()))
@@ -2234,13 +2734,13 @@ impl OpenStackCloud {
                         }
                         // The subnets of the external network to allocate from: the one
                         // `subnet_id` names (it must be on that network), else all of them.
-                        let net_subnets: Vec<String> = st
+                        let net_subnets: Vec<Value> = st
                             .coll("subnets")
                             .iter()
                             .filter(|s| s["network_id"].as_str() == Some(net.as_str()))
-                            .filter_map(|s| s["cidr"].as_str().map(str::to_string))
+                            .cloned()
                             .collect();
-                        let pool: Vec<String> = match spec["subnet_id"].as_str() {
+                        let pool: Vec<Value> = match spec["subnet_id"].as_str() {
                             Some(sid) => {
                                 let sub = st
                                     .find("subnets", sid)
@@ -2251,22 +2751,22 @@ impl OpenStackCloud {
                                         "Invalid input for operation: Subnet {sid} does not belong to network {net}."
                                     )));
                                 }
-                                vec![sub["cidr"].as_str().unwrap_or_default().to_string()]
+                                vec![sub]
                             }
                             None => net_subnets,
                         };
-                        let used: BTreeSet<String> = st
-                            .coll("floatingips")
-                            .iter()
-                            .filter_map(|f| f["floating_ip_address"].as_str().map(str::to_string))
-                            .collect();
+                        let used = used_addresses(&mut st);
                         let addr = match spec["floating_ip_address"].as_str() {
-                            Some(a) if !pool.iter().any(|c| in_cidr(a, c)) => {
+                            Some(a)
+                                if !pool.iter().any(|s| {
+                                    in_cidr(a, s["cidr"].as_str().unwrap_or_default())
+                                }) =>
+                            {
                                 return Err(nbad(format!(
                                     "Invalid input for operation: IP address {a} is not a valid IP for the specified subnet."
                                 )));
                             }
-                            Some(a) if used.contains(a) => {
+                            Some(a) if a.parse::<IpAddr>().is_ok_and(|a| used.contains(&a)) => {
                                 return Err(err(
                                     Svc::Neutron,
                                     StatusCode::CONFLICT,
@@ -2275,18 +2775,18 @@ impl OpenStackCloud {
                                 ));
                             }
                             Some(a) => a.to_string(),
-                            None => pool
-                                .iter()
-                                .flat_map(|c| (10..250).map(move |n| nth_host(c, n)))
-                                .find(|a| !used.contains(a))
-                                .ok_or_else(|| {
+                            // Any free address of the subnets' allocation pools, as
+                            // Neutron's IPAM; 409 only when they are all in use.
+                            None => pool.iter().find_map(|s| allocate_ip(s, &used)).ok_or_else(
+                                || {
                                     err(
                                         Svc::Neutron,
                                         StatusCode::CONFLICT,
                                         "IpAddressGenerationFailure",
-                                        "No more IP addresses available on network.",
+                                        no_more_addresses(&net),
                                     )
-                                })?,
+                                },
+                            )?,
                         };
                         merge(
                             &mut o,
@@ -2355,6 +2855,7 @@ impl OpenStackCloud {
                         }
                         o = r;
                     }
+                    "trunks" => o = create_trunk(&mut st, &spec, o)?,
                     "ports" => {
                         let net = spec["network_id"].as_str().unwrap_or_default().to_string();
                         if st.find("networks", &net).is_none() {
@@ -2675,33 +3176,38 @@ impl OpenStackCloud {
             .map(|(id, _)| id.clone())
             .collect();
         for lb in done {
-            st.lb_ops.remove(&lb);
-            let vip = st
-                .ocoll("loadbalancers")
-                .iter()
-                .find(|o| o["id"].as_str() == Some(lb.as_str()))
-                .and_then(|o| o["vip_port_id"].as_str().map(str::to_string));
-            st.ocoll("loadbalancers").retain(|o| o["id"].as_str() != Some(lb.as_str()));
-            let children: BTreeSet<String> =
-                st.lb_of.iter().filter(|(_, l)| **l == lb).map(|(c, _)| c.clone()).collect();
-            for c in ["listeners", "pools", "healthmonitors", "members"] {
-                st.ocoll(c).retain(|o| !children.contains(o["id"].as_str().unwrap_or_default()));
-            }
-            st.lb_of.retain(|_, l| *l != lb);
-            if let Some(vip) = vip {
-                // Only the port Octavia made (a `vip_port_id` port is the caller's: it stays).
-                let device = format!("lb-{lb}");
-                st.coll("ports").retain(|p| {
-                    p["id"].as_str() != Some(vip.as_str())
-                        || p["device_id"].as_str() != Some(device.as_str())
-                });
-                for f in st.coll("floatingips").iter_mut() {
-                    if f["port_id"].as_str() == Some(vip.as_str()) {
-                        merge(
-                            f,
-                            json!({"port_id": null, "fixed_ip_address": null, "status": "DOWN"}),
-                        );
-                    }
+            Self::remove_lb(st, &lb);
+        }
+    }
+
+    /// Removes load balancer `lb` whose deletion finished, with its children; its VIP port
+    /// when Octavia made it (a `vip_port_id` port is the caller's: it stays), and the floating
+    /// IPs on that port are disassociated.
+    fn remove_lb(st: &mut State, lb: &str) {
+        let lb = lb.to_string();
+        st.lb_ops.remove(&lb);
+        let vip = st
+            .ocoll("loadbalancers")
+            .iter()
+            .find(|o| o["id"].as_str() == Some(lb.as_str()))
+            .and_then(|o| o["vip_port_id"].as_str().map(str::to_string));
+        st.ocoll("loadbalancers").retain(|o| o["id"].as_str() != Some(lb.as_str()));
+        let children: BTreeSet<String> =
+            st.lb_of.iter().filter(|(_, l)| **l == lb).map(|(c, _)| c.clone()).collect();
+        for c in ["listeners", "pools", "healthmonitors", "members"] {
+            st.ocoll(c).retain(|o| !children.contains(o["id"].as_str().unwrap_or_default()));
+        }
+        st.lb_of.retain(|_, l| *l != lb);
+        if let Some(vip) = vip {
+            // Only the port Octavia made (a `vip_port_id` port is the caller's: it stays).
+            let device = format!("lb-{lb}");
+            st.coll("ports").retain(|p| {
+                p["id"].as_str() != Some(vip.as_str())
+                    || p["device_id"].as_str() != Some(device.as_str())
+            });
+            for f in st.coll("floatingips").iter_mut() {
+                if f["port_id"].as_str() == Some(vip.as_str()) {
+                    merge(f, json!({"port_id": null, "fixed_ip_address": null, "status": "DOWN"}));
                 }
             }
         }
@@ -2882,12 +3388,7 @@ impl OpenStackCloud {
                     ));
                 };
                 let cidr = subnet["cidr"].as_str().unwrap_or("10.0.0.0/24").to_string();
-                let used: BTreeSet<String> = st
-                    .coll("ports")
-                    .iter()
-                    .flat_map(|p| p["fixed_ips"].as_array().cloned().unwrap_or_default())
-                    .filter_map(|f| f["ip_address"].as_str().map(str::to_string))
-                    .collect();
+                let used = used_addresses(st);
                 let (vip, port) = if let Some(p) = &user_port {
                     let addr = p["fixed_ips"][0]["ip_address"].as_str().unwrap_or_default();
                     if let Some(want) = spec["vip_address"].as_str()
@@ -2907,7 +3408,7 @@ impl OpenStackCloud {
                                 subnet["id"].as_str().unwrap_or_default()
                             )));
                         }
-                        Some(a) if used.contains(a) => {
+                        Some(a) if a.parse::<IpAddr>().is_ok_and(|a| used.contains(&a)) => {
                             return Err(err(
                                 Svc::Octavia,
                                 StatusCode::CONFLICT,
@@ -2919,17 +3420,18 @@ impl OpenStackCloud {
                             ));
                         }
                         Some(a) => a.to_string(),
-                        None => (200..254)
-                            .map(|n| nth_host(&cidr, n))
-                            .find(|a| !used.contains(a))
-                            .ok_or_else(|| {
-                                err(
-                                    Svc::Octavia,
-                                    StatusCode::CONFLICT,
-                                    "",
-                                    "No more IP addresses available",
-                                )
-                            })?,
+                        // Neutron allocates the VIP port's address from the subnet's
+                        // pools; Octavia passes Neutron's 409 on with its message.
+                        None => allocate_ip(&subnet, &used).ok_or_else(|| {
+                            err(
+                                Svc::Octavia,
+                                StatusCode::CONFLICT,
+                                "",
+                                no_more_addresses(
+                                    subnet["network_id"].as_str().unwrap_or_default(),
+                                ),
+                            )
+                        })?,
                     };
                     let port = add_port(st, &format!("lb-{new_id}"), &subnet, &vip, "nova");
                     for p in st.coll("ports").iter_mut() {
@@ -3451,7 +3953,9 @@ impl OpenStackCloud {
                 } else {
                     format!("{base}/load-balancer/v2/lbaas/{coll}")
                 };
-                let v = page(items, q, &path, &format!("{coll}_links"), coll, &custom)
+                // Octavia pages at its `pagination_max_limit`.
+                let cap = Cap::Octavia(lock(&self.opts).octavia_max_limit.max(1));
+                let v = page(items, q, &path, &format!("{coll}_links"), coll, &custom, cap)
                     .map_err(|_| obad("marker not found"))?;
                 Ok(reply(StatusCode::OK, &v))
             }
@@ -3787,6 +4291,177 @@ mod tests {
             Some(json!({"loadbalancer": spec})),
         )
         .await
+    }
+
+    /// A cloud whose `private-subnet` is `cidr`, load balancers ACTIVE at once, and Octavia
+    /// pages of `octavia_max` objects.
+    fn cloud_on(cidr: &str, octavia_max: usize) -> Arc<OpenStackCloud> {
+        let world = format!(
+            "networks: [{{ name: private, cidr: {cidr} }}]\n\
+             subnets: [{{ name: private-subnet, network: private, zone: nova, cidr: {cidr} }}]\n\
+             instances: [{{ name: n1, zone: nova, subnet: private-subnet, private_ips: [{}] }}]\n",
+            nth_host(cidr, 2)
+        );
+        let opts = OpenStackOptions {
+            lb_pending: Duration::ZERO,
+            octavia_max_limit: octavia_max,
+            ..Default::default()
+        };
+        let world = match World::parse(&world) {
+            Ok(w) => w,
+            Err(e) => panic!("world {world}: {e}"),
+        };
+        OpenStackCloud::new(world, opts)
+    }
+
+    /// VIPs come from the whole allocation pool of the subnet, as Neutron allocates them: a
+    /// /16 holds 1000 load balancers (the 1000th gets a free address of the pool, none twice,
+    /// never the gateway nor a server's), and the pool Neutron reports is the subnet's.
+    #[tokio::test]
+    async fn a_thousand_load_balancers_get_distinct_vips_from_a_16s_pool() {
+        let c = cloud_on("10.0.0.0/16", 1000);
+        let t = login(&c).await;
+        let (_, subnet) =
+            call(&c, Method::GET, "/network/v2.0/subnets?name=private-subnet", Some(&t), None)
+                .await;
+        assert_eq!(
+            subnet["subnets"][0]["allocation_pools"],
+            json!([{"start": "10.0.0.2", "end": "10.0.255.254"}]),
+            "{subnet}"
+        );
+        let mut vips = BTreeSet::new();
+        for i in 0..1000 {
+            let (s, v) = lb(&c, &t, json!({"name": format!("lb-{i}")})).await;
+            assert_eq!(s, StatusCode::CREATED, "load balancer {i}: {v}");
+            let vip = v["loadbalancer"]["vip_address"].as_str().unwrap_or_default().to_string();
+            assert!(in_cidr(&vip, "10.0.0.0/16"), "{vip}");
+            assert!(vip != "10.0.0.1" && vip != "10.0.0.2", "gateway or the server's: {vip}");
+            assert!(vips.insert(vip.clone()), "VIP {vip} handed out twice");
+        }
+        assert_eq!(vips.len(), 1000);
+    }
+
+    /// When every address of the pool is held, a load balancer is Octavia's 409 with
+    /// Neutron's `IpAddressGenerationFailure` message naming the network, and a floating IP
+    /// create on an exhausted external network is Neutron's 409 of that type.
+    #[tokio::test]
+    async fn an_exhausted_pool_is_a_409_naming_the_network() {
+        // 10.9.0.0/29: pool .2–.6, .2 is the server's: four VIPs.
+        let c = cloud_on("10.9.0.0/29", 1000);
+        let t = login(&c).await;
+        for i in 0..4 {
+            let (s, v) = lb(&c, &t, json!({"name": format!("lb-{i}")})).await;
+            assert_eq!(s, StatusCode::CREATED, "load balancer {i}: {v}");
+        }
+        let (s, v) = lb(&c, &t, json!({"name": "one-too-many"})).await;
+        assert_eq!(s, StatusCode::CONFLICT, "{v}");
+        let net = c.neutron_id("networks", "private").unwrap_or_default();
+        assert_eq!(
+            v["faultstring"],
+            format!("No more IP addresses available on network {net}."),
+            "{v}"
+        );
+        // The public subnet (172.24.4.0/24, Neutron's pool .2–.254): 253 addresses.
+        let public = c.neutron_id("networks", "public").unwrap_or_default();
+        let mut last = (StatusCode::OK, Value::Null);
+        for _ in 0..260 {
+            last = call(
+                &c,
+                Method::POST,
+                "/network/v2.0/floatingips",
+                Some(&t),
+                Some(json!({"floatingip": {"floating_network_id": public}})),
+            )
+            .await;
+            if last.0 != StatusCode::CREATED {
+                break;
+            }
+        }
+        // Neutron's quota (50) comes first; raise it and the pool is what ends it.
+        assert_eq!(last.0, StatusCode::CONFLICT, "{}", last.1);
+        assert_eq!(last.1["NeutronError"]["type"], "OverQuota", "{}", last.1);
+        c.set_floating_ip_quota(1000);
+        for _ in 0..260 {
+            last = call(
+                &c,
+                Method::POST,
+                "/network/v2.0/floatingips",
+                Some(&t),
+                Some(json!({"floatingip": {"floating_network_id": public}})),
+            )
+            .await;
+            if last.0 != StatusCode::CREATED {
+                break;
+            }
+        }
+        assert_eq!(last.0, StatusCode::CONFLICT, "{}", last.1);
+        assert_eq!(last.1["NeutronError"]["type"], "IpAddressGenerationFailure", "{}", last.1);
+        assert_eq!(
+            last.1["NeutronError"]["message"],
+            format!("No more IP addresses available on network {public}.")
+        );
+        let (_, all) = call(&c, Method::GET, "/network/v2.0/floatingips", Some(&t), None).await;
+        assert_eq!(all["floatingips"].as_array().map(Vec::len), Some(253), "pool .2–.254");
+    }
+
+    /// Octavia pages at `pagination_max_limit` with or without `limit` (a larger `limit` is
+    /// capped, a smaller one honoured), a full page links to the next with its last object
+    /// as the marker, and a full last page links to an empty one.
+    #[tokio::test]
+    async fn octavia_caps_its_pages_and_links_the_next() {
+        let c = cloud_on("10.0.0.0/24", 3);
+        let t = login(&c).await;
+        for i in 0..6 {
+            let (s, v) = lb(&c, &t, json!({"name": format!("lb-{i}")})).await;
+            assert_eq!(s, StatusCode::CREATED, "{v}");
+        }
+        let list = |q: &str| {
+            let c = c.clone();
+            let (t, q) = (t.clone(), q.to_string());
+            async move {
+                call(
+                    &c,
+                    Method::GET,
+                    &format!("/load-balancer/v2/lbaas/loadbalancers{q}"),
+                    Some(&t),
+                    None,
+                )
+                .await
+                .1
+            }
+        };
+        let names = |v: &Value| -> Vec<String> {
+            v["loadbalancers"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|l| l["name"].as_str().map(str::to_string))
+                .collect()
+        };
+        let next = |v: &Value| -> Option<String> {
+            v["loadbalancers_links"].as_array()?.iter().find(|l| l["rel"] == "next")?["href"]
+                .as_str()
+                .map(str::to_string)
+        };
+        let first = list("").await;
+        assert_eq!(names(&first), ["lb-0", "lb-1", "lb-2"], "{first}");
+        let href = next(&first).expect("a full page links to the next");
+        let marker = url::Url::parse(&href)
+            .ok()
+            .and_then(|u| u.query_pairs().find(|(k, _)| k == "marker").map(|(_, v)| v.into_owned()))
+            .unwrap_or_default();
+        assert_eq!(marker, first["loadbalancers"][2]["id"].as_str().unwrap_or_default());
+        let second = list(&format!("?marker={marker}")).await;
+        assert_eq!(names(&second), ["lb-3", "lb-4", "lb-5"], "{second}");
+        let last = next(&second).expect("a full last page links on");
+        assert!(last.contains("marker="), "{last}");
+        let marker = second["loadbalancers"][2]["id"].as_str().unwrap_or_default().to_string();
+        let empty = list(&format!("?marker={marker}")).await;
+        assert!(names(&empty).is_empty() && next(&empty).is_none(), "{empty}");
+        assert_eq!(names(&list("?limit=100").await).len(), 3, "capped at the maximum");
+        let two = list("?limit=2").await;
+        assert_eq!(names(&two), ["lb-0", "lb-1"]);
+        assert!(next(&two).is_some());
     }
 
     #[tokio::test]

@@ -212,6 +212,26 @@ impl Server {
     pub async fn start(cloud: Arc<dyn Cloud>, opts: ServerOptions) -> Result<Server, ServerError> {
         opts.timing.validate().map_err(ServerError::Timing)?;
         let tls = if opts.tls { Some(TlsIdentity::generate()?) } else { None };
+        Self::start_inner(cloud, opts, tls).await
+    }
+
+    /// Starts serving `cloud` over HTTPS with `tls` (whatever `opts.tls` says), e.g. an
+    /// identity from [`TlsIdentity::generate_requiring_client_certs`]: then every client must
+    /// present a certificate of its client CA, and [`Server::admin`] presents one.
+    pub async fn start_with_tls(
+        cloud: Arc<dyn Cloud>,
+        opts: ServerOptions,
+        tls: TlsIdentity,
+    ) -> Result<Server, ServerError> {
+        opts.timing.validate().map_err(ServerError::Timing)?;
+        Self::start_inner(cloud, opts, Some(tls)).await
+    }
+
+    async fn start_inner(
+        cloud: Arc<dyn Cloud>,
+        opts: ServerOptions,
+        tls: Option<TlsIdentity>,
+    ) -> Result<Server, ServerError> {
         let listener = tokio::net::TcpListener::bind(opts.listen)
             .await
             .map_err(|source| ServerError::Bind { addr: opts.listen, source })?;
@@ -231,7 +251,14 @@ impl Server {
         let task = tokio::spawn(accept_loop(listener, acceptor, shared.clone()));
         let base = base_url(addr, tls.is_some());
         let admin = match &tls {
-            Some(t) => crate::admin::Admin::with_ca_pem(&base, &t.ca_pem)?,
+            Some(t) => match t.client_cert("ccm-emulator-admin")? {
+                Some((cert, key)) => crate::admin::Admin::with_ca_pem_and_identity(
+                    &base,
+                    &t.ca_pem,
+                    &format!("{cert}\n{key}"),
+                )?,
+                None => crate::admin::Admin::with_ca_pem(&base, &t.ca_pem)?,
+            },
             None => crate::admin::Admin::new(&base)?,
         };
         Ok(Server { addr, tls, shared, admin, task })
@@ -255,6 +282,12 @@ impl Server {
     /// PEM of the CA that signed the HTTPS certificate (None for plain HTTP).
     pub fn ca_pem(&self) -> Option<&str> {
         self.tls.as_ref().map(|t| t.ca_pem.as_str())
+    }
+
+    /// The HTTPS identity (None for plain HTTP): e.g. to issue a client certificate
+    /// ([`TlsIdentity::client_cert`]) when the server requires one.
+    pub fn tls_identity(&self) -> Option<&TlsIdentity> {
+        self.tls.as_ref()
     }
 
     /// A file holding [`Server::ca_pem`], for a provider's `caFile` (None for plain HTTP).

@@ -1,6 +1,13 @@
 //! The HTTPS identity of an emulator: a serving certificate for `localhost`, `127.0.0.1` and
 //! `::1` from a fresh testbed CA (`ccm_testbed::pki`), and that CA as PEM and as a file for a
 //! provider's `caFile`. Also the upstream TLS client of the fault proxy.
+//!
+//! Optionally ([`TlsIdentity::generate_requiring_client_certs`], started with
+//! [`crate::server::Server::start_with_tls`]) the server requires a client certificate (mutual
+//! TLS) signed by a client CA of its own, and issues such certificates
+//! ([`TlsIdentity::client_cert`]): a handshake without one, or with one from another CA, is
+//! refused with rustls' alert (`CertificateRequired`, `UnknownCA`...). The default
+//! ([`TlsIdentity::generate`]) asks for no client certificate.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -35,6 +42,9 @@ pub enum TlsError {
     /// rustls refused the configuration.
     #[error("TLS configuration: {0}")]
     Rustls(#[from] rustls::Error),
+    /// The client-certificate verifier could not be built.
+    #[error("client-certificate verifier: {0}")]
+    ClientVerifier(String),
 }
 
 /// A serving certificate and the CA that signed it.
@@ -43,6 +53,9 @@ pub struct TlsIdentity {
     pub ca_pem: String,
     config: Arc<rustls::ServerConfig>,
     ca_path: PathBuf,
+    /// The PKI whose client CA signs the client certificates the server requires (None: no
+    /// client certificate asked for).
+    client_auth: Option<ccm_testbed::pki::Pki>,
     _dir: tempfile::TempDir,
 }
 
@@ -59,6 +72,36 @@ fn provider() -> Arc<rustls::crypto::CryptoProvider> {
 impl TlsIdentity {
     /// A fresh CA and serving certificate (SANs `localhost`, `127.0.0.1`, `::1`).
     pub fn generate() -> Result<TlsIdentity, TlsError> {
+        Self::generate_with(false)
+    }
+
+    /// As [`TlsIdentity::generate`], and the server requires a client certificate signed by
+    /// its own client CA ([`TlsIdentity::client_cert`] issues them): a client without one, or
+    /// with one another CA signed, fails the handshake.
+    pub fn generate_requiring_client_certs() -> Result<TlsIdentity, TlsError> {
+        Self::generate_with(true)
+    }
+
+    /// Whether the server requires a client certificate.
+    pub fn requires_client_certs(&self) -> bool {
+        self.client_auth.is_some()
+    }
+
+    /// PEM of the CA that signs the client certificates the server accepts (None when it asks
+    /// for none).
+    pub fn client_ca_pem(&self) -> Option<String> {
+        self.client_auth.as_ref().map(ccm_testbed::pki::Pki::client_ca_pem)
+    }
+
+    /// A client certificate and its PKCS#8 private key (both PEM) for `common_name`, signed by
+    /// the client CA the server trusts; None when the server asks for no client certificate.
+    pub fn client_cert(&self, common_name: &str) -> Result<Option<(String, String)>, TlsError> {
+        let Some(pki) = &self.client_auth else { return Ok(None) };
+        let id = ccm_testbed::pki::Identity::new(common_name, &[]);
+        Ok(Some(pki.client_cert(&id)?))
+    }
+
+    fn generate_with(client_auth: bool) -> Result<TlsIdentity, TlsError> {
         let dir =
             tempfile::Builder::new().prefix("ccm-emulator-tls-").tempdir().map_err(|source| {
                 TlsError::Io { what: "creating", path: std::env::temp_dir(), source }
@@ -86,11 +129,32 @@ impl TlsIdentity {
             .map_err(|e| TlsError::Pem { what: "serving certificate", detail: e.to_string() })?;
         let key = PrivateKeyDer::from_pem_slice(&key)
             .map_err(|e| TlsError::Pem { what: "serving key", detail: e.to_string() })?;
-        let config = rustls::ServerConfig::builder_with_provider(provider())
-            .with_safe_default_protocol_versions()?
-            .with_no_client_auth()
-            .with_single_cert(chain, key)?;
-        Ok(TlsIdentity { ca_pem, config: Arc::new(config), ca_path, _dir: dir })
+        let builder = rustls::ServerConfig::builder_with_provider(provider())
+            .with_safe_default_protocol_versions()?;
+        let config = if client_auth {
+            let mut roots = rustls::RootCertStore::empty();
+            for cert in CertificateDer::pem_slice_iter(pki.client_ca_pem().as_bytes()) {
+                let cert =
+                    cert.map_err(|e| TlsError::Pem { what: "client CA", detail: e.to_string() })?;
+                roots.add(cert)?;
+            }
+            let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+                Arc::new(roots),
+                provider(),
+            )
+            .build()
+            .map_err(|e| TlsError::ClientVerifier(e.to_string()))?;
+            builder.with_client_cert_verifier(verifier).with_single_cert(chain, key)?
+        } else {
+            builder.with_no_client_auth().with_single_cert(chain, key)?
+        };
+        Ok(TlsIdentity {
+            ca_pem,
+            config: Arc::new(config),
+            ca_path,
+            client_auth: client_auth.then_some(pki),
+            _dir: dir,
+        })
     }
 
     /// The rustls server configuration.

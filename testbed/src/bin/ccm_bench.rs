@@ -1,10 +1,14 @@
-//! `ccm-bench`: node initialisation of two AWS cloud-controller-managers side by side (issue
-//! #15). `ci/bench` builds everything and calls it; run `ccm-bench --help` for the knobs.
+//! `ccm-bench`: node initialisation of cloud-controller-managers, ours and upstream's side by
+//! side (issues #15, #35). `ci/bench` builds everything and calls it; run `ccm-bench --help`
+//! for the knobs.
 //!
-//! One world per run, identical for every manager: moto with N instances, reached through the
-//! fault proxy (`ccm-emulator proxy`, which adds a fixed latency to every cloud call and counts
-//! calls by operation), a fresh kube-apiserver + etcd with N kubelet-style Nodes (registered
-//! at once, before the manager starts), then the manager under test with the same flags.
+//! One world per run, identical for every manager: the cloud's emulator with N instances
+//! (`--cloud`: moto behind the fault proxy for AWS, vcsim behind it for vSphere, the kit's own
+//! emulators for Azure, GCP, OpenStack and IBM; set up by one module per cloud,
+//! `src/bench/cloud/`), whose admin API adds a fixed latency to every cloud call and counts
+//! calls by operation; a fresh kube-apiserver + etcd with N kubelet-realistic Nodes
+//! (`ccm_testbed::bench::node`, registered at once, before the manager starts; `--minimal-nodes`
+//! for the old minimal ones); then the manager under test with the same flags.
 //!
 //! `ccm-bench run` measures one manager and appends one JSON line to `--results`;
 //! `ccm-bench report` turns those lines into `docs/benchmarks.md` (table and SVG chart).
@@ -14,6 +18,9 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+#[path = "../bench/cloud/mod.rs"]
+mod cloud;
+
 use anyhow::Context as _;
 use ccm_testbed::ControlPlane;
 use clap::{Parser, Subcommand};
@@ -22,15 +29,14 @@ use k8s_openapi::api::core::v1::Node;
 use kube::api::PostParams;
 use kube::runtime::watcher;
 use serde::{Deserialize, Serialize};
-use tokio::io::{AsyncBufReadExt as _, AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::time::Instant;
 
-const CLUSTER: &str = "bench";
+use cloud::aws::CLUSTER;
 /// Everything from this line on in docs/benchmarks.md is kept by `report`.
 const NOTES_MARKER: &str = "<!-- notes: kept by `ccm-bench report` -->\n";
 
 #[derive(Debug, Parser)]
-#[command(name = "ccm-bench", about = "Benchmark AWS cloud-controller-managers side by side")]
+#[command(name = "ccm-bench", about = "Benchmark cloud-controller-managers side by side")]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
@@ -59,15 +65,27 @@ struct RunArgs {
     /// Managers to run one after the other, as `label=path` (e.g. `ours=target/release/...`).
     #[arg(long = "ccm", required = true)]
     ccms: Vec<String>,
-    /// The `ccm-emulator` binary (its fault proxy sits between the managers and moto).
+    /// The cloud whose emulator the managers run against.
+    #[arg(long, value_enum, default_value = "aws")]
+    cloud: cloud::Cloud,
+    /// The `ccm-emulator` binary (the clouds' emulators, and the fault proxy in front of moto
+    /// and vcsim).
     #[arg(long)]
     emulator: PathBuf,
+    /// Register the old minimal Nodes (name, InternalIP, Ready, the taint: ~0.5 KB) instead
+    /// of kubelet-realistic ones (~10 KB).
+    #[arg(long)]
+    minimal_nodes: bool,
     /// Number of instances and Nodes.
     #[arg(long, default_value_t = 1000)]
     nodes: usize,
-    /// Latency added to every cloud call, in milliseconds.
+    /// Latency added to every cloud call, in milliseconds (without --profile).
     #[arg(long, default_value_t = 200)]
     latency_ms: u64,
+    /// The cloud's latency profile: per-call latency of reads and writes and the times of
+    /// its long-running operations (`src/bench/cloud/profile.rs`); replaces --latency-ms.
+    #[arg(long, value_enum)]
+    profile: Option<cloud::profile::Profile>,
     /// Idle window after initialisation in which cloud calls are counted, in seconds.
     #[arg(long, default_value_t = 300)]
     idle_secs: u64,
@@ -83,9 +101,9 @@ struct RunArgs {
     /// --concurrent-node-syncs for every manager (`label=value` overrides one manager).
     #[arg(long, default_value = "1")]
     concurrent_node_syncs: Vec<String>,
-    /// --concurrent-service-syncs for every manager.
+    /// --concurrent-service-syncs for every manager (`label=value` overrides one manager).
     #[arg(long, default_value = "1")]
-    concurrent_service_syncs: String,
+    concurrent_service_syncs: Vec<String>,
     /// Where the JSON lines go (appended).
     #[arg(long)]
     results: PathBuf,
@@ -115,16 +133,40 @@ struct RunArgs {
     /// is recorded).
     #[arg(long, default_value_t = 900)]
     lb_timeout_secs: u64,
+    /// Load-balancer phase: Ready flaps (False, then True) of a Node in every load balancer,
+    /// whose load-balancer calls are counted (0: none).
+    #[arg(long, default_value_t = 10)]
+    lb_flaps: usize,
 }
 
 /// One manager's figures.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct RunResult {
+    /// The cloud (absent in the AWS-only lines before issue #35).
+    #[serde(default = "aws")]
+    cloud: String,
+    /// `kubelet` (realistic Nodes) or `minimal` (the lines before issue #35).
+    #[serde(default = "minimal")]
+    node_kind: String,
+    /// Bytes of one stored Node as the apiserver returns it (JSON, managedFields included).
+    #[serde(default)]
+    node_bytes: Option<u64>,
+    /// The largest page of the cloud's instance list (None: per-Node lookups).
+    #[serde(default)]
+    page: Option<usize>,
     label: String,
     tag: String,
     date: String,
     nodes: usize,
     latency_ms: u64,
+    /// The latency profile (absent: a uniform `latency_ms` on every call).
+    #[serde(default)]
+    profile: Option<String>,
+    /// What the profile meant on this cloud, and its sources.
+    #[serde(default)]
+    profile_plan: Option<String>,
+    #[serde(default)]
+    profile_sources: Vec<String>,
     flags: Vec<String>,
     initialised: usize,
     all_initialised_s: Option<f64>,
@@ -145,6 +187,17 @@ struct RunResult {
 /// Figures of the load-balancer phase.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 struct LbResult {
+    /// Seconds until ONE Service created alone had an address (the yardstick of `created`).
+    #[serde(default)]
+    one_create_s: Option<f64>,
+    #[serde(default)]
+    one_create_calls: BTreeMap<String, u64>,
+    /// Seconds from the one create until its load balancer was provisioned, and from the
+    /// creation of the many until all were (IBM: the hostname comes before; None elsewhere).
+    #[serde(default)]
+    one_active_s: Option<f64>,
+    #[serde(default)]
+    created_active_s: Option<f64>,
     /// Services created at once, and seconds until all had an address (`None`: timed out).
     created: usize,
     created_all_s: Option<f64>,
@@ -162,14 +215,32 @@ struct LbResult {
     #[serde(default)]
     created_reached: usize,
     node_added_calls: BTreeMap<String, u64>,
-    /// Cloud calls within 30 s of a Node's Ready flapping False and back to True.
+    /// Cloud calls during `flaps` Ready flaps of a Node (False, then True, 2 s apart) and
+    /// 20 s after.
     ready_flap_calls: BTreeMap<String, u64>,
+    /// Ready flaps.
+    #[serde(default)]
+    flaps: usize,
+    /// Load-balancer calls among `ready_flap_calls` (target 0).
+    #[serde(default)]
+    ready_flap_lb_calls: u64,
+    /// Seconds waited before the flaps for the load-balancer calls to stop (10 s quiet).
+    #[serde(default)]
+    flap_settle_s: Option<f64>,
     /// Peak RSS (MB) and CPU seconds of the manager at the end of the phase.
     peak_rss_mb: f64,
     cpu_s: f64,
     /// The limit of each wait (`--lb-timeout-secs`).
     #[serde(default)]
     timeout_secs: u64,
+}
+
+fn aws() -> String {
+    "aws".into()
+}
+
+fn minimal() -> String {
+    "minimal".into()
 }
 
 #[tokio::main]
@@ -207,56 +278,8 @@ fn today_utc() -> String {
         .unwrap_or_default()
 }
 
-/// The fault proxy process: URL and the admin API.
-struct Proxy {
-    url: String,
-    _child: tokio::process::Child,
-    _stdin: tokio::process::ChildStdin,
-}
-
-async fn start_proxy(emulator: &Path, upstream: &str) -> anyhow::Result<Proxy> {
-    let mut child = tokio::process::Command::new(emulator)
-        .args(["proxy", "--upstream", upstream, "--protocol", "aws-query"])
-        .arg("--exit-on-stdin-close")
-        .env("RUST_LOG", "warn")
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::inherit())
-        .kill_on_drop(true)
-        .spawn()
-        .with_context(|| format!("starting {}", emulator.display()))?;
-    let stdout = child.stdout.take().context("proxy stdout")?;
-    let stdin = child.stdin.take().context("proxy stdin")?;
-    let mut lines = tokio::io::BufReader::new(stdout).lines();
-    let url = lines.next_line().await?.context("the proxy printed no URL")?;
-    Ok(Proxy { url: url.trim_end_matches('/').to_string(), _child: child, _stdin: stdin })
-}
-
-/// A plain HTTP/1.1 request to the proxy's admin API (no TLS: moto is HTTP).
-async fn admin(url: &str, method: &str, path: &str, body: &str) -> anyhow::Result<String> {
-    let hostport = url.trim_start_matches("http://");
-    let mut s = tokio::net::TcpStream::connect(hostport)
-        .await
-        .with_context(|| format!("connecting to the proxy at {url}"))?;
-    let req = format!(
-        "{method} /__emulator/{path} HTTP/1.1\r\nHost: {hostport}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    );
-    s.write_all(req.as_bytes()).await?;
-    let mut out = String::new();
-    s.read_to_string(&mut out).await?;
-    let (head, rest) = out.split_once("\r\n\r\n").unwrap_or((&out, ""));
-    anyhow::ensure!(head.contains(" 200 ") || head.contains(" 201 "), "admin {path}: {head}");
-    // The body may be chunked; the JSON object is between the first '{' and the last '}'.
-    let body = match (rest.find(['{', '[']), rest.rfind(['}', ']'])) {
-        (Some(a), Some(b)) if b >= a => rest[a..=b].to_string(),
-        _ => String::new(),
-    };
-    Ok(body)
-}
-
-async fn cloud_counters(url: &str) -> anyhow::Result<BTreeMap<String, u64>> {
-    let v: serde_json::Value = serde_json::from_str(&admin(url, "GET", "counters", "").await?)?;
+async fn cloud_counters(admin: &cloud::Admin) -> anyhow::Result<BTreeMap<String, u64>> {
+    let v: serde_json::Value = serde_json::from_str(&admin.call("GET", "counters", "").await?)?;
     Ok(v.get("operations")
         .and_then(|o| o.as_object())
         .map(|o| o.iter().map(|(k, v)| (k.clone(), v.as_u64().unwrap_or(0))).collect())
@@ -331,55 +354,38 @@ fn tainted(node: &Node) -> bool {
 }
 
 async fn run(args: RunArgs) -> anyhow::Result<()> {
-    use ccm_provider_aws::testing;
     std::fs::create_dir_all(&args.dir)
         .with_context(|| format!("creating {}", args.dir.display()))?;
-    let err = |what: &'static str| move |e: testing::Error| anyhow::anyhow!("{what}: {e}");
-
-    progress(format!("starting moto and the fault proxy ({} ms per call)", args.latency_ms));
-    let moto = ccm_testbed::moto::Moto::start().await.context("starting moto")?;
-    let proxy = start_proxy(&args.emulator, &moto.url).await?;
-    let ec2 = testing::ec2(&moto.url).await;
-    let net = testing::network(&ec2, CLUSTER).await.map_err(err("creating the VPC"))?;
-    let sg = testing::node_security_group(&ec2, &net.vpc, CLUSTER)
-        .await
-        .map_err(err("creating the node security group"))?;
-    let mut nodes: Vec<(String, String)> = Vec::with_capacity(args.nodes);
+    progress(format!(
+        "setting up {} with {} instances ({})",
+        args.cloud.name(),
+        args.nodes,
+        match args.profile {
+            Some(p) =>
+                format!("profile {}: {}", p.name(), cloud::profile::plan(args.cloud, p).describe()),
+            None => format!("{} ms per cloud call", args.latency_ms),
+        }
+    ));
     let started = Instant::now();
-    while nodes.len() < args.nodes {
-        // A /24 per 200 instances (the fixture's subnets hold 251 addresses each).
-        let b = nodes.len() / 200;
-        let count = (args.nodes - nodes.len()).min(200);
-        let zone = &net.subnets[b % net.subnets.len()].1;
-        let subnet = ec2
-            .create_subnet()
-            .vpc_id(&net.vpc)
-            .cidr_block(format!("10.0.{}.0/24", 100 + b))
-            .availability_zone(zone)
-            .send()
-            .await
-            .context("creating a subnet")?;
-        let subnet = subnet
-            .subnet()
-            .and_then(|s| s.subnet_id())
-            .context("CreateSubnet returned no ID")?
-            .to_string();
-        let batch = testing::run_instances(&ec2, &subnet, CLUSTER, count as i32, Some(&sg))
-            .await
-            .map_err(err("running instances"))?;
-        nodes.extend(batch.iter().filter_map(|i| {
-            Some((i.private_dns_name()?.to_string(), i.private_ip_address()?.to_string()))
-        }));
-        progress(format!("instances: {}/{}", nodes.len(), args.nodes));
+    let setup = cloud::Setup {
+        nodes: args.nodes,
+        dir: &args.dir,
+        emulator: &args.emulator,
+        lb_capacity: args.lb_present.max(args.lb_services + 1),
+        spare: args.lb_services > 0 && args.lb_present > args.lb_services + 1,
+    };
+    let world = cloud::start(args.cloud, &setup).await?;
+    for note in &world.notes {
+        progress(format!("world: {note}"));
     }
-    progress(format!("{} instances in {:.0} s", nodes.len(), started.elapsed().as_secs_f64()));
-    let config = args.dir.join("aws.conf");
-    std::fs::write(&config, bench_cloud_config(&proxy.url, &net.vpc, &net.subnets[0].0))?;
-
+    progress(format!(
+        "{} instances in {:.0} s",
+        world.nodes.len(),
+        started.elapsed().as_secs_f64()
+    ));
     for spec in &args.ccms {
         let (label, path) = spec.split_once('=').context("--ccm wants label=path")?;
-        let world = World { proxy: &proxy.url, moto: &moto.url, ec2: &ec2, sg: &sg, nodes: &nodes };
-        let result = run_one(&args, label, Path::new(path), &config, &world).await?;
+        let result = run_one(&args, label, Path::new(path), &world).await?;
         let line = serde_json::to_string(&result)?;
         let mut f = std::fs::OpenOptions::new()
             .create(true)
@@ -389,26 +395,8 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         std::io::Write::write_all(&mut f, format!("{line}\n").as_bytes())?;
         print_result(&result);
     }
-    drop(moto);
+    drop(world);
     Ok(())
-}
-
-/// The cloud config both managers read, written as for upstream v1.36: VPC and SubnetID (else
-/// upstream asks the instance metadata service which instance it runs on, and there is none
-/// here) and endpoint overrides named by the SDK's service IDs (`EC2`, `Elastic Load
-/// Balancing`), which upstream matches since its move to the Go SDK v2.
-fn bench_cloud_config(url: &str, vpc: &str, subnet: &str) -> String {
-    let region = ccm_provider_aws::testing::REGION;
-    let mut text = format!(
-        "[Global]\nKubernetesClusterID = {CLUSTER}\nRegion = {region}\nVPC = {vpc}\nSubnetID = {subnet}\n"
-    );
-    for (i, service) in ["EC2", "Elastic Load Balancing"].iter().enumerate() {
-        text.push_str(&format!(
-            "\n[ServiceOverride \"{}\"]\nService = {service}\nRegion = {region}\nURL = {url}\nSigningRegion = {region}\n",
-            i + 1
-        ));
-    }
-    text
 }
 
 fn print_result(r: &RunResult) {
@@ -431,6 +419,58 @@ fn print_result(r: &RunResult) {
     );
     println!("  apiserver requests during init: {:?}", r.api_requests_init);
     println!("  flags: {}", r.flags.join(" "));
+    if let Some(p) = &r.profile {
+        println!("  profile {p}: {}", r.profile_plan.as_deref().unwrap_or_default());
+    }
+    if let Some(lb) = &r.lb {
+        let sum = |m: &BTreeMap<String, u64>| m.values().sum::<u64>();
+        let ratio = match (lb.created_all_s, lb.one_create_s) {
+            (Some(a), Some(o)) if o > 0.0 => format!("{:.2}", a / o),
+            _ => "—".into(),
+        };
+        println!(
+            "  (b) one Service alone: address in {} s ({} cloud calls); {} at once: all in {} s ({} of {} reached, {} cloud calls); ratio {ratio} (target ≤ 2)",
+            fmt_opt(lb.one_create_s),
+            sum(&lb.one_create_calls),
+            lb.created,
+            fmt_opt(lb.created_all_s),
+            lb.created_reached,
+            lb.created,
+            sum(&lb.created_calls)
+        );
+        if lb.one_active_s.is_some() || lb.created_active_s.is_some() {
+            println!(
+                "  (b) provisioned in the cloud: one alone {} s, {} at once {} s",
+                fmt_opt(lb.one_active_s),
+                lb.created,
+                fmt_opt(lb.created_active_s)
+            );
+        }
+        if r.cloud == "ibm" {
+            println!(
+                "  #33 item 11 (IBM): {} Services created at once got their hostnames in {} s, one alone in {} s: {ratio}× the time of one create",
+                lb.created,
+                fmt_opt(lb.created_all_s),
+                fmt_opt(lb.one_create_s)
+            );
+        }
+        if lb.present > 0 {
+            println!(
+                "  (a) one Node joins {} load balancers: all have it in {} s ({} had it), {} cloud calls {:?}",
+                lb.present,
+                fmt_opt(lb.node_added_all_s),
+                lb.node_added_reached,
+                sum(&lb.node_added_calls),
+                lb.node_added_calls
+            );
+        }
+        if lb.flaps > 0 {
+            println!(
+                "  (c) {} Ready flaps: {} load-balancer calls (target 0), all cloud calls {:?}",
+                lb.flaps, lb.ready_flap_lb_calls, lb.ready_flap_calls
+            );
+        }
+    }
 }
 
 /// `--kube-api-qps` of a run (20 when absent).
@@ -446,23 +486,14 @@ fn fmt_opt(v: Option<f64>) -> String {
     v.map(|v| format!("{v:.1}")).unwrap_or_else(|| "—".into())
 }
 
-/// What every manager of a run shares: the proxy, moto and its instances.
-struct World<'a> {
-    proxy: &'a str,
-    moto: &'a str,
-    ec2: &'a aws_sdk_ec2::Client,
-    sg: &'a str,
-    nodes: &'a [(String, String)],
-}
-
 async fn run_one(
     args: &RunArgs,
     label: &str,
     ccm: &Path,
-    config: &Path,
-    world: &World<'_>,
+    world: &cloud::World,
 ) -> anyhow::Result<RunResult> {
-    let (proxy, nodes) = (world.proxy, world.nodes);
+    let (admin, nodes) = (&world.admin, &world.nodes);
+    let config = &world.config;
     let dir = args.dir.join(label);
     std::fs::create_dir_all(&dir)?;
     progress(format!("[{label}] starting a fresh control plane"));
@@ -478,24 +509,30 @@ async fn run_one(
     let client = cp.admin_client().await?;
     let api: kube::Api<Node> = kube::Api::all(client.clone());
     let t = Instant::now();
+    let minimal = args.minimal_nodes;
     futures::stream::iter(nodes.iter().cloned())
         .map(|(name, ip)| {
             let api = api.clone();
-            async move {
-                let node = ccm_testbed::fixtures::kubelet_node(&name, &ip, "True");
-                api.create(&PostParams::default(), &node)
-                    .await
-                    .with_context(|| format!("registering {name}"))
-            }
+            async move { register(&api, &name, &ip, minimal).await }
         })
         .buffer_unordered(32)
         .collect::<Vec<_>>()
         .await
         .into_iter()
         .collect::<Result<Vec<_>, _>>()?;
+    // One stored Node as a client reads it (JSON, managedFields included).
+    let node_bytes = match nodes.first() {
+        Some((name, _)) => {
+            let req = http::Request::get(format!("/api/v1/nodes/{name}")).body(Vec::new())?;
+            Some(client.request_text(req).await.context("reading a Node")?.len() as u64)
+        }
+        None => None,
+    };
     progress(format!(
-        "[{label}] {} Nodes registered in {:.1} s",
+        "[{label}] {} {} Nodes ({} bytes each as stored) registered in {:.1} s",
         nodes.len(),
+        if minimal { "minimal" } else { "kubelet-realistic" },
+        node_bytes.unwrap_or(0),
         t.elapsed().as_secs_f64()
     ));
 
@@ -531,8 +568,13 @@ async fn run_one(
     };
     tokio::time::sleep(Duration::from_secs(2)).await;
 
-    admin(proxy, "POST", "reset", "").await?;
-    set_latency(proxy, args.latency_ms).await?;
+    admin.call("POST", "reset", "").await?;
+    let plan = args.profile.map(|p| cloud::profile::plan(args.cloud, p));
+    let lat = match &plan {
+        Some(p) => Latency::Plan(p),
+        None => Latency::Uniform(args.latency_ms),
+    };
+    set_latency(world, args.cloud, lat).await?;
     let api_before = api_requests(&client).await?;
 
     let node_syncs = args
@@ -545,11 +587,21 @@ async fn run_one(
             _ => None,
         })
         .unwrap_or_else(|| "1".into());
+    let service_syncs = args
+        .concurrent_service_syncs
+        .iter()
+        .rev()
+        .find_map(|v| match v.split_once('=') {
+            Some((l, v)) if l == label => Some(v.to_string()),
+            None => Some(v.clone()),
+            _ => None,
+        })
+        .unwrap_or_else(|| "1".into());
     let flags = vec![
         format!("--kube-api-qps={}", args.kube_api_qps),
         format!("--kube-api-burst={}", args.kube_api_burst),
         format!("--concurrent-node-syncs={node_syncs}"),
-        format!("--concurrent-service-syncs={}", args.concurrent_service_syncs),
+        format!("--concurrent-service-syncs={service_syncs}"),
         "--leader-elect=false".to_string(),
         "--configure-cloud-routes=false".to_string(),
     ];
@@ -557,15 +609,13 @@ async fn run_one(
     cp.write_kubeconfig(&kubeconfig, &ccm_testbed::Identity::admin())?;
     let log = dir.join("ccm.log");
     let mut child = tokio::process::Command::new(ccm)
-        .arg("--cloud-provider=aws")
+        .arg(format!("--cloud-provider={}", world.provider))
         .arg(format!("--cloud-config={}", config.display()))
         .arg(format!("--kubeconfig={}", kubeconfig.display()))
         .args(&flags)
+        .args(&world.args)
         .args(["--secure-port=0", "--webhook-secure-port=0"])
-        .env("AWS_ACCESS_KEY_ID", "testing")
-        .env("AWS_SECRET_ACCESS_KEY", "testing")
-        .env("AWS_EC2_METADATA_DISABLED", "true")
-        .env("AWS_REGION", ccm_provider_aws::testing::REGION)
+        .envs(world.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
         .stdin(std::process::Stdio::null())
         .stdout(std::fs::File::create(dir.join("ccm.stdout"))?)
         .stderr(std::fs::File::create(&log)?)
@@ -645,7 +695,7 @@ async fn run_one(
             progress(format!("[{label}] profile of the initialisation: {}", txt.display()));
         }
     }
-    let cloud_calls_init = cloud_counters(proxy).await?;
+    let cloud_calls_init = cloud_counters(admin).await?;
     let api_requests_init = diff(&api_requests(&client).await?, &api_before);
     let (cpu_s_init, _) = proc_stats(pid).unwrap_or_default();
     let mut times: Vec<f64> =
@@ -657,17 +707,21 @@ async fn run_one(
         args.idle_secs
     ));
 
-    let idle_start = cloud_counters(proxy).await?;
+    let idle_start = cloud_counters(admin).await?;
     let idle_until = Instant::now() + Duration::from_secs(args.idle_secs);
     while Instant::now() < idle_until {
         tokio::time::sleep(Duration::from_secs(30).min(idle_until - Instant::now())).await;
-        let calls: u64 = diff(&cloud_counters(proxy).await?, &idle_start).values().sum();
+        let calls: u64 = diff(&cloud_counters(admin).await?, &idle_start).values().sum();
         progress(format!("[{label}] idle: {calls} cloud calls so far"));
     }
-    let idle_cloud_calls = diff(&cloud_counters(proxy).await?, &idle_start);
+    let idle_cloud_calls = diff(&cloud_counters(admin).await?, &idle_start);
     let (cpu_s_total, peak_rss_mb) = proc_stats(pid).unwrap_or_default();
-    let lb = if args.lb_services > 0 && !args.lb_skip.iter().any(|l| l == label) {
-        match lb_phase(args, label, &client, world, pid, &mut child).await {
+    // The load-balancer phase: every cloud with load balancers (not vSphere).
+    let lb = if args.lb_services > 0
+        && args.cloud != cloud::Cloud::Vsphere
+        && !args.lb_skip.iter().any(|l| l == label)
+    {
+        match lb_phase(args, label, &client, world, pid, &mut child, lat).await {
             Ok(r) => Some(r),
             Err(e) => {
                 progress(format!("[{label}] load-balancer phase failed: {e:#}"));
@@ -682,11 +736,21 @@ async fn run_one(
     drop(cp);
 
     Ok(RunResult {
+        cloud: args.cloud.name().to_string(),
+        node_kind: if minimal { "minimal" } else { "kubelet" }.to_string(),
+        node_bytes,
+        page: world.page,
         label: label.to_string(),
         tag: args.tag.clone(),
         date: today_utc(),
         nodes: total,
-        latency_ms: args.latency_ms,
+        latency_ms: plan.as_ref().map_or(args.latency_ms, |p| p.reads_ms),
+        profile: args.profile.map(|p| p.name().to_string()),
+        profile_plan: plan.as_ref().map(|p| p.describe()),
+        profile_sources: plan
+            .as_ref()
+            .map(|p| p.sources.iter().map(|s| s.to_string()).collect())
+            .unwrap_or_default(),
         flags,
         initialised: times.len(),
         all_initialised_s,
@@ -734,19 +798,18 @@ where
     }
 }
 
-/// Creates LoadBalancer Services `from..to` in `default`.
-async fn create_services(client: &kube::Client, from: usize, to: usize) -> anyhow::Result<()> {
+/// Creates LoadBalancer Services named `names` in `default`, 32 at a time.
+async fn create_services(client: &kube::Client, names: &[String]) -> anyhow::Result<()> {
     let api: kube::Api<k8s_openapi::api::core::v1::Service> =
         kube::Api::namespaced(client.clone(), "default");
-    futures::stream::iter(from..to)
-        .map(|i| {
+    futures::stream::iter(names)
+        .map(|name| {
             let api = api.clone();
             async move {
-                let svc =
-                    ccm_testbed::fixtures::load_balancer_service("default", &format!("lb-{i}"), 80);
+                let svc = ccm_testbed::fixtures::load_balancer_service("default", name, 80);
                 api.create(&PostParams::default(), &svc)
                     .await
-                    .with_context(|| format!("creating Service lb-{i}"))
+                    .with_context(|| format!("creating Service {name}"))
             }
         })
         .buffer_unordered(32)
@@ -781,35 +844,150 @@ async fn services_with_address(client: &kube::Client) -> anyhow::Result<(Vec<Str
     Ok((with_address, lbs.len()))
 }
 
-/// The proxy's rules: moto has no DescribeInstanceTopology (upstream asks it for every Node of
-/// a supported instance type, and retries moto's 500 three times with backoff, which no real
-/// region makes it do), so the proxy answers it with an empty topology, without latency; every
-/// other call gets `ms` of latency.
-async fn set_latency(proxy: &str, ms: u64) -> anyhow::Result<()> {
-    admin(proxy, "DELETE", "faults", "").await?;
-    let topology = serde_json::json!({"match": "*DescribeInstanceTopology", "fault": {
-        "kind": "status", "status": 200,
-        "body": "<DescribeInstanceTopologyResponse xmlns=\"http://ec2.amazonaws.com/doc/2016-11-15/\"><requestId>bench</requestId><instanceSet/></DescribeInstanceTopologyResponse>"
-    }});
-    admin(proxy, "POST", "faults", &topology.to_string()).await?;
-    if ms > 0 {
-        let rule = serde_json::json!({"match": "*", "fault": {"kind": "latency", "ms": ms}});
-        admin(proxy, "POST", "faults", &rule.to_string()).await?;
+/// The cloud's timing in a phase of the benchmark.
+#[derive(Clone, Copy)]
+enum Latency<'a> {
+    /// No added latency and every long-running operation done at once (setting up).
+    Off,
+    /// `ms` on every call, operations on the emulator's realistic table (part 1's setting).
+    Uniform(u64),
+    /// A per-cloud profile: reads and writes apart, the profile's operation times.
+    Plan(&'a cloud::profile::Plan),
+}
+
+/// The per-call latency rules and the operation timing on the cloud's admin API. On AWS also
+/// the proxy's answer to DescribeInstanceTopology: moto has none (upstream asks it for every
+/// Node of a supported instance type, and retries moto's 500 three times with backoff, which
+/// no real region makes it do), so the proxy answers it with an empty topology, without
+/// latency.
+async fn set_latency(
+    world: &cloud::World,
+    cloud: cloud::Cloud,
+    lat: Latency<'_>,
+) -> anyhow::Result<()> {
+    let admin = &world.admin;
+    admin.call("DELETE", "faults", "").await?;
+    if world.aws.is_some() {
+        let topology = serde_json::json!({"match": "*DescribeInstanceTopology", "fault": {
+            "kind": "status", "status": 200,
+            "body": "<DescribeInstanceTopologyResponse xmlns=\"http://ec2.amazonaws.com/doc/2016-11-15/\"><requestId>bench</requestId><instanceSet/></DescribeInstanceTopologyResponse>"
+        }});
+        admin.call("POST", "faults", &topology.to_string()).await?;
+    }
+    // Whether this cloud's emulator has long-running operations (the kit's, not moto/vcsim).
+    let has_timing = cloud::profile::plan(cloud, cloud::profile::Profile::Fast).timing.is_some();
+    let (rules, timing) = match lat {
+        Latency::Off => (Vec::new(), Some(serde_json::json!({"profile": "fast", "scale": 0.0}))),
+        Latency::Uniform(ms) => (
+            if ms > 0 {
+                vec![serde_json::json!({"match": "*", "fault": {"kind": "latency", "ms": ms}})]
+            } else {
+                Vec::new()
+            },
+            Some(serde_json::json!({"profile": "realistic", "scale": 1.0})),
+        ),
+        Latency::Plan(plan) => (cloud::profile::latency_rules(plan), plan.timing_body()),
+    };
+    for rule in rules {
+        admin.call("POST", "faults", &rule.to_string()).await?;
+    }
+    if has_timing && let Some(t) = timing {
+        admin.call("POST", "timing", &t.to_string()).await?;
     }
     Ok(())
 }
 
-/// The load-balancer phase: `--lb-services` created at once; Services brought to
-/// `--lb-present`; one Node added; a Ready flap.
+/// Registers one Node as a kubelet does: created as the `kubelet` field manager, then its
+/// first status update (conditions, images) patched into `nodes/status`; or the old minimal
+/// Node in one create.
+async fn register(
+    api: &kube::Api<Node>,
+    name: &str,
+    ip: &str,
+    minimal: bool,
+) -> anyhow::Result<()> {
+    use ccm_testbed::bench::node;
+    if minimal {
+        let n = ccm_testbed::fixtures::kubelet_node(name, ip, "True");
+        api.create(&PostParams::default(), &n)
+            .await
+            .with_context(|| format!("registering {name}"))?;
+        return Ok(());
+    }
+    let pp = PostParams { field_manager: Some(node::FIELD_MANAGER.into()), ..Default::default() };
+    api.create(&pp, &node::kubelet_node(name, ip))
+        .await
+        .with_context(|| format!("registering {name}"))?;
+    let patch = kube::api::PatchParams {
+        field_manager: Some(node::FIELD_MANAGER.into()),
+        ..Default::default()
+    };
+    api.patch_status(name, &patch, &kube::api::Patch::Strategic(node::kubelet_status_patch(name)))
+        .await
+        .with_context(|| format!("the first status update of {name}"))?;
+    Ok(())
+}
+
+/// Seconds until `want` Services have an address (None after `limit`), and how many had one
+/// when the wait ended.
+async fn wait_addresses(
+    label: &str,
+    client: &kube::Client,
+    want: usize,
+    limit: Duration,
+    every: Duration,
+) -> anyhow::Result<(Option<f64>, usize)> {
+    let t = wait_until(label, limit, every, || async move {
+        let (done, _) = services_with_address(client).await?;
+        Ok((done.len() >= want, format!("{}/{want} Services have an address", done.len())))
+    })
+    .await?;
+    Ok((t, services_with_address(client).await?.0.len()))
+}
+
+/// Seconds from `t0` until `want` of the cloud's load balancers are provisioned (polled from
+/// the emulator's state every 2 s; None after `limit` or where the bench cannot tell).
+async fn wait_active(
+    label: &str,
+    cloud: cloud::Cloud,
+    admin: &cloud::Admin,
+    want: usize,
+    limit: Duration,
+    t0: Instant,
+) -> anyhow::Result<Option<f64>> {
+    let state: serde_json::Value = serde_json::from_str(&admin.call("GET", "state", "").await?)?;
+    if cloud::lbs_active(cloud, &state).is_none() {
+        return Ok(None);
+    }
+    let done = wait_until(label, limit, Duration::from_secs(2), || async move {
+        let state: serde_json::Value =
+            serde_json::from_str(&admin.call("GET", "state", "").await?)?;
+        let (_, active) = cloud::lbs_active(cloud, &state).unwrap_or_default();
+        Ok((active >= want, format!("{active}/{want} load balancers provisioned")))
+    })
+    .await?;
+    Ok(done.map(|_| t0.elapsed().as_secs_f64()))
+}
+
+/// The load-balancer phase (issue #35 part 2):
+/// - (b) one Service created alone, timed until it has an address; then `--lb-services`
+///   created at once, timed until all have one (target: within 2× the one create);
+/// - (a) Services brought to `--lb-present` (cloud latency and operation times off
+///   meanwhile), one Node joins (AWS: a new instance; the kit's clouds: the spare instance),
+///   timed until every load balancer has it, with the cloud calls;
+/// - (c) `--lb-flaps` Ready flaps of that Node (False, then True): the cloud calls, and the
+///   load-balancer calls among them (target 0).
+#[allow(clippy::too_many_arguments)]
 async fn lb_phase(
     args: &RunArgs,
     label: &str,
     client: &kube::Client,
-    world: &World<'_>,
+    world: &cloud::World,
     pid: u32,
     child: &mut tokio::process::Child,
+    lat: Latency<'_>,
 ) -> anyhow::Result<LbResult> {
-    let proxy = world.proxy;
+    let admin = &world.admin;
     let mut r = LbResult {
         created: args.lb_services,
         timeout_secs: args.lb_timeout_secs,
@@ -817,111 +995,145 @@ async fn lb_phase(
     };
     let limit = Duration::from_secs(args.lb_timeout_secs);
 
+    // (b) One create alone, then many at once, on the same profile.
+    progress(format!("[{label}] load balancers: one Service alone"));
+    let before = cloud_counters(admin).await?;
+    let t0 = Instant::now();
+    create_services(client, &["lb-one".to_string()]).await?;
+    (r.one_create_s, _) =
+        wait_addresses(label, client, 1, limit, Duration::from_millis(250)).await?;
+    r.one_active_s = wait_active(label, args.cloud, admin, 1, limit, t0).await?;
+    r.one_create_calls = diff(&cloud_counters(admin).await?, &before);
+    progress(format!(
+        "[{label}] one load balancer in {} s ({} cloud calls)",
+        fmt_opt(r.one_create_s),
+        r.one_create_calls.values().sum::<u64>()
+    ));
     progress(format!("[{label}] load balancers: creating {} Services at once", args.lb_services));
-    let before = cloud_counters(proxy).await?;
-    create_services(client, 0, args.lb_services).await?;
-    let want = args.lb_services;
-    r.created_all_s = wait_until(label, limit, Duration::from_millis(500), || async move {
-        let (done, _) = services_with_address(client).await?;
-        Ok((done.len() >= want, format!("{}/{want} Services have an address", done.len())))
-    })
-    .await?;
-    r.created_calls = diff(&cloud_counters(proxy).await?, &before);
-    r.created_reached = services_with_address(client).await?.0.len();
-    progress(format!("[{label}] {want} load balancers in {} s", fmt_opt(r.created_all_s)));
+    let before = cloud_counters(admin).await?;
+    let names: Vec<String> = (0..args.lb_services).map(|i| format!("lb-{i}")).collect();
+    let t0 = Instant::now();
+    create_services(client, &names).await?;
+    let want = args.lb_services + 1;
+    let (t, reached) =
+        wait_addresses(label, client, want, limit, Duration::from_millis(500)).await?;
+    r.created_all_s = t;
+    r.created_reached = reached.saturating_sub(1);
+    r.created_active_s = wait_active(label, args.cloud, admin, want, limit, t0).await?;
+    if r.one_active_s.is_some() || r.created_active_s.is_some() {
+        progress(format!(
+            "[{label}] provisioned: one alone {} s, {} at once {} s",
+            fmt_opt(r.one_active_s),
+            args.lb_services,
+            fmt_opt(r.created_active_s)
+        ));
+    }
+    r.created_calls = diff(&cloud_counters(admin).await?, &before);
+    progress(format!(
+        "[{label}] {} load balancers at once in {} s; one alone took {} s (ratio {})",
+        args.lb_services,
+        fmt_opt(r.created_all_s),
+        fmt_opt(r.one_create_s),
+        match (r.created_all_s, r.one_create_s) {
+            (Some(a), Some(o)) if o > 0.0 => format!("{:.2}, target ≤ 2", a / o),
+            _ => "—".into(),
+        }
+    ));
     if let Ok(Some(status)) = child.try_wait() {
         anyhow::bail!("the manager exited with {status}");
     }
 
-    if args.lb_present > args.lb_services {
+    // (a) Many load balancers, one Node joins.
+    let api: kube::Api<Node> = kube::Api::all(client.clone());
+    let mut flap_node = world.nodes.first().map(|n| n.0.clone());
+    if args.lb_present > args.lb_services + 1 {
         let present = args.lb_present;
-        r.present = present;
         progress(format!(
-            "[{label}] load balancers: setting up {present} in all (cloud latency off meanwhile)"
+            "[{label}] load balancers: setting up {present} in all (cloud latency and operation times off meanwhile)"
         ));
-        set_latency(proxy, 0).await?;
+        set_latency(world, args.cloud, Latency::Off).await?;
         let t = Instant::now();
-        create_services(client, args.lb_services, present).await?;
-        let setup = wait_until(label, limit * 2, Duration::from_secs(2), || async move {
-            let (done, _) = services_with_address(client).await?;
-            Ok((
-                done.len() >= present,
-                format!("{}/{present} Services have an address", done.len()),
-            ))
-        })
-        .await?;
+        let names: Vec<String> =
+            (args.lb_services..present.saturating_sub(1)).map(|i| format!("lb-{i}")).collect();
+        create_services(client, &names).await?;
+        let (setup, _) =
+            wait_addresses(label, client, present, limit * 2, Duration::from_secs(2)).await?;
         r.setup_s = setup.map(|_| t.elapsed().as_secs_f64());
-        set_latency(proxy, args.latency_ms).await?;
+        set_latency(world, args.cloud, lat).await?;
         if r.setup_s.is_some() {
             let (names, _) = services_with_address(client).await?;
-            let names: std::collections::HashSet<String> = names.into_iter().collect();
-            // A new instance and its Node.
-            let subnet = world
-                .ec2
-                .describe_subnets()
-                .send()
-                .await
-                .context("DescribeSubnets")?
-                .subnets()
-                .iter()
-                .find(|s| s.cidr_block() == Some("10.0.100.0/24"))
-                .and_then(|s| s.subnet_id().map(str::to_string))
-                .context("the first node subnet is missing")?;
-            let inst = ccm_provider_aws::testing::run_instances(
-                world.ec2,
-                &subnet,
-                CLUSTER,
-                1,
-                Some(world.sg),
-            )
-            .await
-            .map_err(|e| anyhow::anyhow!("running the new instance: {e}"))?;
-            let inst = inst.first().context("RunInstances returned nothing")?;
-            let id = inst.instance_id().context("no instance ID")?.to_string();
-            let dns = inst.private_dns_name().context("no private DNS name")?.to_string();
-            let ip = inst.private_ip_address().context("no private IP")?.to_string();
-            let elb = ccm_provider_aws::testing::elb(world.moto).await;
-            let before = cloud_counters(proxy).await?;
-            let api: kube::Api<Node> = kube::Api::all(client.clone());
-            api.create(
-                &PostParams::default(),
-                &ccm_testbed::fixtures::kubelet_node(&dns, &ip, "True"),
-            )
-            .await
-            .context("registering the new Node")?;
-            progress(format!("[{label}] Node {dns} ({id}) added with {present} load balancers"));
-            let (elb, names, id) = (&elb, &names, &id);
-            let reached = std::sync::atomic::AtomicUsize::new(0);
-            let seen = &reached;
-            r.node_added_all_s = wait_until(label, limit, Duration::from_secs(2), || async move {
-                let mut have = 0;
-                let mut pages = elb.describe_load_balancers().into_paginator().send();
-                while let Some(page) = pages.next().await {
-                    let page = page.context("DescribeLoadBalancers (moto, not counted)")?;
-                    for lb in page.load_balancer_descriptions() {
-                        if lb.load_balancer_name().is_some_and(|n| names.contains(n))
-                            && lb.instances().iter().any(|i| i.instance_id() == Some(id.as_str()))
-                        {
-                            have += 1;
-                        }
-                    }
+            r.present = names.len();
+            if let Some(aws) = &world.aws {
+                let dns =
+                    node_joins_aws(args, label, client, admin, aws, &names, limit, &mut r).await?;
+                flap_node = Some(dns);
+            } else if let Some((name, ip)) = &world.spare {
+                let state: serde_json::Value =
+                    serde_json::from_str(&admin.call("GET", "state", "").await?)?;
+                if cloud::lb_coverage(args.cloud, &state, name, ip).is_none() {
+                    progress(format!(
+                        "[{label}] {}: the bench cannot read which load balancers have a Node; the joining-Node part is skipped",
+                        args.cloud.name()
+                    ));
+                } else {
+                    let before = cloud_counters(admin).await?;
+                    register(&api, name, ip, args.minimal_nodes)
+                        .await
+                        .context("registering the joining Node")?;
+                    progress(format!(
+                        "[{label}] Node {name} ({ip}) joins with {} load balancers",
+                        r.present
+                    ));
+                    let reached = std::sync::atomic::AtomicUsize::new(0);
+                    let (seen, want, cloud) = (&reached, r.present, args.cloud);
+                    r.node_added_all_s =
+                        wait_until(label, limit, Duration::from_secs(3), || async move {
+                            let state: serde_json::Value =
+                                serde_json::from_str(&admin.call("GET", "state", "").await?)?;
+                            let (total, with) =
+                                cloud::lb_coverage(cloud, &state, name, ip).unwrap_or_default();
+                            seen.store(with, std::sync::atomic::Ordering::SeqCst);
+                            Ok((
+                                with >= want && with >= total,
+                                format!("{with}/{want} load balancers have the new Node"),
+                            ))
+                        })
+                        .await?;
+                    r.node_added_reached = reached.load(std::sync::atomic::Ordering::SeqCst);
+                    r.node_added_calls = diff(&cloud_counters(admin).await?, &before);
+                    flap_node = Some(name.clone());
+                    progress(format!(
+                        "[{label}] every load balancer has the new Node after {} s ({} cloud calls)",
+                        fmt_opt(r.node_added_all_s),
+                        r.node_added_calls.values().sum::<u64>()
+                    ));
                 }
-                seen.store(have, std::sync::atomic::Ordering::SeqCst);
-                Ok((
-                    have >= names.len(),
-                    format!("{have}/{} load balancers have the new Node", names.len()),
-                ))
-            })
-            .await?;
-            r.node_added_reached = reached.load(std::sync::atomic::Ordering::SeqCst);
-            r.node_added_calls = diff(&cloud_counters(proxy).await?, &before);
-            progress(format!(
-                "[{label}] every load balancer has the new Node after {} s",
-                fmt_opt(r.node_added_all_s)
-            ));
+            }
+        }
+    }
 
-            // A Ready flap of an initialised Node: False, then True again.
-            let before = cloud_counters(proxy).await?;
+    // (c) Ready flaps of a Node that is in every load balancer, once the load-balancer calls
+    // of what came before (a join's later passes) have stopped: none for 10 s, at most
+    // --lb-timeout-secs.
+    if let Some(node) = flap_node.filter(|_| args.lb_flaps > 0) {
+        let t = Instant::now();
+        let mut last = cloud_counters(admin).await?;
+        let mut quiet = Instant::now();
+        while quiet.elapsed() < Duration::from_secs(10) && t.elapsed() < limit {
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            let now = cloud_counters(admin).await?;
+            if diff(&now, &last).keys().any(|op| cloud::is_lb_op(args.cloud, op)) {
+                quiet = Instant::now();
+            }
+            last = now;
+        }
+        r.flap_settle_s = Some(t.elapsed().as_secs_f64());
+        progress(format!(
+            "[{label}] no load-balancer calls for 10 s after {:.0} s; flapping {node}",
+            t.elapsed().as_secs_f64()
+        ));
+        let before = cloud_counters(admin).await?;
+        for _ in 0..args.lb_flaps {
             for status in ["False", "True"] {
                 let patch = serde_json::json!({"status": {"conditions": [{
                     "type": "Ready", "status": status,
@@ -930,58 +1142,123 @@ async fn lb_phase(
                     "lastTransitionTime": jiff::Timestamp::now().to_string(),
                 }]}});
                 api.patch_status(
-                    &dns,
+                    &node,
                     &kube::api::PatchParams::default(),
                     &kube::api::Patch::Strategic(patch),
                 )
                 .await
                 .context("flapping the Node's Ready condition")?;
-                tokio::time::sleep(Duration::from_secs(15)).await;
+                tokio::time::sleep(Duration::from_secs(2)).await;
             }
-            r.ready_flap_calls = diff(&cloud_counters(proxy).await?, &before)
-                .into_iter()
-                .filter(|(op, _)| op != "DescribeInstances")
-                .collect();
-            progress(format!("[{label}] cloud calls after a Ready flap: {:?}", r.ready_flap_calls));
         }
+        // What the flaps may still cause arrives within this settling time.
+        tokio::time::sleep(Duration::from_secs(20)).await;
+        r.flaps = args.lb_flaps;
+        r.ready_flap_calls = diff(&cloud_counters(admin).await?, &before);
+        r.ready_flap_lb_calls = r
+            .ready_flap_calls
+            .iter()
+            .filter(|(op, _)| cloud::is_lb_op(args.cloud, op))
+            .map(|(_, n)| n)
+            .sum();
+        progress(format!(
+            "[{label}] {} Ready flaps of {node}: {} load-balancer calls (target 0); all cloud calls {:?}",
+            args.lb_flaps, r.ready_flap_lb_calls, r.ready_flap_calls
+        ));
     }
     let (cpu, rss) = proc_stats(pid).unwrap_or_default();
     (r.cpu_s, r.peak_rss_mb) = (cpu, rss);
     Ok(r)
 }
 
-fn report(results: &Path, out: &Path, machine: &str) -> anyhow::Result<()> {
-    let text = std::fs::read_to_string(results)
-        .with_context(|| format!("reading {}", results.display()))?;
-    let runs: Vec<RunResult> = text
-        .lines()
-        .filter(|l| !l.trim().is_empty())
-        .map(serde_json::from_str)
-        .collect::<Result<_, _>>()
-        .context("parsing the results")?;
-    let mut md = String::new();
-    let _ = writeln!(md, "# Benchmarks: node initialisation, ours against upstream\n");
+/// (a) on AWS: a new instance in moto, its Node registered, timed until every classic ELB
+/// lists it (read from moto directly, not counted). Returns the Node's name.
+#[allow(clippy::too_many_arguments)]
+async fn node_joins_aws(
+    args: &RunArgs,
+    label: &str,
+    client: &kube::Client,
+    admin: &cloud::Admin,
+    aws: &cloud::aws::Extra,
+    names: &[String],
+    limit: Duration,
+    r: &mut LbResult,
+) -> anyhow::Result<String> {
+    let names: std::collections::HashSet<String> = names.iter().cloned().collect();
+    let subnet = aws
+        .ec2
+        .describe_subnets()
+        .send()
+        .await
+        .context("DescribeSubnets")?
+        .subnets()
+        .iter()
+        .find(|s| s.cidr_block() == Some("10.0.100.0/24"))
+        .and_then(|s| s.subnet_id().map(str::to_string))
+        .context("the first node subnet is missing")?;
+    let inst =
+        ccm_provider_aws::testing::run_instances(&aws.ec2, &subnet, CLUSTER, 1, Some(&aws.sg))
+            .await
+            .map_err(|e| anyhow::anyhow!("running the new instance: {e}"))?;
+    let inst = inst.first().context("RunInstances returned nothing")?;
+    let id = inst.instance_id().context("no instance ID")?.to_string();
+    let dns = inst.private_dns_name().context("no private DNS name")?.to_string();
+    let ip = inst.private_ip_address().context("no private IP")?.to_string();
+    let elb = ccm_provider_aws::testing::elb(&aws.moto).await;
+    let before = cloud_counters(admin).await?;
+    let api: kube::Api<Node> = kube::Api::all(client.clone());
+    register(&api, &dns, &ip, args.minimal_nodes).await.context("registering the new Node")?;
+    progress(format!("[{label}] Node {dns} ({id}) added with {} load balancers", names.len()));
+    let (elb, names, id) = (&elb, &names, &id);
+    let reached = std::sync::atomic::AtomicUsize::new(0);
+    let seen = &reached;
+    r.node_added_all_s = wait_until(label, limit, Duration::from_secs(2), || async move {
+        let mut have = 0;
+        let mut pages = elb.describe_load_balancers().into_paginator().send();
+        while let Some(page) = pages.next().await {
+            let page = page.context("DescribeLoadBalancers (moto, not counted)")?;
+            for lb in page.load_balancer_descriptions() {
+                if lb.load_balancer_name().is_some_and(|n| names.contains(n))
+                    && lb.instances().iter().any(|i| i.instance_id() == Some(id.as_str()))
+                {
+                    have += 1;
+                }
+            }
+        }
+        seen.store(have, std::sync::atomic::Ordering::SeqCst);
+        Ok((
+            have >= names.len(),
+            format!("{have}/{} load balancers have the new Node", names.len()),
+        ))
+    })
+    .await?;
+    r.node_added_reached = reached.load(std::sync::atomic::Ordering::SeqCst);
+    r.node_added_calls = diff(&cloud_counters(admin).await?, &before);
+    progress(format!(
+        "[{label}] every load balancer has the new Node after {} s",
+        fmt_opt(r.node_added_all_s)
+    ));
+    Ok(dns)
+}
+
+/// One cloud's tables: every run, ours against upstream, per Node, load balancers.
+fn cloud_tables(md: &mut String, cloud: &str, runs: &[&RunResult]) {
+    let title = match cloud {
+        "aws" => "AWS",
+        "azure" => "Azure",
+        "gcp" => "GCP",
+        "openstack" => "OpenStack",
+        "vsphere" => "vSphere",
+        "ibm" => "IBM Cloud",
+        other => other,
+    };
+    let _ = writeln!(md, "## {title}\n");
     let _ = writeln!(
         md,
-        "Generated by `ci/bench` (issue #15) from `{}`. Machine: {machine}.\n",
-        results.display()
+        "| run | N | Nodes (size) | manager | all initialised (s) | floor 2·N/QPS (s) | ÷ floor | p50 (s) | p99 (s) | cloud calls during init | target ⌈N/page⌉+5 | idle cloud calls/min | CPU s (init) | CPU s per 1000 Nodes | peak RSS (MB) | API writes during init |"
     );
-    let _ = writeln!(
-        md,
-        "World per run: a fresh kube-apiserver + etcd with N kubelet-style Nodes registered at \
-         once (tainted `uninitialized`), moto with N instances behind the fault proxy adding a \
-         fixed latency to every cloud call. Times run from the manager's start; per-Node \
-         times from the manager's start to the Node's taint being gone (all Nodes exist before \
-         the manager starts). Cloud calls are the proxy's counters, API requests the \
-         apiserver's `apiserver_request_total` difference over initialisation; CPU seconds \
-         (user + system) and peak RSS (VmHWM) from `/proc` of the manager's process.\n"
-    );
-    let _ = writeln!(
-        md,
-        "| run | N | manager | all initialised (s) | floor 2·N/QPS (s) | p50 (s) | p99 (s) | cloud calls during init | idle cloud calls/min | CPU s (init) | CPU s per 1000 Nodes | peak RSS (MB) | API writes during init |"
-    );
-    let _ = writeln!(md, "|---|---|---|---|---|---|---|---|---|---|---|---|---|");
-    for r in &runs {
+    let _ = writeln!(md, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    for r in runs {
         let calls: u64 = r.cloud_calls_init.values().sum();
         let idle: u64 = r.idle_cloud_calls.values().sum();
         let qps = r
@@ -1000,15 +1277,26 @@ fn report(results: &Path, out: &Path, machine: &str) -> anyhow::Result<()> {
             .sum();
         let _ = writeln!(
             md,
-            "| {} | {} | {} | {} | {:.0} | {} | {} | {} | {:.1} | {:.1} | {:.1} | {:.0} | {} |",
+            "| {} | {} | {} | {} | {} | {:.0} | {} | {} | {} | {} | {} | {:.1} | {:.1} | {:.1} | {:.0} | {} |",
             r.tag,
             r.nodes,
+            match r.node_bytes {
+                Some(b) => format!("{} ({:.1} KB)", r.node_kind, b as f64 / 1024.0),
+                None => r.node_kind.clone(),
+            },
             r.label,
             fmt_opt(r.all_initialised_s),
             2.0 * r.nodes as f64 / qps,
+            r.all_initialised_s
+                .map(|t| format!("{:.2}", t / (2.0 * r.nodes as f64 / qps)))
+                .unwrap_or_else(|| "—".into()),
             fmt_opt(r.p50_s),
             fmt_opt(r.p99_s),
             calls,
+            match r.page {
+                Some(p) => format!("{}", r.nodes.div_ceil(p.max(1)) + 5),
+                None => "— (per Node)".into(),
+            },
             idle as f64 * 60.0 / r.idle_secs.max(1) as f64,
             r.cpu_s_init,
             r.cpu_s_init * 1000.0 / r.nodes.max(1) as f64,
@@ -1018,7 +1306,7 @@ fn report(results: &Path, out: &Path, machine: &str) -> anyhow::Result<()> {
     }
     // Ours against upstream on the same world (same N, flags but --concurrent-node-syncs,
     // latency, tag): upstream / ours, so > 1 means ours is better.
-    let _ = writeln!(md, "\n## Ratios: upstream ÷ ours (> 1: ours is better)\n");
+    let _ = writeln!(md, "\n### {title}: ratios, upstream ÷ ours (> 1: ours is better)\n");
     let _ = writeln!(
         md,
         "| run | N | QPS | all initialised | p50 | p99 | cloud calls during init | CPU s (init) | peak RSS |"
@@ -1034,6 +1322,7 @@ fn report(results: &Path, out: &Path, machine: &str) -> anyhow::Result<()> {
                 && u.nodes == o.nodes
                 && u.tag == o.tag
                 && u.latency_ms == o.latency_ms
+                && u.node_kind == o.node_kind
                 && qps_of(u) == qps_of(o)
         }) else {
             continue;
@@ -1053,13 +1342,13 @@ fn report(results: &Path, out: &Path, machine: &str) -> anyhow::Result<()> {
             ratio(Some(u.peak_rss_mb), Some(o.peak_rss_mb)),
         );
     }
-    let _ = writeln!(md, "\n## Per Node (linear growth: the same at every N)\n");
+    let _ = writeln!(md, "\n### {title}: per Node (linear growth: the same at every N)\n");
     let _ = writeln!(
         md,
         "| run | N | manager | QPS | CPU ms per Node (init) | RSS KB per Node | cloud calls per 1000 Nodes (init) | idle cloud calls/min per 500 Nodes |"
     );
     let _ = writeln!(md, "|---|---|---|---|---|---|---|---|");
-    for r in &runs {
+    for r in runs {
         let n = r.nodes.max(1) as f64;
         let calls: u64 = r.cloud_calls_init.values().sum();
         let idle: u64 = r.idle_cloud_calls.values().sum();
@@ -1077,42 +1366,114 @@ fn report(results: &Path, out: &Path, machine: &str) -> anyhow::Result<()> {
         );
     }
     if runs.iter().any(|r| r.lb.is_some()) {
-        let _ = writeln!(md, "\n## Load balancers\n");
+        let _ = writeln!(md, "\n### {title}: load balancers\n");
         let _ = writeln!(
             md,
-            "| run | N | manager | QPS | Services created at once | all addresses (s) | cloud calls | Services present | one Node added: every LB has it (s) | cloud calls | LB calls after a Ready flap | peak RSS (MB) |"
+            "| run | N | manager | profile | service syncs | one create alone (s) | Services created at once | all addresses (s) | ÷ one create (target ≤ 2) | provisioned in the cloud: one / all at once (s) | cloud calls | Services present | one Node joins: every LB has it (s) | cloud calls | Ready flaps | LB calls on flaps (target 0) | peak RSS (MB) |"
         );
-        let _ = writeln!(md, "|---|---|---|---|---|---|---|---|---|---|---|---|");
-        for r in &runs {
+        let _ =
+            writeln!(md, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+        for r in runs {
             let Some(lb) = &r.lb else { continue };
             let sum = |m: &BTreeMap<String, u64>| m.values().sum::<u64>();
+            let syncs = r
+                .flags
+                .iter()
+                .find_map(|f| f.strip_prefix("--concurrent-service-syncs="))
+                .unwrap_or("1");
             let _ = writeln!(
                 md,
-                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.0} |",
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.0} |",
                 r.tag,
                 r.nodes,
                 r.label,
-                qps_of(r),
+                r.profile.as_deref().unwrap_or("uniform"),
+                syncs,
+                fmt_opt(lb.one_create_s),
                 lb.created,
                 lb.created_all_s.map(|t| format!("{t:.1}")).unwrap_or_else(|| format!(
                     "> {} ({} done)",
                     lb.timeout_secs, lb.created_reached
                 )),
+                match (lb.created_all_s, lb.one_create_s) {
+                    (Some(a), Some(o)) if o > 0.0 => format!("{:.2}", a / o),
+                    _ => "—".into(),
+                },
+                if lb.one_active_s.is_some() || lb.created_active_s.is_some() {
+                    format!("{} / {}", fmt_opt(lb.one_active_s), fmt_opt(lb.created_active_s))
+                } else {
+                    "— (address = provisioned)".to_string()
+                },
                 sum(&lb.created_calls),
                 lb.present,
-                lb.node_added_all_s.map(|t| format!("{t:.1}")).unwrap_or_else(|| format!(
-                    "> {} ({} of {} had it)",
-                    lb.timeout_secs, lb.node_added_reached, lb.present
-                )),
+                if lb.present == 0 {
+                    "—".to_string()
+                } else {
+                    lb.node_added_all_s.map(|t| format!("{t:.1}")).unwrap_or_else(|| {
+                        format!(
+                            "> {} ({} of {} had it)",
+                            lb.timeout_secs, lb.node_added_reached, lb.present
+                        )
+                    })
+                },
                 sum(&lb.node_added_calls),
-                sum(&lb.ready_flap_calls),
+                lb.flaps,
+                if lb.flaps > 0 {
+                    lb.ready_flap_lb_calls.to_string()
+                } else {
+                    sum(&lb.ready_flap_calls).to_string()
+                },
                 lb.peak_rss_mb,
             );
         }
     }
+}
+
+fn report(results: &Path, out: &Path, machine: &str) -> anyhow::Result<()> {
+    let text = std::fs::read_to_string(results)
+        .with_context(|| format!("reading {}", results.display()))?;
+    let runs: Vec<RunResult> = text
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(serde_json::from_str)
+        .collect::<Result<_, _>>()
+        .context("parsing the results")?;
+    let mut md = String::new();
+    let _ = writeln!(md, "# Benchmarks: node initialisation, ours against upstream\n");
+    let _ = writeln!(
+        md,
+        "Generated by `ci/bench` (issues #15, #35) from `{}`. Machine: {machine}.\n",
+        results.display()
+    );
+    let _ = writeln!(
+        md,
+        "World per run: a fresh kube-apiserver + etcd with N Nodes registered at once (tainted \
+         `uninitialized`) and the cloud's emulator with N instances, whose admin API adds a fixed \
+         latency to every cloud call and counts the calls (moto and vcsim behind the fault \
+         proxy; the kit's own emulators for Azure, GCP, OpenStack and IBM, on their realistic \
+         timing profile). Nodes are kubelet-realistic (labels, annotations, capacity, \
+         allocatable, nodeInfo, five conditions, 36 images, two managedFields entries: the \
+         `Node size` column, bytes of one stored Node) unless `minimal` (the runs before issue \
+         #35: name, InternalIP, Ready and the taint). Times run from the manager's start; \
+         per-Node times from the manager's start to the Node's taint being gone (all Nodes \
+         exist before the manager starts). Cloud calls are the emulator's counters, API requests \
+         the apiserver's `apiserver_request_total` difference over initialisation; CPU seconds \
+         (user + system) and peak RSS (VmHWM) from `/proc` of the manager's process. The call \
+         target is ⌈N/page⌉ + 5 (page: the cloud's largest instance-list page).\n"
+    );
+    for cloud in ["aws", "azure", "gcp", "openstack", "vsphere", "ibm"] {
+        let these: Vec<&RunResult> = runs.iter().filter(|r| r.cloud == cloud).collect();
+        if !these.is_empty() {
+            cloud_tables(&mut md, cloud, &these);
+        }
+    }
     let _ = writeln!(md, "\n## Details per run\n");
     for r in &runs {
-        let _ = writeln!(md, "### {} {} N={} ({})\n", r.tag, r.label, r.nodes, r.date);
+        let _ = writeln!(
+            md,
+            "### {} {} {} N={} ({}, {} Nodes)\n",
+            r.cloud, r.tag, r.label, r.nodes, r.date, r.node_kind
+        );
         let _ =
             writeln!(md, "- flags: `{}` (cloud latency {} ms)", r.flags.join(" "), r.latency_ms);
         let _ = writeln!(md, "- Nodes initialised: {}/{}", r.initialised, r.nodes);
@@ -1150,9 +1511,15 @@ fn report(results: &Path, out: &Path, machine: &str) -> anyhow::Result<()> {
         }
         md.push('\n');
     }
-    let _ = writeln!(md, "## Chart: time to initialise against N\n");
-    md.push_str(&svg(&runs));
-    md.push('\n');
+    let _ = writeln!(md, "## Charts: time to initialise against N, per cloud\n");
+    for cloud in ["aws", "azure", "gcp", "openstack", "vsphere", "ibm"] {
+        let these: Vec<RunResult> = runs.iter().filter(|r| r.cloud == cloud).cloned().collect();
+        if !these.is_empty() {
+            let _ = writeln!(md, "### {cloud}\n");
+            md.push_str(&svg(&these));
+            md.push('\n');
+        }
+    }
     // Hand-written notes (analysis, profiles) after the marker survive a re-render.
     let kept = std::fs::read_to_string(out)
         .ok()
@@ -1176,7 +1543,7 @@ fn svg(runs: &[RunResult]) -> String {
             .and_then(|v| v.parse::<f64>().ok())
             .unwrap_or(20.0);
         if let Some(t) = r.all_initialised_s {
-            let key = format!("{} {} qps={qps}", r.label, r.tag);
+            let key = format!("{} {} {} qps={qps}", r.cloud, r.label, r.tag);
             series.entry(key).or_default().push((r.nodes as f64, t));
         }
         floor.insert(r.nodes as u64, 2.0 * r.nodes as f64 / qps);

@@ -6,6 +6,20 @@
 //! is dropped after 20 failed attempts (until its next qualifying update). Deleted nodes
 //! need nothing: the cloud releases their ranges.
 //!
+//! **Families and order** (upstream's cluster stack type): the provider answers every range
+//! the instance has (any order, at most one per family is used); the cluster's IP families
+//! come from `--service-cluster-ip-range`: the family of its first CIDR first, the second
+//! CIDR's next, IPv4 alone when none is set. `podCIDRs` gets, per family in that order, the
+//! cloud's first range of the family; families the service CIDRs do not have are dropped.
+//! So an IPv4-primary dual-stack cluster gets `[v4, v6]`, an IPv6-primary one `[v6, v4]`, a
+//! single-stack one its family's range only.
+//!
+//! **No range**: when the cloud cannot be asked (any error) or has no range at all for the
+//! node, the Node gets upstream's `Normal` Event `CIDRNotAvailable` (`Node <name> status is
+//! now: CIDRNotAvailable`) and the node is retried. When it has ranges but none of a family
+//! the cluster needs (a dual-stack cluster, an instance without IPv6), the node is retried
+//! with an error naming the missing family and nothing is written, as upstream (no Event).
+//!
 //! Order of writes as upstream: `spec.podCIDR(s)` first, then `NetworkUnavailable=False`,
 //! so a node never reports a ready network without its pod CIDR. The cloud lookup has a
 //! deadline (`ControllerConfig::instance_call_timeout`); a timeout is retried like any error.
@@ -46,9 +60,10 @@ enum SyncError {
     #[error("the cloud has no pod CIDR for node {0}")]
     NoCidr(String),
     #[error(
-        "the cloud returned invalid pod CIDRs for node {node}: {cidrs:?} (at most two, one per IP family)"
+        "the cloud has no {missing} pod CIDR for node {node} (it has {cidrs:?}); the cluster's \
+         service CIDRs make it {stack}"
     )]
-    BadCidrs { node: String, cidrs: Vec<IpNet> },
+    MissingFamily { node: String, missing: Family, stack: String, cidrs: Vec<IpNet> },
     #[error("failed to update node {node}: {source}")]
     Patch {
         node: String,
@@ -60,8 +75,8 @@ enum SyncError {
 pub(super) struct CloudAllocator {
     pub(super) client: kube::Client,
     pub(super) cloud: Arc<dyn NodeCidrs>,
-    /// Service CIDRs: the first one's family comes first in `podCIDRs`.
-    pub(super) service_cidrs: Vec<IpNet>,
+    /// The cluster's IP families in `podCIDRs` order ([`stack`] of the service CIDRs).
+    pub(super) stack: Vec<Family>,
     pub(super) shutdown: CancellationToken,
     /// Deadline of each cloud lookup.
     pub(super) deadline: Deadline,
@@ -87,10 +102,56 @@ fn needs_sync(node: &Node) -> bool {
     no_cidr || !net_ok || tainted
 }
 
-/// Orders the cloud's CIDRs: the family of the first service CIDR first (IPv4 by default).
-fn order(cidrs: &mut [IpNet], service_cidrs: &[IpNet]) {
-    let v6_first = matches!(service_cidrs.first(), Some(IpNet::V6(_)));
-    cidrs.sort_by_key(|c| matches!(c, IpNet::V6(_)) != v6_first);
+/// An IP family.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Family {
+    V4,
+    V6,
+}
+
+impl Family {
+    fn of(net: &IpNet) -> Family {
+        match net {
+            IpNet::V4(_) => Family::V4,
+            IpNet::V6(_) => Family::V6,
+        }
+    }
+}
+
+impl std::fmt::Display for Family {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Family::V4 => "IPv4",
+            Family::V6 => "IPv6",
+        })
+    }
+}
+
+/// The cluster's IP families, in `podCIDRs` order, from its service CIDRs (upstream's
+/// cluster stack type): the first CIDR's family, then the second's if it is the other one;
+/// IPv4 alone without service CIDRs.
+pub(super) fn stack(service_cidrs: &[IpNet]) -> Vec<Family> {
+    let mut families: Vec<Family> = Vec::with_capacity(2);
+    for f in service_cidrs.iter().map(Family::of) {
+        if !families.contains(&f) {
+            families.push(f);
+        }
+    }
+    if families.is_empty() {
+        families.push(Family::V4);
+    }
+    families
+}
+
+fn stack_name(stack: &[Family]) -> String {
+    stack.iter().map(ToString::to_string).collect::<Vec<_>>().join("_")
+}
+
+/// The pod CIDRs of a node of a `stack` cluster from the cloud's ranges: per family of the
+/// stack, in its order, the cloud's first range of that family. `Err` names the first family
+/// the cloud has no range of.
+fn select(cidrs: &[IpNet], stack: &[Family]) -> Result<Vec<IpNet>, Family> {
+    stack.iter().map(|f| cidrs.iter().find(|c| Family::of(c) == *f).copied().ok_or(*f)).collect()
 }
 
 impl CloudAllocator {
@@ -176,22 +237,25 @@ impl CloudAllocator {
         if spec.provider_id.as_deref().unwrap_or_default().is_empty() {
             return Err(SyncError::NoProviderId(name.into()));
         }
-        let mut cidrs = self
-            .deadline
-            .try_run("NodePodCIDRs", self.cloud.node_pod_cidrs(&node))
-            .await
-            .map_err(|source| SyncError::Cloud { node: name.into(), source })?;
+        let cidrs =
+            match self.deadline.try_run("NodePodCIDRs", self.cloud.node_pod_cidrs(&node)).await {
+                Ok(c) => c,
+                Err(source) => {
+                    // As upstream: the instance could not be read, so no CIDR is available.
+                    self.event(recorder, &node, reasons::CIDR_NOT_AVAILABLE).await;
+                    return Err(SyncError::Cloud { node: name.into(), source });
+                }
+            };
         if cidrs.is_empty() {
             self.event(recorder, &node, reasons::CIDR_NOT_AVAILABLE).await;
             return Err(SyncError::NoCidr(name.into()));
         }
-        order(&mut cidrs, &self.service_cidrs);
-        let dual =
-            matches!(cidrs.as_slice(), [IpNet::V4(_), IpNet::V6(_)] | [IpNet::V6(_), IpNet::V4(_)]);
-        if cidrs.len() > 2 || (cidrs.len() == 2 && !dual) {
-            self.event(recorder, &node, reasons::CIDR_ASSIGNMENT_FAILED).await;
-            return Err(SyncError::BadCidrs { node: name.into(), cidrs });
-        }
+        let cidrs = select(&cidrs, &self.stack).map_err(|missing| SyncError::MissingFamily {
+            node: name.into(),
+            missing,
+            stack: stack_name(&self.stack),
+            cidrs,
+        })?;
         let want: Vec<String> = cidrs.iter().map(ToString::to_string).collect();
         let api = Api::<Node>::all(self.client.clone());
         let patch_err = |source| SyncError::Patch { node: name.into(), source };
@@ -234,15 +298,33 @@ impl CloudAllocator {
 mod tests {
     use super::*;
 
+    fn nets(list: &[&str]) -> Vec<IpNet> {
+        list.iter().map(|c| c.parse().unwrap()).collect()
+    }
+
     #[test]
-    fn family_order_follows_the_first_service_cidr() {
-        let v4: IpNet = "10.0.0.0/24".parse().unwrap();
-        let v6: IpNet = "fd00::/64".parse().unwrap();
-        let mut c = vec![v6, v4];
-        order(&mut c, &[]);
-        assert_eq!(c, vec![v4, v6]);
-        order(&mut c, &["fd00:96::/112".parse().unwrap()]);
-        assert_eq!(c, vec![v6, v4]);
+    fn the_service_cidrs_make_the_stack() {
+        use Family::{V4, V6};
+        assert_eq!(stack(&[]), [V4], "IPv4 without service CIDRs, as upstream");
+        assert_eq!(stack(&nets(&["10.96.0.0/12"])), [V4]);
+        assert_eq!(stack(&nets(&["fd00:96::/112"])), [V6]);
+        assert_eq!(stack(&nets(&["10.96.0.0/12", "fd00:96::/112"])), [V4, V6]);
+        assert_eq!(stack(&nets(&["fd00:96::/112", "10.96.0.0/12"])), [V6, V4]);
+        assert_eq!(stack_name(&[V6, V4]), "IPv6_IPv4");
+    }
+
+    #[test]
+    fn pod_cidrs_follow_the_stack_and_drop_other_families() {
+        use Family::{V4, V6};
+        let cloud = nets(&["fd00:1::/112", "10.1.0.0/24", "10.2.0.0/24"]);
+        let s = |v: Vec<IpNet>| v.iter().map(ToString::to_string).collect::<Vec<_>>();
+        assert_eq!(s(select(&cloud, &[V4, V6]).unwrap()), ["10.1.0.0/24", "fd00:1::/112"]);
+        assert_eq!(s(select(&cloud, &[V6, V4]).unwrap()), ["fd00:1::/112", "10.1.0.0/24"]);
+        assert_eq!(s(select(&cloud, &[V4]).unwrap()), ["10.1.0.0/24"]);
+        assert_eq!(s(select(&cloud, &[V6]).unwrap()), ["fd00:1::/112"]);
+        let v4_only = nets(&["10.1.0.0/24"]);
+        assert_eq!(select(&v4_only, &[V4, V6]), Err(V6));
+        assert_eq!(select(&v4_only, &[V6]), Err(V6));
     }
 
     #[test]

@@ -10,8 +10,9 @@
 //! merge patch by at most 30 concurrent writers; a deleted Node's CIDRs are released.
 //! Exhaustion emits `CIDRNotAvailable` on the Node; a failed write `CIDRAssignmentFailed`.
 //!
-//! `CloudAllocator` ([`cloud_allocator`]) asks the provider ([`crate::cloud::NodeCidrs`]);
-//! a provider without that capability makes it a start error naming the flag.
+//! `CloudAllocator` ([`cloud_allocator`]) asks the provider ([`crate::cloud::NodeCidrs`])
+//! and keeps the families of the service CIDRs, in their order; a provider without that
+//! capability makes it a start error naming the flag.
 //!
 //! Upstream decisions:
 //! - Kept: allocation is retried by later Node updates (upstream: kubelet heartbeats), not
@@ -78,6 +79,19 @@ fn is_v4(n: &IpNet) -> bool {
     matches!(n, IpNet::V4(_))
 }
 
+/// Two service CIDRs must be of different families (upstream checks this for every
+/// allocator).
+fn validate_service_cidrs(config: &super::ControllerConfig) -> Result<(), StartError> {
+    if let [a, b] = config.service_cidrs.as_slice()
+        && is_v4(a) == is_v4(b)
+    {
+        return Err(start_error(
+            "--service-cluster-ip-range: serviceCIDR and secondaryServiceCIDR are not dualstack (from different IPfamiles)".into(),
+        ));
+    }
+    Ok(())
+}
+
 /// Builds one CIDR set per cluster CIDR from the configuration, validating it as upstream
 /// does (spec §6.3).
 fn cidr_sets(config: &super::ControllerConfig) -> Result<Vec<CidrSet>, StartError> {
@@ -87,13 +101,7 @@ fn cidr_sets(config: &super::ControllerConfig) -> Result<Vec<CidrSet>, StartErro
         ));
     }
     super::route::validate_cluster_cidrs(cnames::NODE_IPAM, &config.cluster_cidrs)?;
-    if let [a, b] = config.service_cidrs.as_slice()
-        && is_v4(a) == is_v4(b)
-    {
-        return Err(start_error(
-            "--service-cluster-ip-range: serviceCIDR and secondaryServiceCIDR are not dualstack (from different IPfamiles)".into(),
-        ));
-    }
+    validate_service_cidrs(config)?;
     config
         .cluster_cidrs
         .iter()
@@ -126,10 +134,16 @@ pub fn start_with(ctx: &ControllerContext, opts: IpamOptions) -> Result<Started,
                     "--cidr-allocator-type is set to 'CloudAllocator' but the cloud provider does not offer node CIDR allocation".into(),
                 ));
             };
+            validate_service_cidrs(&ctx.config)?;
+            let stack = cloud_allocator::stack(&ctx.config.service_cidrs);
+            tracing::info!(
+                ?stack,
+                "cloud CIDR allocator: pod CIDR families from the service CIDRs"
+            );
             let a = Arc::new(cloud_allocator::CloudAllocator {
                 client: ctx.client.clone(),
                 cloud,
-                service_cidrs: ctx.config.service_cidrs.clone(),
+                stack,
                 shutdown: ctx.shutdown.clone(),
                 deadline: crate::cloud_call::Deadline::new(ctx.config.instance_call_timeout),
                 queue_metrics: crate::controllers::workqueue_metrics::WorkqueueMetrics::of(

@@ -22,6 +22,13 @@
 //! - Retries: per-Service backoff 5 s doubling to 300 s; [`ProviderError::RetryAfter`] is a
 //!   fixed delay that does not grow the backoff. A node-sync failure re-queues the Service
 //!   for a full ensure.
+//! - **FIX**: upstream records a [`ProviderError::RetryAfter`] (its `RetryError`: a load
+//!   balancer still being created, a resource still in use) like any failure, as a Warning
+//!   `SyncLoadBalancerFailed` (`DeleteLoadBalancerFailed`, `UpdateLoadBalancerFailed`), every
+//!   few seconds while the cloud is busy. Here it is a Normal
+//!   [`reasons::LOAD_BALANCER_PENDING`] event naming what is pending and when the retry comes.
+//!   And a node-sync update answered with `RetryAfter` re-queues the Service after that delay,
+//!   not at once (upstream re-adds it at once, and its ensure meets the same pending state).
 //! - `DeletedLoadBalancer` is sent even when no load balancer existed (kept).
 //! - **FIX**: upstream's node sync fans out over `--concurrent-service-syncs` workers
 //!   (default 1), so 200 load balancers are updated one after another. Here the node sync
@@ -193,16 +200,45 @@ enum SyncError {
 impl SyncError {
     /// The fixed retry delay the cloud asked for, if any.
     fn retry_after(&self) -> Option<Duration> {
+        self.pending().map(|(_, delay)| delay)
+    }
+
+    /// What the cloud said is pending, and the delay it asked for, when it asked for a
+    /// fixed-delay retry ([`ProviderError::RetryAfter`]).
+    fn pending(&self) -> Option<(&str, Duration)> {
         match self {
             SyncError::GetLoadBalancer(e)
             | SyncError::DeleteLoadBalancer(e)
             | SyncError::EnsureLoadBalancer(e)
-            | SyncError::UpdateHosts(e) => match e {
-                ProviderError::RetryAfter { delay, .. } => Some(*delay),
-                _ => None,
-            },
+            | SyncError::UpdateHosts(e) => pending(e),
             _ => None,
         }
+    }
+}
+
+/// What is pending and the delay asked for, if `e` is a [`ProviderError::RetryAfter`].
+fn pending(e: &ProviderError) -> Option<(&str, Duration)> {
+    match e {
+        ProviderError::RetryAfter { message, delay } => Some((message.as_str(), *delay)),
+        _ => None,
+    }
+}
+
+/// The Event a failed load-balancer call raises: a Normal [`reasons::LOAD_BALANCER_PENDING`]
+/// when the provider asked for a retry after a delay (a pending cloud operation is not a
+/// failure), else a Warning with `failed` and the error.
+fn failure_event(
+    pending: Option<(&str, Duration)>,
+    failed: &'static str,
+    error: impl FnOnce() -> String,
+) -> (EventType, &'static str, String) {
+    match pending {
+        Some((message, delay)) => (
+            EventType::Normal,
+            reasons::LOAD_BALANCER_PENDING,
+            format!("Load balancer pending, retrying in {delay:?}: {message}"),
+        ),
+        None => (EventType::Warning, failed, error()),
     }
 }
 
@@ -408,7 +444,7 @@ impl Controller {
             Ok(()) => self.queue.forget(key),
             Err(e) => match e.retry_after() {
                 Some(delay) => {
-                    tracing::warn!(service = key, ?delay, error = %e, "error processing service (retrying after the delay the cloud asked for)");
+                    tracing::info!(service = key, ?delay, error = %e, "service pending in the cloud (retrying after the delay the cloud asked for)");
                     self.queue.add_after(key, delay);
                 }
                 None => {
@@ -476,14 +512,11 @@ impl Controller {
             )
             .await;
             if let Err(e) = self.delete_lb(svc).await {
-                self.event(
-                    svc,
-                    EventType::Warning,
-                    reasons::DELETE_LOAD_BALANCER_FAILED,
-                    "DeleteLoadBalancer",
-                    format!("Error deleting load balancer: {e}"),
-                )
-                .await;
+                let (type_, reason, note) =
+                    failure_event(pending(&e), reasons::DELETE_LOAD_BALANCER_FAILED, || {
+                        format!("Error deleting load balancer: {e}")
+                    });
+                self.event(svc, type_, reason, "DeleteLoadBalancer", note).await;
                 return Err(SyncError::DeleteLoadBalancer(e));
             }
             self.event(
@@ -514,14 +547,11 @@ impl Controller {
         self.lock_cache().insert(key.to_string(), svc.clone());
         match self.sync_load_balancer_if_needed(key, &svc).await {
             Err(e) => {
-                self.event(
-                    &svc,
-                    EventType::Warning,
-                    reasons::SYNC_LOAD_BALANCER_FAILED,
-                    "SyncLoadBalancer",
-                    format!("Error syncing load balancer: {e}"),
-                )
-                .await;
+                let (type_, reason, note) =
+                    failure_event(e.pending(), reasons::SYNC_LOAD_BALANCER_FAILED, || {
+                        format!("Error syncing load balancer: {e}")
+                    });
+                self.event(&svc, type_, reason, "SyncLoadBalancer", note).await;
                 Err(e)
             }
             Ok(Op::Delete) => {
@@ -675,16 +705,20 @@ impl Controller {
         }
         let nodes = Arc::new(self.backends());
         let set = Arc::new(predicates::node_set(nodes.iter()));
-        let failed: Vec<String> = futures::stream::iter(services)
+        let failed: Vec<(String, Option<Duration>)> = futures::stream::iter(services)
             .map(|(key, svc)| {
                 let (nodes, set) = (nodes.clone(), set.clone());
                 async move {
                     match self.node_sync_service(&key, &svc, &nodes, &set).await {
                         Ok(()) => None,
                         Err(e) => {
-                            tracing::warn!(service = %key, error = %e, "node sync failed; re-queueing the service");
                             self.metrics.nodesync_error.inc();
-                            Some(key)
+                            let delay = e.retry_after();
+                            match delay {
+                                Some(delay) => tracing::info!(service = %key, ?delay, error = %e, "node sync: load balancer pending; re-queueing the service after the delay the cloud asked for"),
+                                None => tracing::warn!(service = %key, error = %e, "node sync failed; re-queueing the service"),
+                            }
+                            Some((key, delay))
                         }
                     }
                 }
@@ -693,8 +727,13 @@ impl Controller {
             .filter_map(|k| async move { k })
             .collect()
             .await;
-        for key in &failed {
-            self.queue.add(key);
+        // A pending load balancer comes back after the delay its cloud asked for: queued at
+        // once, its ensure would only meet the same pending state.
+        for (key, delay) in &failed {
+            match delay {
+                Some(delay) => self.queue.add_after(key, *delay),
+                None => self.queue.add(key),
+            }
         }
         let elapsed = start.elapsed();
         self.metrics.nodesync_latency.observe(elapsed.as_secs_f64());
@@ -786,11 +825,16 @@ impl Controller {
                 if let Ok(None) = self.get_lb(svc).await {
                     return Ok(());
                 }
-                self.event(svc, EventType::Warning, reasons::UPDATE_LOAD_BALANCER_FAILED, "UpdateLoadBalancer", format!(
-                    "Error updating load balancer with new hosts {} [node names limited, total number of nodes: {}], error: {e}",
-                    predicates::node_names_for_log(set),
-                    set.len()
-                )).await;
+                let (type_, reason, note) =
+                    failure_event(pending(&e), reasons::UPDATE_LOAD_BALANCER_FAILED, || {
+                        format!(
+                            "Error updating load balancer with new hosts {} [node names limited, \
+                             total number of nodes: {}], error: {e}",
+                            predicates::node_names_for_log(set),
+                            set.len()
+                        )
+                    });
+                self.event(svc, type_, reason, "UpdateLoadBalancer", note).await;
                 Err(SyncError::UpdateHosts(e))
             }
         }

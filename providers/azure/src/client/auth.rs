@@ -7,11 +7,12 @@
 //! 2. managed identity (`useManagedIdentityExtension`, `userAssignedIdentityID` for a
 //!    user-assigned one): [`ImdsCredential`], IMDS's `/metadata/identity/oauth2/token`;
 //! 3. a service principal's secret (`aadClientId` + `aadClientSecret`): `azure_identity`'s
-//!    `ClientSecretCredential`.
+//!    `ClientSecretCredential`;
+//! 4. a service principal's certificate (`aadClientId` + `aadClientCertPath`):
+//!    [`super::certificate`]'s signed client assertions (`azure_identity` 1.x signs them only
+//!    through OpenSSL, which this project does not link).
 //!
-//! A client certificate (`aadClientCertPath`) is refused at start with a clear error:
-//! `azure_identity` 1.x signs certificate assertions only through OpenSSL, which this
-//! project does not link. Managed identity is our own small credential because
+//! Managed identity is our own small credential because
 //! `azure_identity` 1.x pins IMDS to `169.254.169.254`, which tests and node-local proxies
 //! cannot reach; the protocol is the same. Every credential talks through the client's
 //! HTTP client (so a private cloud's CA is trusted) and caches its token until five minutes
@@ -101,16 +102,106 @@ pub fn token_credential(
                 .map_err(|e| setup("client secret credential", e))?;
         return Ok(cred);
     }
-    if config.aad_client_cert_path.is_some() {
-        return Err(ClientError::Config {
-            key: "aadClientCertPath",
-            message: "client certificates are not supported (use aadClientSecret, managed identity or workload identity)".into(),
-        });
+    if let Some(path) = config.aad_client_cert_path.as_deref().filter(|p| !p.trim().is_empty()) {
+        let tenant = tenant.ok_or(ClientError::Config {
+            key: "tenantId",
+            message: "required with aadClientCertPath".into(),
+        })?;
+        let client_id = client_id.ok_or(ClientError::Config {
+            key: "aadClientId",
+            message: "required with aadClientCertPath".into(),
+        })?;
+        let certificate = super::certificate::ClientCertificate::load(
+            path,
+            config.aad_client_cert_password.as_deref(),
+        )?;
+        return super::certificate::credential(
+            &tenant,
+            &client_id,
+            Arc::new(certificate),
+            &endpoints.authority_host,
+            ClientAssertionCredentialOptions { client_options: core_options() },
+        );
     }
     Err(ClientError::Config {
         key: "aadClientSecret",
-        message: "no credentials: set useManagedIdentityExtension, useFederatedWorkloadIdentityExtension, or aadClientId and aadClientSecret".into(),
+        message: "no credentials: set useManagedIdentityExtension, useFederatedWorkloadIdentityExtension, or aadClientId with aadClientSecret or aadClientCertPath".into(),
     })
+}
+
+/// The identity's credential in the network tenant (`networkResourceTenantID`, another
+/// tenant than `tenantId`), as upstream builds it: the same service principal asked of that
+/// tenant, with what logs it in to `tenantId` — its secret (`aadClientSecret`), else its
+/// certificate (`aadClientCertPath`, a client assertion signed with the same key). Managed
+/// and workload identity cannot get another tenant's token (upstream needs a Key Vault
+/// `auxiliaryTokenProvider` for managed identity, and ignores the network tenant with
+/// workload identity): refused naming the key.
+pub fn network_credential(
+    config: &Config,
+    tenant: &str,
+    endpoints: &CloudEndpoints,
+    http: &reqwest::Client,
+) -> Result<Arc<dyn TokenCredential>, ClientError> {
+    let refuse = |message: &str| ClientError::Config {
+        key: "networkResourceTenantID",
+        message: message.to_string(),
+    };
+    if config.use_federated_workload_identity_extension || config.aad_federated_token_file.is_some()
+    {
+        return Err(refuse(
+            "another network tenant needs a service principal (aadClientId with aadClientSecret or aadClientCertPath): workload identity gets tokens of tenantId only",
+        ));
+    }
+    if config.use_managed_identity_extension {
+        return Err(refuse(
+            "another network tenant needs a service principal (aadClientId with aadClientSecret or aadClientCertPath): a managed identity gets tokens of its own tenant only (upstream's Key Vault auxiliaryTokenProvider is not supported)",
+        ));
+    }
+    let mut custom = CustomConfiguration::default();
+    custom.authority_host = endpoints.authority_host.clone();
+    let client_options = CoreOptions {
+        retry: RetryOptions::none(),
+        transport: Some(super::CappedTransport::transport(http, super::MAX_ARM_REPLY)),
+        cloud: Some(Arc::new(CloudConfiguration::Custom(custom))),
+        ..CoreOptions::default()
+    };
+    let client_id = |with: &str| {
+        config.aad_client_id.clone().filter(|t| !t.trim().is_empty()).ok_or(ClientError::Config {
+            key: "aadClientId",
+            message: format!("required with {with}"),
+        })
+    };
+    // The same order as the primary credential: the secret first, else the certificate.
+    if let Some(secret) = config.aad_client_secret.clone().filter(|s| !s.is_empty()) {
+        let client_id = client_id("aadClientSecret")?;
+        let options = ClientSecretCredentialOptions { client_options };
+        let cred =
+            ClientSecretCredential::new(tenant, client_id, Secret::new(secret), Some(options))
+                .map_err(|e| ClientError::Setup {
+                    message: format!(
+                        "client secret credential for the network tenant: {}",
+                        super::cut(&e.to_string())
+                    ),
+                })?;
+        return Ok(cred);
+    }
+    if let Some(path) = config.aad_client_cert_path.as_deref().filter(|p| !p.trim().is_empty()) {
+        let client_id = client_id("aadClientCertPath")?;
+        let certificate = super::certificate::ClientCertificate::load(
+            path,
+            config.aad_client_cert_password.as_deref(),
+        )?;
+        return super::certificate::credential(
+            tenant,
+            &client_id,
+            Arc::new(certificate),
+            &endpoints.authority_host,
+            ClientAssertionCredentialOptions { client_options },
+        );
+    }
+    Err(refuse(
+        "another network tenant needs a service principal: aadClientId with aadClientSecret or aadClientCertPath",
+    ))
 }
 
 /// Managed identity through IMDS (`GET {imds}/metadata/identity/oauth2/token` with

@@ -13,6 +13,7 @@
 //! operation, the resource and ARM's code and message — never a token or a secret.
 
 pub mod auth;
+pub mod certificate;
 pub mod models;
 pub mod names;
 
@@ -477,16 +478,277 @@ const LOCATION: HeaderName = HeaderName::from_static("location");
 const RETRY_AFTER: HeaderName = HeaderName::from_static("retry-after");
 const IF_MATCH: HeaderName = HeaderName::from_static("if-match");
 const CONTENT_TYPE: HeaderName = HeaderName::from_static("content-type");
+const AUXILIARY: HeaderName = HeaderName::from_static(AUXILIARY_HEADER);
 
-/// The ARM client.
+/// The header carrying the auxiliary tenants' tokens (ARM's cross-tenant linked
+/// authorization), as upstream's ARM clients send it.
+pub const AUXILIARY_HEADER: &str = "x-ms-authorization-auxiliary";
+
+/// Adds `x-ms-authorization-auxiliary: Bearer <token>` (a token of the network tenant) to
+/// every request, as upstream's clients do when `networkResourceTenantID` is another tenant.
+#[derive(Debug)]
+struct AuxiliaryTokenPolicy {
+    credential: Arc<dyn TokenCredential>,
+    scope: String,
+}
+
+#[async_trait::async_trait]
+impl Policy for AuxiliaryTokenPolicy {
+    // The trait's signature elides `Context`'s lifetime.
+    #[allow(elided_lifetimes_in_paths)]
+    async fn send(
+        &self,
+        ctx: &Context,
+        request: &mut Request,
+        next: &[Arc<dyn Policy>],
+    ) -> azure_core::http::policies::PolicyResult {
+        let token = self.credential.get_token(&[self.scope.as_str()], None).await?;
+        request.insert_header(AUXILIARY, format!("Bearer {}", token.token.secret()));
+        next[0].send(ctx, request, &next[1..]).await
+    }
+}
+
+/// The ARM client. Calls go to `subscriptionId`, except the network resources (load
+/// balancers, public IPs, security groups, virtual networks, route tables; not NICs nor
+/// private link services, as upstream) when `networkResourceSubscriptionID` names another
+/// subscription: those go there, with the network tenant's credential when
+/// `networkResourceTenantID` names another tenant.
 pub struct ArmClient {
     pipeline: Pipeline,
+    network_pipeline: Pipeline,
     http: reqwest::Client,
     credential: Arc<dyn TokenCredential>,
     endpoints: CloudEndpoints,
     subscription: String,
+    network_subscription: String,
     options: ClientOptions,
     imds: String,
+    cache: ReadCache,
+}
+
+/// How long ARM reads are reused across syncs, by upstream's keys (`0`: not cached).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CacheTtls {
+    /// VM listings of a resource group (`vmCacheTTLInSeconds`, upstream's default 60 s).
+    pub vm: Duration,
+    /// Public IP listings of a resource group (`publicIPCacheTTLInSeconds`, 120 s); with
+    /// the key set explicitly, GETs of one public IP too.
+    pub public_ip_list: Duration,
+    /// GETs of one public IP (only when `publicIPCacheTTLInSeconds` is set).
+    pub public_ip: Duration,
+    /// GETs of one load balancer (only when `loadBalancerCacheTTLInSeconds` is set).
+    pub load_balancer: Duration,
+    /// GETs of one security group (only when `nsgCacheTTLInSeconds` is set).
+    pub security_group: Duration,
+    /// A load balancer read that no write of it follows (the node sync's
+    /// `UpdateLoadBalancer`: whether it holds the Service, and its pools' members):
+    /// `loadBalancerCacheTTLInSeconds`, else upstream's default 120 s. Our writes of the load
+    /// balancer, and of NICs and scale sets (they change its pools' `backendIPConfigurations`),
+    /// drop it; a read before a write of the load balancer still asks ARM (`load_balancer`).
+    pub load_balancer_view: Duration,
+    /// The route table read to list routes (upstream's route table cache, default 120 s);
+    /// our writes of it drop it, and what applies a change (a deletion too) reads it afresh.
+    pub route_table: Duration,
+}
+
+impl CacheTtls {
+    /// The TTLs `config` sets: listings of VMs and public IPs cached by default (upstream's
+    /// 60 s and 120 s); GETs of one load balancer, public IP or security group only when
+    /// the key is given (ours reads them before every write by default, so a change made
+    /// outside the cluster is repaired at the next sync); `disableAPICallCache`: none.
+    pub fn of(config: &Config) -> CacheTtls {
+        if config.disable_api_call_cache {
+            return CacheTtls::default();
+        }
+        let secs = |v: Option<u64>| Duration::from_secs(v.unwrap_or(0));
+        CacheTtls {
+            vm: secs(config.vm_cache_ttl_in_seconds.or(Some(60))),
+            public_ip_list: secs(config.public_ip_cache_ttl_in_seconds.or(Some(120))),
+            public_ip: secs(config.public_ip_cache_ttl_in_seconds),
+            load_balancer: secs(config.load_balancer_cache_ttl_in_seconds),
+            security_group: secs(config.nsg_cache_ttl_in_seconds),
+            load_balancer_view: secs(
+                config.load_balancer_cache_ttl_in_seconds.or(Some(UPSTREAM_DEFAULT_TTL_SECS)),
+            ),
+            route_table: secs(
+                config.route_table_cache_ttl_in_seconds.or(Some(UPSTREAM_DEFAULT_TTL_SECS)),
+            ),
+        }
+    }
+
+    /// How long a GET reply of `path` is kept: the longest any reader may accept it for
+    /// (readers that write from it ask with [`CacheTtls::of_get`]).
+    fn keep_get(&self, path: &str) -> Duration {
+        match arm_type_of(path).as_deref() {
+            Some("microsoft.network/loadbalancers") => {
+                self.load_balancer.max(self.load_balancer_view)
+            }
+            Some("microsoft.network/routetables") => self.route_table,
+            _ => self.of_get(path),
+        }
+    }
+
+    /// The TTL of a GET of `path` (one resource), by its type.
+    fn of_get(&self, path: &str) -> Duration {
+        match arm_type_of(path).as_deref() {
+            Some("microsoft.network/loadbalancers") => self.load_balancer,
+            Some("microsoft.network/publicipaddresses") => self.public_ip,
+            Some("microsoft.network/networksecuritygroups") => self.security_group,
+            _ => Duration::ZERO,
+        }
+    }
+
+    /// The TTL of a listing of `path` (a resource group's collection), by its type.
+    fn of_list(&self, path: &str) -> Duration {
+        match arm_type_of(path).as_deref() {
+            Some("microsoft.compute/virtualmachines") => self.vm,
+            Some("microsoft.network/publicipaddresses") => self.public_ip_list,
+            _ => Duration::ZERO,
+        }
+    }
+}
+
+/// Upstream's default TTL of its load balancer, security group, route table and public IP
+/// caches (seconds).
+const UPSTREAM_DEFAULT_TTL_SECS: u64 = 120;
+
+/// `namespace/type` (lower case) of an ARM path: the two segments after its first
+/// `providers`, when a resource group's collection or one of its resources (not a child).
+fn arm_type_of(path: &str) -> Option<String> {
+    let lower = path.to_ascii_lowercase();
+    let segments: Vec<&str> = lower.trim_matches('/').split('/').collect();
+    let at = segments.iter().position(|s| *s == "providers")?;
+    let rest = &segments[at + 1..];
+    (rest.len() == 2 || rest.len() == 3).then(|| format!("{}/{}", rest[0], rest[1]))
+}
+
+/// `namespace/type` (lower case) of the resource an ARM path writes: the two segments after
+/// its first `providers`, whatever follows (a child resource's write changes its parent).
+fn written_type_of(path: &str) -> Option<String> {
+    let lower = path.to_ascii_lowercase();
+    let segments: Vec<&str> = lower.trim_matches('/').split('/').collect();
+    let at = segments.iter().position(|s| *s == "providers")?;
+    let rest = segments.get(at + 1..at + 3)?;
+    Some(format!("{}/{}", rest[0], rest[1]))
+}
+
+/// Reads kept across syncs ([`CacheTtls`]): lower-case path → when read, the reply, and
+/// for listings whether it was read with `$expand=instanceView` (it then also answers a
+/// plain listing). Every write through this client drops the entries of the written
+/// resource's type; a listing read fresh ([`ArmClient::list_fresh`]) replaces its entry.
+/// A reply is kept only when no write of ours began or ended while it was read (it may
+/// predate that write).
+#[derive(Debug, Default)]
+struct ReadCache {
+    ttls: CacheTtls,
+    entries: std::sync::Mutex<std::collections::HashMap<String, CacheEntry>>,
+    hits: std::sync::atomic::AtomicU64,
+    /// Counts invalidations (each write of ours: before and after it).
+    generation: std::sync::atomic::AtomicU64,
+}
+
+#[derive(Debug, Clone)]
+struct CacheEntry {
+    at: std::time::Instant,
+    body: Arc<Vec<u8>>,
+    expanded: bool,
+    /// ARM said the resource does not exist (kept for [`ArmClient::get_opt_within`] only).
+    absent: bool,
+}
+
+impl ReadCache {
+    /// A reply younger than `ttl` (none for a resource ARM said is absent).
+    fn lookup(&self, key: &str, ttl: Duration, need_expanded: bool) -> Option<Arc<Vec<u8>>> {
+        match self.lookup_entry(key, ttl, need_expanded)? {
+            (_, true) => None,
+            (body, false) => Some(body),
+        }
+    }
+
+    /// A reply younger than `ttl`, and whether it says the resource is absent.
+    fn lookup_entry(
+        &self,
+        key: &str,
+        ttl: Duration,
+        need_expanded: bool,
+    ) -> Option<(Arc<Vec<u8>>, bool)> {
+        if ttl.is_zero() {
+            return None;
+        }
+        let entries = self.entries.lock().ok()?;
+        let e = entries.get(&key.to_ascii_lowercase())?;
+        if e.at.elapsed() >= ttl || (need_expanded && !e.expanded) {
+            return None;
+        }
+        self.hits.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Some((e.body.clone(), e.absent))
+    }
+
+    /// The invalidation count now: what a read records before asking ARM.
+    fn generation(&self) -> u64 {
+        self.generation.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Keeps a reply read since invalidation count `since`, unless a write of ours came
+    /// between (then the reply may be older than the write).
+    fn store(&self, key: &str, ttl: Duration, body: Vec<u8>, expanded: bool, since: u64) {
+        self.keep(key, ttl, body, expanded, false, since);
+    }
+
+    /// Keeps that ARM said `key` does not exist, as [`ReadCache::store`] keeps a reply.
+    fn store_absent(&self, key: &str, ttl: Duration, since: u64) {
+        self.keep(key, ttl, Vec::new(), false, true, since);
+    }
+
+    fn keep(
+        &self,
+        key: &str,
+        ttl: Duration,
+        body: Vec<u8>,
+        expanded: bool,
+        absent: bool,
+        since: u64,
+    ) {
+        if ttl.is_zero() {
+            return;
+        }
+        if let Ok(mut entries) = self.entries.lock() {
+            if self.generation() != since {
+                return;
+            }
+            let at = std::time::Instant::now();
+            let entry = CacheEntry { at, body: Arc::new(body), expanded, absent };
+            entries.insert(key.to_ascii_lowercase(), entry);
+        }
+    }
+
+    /// Drops every entry of the type of `path` (a write to it, to a child of it, or its
+    /// listing's); a write to a NIC or a scale set (or one of its VMs) also drops the load
+    /// balancers (their pools' `backendIPConfigurations` follow the NICs).
+    fn invalidate_type_of(&self, path: &str) {
+        let Some(ty) = written_type_of(path) else { return };
+        let member = ty == "microsoft.network/networkinterfaces"
+            || ty == "microsoft.compute/virtualmachinescalesets";
+        if let Ok(mut entries) = self.entries.lock() {
+            self.generation.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            entries.retain(|k, _| {
+                let t = arm_type_of(k);
+                let t = t.as_deref();
+                t != Some(ty.as_str()) && !(member && t == Some("microsoft.network/loadbalancers"))
+            });
+        }
+    }
+}
+
+/// Whether a listing's query is one the cache keeps: none, or `$expand=instanceView` only.
+fn cacheable_query(query: &[(&str, &str)]) -> Option<bool> {
+    match query {
+        [] => Some(false),
+        [(k, v)] if k.eq_ignore_ascii_case("$expand") && v.eq_ignore_ascii_case("instanceView") => {
+            Some(true)
+        }
+        _ => None,
+    }
 }
 
 impl std::fmt::Debug for ArmClient {
@@ -494,6 +756,7 @@ impl std::fmt::Debug for ArmClient {
         f.debug_struct("ArmClient")
             .field("resource_manager", &self.endpoints.resource_manager)
             .field("subscription", &self.subscription)
+            .field("network_subscription", &self.network_subscription)
             .finish_non_exhaustive()
     }
 }
@@ -516,6 +779,17 @@ pub fn http_client(ca_pem: Option<&[u8]>) -> Result<reqwest::Client, ClientError
     builder
         .build()
         .map_err(|e| ClientError::Setup { message: format!("building the HTTP client: {e}") })
+}
+
+/// Whether `arm_type` (`Microsoft.Network/loadBalancers`, …) lives in the network
+/// subscription: every `Microsoft.Network` type but NICs and private link services.
+pub fn is_network_type(arm_type: &str) -> bool {
+    let mut parts = arm_type.split('/');
+    let namespace = parts.next().unwrap_or_default();
+    let ty = parts.next().unwrap_or_default();
+    namespace.eq_ignore_ascii_case("Microsoft.Network")
+        && !ty.eq_ignore_ascii_case("networkInterfaces")
+        && !ty.eq_ignore_ascii_case("privateLinkServices")
 }
 
 /// The subscription and resource group an ARM ID or collection path names (either may be
@@ -577,28 +851,88 @@ impl ArmClient {
             .unwrap_or_else(|| DEFAULT_IMDS_ENDPOINT.to_string())
             .trim_end_matches('/')
             .to_string();
+        let network_subscription =
+            config.network_subscription_id().unwrap_or(&subscription).trim().to_string();
         let credential = auth::token_credential(config, &endpoints, &http, &imds)?;
-        let policy: Arc<dyn Policy> = Arc::new(BearerTokenAuthorizationPolicy::new(
-            credential.clone(),
-            [endpoints.arm_scope.clone()],
-        ));
-        let core = CoreOptions {
-            retry: RetryOptions::none(),
-            transport: Some(CappedTransport::transport(&http, MAX_ARM_REPLY)),
-            ..CoreOptions::default()
+        // Another network tenant: the same identity's token from that tenant, for the
+        // network subscription's calls and as every call's auxiliary token (upstream).
+        let network_credential = match config.network_tenant_id() {
+            Some(tenant) => Some(auth::network_credential(config, tenant, &endpoints, &http)?),
+            None => None,
         };
-        let pipeline = Pipeline::new(
-            Some("ccm-provider-azure"),
-            Some(env!("CARGO_PKG_VERSION")),
-            core,
-            vec![policy],
-            Vec::new(),
-            None,
-        );
-        Ok(ArmClient { pipeline, http, credential, endpoints, subscription, options, imds })
+        let pipeline_for = |primary: Arc<dyn TokenCredential>| {
+            let mut policies: Vec<Arc<dyn Policy>> = vec![Arc::new(
+                BearerTokenAuthorizationPolicy::new(primary, [endpoints.arm_scope.clone()]),
+            )];
+            if let Some(aux) = &network_credential {
+                policies.push(Arc::new(AuxiliaryTokenPolicy {
+                    credential: aux.clone(),
+                    scope: endpoints.arm_scope.clone(),
+                }));
+            }
+            let core = CoreOptions {
+                retry: RetryOptions::none(),
+                transport: Some(CappedTransport::transport(&http, MAX_ARM_REPLY)),
+                ..CoreOptions::default()
+            };
+            Pipeline::new(
+                Some("ccm-provider-azure"),
+                Some(env!("CARGO_PKG_VERSION")),
+                core,
+                policies,
+                Vec::new(),
+                None,
+            )
+        };
+        let pipeline = pipeline_for(credential.clone());
+        let network_pipeline =
+            pipeline_for(network_credential.clone().unwrap_or_else(|| credential.clone()));
+        if !network_subscription.eq_ignore_ascii_case(&subscription) {
+            tracing::info!(
+                subscription = %subscription,
+                network_subscription = %network_subscription,
+                network_tenant = config.network_tenant_id().unwrap_or("(the same)"),
+                "Azure network resources are in another subscription"
+            );
+        }
+        Ok(ArmClient {
+            pipeline,
+            network_pipeline,
+            http,
+            credential,
+            endpoints,
+            subscription,
+            network_subscription,
+            options,
+            imds,
+            cache: ReadCache { ttls: CacheTtls::of(config), ..ReadCache::default() },
+        })
     }
 
-    /// The subscription.
+    /// The read cache's TTLs.
+    pub fn cache_ttls(&self) -> CacheTtls {
+        self.cache.ttls
+    }
+
+    /// Reads answered from the cache so far.
+    pub fn cache_hits(&self) -> u64 {
+        self.cache.hits.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// The subscription of `arm_type`'s resources: the network subscription for
+    /// `Microsoft.Network` types except NICs and private link services (upstream reads and
+    /// writes those with its compute clients), else `subscriptionId`.
+    pub fn subscription_for(&self, arm_type: &str) -> &str {
+        if is_network_type(arm_type) { &self.network_subscription } else { &self.subscription }
+    }
+
+    /// The subscription of the network resources (`networkResourceSubscriptionID`, else
+    /// `subscriptionId`).
+    pub fn network_subscription_id(&self) -> &str {
+        &self.network_subscription
+    }
+
+    /// The subscription of the cluster's compute resources (`subscriptionId`).
     pub fn subscription_id(&self) -> &str {
         &self.subscription
     }
@@ -653,11 +987,12 @@ impl ArmClient {
         }
         Ok(format!(
             "/subscriptions/{}/resourceGroups/{resource_group}/providers/{arm_type}",
-            self.subscription
+            self.subscription_for(arm_type)
         ))
     }
 
-    /// The segments of an ARM path the client sends: `/subscriptions/<its subscription>/…`,
+    /// The segments of an ARM path the client sends: `/subscriptions/<its subscription or
+    /// its network subscription>/…`,
     /// every segment non-empty, not `.` or `..`, without `/`, a backslash, `?`, `#`, `%` or control
     /// characters. The one check every request path goes through ([`ArmClient::url`]).
     pub fn path_segments<'a>(&self, path: &'a str) -> Result<Vec<&'a str>, String> {
@@ -667,7 +1002,10 @@ impl ArmClient {
             names::check_segment(s).map_err(|m| format!("segment {}: {m}", i + 1))?;
         }
         let ours = segments.first().is_some_and(|s| s.eq_ignore_ascii_case("subscriptions"))
-            && segments.get(1).is_some_and(|s| s.eq_ignore_ascii_case(&self.subscription));
+            && segments.get(1).is_some_and(|s| {
+                s.eq_ignore_ascii_case(&self.subscription)
+                    || s.eq_ignore_ascii_case(&self.network_subscription)
+            });
         if !ours {
             return Err("not a path under this client's subscription".into());
         }
@@ -752,7 +1090,10 @@ impl ArmClient {
         }
         let options = PipelineSendOptions { skip_checks: true, ..Default::default() };
         let started = std::time::Instant::now();
-        let sent = self.pipeline.send(&Context::new(), &mut request, Some(options)).await;
+        let sent = self
+            .pipeline_of(request.url())
+            .send(&Context::new(), &mut request, Some(options))
+            .await;
         self.record_call(operation, resource, started, sent.as_ref().map(|r| r.status().into()));
         let response: RawResponse = sent.map_err(|e| ArmError::Transport {
             operation,
@@ -767,6 +1108,18 @@ impl ArmClient {
             return Err(status_error(operation, resource, status, &headers, &body));
         }
         Ok((status, headers, body))
+    }
+
+    /// The pipeline for a URL: the network one for the network subscription's paths (when it
+    /// is another subscription), else the compute one.
+    fn pipeline_of(&self, url: &Url) -> &Pipeline {
+        let mut segments = url.path_segments().into_iter().flatten();
+        let network = segments.next().is_some_and(|s| s.eq_ignore_ascii_case("subscriptions"))
+            && segments.next().is_some_and(|s| {
+                s.eq_ignore_ascii_case(&self.network_subscription)
+                    && !s.eq_ignore_ascii_case(&self.subscription)
+            });
+        if network { &self.network_pipeline } else { &self.pipeline }
     }
 
     /// Records one HTTP exchange in upstream's `cloudprovider_azure_api_request_*` families:
@@ -817,17 +1170,52 @@ impl ArmClient {
         query: &[(&str, &str)],
     ) -> Result<T, ArmError> {
         let url = self.url(id, api_version, query).map_err(|m| invalid_path(operation, m))?;
-        self.options
+        let ttl = if query.is_empty() { self.cache.ttls.of_get(id) } else { Duration::ZERO };
+        if let Some(body) = self.cache.lookup(id, ttl, false) {
+            return Self::decode(operation, id, &body);
+        }
+        let since = self.cache.generation();
+        let body = self
+            .options
             .retry
             .run(&self.options.deadline, operation, classify_read, || {
                 let url = url.clone();
                 async move {
                     let (_, _, body) =
                         self.send(operation, id, Method::Get, url, None, None).await?;
-                    Self::decode(operation, id, &body)
+                    Ok(body)
                 }
             })
-            .await
+            .await?;
+        let value = Self::decode(operation, id, &body)?;
+        let keep = if query.is_empty() { self.cache.ttls.keep_get(id) } else { Duration::ZERO };
+        self.cache.store(id, keep, body, false, since);
+        Ok(value)
+    }
+
+    /// GET a resource for a reader that writes nothing from it, answered from the read cache
+    /// while ARM's last reply there (any GET of it, our writes dropping it) is younger than
+    /// `max_age` ([`CacheTtls::load_balancer_view`], [`CacheTtls::route_table`]; zero: ARM
+    /// is asked); `None` only when ARM says the resource itself does not exist — an answer
+    /// kept as long, as upstream's caches keep it (until our write of that type).
+    pub async fn get_opt_within<T: DeserializeOwned>(
+        &self,
+        operation: &'static str,
+        id: &str,
+        api_version: &str,
+        max_age: Duration,
+    ) -> Result<Option<T>, ArmError> {
+        match self.cache.lookup_entry(id, max_age, false) {
+            Some((_, true)) => return Ok(None),
+            Some((body, false)) => return Self::decode(operation, id, &body).map(Some),
+            None => {}
+        }
+        let since = self.cache.generation();
+        let got = self.get_opt(operation, id, api_version, &[]).await?;
+        if got.is_none() {
+            self.cache.store_absent(id, max_age, since);
+        }
+        Ok(got)
     }
 
     /// GET a resource; `None` only when ARM says the resource itself does not exist.
@@ -846,7 +1234,57 @@ impl ArmClient {
     }
 
     /// Lists a collection, following every `nextLink` (each page under its own deadline).
+    /// VM and public IP listings of a resource group are answered from the read cache while
+    /// fresh ([`CacheTtls`]); [`ArmClient::list_fresh`] always asks ARM.
     pub async fn list<T: DeserializeOwned>(
+        &self,
+        operation: &'static str,
+        collection: &str,
+        api_version: &str,
+        query: &[(&str, &str)],
+    ) -> Result<Vec<T>, ArmError> {
+        let ttl = self.cache.ttls.of_list(collection);
+        if let Some(expanded) = cacheable_query(query)
+            && let Some(body) = self.cache.lookup(collection, ttl, expanded)
+        {
+            return Self::decode(operation, collection, &body);
+        }
+        self.list_fresh(operation, collection, api_version, query).await
+    }
+
+    /// [`ArmClient::list`] from ARM whatever the cache holds (what decides that a node's VM
+    /// is gone is never older than the pass); the reply refreshes the cache.
+    pub async fn list_fresh<T: DeserializeOwned>(
+        &self,
+        operation: &'static str,
+        collection: &str,
+        api_version: &str,
+        query: &[(&str, &str)],
+    ) -> Result<Vec<T>, ArmError> {
+        let since = self.cache.generation();
+        let items: Vec<serde_json::Value> =
+            self.list_pages(operation, collection, api_version, query).await?;
+        let ttl = self.cache.ttls.of_list(collection);
+        if let Some(expanded) = cacheable_query(query)
+            && !ttl.is_zero()
+            && let Ok(bytes) = serde_json::to_vec(&items)
+        {
+            self.cache.store(collection, ttl, bytes, expanded, since);
+        }
+        items
+            .into_iter()
+            .map(|v| {
+                serde_json::from_value(v).map_err(|e| ArmError::Decode {
+                    operation,
+                    resource: collection.to_string(),
+                    message: e.to_string(),
+                })
+            })
+            .collect()
+    }
+
+    /// Every page of a listing.
+    async fn list_pages<T: DeserializeOwned>(
         &self,
         operation: &'static str,
         collection: &str,
@@ -900,6 +1338,23 @@ impl ArmClient {
     /// Create-or-replace: PUT (retried only when not applied), wait for the operation, and
     /// return the resource as ARM shows it afterwards.
     pub async fn put<T: Serialize + DeserializeOwned>(
+        &self,
+        operation: &'static str,
+        id: &str,
+        api_version: &str,
+        body: &T,
+        if_match: Option<&str>,
+    ) -> Result<T, ArmError> {
+        // Our own write: the cached reads of this type are stale (before, and after: a read
+        // cached meanwhile may predate it), whatever the outcome (a 412 says the cache was
+        // stale already).
+        self.cache.invalidate_type_of(id);
+        let written = self.put_once(operation, id, api_version, body, if_match).await;
+        self.cache.invalidate_type_of(id);
+        written
+    }
+
+    async fn put_once<T: Serialize + DeserializeOwned>(
         &self,
         operation: &'static str,
         id: &str,
@@ -972,6 +1427,18 @@ impl ArmClient {
 
     /// DELETE a resource and wait until it is gone; `Ok` when it was already gone.
     pub async fn delete(
+        &self,
+        operation: &'static str,
+        id: &str,
+        api_version: &str,
+    ) -> Result<(), ArmError> {
+        self.cache.invalidate_type_of(id);
+        let deleted = self.delete_once(operation, id, api_version).await;
+        self.cache.invalidate_type_of(id);
+        deleted
+    }
+
+    async fn delete_once(
         &self,
         operation: &'static str,
         id: &str,
@@ -1188,6 +1655,36 @@ mod tests {
         assert_eq!(
             id_scope("/subscriptions/s-1/providers/Microsoft.Network/x"),
             (Some("s-1"), None)
+        );
+    }
+
+    /// `routeTableCacheTTLInSeconds` sets how long a route listing reuses the table read
+    /// (upstream's 120 s when absent, 0: every listing reads), and `disableAPICallCache`
+    /// turns it off with the other caches.
+    #[test]
+    fn the_route_table_cache_follows_its_key() {
+        let ttl = |text: &str| CacheTtls::of(&Config::parse(text).unwrap()).route_table;
+        let base = r#""cloud": "AzurePublicCloud", "tenantId": "t", "subscriptionId": "s", "aadClientId": "c", "aadClientSecret": "x", "resourceGroup": "rg", "location": "eastus""#;
+        assert_eq!(ttl(&format!("{{{base}}}")), Duration::from_secs(120));
+        assert_eq!(
+            ttl(&format!(r#"{{{base}, "routeTableCacheTTLInSeconds": 30}}"#)),
+            Duration::from_secs(30)
+        );
+        assert_eq!(
+            ttl(&format!(r#"{{{base}, "routeTableCacheTTLInSeconds": 0}}"#)),
+            Duration::ZERO
+        );
+        assert_eq!(
+            ttl(&format!(
+                r#"{{{base}, "routeTableCacheTTLInSeconds": 30, "disableAPICallCache": true}}"#
+            )),
+            Duration::ZERO
+        );
+        assert!(
+            Config::parse(&format!(r#"{{{base}, "routeTableCacheTTLInSeconds": "soon"}}"#))
+                .unwrap_err()
+                .to_string()
+                .contains("routeTableCacheTTLInSeconds")
         );
     }
 

@@ -73,10 +73,12 @@ pub const HA_PORTS: &str =
 pub const PIP_TAGS: &str = "service.beta.kubernetes.io/azure-pip-tags";
 /// IP tags for a new public IP: `type1=tag1,type2=tag2`.
 pub const PIP_IP_TAGS: &str = "service.beta.kubernetes.io/azure-pip-ip-tags";
-/// Extra IPs added to the status for kube-proxy (not configured on Azure).
+/// Extra public IPs: in the status for kube-proxy and in the Service's security rules (not
+/// configured on the load balancer).
 pub const ADDITIONAL_PUBLIC_IPS: &str = "service.beta.kubernetes.io/azure-additional-public-ips";
-/// Private Link Service (not supported).
-pub const PLS_CREATE: &str = "service.beta.kubernetes.io/azure-pls-create";
+/// Private Link Service on the Service's frontend: [`super::pls`] reads and documents the
+/// ten `azure-pls-*` annotations ([`super::pls::PLS_ANNOTATIONS`]).
+pub const PLS_CREATE: &str = super::pls::CREATE;
 /// Basic-SKU load balancer selection (ignored on the standard SKU, as upstream).
 pub const LOAD_BALANCER_MODE: &str = "service.beta.kubernetes.io/azure-load-balancer-mode";
 /// Multiple standard load balancers (ignored without that config, as upstream).
@@ -213,13 +215,7 @@ pub static ANNOTATIONS: &[KeyDoc] = &[
         ADDITIONAL_PUBLIC_IPS,
         "comma-separated IP addresses",
         "20.30.40.50,20.30.40.51",
-        "Off by default: an error on the Service naming the annotation, and nothing in its status, unless the cloud config sets `allowAdditionalPublicIPs` (kube-proxy captures in-cluster traffic to every status address). Allowed, each address must be a public IP resource's in the resource groups of `serviceResourceGroups`, not used by a network interface or another Service, and not tagged for another Service or cluster; it is then added to `status.loadBalancer.ingress` (nothing is configured in Azure for it). Private, loopback, link-local (169.254.169.254), unspecified, multicast and reserved addresses are always an error.",
-    ),
-    kd(
-        PLS_CREATE,
-        "`true`/`false` (any case)",
-        "true",
-        "Refused when `true`: Private Link Service is not supported, and the Service's sync fails naming the annotation. `false` or empty is accepted.",
+        "Off by default: an error on the Service naming the annotation, and nothing in its status, unless the cloud config sets `allowAdditionalPublicIPs` (kube-proxy captures in-cluster traffic to every status address). Allowed, each address must be a public IP resource's in the resource groups of `serviceResourceGroups`, not used by a network interface or another Service, and not tagged for another Service or cluster; it is then added to `status.loadBalancer.ingress` and, with floating IP, to the destinations of the Service's own security rules, as upstream (the load balancer itself is not configured for it); taken out of the annotation, it leaves the status and the rules. Private, loopback, link-local (169.254.169.254), unspecified, multicast and reserved addresses are always an error.",
     ),
     kd(
         LOAD_BALANCER_MODE,
@@ -231,7 +227,7 @@ pub static ANNOTATIONS: &[KeyDoc] = &[
         LOAD_BALANCER_CONFIGURATIONS,
         "any value",
         "lb-1",
-        "Ignored, with a warning: it selects among multiple standard load balancers, which are not supported (as upstream without that config).",
+        "With `multipleStandardLoadBalancerConfigurations`: the configurations (comma-separated names, any case) the Service may be placed on. Without it: ignored, with a warning (as upstream).",
     ),
     kd(
         "service.beta.kubernetes.io/port_<port>_no_lb_rule",
@@ -623,6 +619,23 @@ fn probe_settings(
     Ok((protocol, path, interval, num))
 }
 
+/// The annotations the Service carries that the load balancer ignores (each logged by the
+/// sync): `azure-load-balancer-mode` always (Basic load balancers' availability sets), and
+/// `azure-load-balancer-configurations` only with one standard load balancer (`multi`
+/// false); with several it places the Service.
+pub fn ignored(service: &Service, multi: bool) -> Vec<&'static str> {
+    let a = service.metadata.annotations.as_ref();
+    let has = |k: &str| a.is_some_and(|a| a.contains_key(k));
+    let mut out = Vec::new();
+    if has(LOAD_BALANCER_MODE) {
+        out.push(LOAD_BALANCER_MODE);
+    }
+    if !multi && has(LOAD_BALANCER_CONFIGURATIONS) {
+        out.push(LOAD_BALANCER_CONFIGURATIONS);
+    }
+    out
+}
+
 /// Reads the Service: every annotation the load balancer uses, checked.
 pub fn parse(service: &Service) -> Result<ServiceConfig, ProviderError> {
     let empty = BTreeMap::new();
@@ -635,20 +648,16 @@ pub fn parse(service: &Service) -> Result<ServiceConfig, ProviderError> {
         return Err(invalid("metadata.uid", "the Service has no UID"));
     }
 
-    if parse_bool(a, PLS_CREATE)? {
-        return Err(invalid(
-            PLS_CREATE,
-            "Private Link Service is not supported by this cloud-controller-manager",
-        ));
-    }
-    for key in [LOAD_BALANCER_MODE, LOAD_BALANCER_CONFIGURATIONS] {
-        if a.contains_key(key) {
-            tracing::warn!(service = %format!("{namespace}/{name}"), annotation = key,
-                "ignored: the single standard load balancer does not use it (as upstream)");
-        }
-    }
+    // The ten `azure-pls-*` annotations are checked by the PLS code, before any ARM call.
+    let pls = super::pls::parse(service)?;
 
     let internal = parse_bool(a, INTERNAL)?;
+    if pls.create && !internal && !parse_bool(a, DISABLE_FLOATING_IP)? {
+        return Err(invalid(
+            PLS_CREATE,
+            "a private link service needs an internal Service (azure-load-balancer-internal) or floating IP disabled",
+        ));
+    }
     let internal_subnet = if internal {
         a.get(INTERNAL_SUBNET).filter(|s| !s.trim().is_empty()).cloned()
     } else {
@@ -755,20 +764,7 @@ pub fn parse(service: &Service) -> Result<ServiceConfig, ProviderError> {
         None => None,
     };
     let additional_public_ips = match a.get(ADDITIONAL_PUBLIC_IPS) {
-        Some(v) => v
-            .split(',')
-            .filter(|s| !s.trim().is_empty())
-            .map(|s| {
-                let ip = parse_ip(ADDITIONAL_PUBLIC_IPS, s, None)?;
-                match not_public(&ip) {
-                    Some(why) => Err(invalid(
-                        ADDITIONAL_PUBLIC_IPS,
-                        format!("{ip} is {why}: kube-proxy would capture in-cluster traffic to it"),
-                    )),
-                    None => Ok(ip),
-                }
-            })
-            .collect::<Result<Vec<_>, _>>()?,
+        Some(v) => additional_public_ips(v)?,
         None => Vec::new(),
     };
 
@@ -886,6 +882,25 @@ pub fn parse(service: &Service) -> Result<ServiceConfig, ProviderError> {
         ports,
         ingress_ips,
     })
+}
+
+/// `azure-additional-public-ips`: comma-separated public unicast addresses (duplicates
+/// once). Anything else is an error naming the annotation.
+pub fn additional_public_ips(value: &str) -> Result<Vec<IpAddr>, ProviderError> {
+    let mut out: Vec<IpAddr> = Vec::new();
+    for s in value.split(',').filter(|s| !s.trim().is_empty()) {
+        let ip = parse_ip(ADDITIONAL_PUBLIC_IPS, s, None)?;
+        if let Some(why) = not_public(&ip) {
+            return Err(invalid(
+                ADDITIONAL_PUBLIC_IPS,
+                format!("{ip} is {why}: kube-proxy would capture in-cluster traffic to it"),
+            ));
+        }
+        if !out.contains(&ip) {
+            out.push(ip);
+        }
+    }
+    Ok(out)
 }
 
 /// What deletion and lookups need, read leniently (a Service with a bad annotation must
@@ -1245,10 +1260,43 @@ pub(crate) mod tests {
         let c = parse(&svc(&[(PIP_TAGS, "a=b, c = d ,")], &[(80, "TCP")])).unwrap();
         assert_eq!(c.pip_tags.get("c").map(String::as_str), Some("d"));
         assert_eq!(err_what(parse(&svc(&[(PIP_TAGS, "a=b=c")], &[(80, "TCP")]))), PIP_TAGS);
+        // A PLS needs an internal Service (or floating IP disabled); the PLS annotations are
+        // checked here too.
         assert_eq!(err_what(parse(&svc(&[(PLS_CREATE, "true")], &[(80, "TCP")]))), PLS_CREATE);
+        assert!(parse(&svc(&[(PLS_CREATE, "true"), (INTERNAL, "true")], &[(80, "TCP")])).is_ok());
+        assert!(
+            parse(&svc(&[(PLS_CREATE, "true"), (DISABLE_FLOATING_IP, "true")], &[(80, "TCP")]))
+                .is_ok()
+        );
+        let bad_count = svc(
+            &[
+                (PLS_CREATE, "true"),
+                (INTERNAL, "true"),
+                (super::super::pls::IP_CONFIGURATION_IP_ADDRESS_COUNT, "9"),
+            ],
+            &[(80, "TCP")],
+        );
+        assert_eq!(
+            err_what(parse(&bad_count)),
+            super::super::pls::IP_CONFIGURATION_IP_ADDRESS_COUNT
+        );
         assert_eq!(err_what(parse(&svc(&[], &[(80, "SCTP")]))), "spec.ports");
         assert!(parse(&svc(&[(INTERNAL, "true")], &[(80, "SCTP")])).is_ok());
         assert!(parse(&svc(&[(LOAD_BALANCER_MODE, "__auto__")], &[(80, "TCP")])).is_ok());
+    }
+
+    #[test]
+    fn the_configurations_annotation_is_ignored_only_with_one_load_balancer() {
+        let s = svc(&[(LOAD_BALANCER_CONFIGURATIONS, "lb-a")], &[(80, "TCP")]);
+        assert_eq!(ignored(&s, false), vec![LOAD_BALANCER_CONFIGURATIONS]);
+        assert!(ignored(&s, true).is_empty(), "several load balancers: it places the Service");
+        let both = svc(
+            &[(LOAD_BALANCER_CONFIGURATIONS, "lb-a"), (LOAD_BALANCER_MODE, "as")],
+            &[(80, "TCP")],
+        );
+        assert_eq!(ignored(&both, true), vec![LOAD_BALANCER_MODE]);
+        assert_eq!(ignored(&both, false), vec![LOAD_BALANCER_MODE, LOAD_BALANCER_CONFIGURATIONS]);
+        assert!(ignored(&svc(&[], &[(80, "TCP")]), false).is_empty());
     }
 
     /// `svc` as IPv4, and as dual-stack (so the `-ipv6` keys are read too).
@@ -1313,7 +1361,14 @@ pub(crate) mod tests {
             sg::DENY_ALL_EXCEPT_SOURCE_RANGES,
             sg::SOURCE_RANGES_ANNOTATION,
         ] {
-            assert!(ccm_core::reference::has_key(ANNOTATIONS, key), "{key} is not documented");
+            assert!(
+                ccm_core::reference::has_key(ANNOTATIONS, key)
+                    || ccm_core::reference::has_key(super::super::pls::PLS_ANNOTATIONS, key),
+                "{key} is not documented"
+            );
+        }
+        for k in super::super::pls::PLS_ANNOTATIONS {
+            assert!(!ccm_core::reference::has_key(ANNOTATIONS, k.key), "{} twice", k.key);
         }
         let keys: std::collections::BTreeSet<&str> = ANNOTATIONS.iter().map(|k| k.key).collect();
         assert_eq!(keys.len(), ANNOTATIONS.len(), "an annotation is documented twice");

@@ -12,17 +12,31 @@
 //! - a uniform scale-set VM: the same IP configuration in the VM's
 //!   `networkProfileConfiguration` (PUT `…/virtualMachineScaleSets/{ss}/virtualMachines/{id}`,
 //!   upstream's per-VM update), and the scale set's model (`virtualMachineProfile`) lists the
-//!   pool too, so instances it adds later join (upstream's `ensureVMSSInPool`).
+//!   pool too, so instances it adds later join (upstream's `ensureVMSSInPool`);
+//! - a flexible scale set's VM (a VM whose `virtualMachineScaleSet` names its scale set): its
+//!   NIC as any VM's, and the flexible scale set's model lists the pool too, so instances it
+//!   adds later join at once (upstream's `ensureVMSSFlexInPool`). Only scale sets in the
+//!   config's `resourceGroup` get their model changed, as upstream.
 //!
 //! The pool's read-only `backendIPConfigurations` (one GET of the load balancer) say who is in
 //! it now; only the difference is read and written, at most [`CONCURRENCY`] at a time, so a
-//! re-sync with nothing to change writes nothing. Nodes are found by `spec.providerID`
-//! ([`VmRef::parse`]); a node without one, or not an Azure VM's, is skipped. VMs of the
-//! nodes are read from one VM list per resource group (never one GET per node).
+//! re-sync with nothing to change reads no NIC and writes nothing (the ARM read budget,
+//! issue #33 item 10: at 1000 Nodes × 100 Services a NIC read per Node and Service sync
+//! would be 100,000 reads, eight times ARM's hourly subscription limit). Nodes are found by
+//! `spec.providerID` ([`VmRef::parse`]); a node without one, or not an Azure VM's, is
+//! skipped. VMs of the nodes are read from one VM list per resource group (never one GET per
+//! node; the listing is cached for `vmCacheTTLInSeconds`). A member read to be added that
+//! needed no write (its IP configuration is in another load balancer's pool, it is already
+//! listed, its NIC or scale-set VM is gone or being deleted) is not read again for that pool
+//! within the same TTL: a Node ARM will not let into the pool costs one read per TTL, not
+//! one per Service sync. Nothing is skipped when caching is off (`disableAPICallCache`).
 //!
 //! Before a pool (or its load balancer) is deleted, [`Backends::remove_all_members`] takes
-//! the pool out of every NIC, scale-set VM and scale-set model that lists it: ARM refuses to
-//! delete a pool in use (`InUseBackendAddressPoolCannotBeDeleted`).
+//! the pool out of every NIC, scale-set VM and scale-set model that lists it — the models of
+//! every uniform and flexible scale set of the resource group, whatever `vmType` says (a
+//! cluster may mix them, and upstream's cleanup walks both kinds): ARM refuses to delete a
+//! pool in use (`InUseBackendAddressPoolCannotBeDeleted`). A scale set being deleted is left
+//! alone (its model takes no update).
 //!
 //! `nodeIP` pools list the nodes' private IPs in the pool itself (`loadBalancerBackendAddresses`,
 //! written through the load balancer); pulling nodes out before a delete is not needed there
@@ -30,6 +44,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
+use std::time::Instant;
 
 use ccm_core::cloud::ProviderError;
 use futures::stream::{self, StreamExt};
@@ -44,7 +59,7 @@ use crate::client::models::{
     VirtualMachineScaleSetVm, VmssNetworkProfile,
 };
 use crate::client::{ArmClient, ArmError};
-use crate::config::{BackendPoolType, Config, VmType};
+use crate::config::{BackendPoolType, Config};
 use crate::provider_id::VmRef;
 
 /// How many NICs / scale-set VMs are read and written at once.
@@ -60,6 +75,11 @@ pub struct Backends {
     /// Members (lower-case NIC / scale-set VM IDs) and `nodeIP` addresses this process has
     /// seen as its Nodes': the ones it may take out of a pool when their Node leaves.
     known: std::sync::Mutex<BTreeSet<String>>,
+    /// `(pool, member, removing)` (lower case) whose last read to add it needed no write, or
+    /// that was taken out of the pool (or found out of it), and when: not read again for that
+    /// within the VM listing's TTL (a load balancer read before ARM's back-references caught
+    /// up still lists a member just taken out).
+    settled: std::sync::Mutex<BTreeMap<(String, String, bool), Instant>>,
 }
 
 /// A member of a pool, from one of its `backendIPConfigurations`.
@@ -146,6 +166,17 @@ where
     }
 }
 
+/// The resource group named in an ARM ID (`/subscriptions/{s}/resourceGroups/{rg}/…`).
+fn resource_group_of(id: &str) -> Option<&str> {
+    let mut segs = id.split('/');
+    while let Some(s) = segs.next() {
+        if s.eq_ignore_ascii_case("resourceGroups") {
+            return segs.next().filter(|rg| !rg.is_empty());
+        }
+    }
+    None
+}
+
 /// The load balancer ID of a backend pool ID (`…/loadBalancers/{lb}/backendAddressPools/{p}`).
 fn split_pool_id(pool_id: &str) -> Option<(&str, &str)> {
     let lower = pool_id.to_ascii_lowercase();
@@ -178,6 +209,39 @@ fn in_other_lb(pool_id: &str, existing: &[Ref]) -> Option<String> {
         let other = lb_family(&r.id)?;
         (other != mine).then_some(other)
     })
+}
+
+/// The error for a backend pool ID that is not `…/loadBalancers/<lb>/backendAddressPools/<pool>`.
+fn bad_pool_id(pool_id: &str) -> ProviderError {
+    ProviderError::Invalid {
+        what: "backend pool ID".into(),
+        message: format!("{pool_id:?} is not …/loadBalancers/<lb>/backendAddressPools/<pool>"),
+    }
+}
+
+/// The members of the pool `pool_id` (named `name`) of `lb`, from its
+/// `backendIPConfigurations`; `None` when `lb` has no such pool.
+fn pool_members(lb: &LoadBalancer, pool_id: &str, name: &str) -> Option<Vec<Member>> {
+    let pool = lb.properties.backend_address_pools.iter().find(|p| {
+        p.id.as_deref().is_some_and(|id| id.eq_ignore_ascii_case(pool_id))
+            || p.name().eq_ignore_ascii_case(name)
+    })?;
+    let mut out: Vec<Member> = pool
+        .properties
+        .backend_ip_configurations
+        .iter()
+        .flatten()
+        .filter_map(|r| {
+            let m = Member::of_ip_configuration(&r.id);
+            if m.is_none() {
+                debug!(ip_configuration = %r.id, "backend pool member is neither a NIC nor a scale-set VM; left alone");
+            }
+            m
+        })
+        .collect();
+    out.sort();
+    out.dedup_by(|a, b| a.key() == b.key());
+    Some(out)
 }
 
 /// Adds `pool_id` to a pool list; `false` when it is already there.
@@ -373,7 +437,62 @@ enum Task {
 impl Backends {
     /// Membership through `client`, for the cluster `config` describes.
     pub fn new(client: Arc<ArmClient>, config: Arc<Config>) -> Self {
-        Backends { client, config, known: std::sync::Mutex::new(BTreeSet::new()) }
+        Backends {
+            client,
+            config,
+            known: std::sync::Mutex::new(BTreeSet::new()),
+            settled: std::sync::Mutex::new(BTreeMap::new()),
+        }
+    }
+
+    fn settled(&self) -> std::sync::MutexGuard<'_, BTreeMap<(String, String, bool), Instant>> {
+        // A panic elsewhere while holding the lock leaves a map that is still valid.
+        self.settled.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Whether adding member `key` to `pool_id` (`removing`: taking it out) was found to need
+    /// no more within the VM listing's TTL (never when caching is off).
+    fn is_settled(&self, pool_id: &str, key: &str, removing: bool) -> bool {
+        let ttl = self.client.cache_ttls().vm;
+        if ttl.is_zero() {
+            return false;
+        }
+        let k = (pool_id.to_ascii_lowercase(), key.to_ascii_lowercase(), removing);
+        let mut settled = self.settled();
+        match settled.get(&k) {
+            Some(at) if at.elapsed() < ttl => true,
+            Some(_) => {
+                settled.remove(&k);
+                false
+            }
+            None => false,
+        }
+    }
+
+    /// Records what adding member `key` to `pool_id` did: no write (`true`: not read again
+    /// within the TTL) or a write (`false`: forgotten). Either way a taking-out recorded
+    /// before is forgotten (the member may leave again).
+    fn settle(&self, pool_id: &str, key: &str, no_write: bool) {
+        let (pool, key) = (pool_id.to_ascii_lowercase(), key.to_ascii_lowercase());
+        let mut settled = self.settled();
+        settled.remove(&(pool.clone(), key.clone(), true));
+        let k = (pool, key, false);
+        if no_write && !self.client.cache_ttls().vm.is_zero() {
+            settled.insert(k, Instant::now());
+        } else {
+            settled.remove(&k);
+        }
+    }
+
+    /// Records that member `key` is out of `pool_id` now (taken out, or found out): not read
+    /// again to take it out within the TTL; an adding recorded before is forgotten.
+    fn settle_out(&self, pool_id: &str, key: &str) {
+        let (pool, key) = (pool_id.to_ascii_lowercase(), key.to_ascii_lowercase());
+        let mut settled = self.settled();
+        settled.remove(&(pool.clone(), key.clone(), false));
+        if !self.client.cache_ttls().vm.is_zero() {
+            settled.insert((pool, key, true), Instant::now());
+        }
     }
 
     fn known(&self) -> std::sync::MutexGuard<'_, BTreeSet<String>> {
@@ -527,44 +646,37 @@ impl Backends {
     /// The members of the pool now (from its `backendIPConfigurations`); `None` when the
     /// load balancer or the pool does not exist.
     async fn members(&self, pool_id: &str) -> Result<Option<Vec<Member>>, ProviderError> {
-        let (lb_id, name) = split_pool_id(pool_id).ok_or_else(|| ProviderError::Invalid {
-            what: "backend pool ID".into(),
-            message: format!("{pool_id:?} is not …/loadBalancers/<lb>/backendAddressPools/<pool>"),
-        })?;
+        let (lb_id, name) = split_pool_id(pool_id).ok_or_else(|| bad_pool_id(pool_id))?;
         let lb: Option<LoadBalancer> = self
             .client
             .get_opt("network.load_balancers.get", lb_id, NETWORK, &[])
             .await
             .map_err(|e| arm_err("reading the backend pool's load balancer", e))?;
         let Some(lb) = lb else { return Ok(None) };
-        let Some(pool) = lb.properties.backend_address_pools.iter().find(|p| {
-            p.id.as_deref().is_some_and(|id| id.eq_ignore_ascii_case(pool_id))
-                || p.name().eq_ignore_ascii_case(name)
-        }) else {
-            return Ok(None);
-        };
-        let mut out: Vec<Member> = pool
-            .properties
-            .backend_ip_configurations
-            .iter()
-            .flatten()
-            .filter_map(|r| {
-                let m = Member::of_ip_configuration(&r.id);
-                if m.is_none() {
-                    debug!(ip_configuration = %r.id, "backend pool member is neither a NIC nor a scale-set VM; left alone");
-                }
-                m
-            })
-            .collect();
-        out.sort();
-        out.dedup_by(|a, b| a.key() == b.key());
-        Ok(Some(out))
+        Ok(pool_members(&lb, pool_id, name))
+    }
+
+    /// The load balancer `lb_id` for the node sync (`UpdateLoadBalancer`), which writes
+    /// nothing from it but NICs and scale-set VMs (each read afresh before its write): from
+    /// the client's read cache within [`CacheTtls::load_balancer_view`] (120 s, upstream's
+    /// load balancer cache; our writes of the load balancer, of NICs and of scale sets drop
+    /// it), so the Services of a shared load balancer synced one after the other for one
+    /// Node change read it once, not once each. `None` when ARM says it does not exist.
+    ///
+    /// [`CacheTtls::load_balancer_view`]: crate::client::CacheTtls::load_balancer_view
+    pub async fn load_balancer(&self, lb_id: &str) -> Result<Option<LoadBalancer>, ProviderError> {
+        let max_age = self.client.cache_ttls().load_balancer_view;
+        self.client
+            .get_opt_within("network.load_balancers.get", lb_id, NETWORK, max_age)
+            .await
+            .map_err(|e| arm_err("reading the backend pool's load balancer", e))
     }
 
     /// Makes the IP configurations of exactly `nodes` (of the pool's IP family) reference
     /// the backend pool `pool_id`: adds the missing ones, removes the ones of nodes not in
     /// `nodes`, and adds the pool to the scale-set models of the nodes' scale sets. Writes
-    /// only what changes.
+    /// only what changes. Reads the pool's load balancer; [`Backends::ensure_members_in`]
+    /// takes one the caller has just read.
     pub async fn ensure_members(&self, pool_id: &str, nodes: &[Node]) -> Result<(), ProviderError> {
         self.check_pool_type()?;
         if self.config.load_balancer_backend_pool_configuration_type == BackendPoolType::NodeIp {
@@ -573,6 +685,38 @@ impl Backends {
         let current = self.members(pool_id).await?.ok_or_else(|| {
             ProviderError::other(format!("backend pool {pool_id} does not exist"))
         })?;
+        self.ensure_nic_members(pool_id, current, nodes).await
+    }
+
+    /// [`Backends::ensure_members`] with the pool's members taken from `lb`, the pool's load
+    /// balancer as the caller read it (no second read of it). Which members are added or
+    /// removed is then decided on each NIC or scale-set VM read afresh before its write, so a
+    /// `lb` older than a change made outside the cluster costs at most a read, never a wrong
+    /// write. `nodeIP` pools are written through the load balancer: read afresh there.
+    pub async fn ensure_members_in(
+        &self,
+        lb: &LoadBalancer,
+        pool_id: &str,
+        nodes: &[Node],
+    ) -> Result<(), ProviderError> {
+        self.check_pool_type()?;
+        if self.config.load_balancer_backend_pool_configuration_type == BackendPoolType::NodeIp {
+            return self.ensure_node_ips(pool_id, nodes).await;
+        }
+        let (_, name) = split_pool_id(pool_id).ok_or_else(|| bad_pool_id(pool_id))?;
+        let current = pool_members(lb, pool_id, name).ok_or_else(|| {
+            ProviderError::other(format!("backend pool {pool_id} does not exist"))
+        })?;
+        self.ensure_nic_members(pool_id, current, nodes).await
+    }
+
+    /// The members of `pool_id` follow `nodes`, from its `current` members.
+    async fn ensure_nic_members(
+        &self,
+        pool_id: &str,
+        current: Vec<Member>,
+        nodes: &[Node],
+    ) -> Result<(), ProviderError> {
         let current_keys: BTreeSet<String> = current.iter().map(Member::key).collect();
 
         // The nodes' VMs.
@@ -611,15 +755,29 @@ impl Backends {
 
         let mut desired: BTreeSet<String> = BTreeSet::new();
         let mut tasks = Vec::new();
-        for (nic, node) in nics {
+        for (nic, node, flex) in nics {
+            // A flexible scale set's VM: its scale set's model lists the pool too (only
+            // scale sets of the config's resource group, as upstream).
+            if let Some(ss) = flex
+                && resource_group_of(&ss)
+                    .is_some_and(|rg| rg.eq_ignore_ascii_case(self.config.resource_group()))
+            {
+                scale_sets.insert(ss.to_ascii_lowercase(), ss);
+            }
             let key = nic.to_ascii_lowercase();
-            if desired.insert(key.clone()) && !current_keys.contains(&key) {
+            if desired.insert(key.clone())
+                && !current_keys.contains(&key)
+                && !self.is_settled(pool_id, &key, false)
+            {
                 tasks.push(Task::AddNic { nic, node });
             }
         }
         for (vm, node) in scale_set_vms {
             let key = vm.to_ascii_lowercase();
-            if desired.insert(key.clone()) && !current_keys.contains(&key) {
+            if desired.insert(key.clone())
+                && !current_keys.contains(&key)
+                && !self.is_settled(pool_id, &key, false)
+            {
                 tasks.push(Task::AddVmssVm { vm, node });
             }
         }
@@ -637,7 +795,8 @@ impl Backends {
                 && key
                     .rfind("/virtualmachines/")
                     .is_some_and(|at| node_scale_sets.contains(&key[..at]));
-            if known.contains(&key) || of_node_scale_set {
+            if (known.contains(&key) || of_node_scale_set) && !self.is_settled(pool_id, &key, true)
+            {
                 tasks.push(Task::Remove(m));
             } else {
                 debug!(pool = pool_id, member = %key, "not a known Node's; left in the pool");
@@ -667,8 +826,9 @@ impl Backends {
                 scale_sets.insert(ss.to_ascii_lowercase(), ss);
             }
         }
-        if self.config.vm_type == VmType::Vmss {
-            // Scale sets with no instance in the pool may still list it in their model.
+        {
+            // Scale sets with no instance in the pool may still list it in their model:
+            // uniform and flexible ones alike, whatever `vmType` says.
             let rg = self.config.resource_group();
             let collection = self
                 .client
@@ -698,12 +858,13 @@ impl Backends {
         Ok(())
     }
 
-    /// The primary NIC of each VM (`(sub, rg, vm, node)`), from one VM list per resource
-    /// group. VMs not in the list are skipped (they do not exist).
+    /// The primary NIC of each VM (`(sub, rg, vm, node)`) and the flexible scale set the VM
+    /// belongs to, if any: `(nic, node, scale set)`, from one VM list per resource group. VMs
+    /// not in the list are skipped (they do not exist).
     async fn primary_nics(
         &self,
         vms: &[(String, String, String, String)],
-    ) -> Result<Vec<(String, String)>, ProviderError> {
+    ) -> Result<Vec<(String, String, Option<String>)>, ProviderError> {
         let mut groups: BTreeMap<(String, String), String> = BTreeMap::new();
         for (sub, rg, _, _) in vms {
             if !sub.eq_ignore_ascii_case(self.client.subscription_id()) {
@@ -718,7 +879,8 @@ impl Backends {
                 Err(e) => warn!(error = %e, "a node's providerID names no valid resource group"),
             }
         }
-        let mut by_name: BTreeMap<(String, String, String), String> = BTreeMap::new();
+        let mut by_name: BTreeMap<(String, String, String), (String, Option<String>)> =
+            BTreeMap::new();
         for ((sub, rg), collection) in groups {
             let list: Vec<VirtualMachine> = self
                 .client
@@ -735,9 +897,15 @@ impl Backends {
                         .find(|n| n.properties.as_ref().and_then(|p| p.primary) == Some(true))
                 };
                 if let Some(nic) = primary {
+                    let flex = vm
+                        .properties
+                        .virtual_machine_scale_set
+                        .as_ref()
+                        .map(|r| r.id.clone())
+                        .filter(|id| !id.is_empty());
                     by_name.insert(
                         (sub.clone(), rg.clone(), vm.name().to_ascii_lowercase()),
-                        nic.id.clone(),
+                        (nic.id.clone(), flex),
                     );
                 }
             }
@@ -746,7 +914,7 @@ impl Backends {
         for (sub, rg, vm, node) in vms {
             let key = (sub.to_ascii_lowercase(), rg.to_ascii_lowercase(), vm.to_ascii_lowercase());
             match by_name.get(&key) {
-                Some(nic) => out.push((nic.clone(), node.clone())),
+                Some((nic, flex)) => out.push((nic.clone(), node.clone(), flex.clone())),
                 None => {
                     info!(node = %node, vm = %vm, "VM not found (or has no NIC); not added to the backend pool")
                 }
@@ -799,6 +967,7 @@ impl Backends {
                 .map_err(|e| {
                     arm_err(&format!("adding node {node} to backend pool {pool_id}"), e)
                 })?;
+                self.settle(pool_id, &nic, w != Written::Yes);
                 log_add(&node, w, skipped);
             }
             Task::AddVmssVm { vm, node } => {
@@ -829,6 +998,7 @@ impl Backends {
                 .map_err(|e| {
                     arm_err(&format!("adding node {node} to backend pool {pool_id}"), e)
                 })?;
+                self.settle(pool_id, &vm, w != Written::Yes);
                 log_add(&node, w, skipped);
             }
             Task::Remove(Member::Nic(nic)) => {
@@ -846,6 +1016,7 @@ impl Backends {
                 .map_err(|e| {
                     arm_err(&format!("removing NIC {nic} from backend pool {pool_id}"), e)
                 })?;
+                self.settle_out(pool_id, &nic);
                 if w == Written::Yes {
                     info!(nic = %nic, pool = pool_id, "removed from backend pool");
                 }
@@ -870,6 +1041,7 @@ impl Backends {
                 .map_err(|e| {
                     arm_err(&format!("removing scale-set VM {vm} from backend pool {pool_id}"), e)
                 })?;
+                self.settle_out(pool_id, &vm);
                 if w == Written::Yes {
                     info!(vm = %vm, pool = pool_id, "removed from backend pool");
                 }
@@ -897,9 +1069,18 @@ impl Backends {
                 {
                     return Ok(false);
                 }
+                // No model to give new instances (a flexible scale set of VMs attached by
+                // hand): nothing to do, as upstream.
                 let Some(profile) = s.properties.virtual_machine_profile.as_mut() else {
                     return Ok(false);
                 };
+                if profile
+                    .network_profile
+                    .as_ref()
+                    .is_none_or(|p| p.network_interface_configurations.is_empty())
+                {
+                    return Ok(false);
+                }
                 Ok(profile_add(&mut profile.network_profile, pool_id, ss)?.changed(&mut skipped))
             },
         )
@@ -929,6 +1110,14 @@ impl Backends {
             ss,
             COMPUTE,
             |s: &mut VirtualMachineScaleSet| {
+                // A scale set being deleted takes no update (upstream skips it).
+                if s.properties
+                    .provisioning_state
+                    .as_deref()
+                    .is_some_and(|p| p.eq_ignore_ascii_case("Deleting"))
+                {
+                    return Ok(false);
+                }
                 Ok(s.properties
                     .virtual_machine_profile
                     .as_mut()
@@ -994,6 +1183,18 @@ mod tests {
             ))
         );
         assert_eq!(Member::of_ip_configuration("/subscriptions/s/whatever"), None);
+    }
+
+    #[test]
+    fn the_resource_group_of_an_id() {
+        assert_eq!(
+            resource_group_of(
+                "/subscriptions/s/resourceGroups/MC_rg/providers/Microsoft.Compute/virtualMachineScaleSets/flex"
+            ),
+            Some("MC_rg")
+        );
+        assert_eq!(resource_group_of("/subscriptions/s/resourceGroups/"), None);
+        assert_eq!(resource_group_of("flex"), None);
     }
 
     #[test]

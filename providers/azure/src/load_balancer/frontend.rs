@@ -32,6 +32,8 @@ pub enum Target {
         prefixes: Vec<IpNet>,
         /// The address asked for (annotation or `spec.loadBalancerIP`).
         ip: Option<IpAddr>,
+        /// The availability zones a new frontend gets (the region's; empty: none).
+        zones: Vec<String>,
     },
 }
 
@@ -93,18 +95,28 @@ fn matches(
     }
 }
 
+/// A new frontend of the Service. `previous`: the zones of the frontend of the same name this
+/// one replaces (ARM never changes a frontend's zones, so a rebuilt one keeps them, as
+/// upstream's `getFrontendZones`); otherwise an internal frontend gets the target's zones
+/// (the region's), a public one none (its public IP carries them).
 fn new_frontend(
     svc: &ServiceConfig,
     lb_id: &str,
     family: Family,
     target: &Target,
+    previous: Option<Option<Vec<String>>>,
 ) -> FrontendIpConfiguration {
     let name = naming::frontend_name(svc, family);
+    let zones = match (previous, target) {
+        (Some(had), _) => had,
+        (None, Target::Internal { zones, .. }) if !zones.is_empty() => Some(zones.clone()),
+        (None, _) => None,
+    };
     let properties = match target {
         Target::Public { pip_id } => {
             FrontendIpProperties { public_ip_address: Some(Ref::to(pip_id)), ..Default::default() }
         }
-        Target::Internal { subnet_id, prefixes, ip } => {
+        Target::Internal { subnet_id, prefixes, ip, .. } => {
             // The address asked for, else the one the Service has (when in the subnet), else
             // whatever ARM allocates.
             let keep = ip.or_else(|| {
@@ -128,6 +140,7 @@ fn new_frontend(
     FrontendIpConfiguration {
         id: Some(naming::child_id(lb_id, "frontendIPConfigurations", &name)),
         name: Some(name),
+        zones,
         properties,
         ..Default::default()
     }
@@ -208,6 +221,12 @@ pub fn reconcile(
         .collect();
     let fes = &mut lb.properties.frontend_ip_configurations;
     let before = fes.len();
+    // The zones of the Service's frontends as they are (a rebuilt one keeps them).
+    let had_zones: Vec<(String, Option<Vec<String>>)> = fes
+        .iter()
+        .filter(|fe| naming::owns(svc, fe.name()))
+        .map(|fe| (fe.name().to_ascii_lowercase(), fe.zones.clone()))
+        .collect();
     fes.retain(|fe| {
         if !naming::owns(svc, fe.name()) {
             return true;
@@ -226,7 +245,11 @@ pub fn reconcile(
                 .clone()
                 .unwrap_or_else(|| naming::child_id(lb_id, "frontendIPConfigurations", f.name())),
             None => {
-                let fe = new_frontend(svc, lb_id, *family, target);
+                let previous = had_zones
+                    .iter()
+                    .find(|(n, _)| n.eq_ignore_ascii_case(&name))
+                    .map(|(_, z)| z.clone());
+                let fe = new_frontend(svc, lb_id, *family, target, previous);
                 let id = fe.id().to_string();
                 fes.push(fe);
                 changed = true;
@@ -338,7 +361,7 @@ mod tests {
         let prefixes = vec!["10.0.0.0/24".parse().unwrap()];
         let t = BTreeMap::from([(
             Family::V4,
-            Target::Internal { subnet_id: sn.into(), prefixes, ip: None },
+            Target::Internal { subnet_id: sn.into(), prefixes, ip: None, zones: vec![] },
         )]);
         let mut lb = LoadBalancer::default();
         reconcile(&mut lb, LB, &c, &t);
@@ -352,11 +375,38 @@ mod tests {
                 subnet_id: sn.into(),
                 prefixes: vec![],
                 ip: Some("10.0.0.7".parse().unwrap()),
+                zones: vec!["1".into(), "2".into()],
             },
         )]);
         assert!(reconcile(&mut lb, LB, &c, &t).0);
-        let p = &lb.properties.frontend_ip_configurations[0].properties;
-        assert_eq!(p.private_ip_address.as_deref(), Some("10.0.0.7"));
+        let fe = &lb.properties.frontend_ip_configurations[0];
+        assert_eq!(fe.properties.private_ip_address.as_deref(), Some("10.0.0.7"));
+        // Rebuilt: it keeps the zones it had (none), not the region's.
+        assert_eq!(fe.zones, None);
+    }
+
+    #[test]
+    fn a_new_internal_frontend_gets_the_regions_zones_a_public_one_none() {
+        let sn = "/subscriptions/s/resourceGroups/rg/providers/Microsoft.Network/virtualNetworks/v/subnets/n";
+        let zones = vec!["1".to_string(), "2".to_string(), "3".to_string()];
+        let c = svc(&[(annotations::INTERNAL, "true")]);
+        let t = BTreeMap::from([(
+            Family::V4,
+            Target::Internal {
+                subnet_id: sn.into(),
+                prefixes: vec![],
+                ip: None,
+                zones: zones.clone(),
+            },
+        )]);
+        let mut lb = LoadBalancer::default();
+        reconcile(&mut lb, LB, &c, &t);
+        assert_eq!(lb.properties.frontend_ip_configurations[0].zones.as_ref(), Some(&zones));
+        let p = svc(&[]);
+        let t = BTreeMap::from([(Family::V4, Target::Public { pip_id: PIP.into() })]);
+        let mut lb = LoadBalancer::default();
+        reconcile(&mut lb, LB, &p, &t);
+        assert_eq!(lb.properties.frontend_ip_configurations[0].zones, None);
     }
 
     #[test]

@@ -35,7 +35,9 @@
 pub mod annotations;
 pub mod backend;
 pub mod frontend;
+pub mod multi_slb;
 pub mod naming;
+pub mod pls;
 pub mod public_ip;
 pub mod rules;
 pub mod security_group;
@@ -52,7 +54,7 @@ use ccm_core::cloud_call::api_metrics::{self, ApiMetrics};
 use k8s_openapi::api::core::v1::{LoadBalancerIngress, LoadBalancerStatus, Node, Service};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use tracing::{debug, info};
+use tracing::{debug, info, warn};
 
 use crate::client::ArmClient;
 use crate::client::api_version::NETWORK;
@@ -162,7 +164,19 @@ pub struct AzureLoadBalancer {
     backends: Backends,
     security: SecurityGroup,
     pips: PublicIps,
+    pls: pls::PrivateLinks,
     lock: tokio::sync::Mutex<()>,
+    /// `multipleStandardLoadBalancerConfigurations` (empty: one load balancer), or why not.
+    slbs: Result<Vec<multi_slb::LbConfig>, String>,
+    /// The Kubernetes API, for the namespaces `serviceNamespaceSelector` looks at.
+    kube: std::sync::OnceLock<kube::Client>,
+    /// Whether a multi-SLB pool pass ran in this process.
+    multi_pass_done: std::sync::atomic::AtomicBool,
+    /// Multi-SLB `externalTrafficPolicy: Local` Services placed by this process, by
+    /// `<namespace>/<name>` (lower case): what the pool updater keeps in step.
+    local: std::sync::Mutex<BTreeMap<String, multi_slb::LocalService>>,
+    /// The provider's own Events (made with the Kubernetes client).
+    events: std::sync::OnceLock<ccm_core::controllers::events::EventRecorder>,
 }
 
 impl std::fmt::Debug for AzureLoadBalancer {
@@ -174,14 +188,35 @@ impl std::fmt::Debug for AzureLoadBalancer {
 impl AzureLoadBalancer {
     /// The load balancers of the cluster `config` describes, through `client`.
     pub fn new(client: Arc<ArmClient>, config: Arc<Config>) -> Self {
+        let slbs = match &config.multiple_standard_load_balancer_configurations {
+            None => Ok(Vec::new()),
+            Some(v) => multi_slb::parse(v).map_err(|e| e.to_string()),
+        };
         AzureLoadBalancer {
+            slbs,
+            kube: std::sync::OnceLock::new(),
+            multi_pass_done: std::sync::atomic::AtomicBool::new(false),
+            local: std::sync::Mutex::new(BTreeMap::new()),
+            events: std::sync::OnceLock::new(),
             backends: Backends::new(client.clone(), config.clone()),
             security: SecurityGroup::new(client.clone(), config.clone()),
             pips: PublicIps::new(client.clone(), config.clone()),
+            pls: pls::PrivateLinks::new(client.clone(), config.clone()),
             client,
             config,
             lock: tokio::sync::Mutex::new(()),
         }
+    }
+
+    /// With the Kubernetes API: `serviceNamespaceSelector`s read the Services' namespaces.
+    pub fn with_kube(self, kube: kube::Client) -> Self {
+        self.set_kube(kube);
+        self
+    }
+
+    /// Gives it the Kubernetes API (once; later calls change nothing).
+    pub fn set_kube(&self, kube: kube::Client) {
+        let _ = self.kube.set(kube);
     }
 
     fn check_config(&self) -> Result<(), ProviderError> {
@@ -379,12 +414,17 @@ impl AzureLoadBalancer {
     /// members and deleted. Returns the Service's addresses that were there.
     async fn remove_from(
         &self,
+        cluster: &str,
+        service: &Service,
         svc: &ServiceConfig,
         name: &str,
     ) -> Result<Vec<IpAddr>, ProviderError> {
         let id = self.lb_id(name)?;
+        let multi = matches!(self.multi(cluster), Ok(Some(_)));
         let Some(current) = self.get_lb(&id).await? else { return Ok(Vec::new()) };
         let ips = self.frontend_ips(svc, &current).await?;
+        // A private link service on a frontend about to go goes first (ARM refuses).
+        self.pls.release_removed(cluster, service, svc, &current).await?;
         let after = rmw::<crate::client::models::LoadBalancerProperties>(
             &self.client,
             LB_OPS,
@@ -392,7 +432,10 @@ impl AzureLoadBalancer {
             &mut |cur| {
                 let Some(mut lb) = cur else { return Ok(Action::Keep(ArmLoadBalancer::default())) };
                 let removed = frontend::remove(&mut lb, svc);
-                let changed = rules::reconcile(&mut lb, svc, Vec::new(), Vec::new());
+                let mut changed = rules::reconcile(&mut lb, svc, Vec::new(), Vec::new());
+                if multi {
+                    changed |= drop_local_pools(&mut lb, &svc.key, &[]);
+                }
                 Ok(if removed.is_empty() && !changed { Action::Keep(lb) } else { Action::Put(lb) })
             },
         )
@@ -446,12 +489,17 @@ impl AzureLoadBalancer {
         nodes: &[Node],
     ) -> Result<LoadBalancerStatus, ProviderError> {
         self.check_config()?;
-        let svc = annotations::parse(service)?;
+        let svc = pls::parse_service(service)?;
         self.check_allowed(&svc)?;
         let _guard = self.lock.lock().await;
-        let lb_name = naming::lb_name(&self.config, cluster, svc.internal);
-        let other_name = naming::lb_name(&self.config, cluster, !svc.internal);
-        let lb_id = self.lb_id(&lb_name)?;
+        let multi = self.multi(cluster)?;
+        for key in annotations::ignored(service, multi.is_some()) {
+            warn!(service = %svc.key, annotation = key,
+                "ignored: the single standard load balancer does not use it (as upstream)");
+        }
+        // With several load balancers, a Local Service has a pool of its own: the Nodes
+        // with its endpoints (upstream).
+        let local_pools = multi.is_some() && svc.local_traffic;
         // Before anything is written: the additional addresses must be public IPs the
         // cluster may use.
         self.pips.check_additional(cluster, &svc).await?;
@@ -467,6 +515,7 @@ impl AzureLoadBalancer {
         let mut public_ips = BTreeMap::new();
         if svc.internal {
             let (subnet_id, prefixes) = self.subnet(&svc).await?;
+            let zones = self.pips.region_zones().await?;
             for f in &svc.families {
                 targets.insert(
                     *f,
@@ -474,6 +523,7 @@ impl AzureLoadBalancer {
                         subnet_id: subnet_id.clone(),
                         prefixes: prefixes.clone(),
                         ip: svc.load_balancer_ip.get(f).copied(),
+                        zones: zones.clone(),
                     },
                 );
             }
@@ -485,9 +535,54 @@ impl AzureLoadBalancer {
             }
         }
 
+        // Which load balancer; with several, the Service leaves any other it is on first (a
+        // public IP is on one frontend at a time).
+        let (lb_name, other_names) = match multi {
+            None => (
+                naming::lb_name(&self.config, cluster, svc.internal),
+                vec![naming::lb_name(&self.config, cluster, !svc.internal)],
+            ),
+            Some(_) => {
+                let read = self.read_all(cluster).await?;
+                let name = self.place(cluster, service, &svc, &read, &public_ips, &targets).await?;
+                let holding: Vec<&multi_slb::Read> = read
+                    .iter()
+                    .filter(|r| !r.name.eq_ignore_ascii_case(&name))
+                    .filter(|r| r.lb.as_ref().is_some_and(|lb| holds(&svc, lb)))
+                    .collect();
+                for r in &holding {
+                    if let Some(lb) = &r.lb
+                        && r.internal == svc.internal
+                    {
+                        Self::check_movable(&svc, lb)?;
+                    }
+                }
+                for r in &holding {
+                    self.remove_from(cluster, service, &svc, &r.name).await?;
+                }
+                (name, Vec::new())
+            }
+        };
+        let lb_id = self.lb_id(&lb_name)?;
         let config_tags = public_ip::config_tags(&self.config)?;
-        let pools: BTreeMap<Family, String> =
-            svc.families.iter().map(|f| (*f, self.pool_id(&lb_id, cluster, *f))).collect();
+        let pool_names: BTreeMap<Family, String> = svc
+            .families
+            .iter()
+            .map(|f| {
+                let name = if local_pools {
+                    naming::local_pool_name(&svc.key, *f)
+                } else {
+                    naming::backend_pool_name(cluster, *f)
+                };
+                (*f, name)
+            })
+            .collect();
+        let pools: BTreeMap<Family, String> = pool_names
+            .iter()
+            .map(|(f, n)| (*f, naming::child_id(&lb_id, "backendAddressPools", n)))
+            .collect();
+        let keep_local: Vec<String> =
+            if local_pools { pool_names.values().cloned().collect() } else { Vec::new() };
         let lb = rmw::<crate::client::models::LoadBalancerProperties>(
             &self.client,
             LB_OPS,
@@ -505,8 +600,8 @@ impl AzureLoadBalancer {
                     ..Default::default()
                 });
                 let mut changed = created;
-                for f in pools.keys() {
-                    let name = naming::backend_pool_name(cluster, *f);
+                for name in pool_names.values() {
+                    let name = name.clone();
                     if !lb
                         .properties
                         .backend_address_pools
@@ -543,6 +638,10 @@ impl AzureLoadBalancer {
                 }
                 check_conflicts(&lb, &svc, &want_rules)?;
                 changed |= rules::reconcile(&mut lb, &svc, probes, want_rules);
+                // Its own pool of an earlier Local sync (only where this mode makes them).
+                if multi.is_some() {
+                    changed |= drop_local_pools(&mut lb, &svc.key, &keep_local);
+                }
                 // A load balancer whose last operation failed is put again as it is, as
                 // upstream does: ARM retries the failed operation.
                 let failed = provisioning_failed(lb.properties.provisioning_state.as_deref());
@@ -571,17 +670,33 @@ impl AzureLoadBalancer {
         }
         .ok_or_else(|| ProviderError::other(format!("load balancer {lb_name} vanished")))?;
 
-        let members: Vec<Node> =
+        let mut members: Vec<Node> =
             nodes.iter().filter(|n| is_backend(&self.config, n)).cloned().collect();
-        // Pools the operator fills (`preConfiguredBackendPoolLoadBalancerTypes`) are theirs.
-        if !self.config.backend_pool_pre_configured(svc.internal) {
-            for pool in pools.values() {
-                self.backends.ensure_members(pool, &members).await?;
+        match multi {
+            // Pools the operator fills (`preConfiguredBackendPoolLoadBalancerTypes`) are theirs.
+            None if !self.config.backend_pool_pre_configured(svc.internal) => {
+                for pool in pools.values() {
+                    self.backends.ensure_members(pool, &members).await?;
+                }
+            }
+            None => {}
+            Some(configs) => {
+                let by = self
+                    .ensure_multi_members(cluster, service, configs, &members, &lb_name)
+                    .await?;
+                if local_pools {
+                    members = self.ensure_local_members(service, &svc, &pools, members).await?;
+                } else {
+                    self.remember_local(&svc.key, None);
+                    members = by.get(config_of(&lb_name)).cloned().unwrap_or_default();
+                }
             }
         }
 
         // An internal ↔ public switch: off the other load balancer.
-        self.remove_from(&svc, &other_name).await?;
+        for other in &other_names {
+            self.remove_from(cluster, service, &svc, other).await?;
+        }
 
         let keep: Vec<String> = public_ips.values().map(|p| p.id().to_string()).collect();
         self.pips.release(cluster, &svc.key, svc.resource_group.as_deref(), &keep).await?;
@@ -608,6 +723,7 @@ impl AzureLoadBalancer {
             if svc.floating_ip { ips.clone() } else { node_ips(&members, &svc.families) };
         let shared = self.shared(&svc, &lb).await?;
         self.security.ensure_service_rules_shared(service, &destinations, &shared).await?;
+        self.pls.ensure(cluster, service, &svc, &pls::frontends_of(&svc, &lb)).await?;
         info!(service = %svc.key, load_balancer = %lb_name, ips = ?ips, "load balancer ensured");
         Ok(self.status(&svc, &ips))
     }
@@ -615,15 +731,16 @@ impl AzureLoadBalancer {
     async fn delete(&self, cluster: &str, service: &Service) -> Result<(), ProviderError> {
         let svc = annotations::minimal(service)?;
         let _guard = self.lock.lock().await;
-        let names = [
-            naming::lb_name(&self.config, cluster, false),
-            naming::lb_name(&self.config, cluster, true),
-        ];
+        let names: Vec<String> = self.lb_names(cluster)?.into_iter().map(|(n, _, _)| n).collect();
         // The addresses first: the NSG rules are keyed on them.
         let mut ips = Vec::new();
         let mut shared = security_group::Shared::default();
         for name in &names {
             if let Some(lb) = self.get_lb(&self.lb_id(name)?).await? {
+                // A private link service goes before its frontend (ARM refuses the
+                // frontend's removal while one uses it); another's stops the delete here,
+                // before anything changed.
+                self.pls.release_removed(cluster, service, &svc, &lb).await?;
                 ips.extend(self.frontend_ips(&svc, &lb).await?);
                 let s = self.shared(&svc, &lb).await?;
                 shared.ips.extend(s.ips);
@@ -632,10 +749,11 @@ impl AzureLoadBalancer {
         }
         self.security.remove_service_rules_shared(service, &ips, &shared).await?;
         for name in &names {
-            self.remove_from(&svc, name).await?;
+            self.remove_from(cluster, service, &svc, name).await?;
         }
         let rg = self.lenient_resource_group(service);
         self.pips.release(cluster, &svc.key, rg.as_deref(), &[]).await?;
+        self.remember_local(&svc.key, None);
         info!(service = %svc.key, "load balancer resources deleted");
         Ok(())
     }
@@ -727,6 +845,31 @@ fn node_ips(nodes: &[Node], families: &[Family]) -> Vec<IpAddr> {
 }
 
 impl AzureLoadBalancer {
+    /// A multi-SLB Local Service's pools (`pools`, one per family) get the backend Nodes
+    /// (`members`) that hold its endpoints, and the Service is remembered for the pool
+    /// updater. Returns those Nodes.
+    async fn ensure_local_members(
+        &self,
+        service: &Service,
+        svc: &ServiceConfig,
+        pools: &BTreeMap<Family, String>,
+        members: Vec<Node>,
+    ) -> Result<Vec<Node>, ProviderError> {
+        let eps = self.endpoint_nodes(service).await?;
+        let mine = multi_slb::local_members(&members, eps.as_ref());
+        for pool in pools.values() {
+            self.backends.ensure_members(pool, &mine).await?;
+        }
+        let remembered = multi_slb::LocalService {
+            service: Service { metadata: service.metadata.clone(), ..Default::default() },
+            pools: pools.values().cloned().collect(),
+            members,
+            applied: eps,
+        };
+        self.remember_local(&svc.key, Some(remembered));
+        Ok(mine)
+    }
+
     /// Upstream's `UpdateLoadBalancer`: the members of the Service's backend pools and its
     /// security rules follow `nodes`; nothing when the load balancer is not the Service's.
     async fn update(
@@ -735,10 +878,43 @@ impl AzureLoadBalancer {
         service: &Service,
         nodes: &[Node],
     ) -> Result<(), ProviderError> {
-        let svc = annotations::parse(service)?;
+        let svc = pls::parse_service(service)?;
         let _guard = self.lock.lock().await;
+        if let Some(configs) = self.multi(cluster)? {
+            let read = self.read_all(cluster).await?;
+            let Some(on) = read.iter().find(|r| {
+                r.lb.as_ref().is_some_and(|lb| frontend::used(&svc, lb).next().is_some())
+            }) else {
+                return Ok(());
+            };
+            let members: Vec<Node> =
+                nodes.iter().filter(|n| is_backend(&self.config, n)).cloned().collect();
+            let by =
+                self.ensure_multi_members(cluster, service, configs, &members, &on.name).await?;
+            let mut mine = by.get(&on.config).cloned().unwrap_or_default();
+            if svc.local_traffic {
+                let lb_id = self.lb_id(&on.name)?;
+                let pools: BTreeMap<Family, String> = svc
+                    .families
+                    .iter()
+                    .map(|f| {
+                        let name = naming::local_pool_name(&svc.key, *f);
+                        (*f, naming::child_id(&lb_id, "backendAddressPools", &name))
+                    })
+                    .collect();
+                mine = self.ensure_local_members(service, &svc, &pools, members).await?;
+            }
+            if !svc.floating_ip {
+                self.security
+                    .ensure_service_rules(service, &node_ips(&mine, &svc.families))
+                    .await?;
+            }
+            return Ok(());
+        }
         let lb_id = self.lb_id(&naming::lb_name(&self.config, cluster, svc.internal))?;
-        let Some(lb) = self.get_lb(&lb_id).await? else { return Ok(()) };
+        // One read of the load balancer for its frontends and pools (the read cache's view:
+        // the Services synced for one Node change read it once, not once each).
+        let Some(lb) = self.backends.load_balancer(&lb_id).await? else { return Ok(()) };
         if frontend::used(&svc, &lb).next().is_none() {
             return Ok(());
         }
@@ -746,7 +922,8 @@ impl AzureLoadBalancer {
             nodes.iter().filter(|n| is_backend(&self.config, n)).cloned().collect();
         if !self.config.backend_pool_pre_configured(svc.internal) {
             for f in &svc.families {
-                self.backends.ensure_members(&self.pool_id(&lb_id, cluster, *f), &members).await?;
+                let pool = self.pool_id(&lb_id, cluster, *f);
+                self.backends.ensure_members_in(&lb, &pool, &members).await?;
             }
         }
         if !svc.floating_ip {
@@ -793,8 +970,8 @@ impl LoadBalancer for AzureLoadBalancer {
         service: &Service,
     ) -> Result<Option<LoadBalancerStatus>, ProviderError> {
         let svc = annotations::minimal(service)?;
-        for internal in [false, true] {
-            let id = self.lb_id(&naming::lb_name(&self.config, cluster, internal))?;
+        for (name, _, _) in self.lb_names(cluster)? {
+            let id = self.lb_id(&name)?;
             if let Some(lb) = self.get_lb(&id).await?
                 && frontend::used(&svc, &lb).next().is_some()
             {
@@ -852,8 +1029,7 @@ impl LoadBalancer for AzureLoadBalancer {
     ) -> Result<Vec<CloudLoadBalancer>, ProviderError> {
         let mut out = Vec::new();
         let pips = self.pips.list(None).await?;
-        for internal in [false, true] {
-            let name = naming::lb_name(&self.config, cluster, internal);
+        for (name, internal, _) in self.lb_names(cluster)? {
             let Some(lb) = self.get_lb(&self.lb_id(&name)?).await? else { continue };
             let mut by_prefix: BTreeMap<String, CloudLoadBalancer> = BTreeMap::new();
             for fe in &lb.properties.frontend_ip_configurations {
@@ -946,8 +1122,8 @@ impl LoadBalancer for AzureLoadBalancer {
             ..Default::default()
         };
         let _guard = self.lock.lock().await;
-        for internal in [false, true] {
-            self.remove_from(&svc, &naming::lb_name(&self.config, cluster, internal)).await?;
+        for (name, _, _) in self.lb_names(cluster)? {
+            self.remove_from(cluster, &Service::default(), &svc, &name).await?;
         }
         for r in now.resources.iter().filter(|r| r.kind == "public IP") {
             if let Some(pip) = self.pips.get(&r.id).await?
@@ -960,6 +1136,71 @@ impl LoadBalancer for AzureLoadBalancer {
             }
         }
         Ok(())
+    }
+}
+
+/// Removes the Service `key`'s own Local pools ([`naming::local_pool_name`]) from `lb`,
+/// except those named in `keep`: only a pool that lists no NIC or scale-set member and that
+/// nothing left on the load balancer references (no rule, outbound or NAT rule names it).
+/// Called only with several load balancers (the mode that makes such pools; with one, a
+/// pool of that name is left alone). Returns whether one went.
+fn drop_local_pools(lb: &mut ArmLoadBalancer, key: &str, keep: &[String]) -> bool {
+    if key.is_empty() {
+        return false;
+    }
+    let before = lb.properties.backend_address_pools.len();
+    let refs = {
+        let rules = serde_json::to_string(&lb.properties.load_balancing_rules).unwrap_or_default();
+        let extra = serde_json::to_string(&lb.properties.extra).unwrap_or_default();
+        format!("{rules}{extra}").to_ascii_lowercase()
+    };
+    lb.properties.backend_address_pools.retain(|p| {
+        let name = p.name();
+        if !naming::is_local_pool_of(key, name) || keep.iter().any(|k| k.eq_ignore_ascii_case(name))
+        {
+            return true;
+        }
+        let nic_members =
+            p.properties.backend_ip_configurations.as_ref().is_some_and(|v| !v.is_empty());
+        let referenced =
+            refs.contains(&format!("/backendaddresspools/{}\"", name.to_ascii_lowercase()));
+        if !nic_members && !referenced {
+            info!(
+                load_balancer = lb_name_of(p.id.as_deref()),
+                pool = name,
+                service = key,
+                "removing the Service's own backend pool: no longer used"
+            );
+        }
+        nic_members || referenced
+    });
+    before != lb.properties.backend_address_pools.len()
+}
+
+/// The load balancer's name in a child resource's ID (for logs).
+fn lb_name_of(id: Option<&str>) -> &str {
+    id.and_then(|i| i.split('/').skip_while(|s| !s.eq_ignore_ascii_case("loadBalancers")).nth(1))
+        .unwrap_or_default()
+}
+
+/// Whether the Service has anything on `lb`: a frontend, a rule or a probe of its own.
+fn holds(svc: &ServiceConfig, lb: &ArmLoadBalancer) -> bool {
+    frontend::used(svc, lb).next().is_some()
+        || lb.properties.load_balancing_rules.iter().any(|r| naming::owns(svc, r.name()))
+        || lb.properties.probes.iter().any(|p| naming::owns(svc, p.name()))
+}
+
+/// The configuration of a load balancer name (`<name>` or `<name>-internal`).
+fn config_of(lb_name: &str) -> &str {
+    let n = naming::INTERNAL_SUFFIX.len();
+    match lb_name.len().checked_sub(n) {
+        Some(at)
+            if lb_name.is_char_boundary(at)
+                && lb_name[at..].eq_ignore_ascii_case(naming::INTERNAL_SUFFIX) =>
+        {
+            &lb_name[..at]
+        }
+        _ => lb_name,
     }
 }
 

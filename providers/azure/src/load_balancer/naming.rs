@@ -126,6 +126,22 @@ pub fn backend_pool_name(cluster: &str, family: Family) -> String {
     }
 }
 
+/// With several standard load balancers, an `externalTrafficPolicy: Local` Service's own
+/// backend pool: `<namespace>-<name>` in lower case, `-ipv6` appended for IPv6 (upstream's
+/// names, so its pools are found after the swap). `key` is `<namespace>/<name>`.
+pub fn local_pool_name(key: &str, family: Family) -> String {
+    let base = key.replace('/', "-").to_ascii_lowercase();
+    match family {
+        Family::V4 => base,
+        Family::V6 => format!("{base}-ipv6"),
+    }
+}
+
+/// Whether the pool `name` is the Service `key`'s own (see [`local_pool_name`]).
+pub fn is_local_pool_of(key: &str, name: &str) -> bool {
+    [Family::V4, Family::V6].iter().any(|f| name.eq_ignore_ascii_case(&local_pool_name(key, *f)))
+}
+
 /// `<lb id>/<collection>/<name>`.
 pub fn child_id(lb_id: &str, collection: &str, name: &str) -> String {
     format!("{lb_id}/{collection}/{name}")

@@ -13,6 +13,7 @@
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use ccm_core::cloud::ProviderError;
 use serde_json::json;
@@ -102,16 +103,94 @@ fn namespace(key: &str) -> &str {
     key.split_once('/').map_or(key, |(ns, _)| ns)
 }
 
+/// `GET /subscriptions/<sub>/providers/Microsoft.Compute` (ARM's resource providers API).
+const PROVIDERS_API_VERSION: &str = "2021-04-01";
+
+/// How long the region → zones map is used before it is read again (upstream refreshes it
+/// every 30 minutes).
+const ZONES_TTL: Duration = Duration::from_secs(30 * 60);
+
+/// The availability zones of each region, as upstream's `getRegionZonesBackoff` reads them:
+/// the `zoneMappings` of `Microsoft.Compute`'s `virtualMachines` resource type (locations as
+/// ARM's display names, lower-cased without spaces: `East US` → `eastus`). Read once and
+/// kept for [`ZONES_TTL`]; a failed read is not kept (the next call reads again) and is an
+/// error for the caller.
+#[derive(Default)]
+pub struct RegionZones {
+    cache: tokio::sync::Mutex<Option<(Instant, ZonesByRegion)>>,
+}
+
+/// Region (ARM's location name) → its availability zones.
+type ZonesByRegion = BTreeMap<String, Vec<String>>;
+
+impl RegionZones {
+    /// The zones of `location` (empty: a region without zones).
+    pub async fn of(
+        &self,
+        client: &ArmClient,
+        location: &str,
+    ) -> Result<Vec<String>, ProviderError> {
+        let mut cache = self.cache.lock().await;
+        let fresh = cache.as_ref().is_some_and(|(at, _)| at.elapsed() < ZONES_TTL);
+        if !fresh {
+            let path =
+                format!("/subscriptions/{}/providers/Microsoft.Compute", client.subscription_id());
+            let provider: serde_json::Value =
+                client.get("resources.providers.get", &path, PROVIDERS_API_VERSION, &[]).await?;
+            *cache = Some((Instant::now(), zone_mappings(&provider)));
+        }
+        let want = normalize_location(location);
+        Ok(cache.as_ref().and_then(|(_, m)| m.get(&want)).cloned().unwrap_or_default())
+    }
+}
+
+/// `East US` → `eastus`.
+fn normalize_location(l: &str) -> String {
+    l.chars().filter(|c| !c.is_whitespace()).collect::<String>().to_ascii_lowercase()
+}
+
+/// Region → zones (sorted) from a resource provider's `virtualMachines` resource type.
+fn zone_mappings(provider: &serde_json::Value) -> BTreeMap<String, Vec<String>> {
+    let mut out = BTreeMap::new();
+    let types = provider["resourceTypes"].as_array().into_iter().flatten();
+    for t in types.filter(|t| {
+        t["resourceType"].as_str().is_some_and(|r| r.eq_ignore_ascii_case("virtualMachines"))
+    }) {
+        for m in t["zoneMappings"].as_array().into_iter().flatten() {
+            let Some(location) = m["location"].as_str() else { continue };
+            let mut zones: Vec<String> = m["zones"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|z| z.as_str().map(str::to_string))
+                .collect();
+            zones.sort();
+            zones.dedup();
+            out.insert(normalize_location(location), zones);
+        }
+    }
+    out
+}
+
 /// The public IPs of the Services.
 pub struct PublicIps {
     client: Arc<ArmClient>,
     config: Arc<Config>,
+    zones: RegionZones,
 }
 
 impl PublicIps {
     /// A manager for public IPs.
     pub fn new(client: Arc<ArmClient>, config: Arc<Config>) -> Self {
-        PublicIps { client, config }
+        PublicIps { client, config, zones: RegionZones::default() }
+    }
+
+    /// The availability zones of the config's `location` (cached, see [`RegionZones`]): new
+    /// public IPs and new internal frontends are made in all of them (zone-redundant), as
+    /// upstream does; existing ones keep theirs (ARM never changes a resource's zones).
+    pub async fn region_zones(&self) -> Result<Vec<String>, ProviderError> {
+        let location = self.config.location.as_deref().unwrap_or_default();
+        self.zones.of(&self.client, location).await
     }
 
     /// The resource group of the Service's public IPs.
@@ -176,6 +255,9 @@ impl PublicIps {
         let id = self.client.resource_id(&rg, PIP_TYPE, &name)?;
         let config_tags = config_tags(&self.config)?;
         let location = self.config.location.clone().unwrap_or_default();
+        // The zones a new public IP gets (a named one must exist: never created, never
+        // re-zoned).
+        let zones = if named { Vec::new() } else { self.region_zones().await? };
         // Frontends of the cluster's public load balancer: another Service's there is shared.
         let lb_frontends = format!(
             "{}/frontendipconfigurations/",
@@ -201,6 +283,7 @@ impl PublicIps {
                         name: Some(name.clone()),
                         location: Some(location.clone()),
                         sku: Some(Sku { name: Some("Standard".into()), tier: Some("Regional".into()), ..Default::default() }),
+                        zones: (!zones.is_empty()).then(|| zones.clone()),
                         tags: Some(BTreeMap::new()),
                         properties: PublicIpProperties {
                             public_ip_allocation_method: Some("Static".into()),
@@ -280,9 +363,11 @@ impl PublicIps {
         let refuse = |message: String| ProviderError::Invalid { what: key.into(), message };
         let pips: Vec<PublicIpAddress> = match self.config.service_resource_groups() {
             ServiceGroups::Any => {
+                // Public IPs live in the network subscription
+                // (`networkResourceSubscriptionID`, else `subscriptionId`).
                 let all = format!(
                     "/subscriptions/{}/providers/{PIP_TYPE}",
-                    self.client.subscription_id()
+                    self.client.network_subscription_id()
                 );
                 self.client.list("network.public_ip_addresses.list_all", &all, NETWORK, &[]).await?
             }
@@ -491,6 +576,25 @@ mod tests {
             tags: Some(tags.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()),
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn region_zones_from_the_compute_providers_zone_mappings() {
+        let provider = json!({
+            "namespace": "Microsoft.Compute",
+            "resourceTypes": [
+                {"resourceType": "availabilitySets", "zoneMappings": [{"location": "East US", "zones": ["9"]}]},
+                {"resourceType": "virtualMachines", "zoneMappings": [
+                    {"location": "East US", "zones": ["3", "1", "2"]},
+                    {"location": "West Central US", "zones": []}
+                ]}
+            ]
+        });
+        let m = zone_mappings(&provider);
+        assert_eq!(m["eastus"], vec!["1", "2", "3"]);
+        assert!(m["westcentralus"].is_empty());
+        assert_eq!(m.len(), 2);
+        assert_eq!(normalize_location(" East US 2"), "eastus2");
     }
 
     #[test]

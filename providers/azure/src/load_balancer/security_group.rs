@@ -22,6 +22,12 @@
 //!   4096); ARM requires priorities unique per direction.
 //! - `azure-disable-load-balancer-nsg-rule: "true"`: no rules for the Service (its addresses
 //!   are taken out of rules made before).
+//! - `azure-additional-public-ips` (with the config's `allowAdditionalPublicIPs`; the load
+//!   balancer checked each address before): with floating IP, the addresses are more
+//!   destinations of the Service's own allow rules, as upstream (a Service fronted by another
+//!   IP, e.g. a firewall's). Addresses the Service's status lists but it no longer wants
+//!   (an address taken out of the annotation, an old frontend IP) leave every managed rule,
+//!   except where another Service shares them ([`Shared`]).
 //!
 //! Writes are GET → change → PUT with `If-Match` (412: read again, redo); nothing is written
 //! when nothing changes. A Service's addresses leave the managed rules it no longer wants (a
@@ -63,6 +69,7 @@ pub const SOURCE_RANGES_FIELD: &str = "spec.loadBalancerSourceRanges";
 const INTERNAL: &str = "service.beta.kubernetes.io/azure-load-balancer-internal";
 const DISABLE_FLOATING_IP: &str =
     "service.beta.kubernetes.io/azure-disable-load-balancer-floating-ip";
+const ADDITIONAL_PUBLIC_IPS: &str = "service.beta.kubernetes.io/azure-additional-public-ips";
 
 /// Managed rule names start with this (upstream `SecurityRuleNamePrefix`).
 pub const RULE_PREFIX: &str = "k8s-azure-lb";
@@ -166,6 +173,25 @@ fn parse_tags(value: &str) -> Result<Vec<String>, ProviderError> {
         }
     }
     Ok(out)
+}
+
+/// `azure-additional-public-ips` ([`super::annotations::additional_public_ips`]).
+pub fn additional_ips(service: &Service) -> Result<Vec<IpAddr>, ProviderError> {
+    annotation(service, ADDITIONAL_PUBLIC_IPS)
+        .map_or(Ok(Vec::new()), super::annotations::additional_public_ips)
+}
+
+/// The addresses in the Service's `status.loadBalancer.ingress` (what it was given before).
+fn status_ips(service: &Service) -> Vec<IpAddr> {
+    service
+        .status
+        .as_ref()
+        .and_then(|s| s.load_balancer.as_ref())
+        .and_then(|l| l.ingress.as_ref())
+        .into_iter()
+        .flatten()
+        .filter_map(|i| i.ip.as_deref().and_then(|ip| ip.trim().parse().ok()))
+        .collect()
 }
 
 fn allows_all(ranges: &[IpNet]) -> bool {
@@ -506,7 +532,26 @@ pub fn apply_shared(
     scope: &Scope,
     shared: &Shared,
 ) -> Result<bool, ProviderError> {
+    apply_dropping(rules, wanted, service_ips, &[], scope, shared)
+}
+
+/// [`apply_shared`], also taking `stale` (addresses the Service had and no longer wants)
+/// out of every managed rule in `scope`, shared ones kept where another Service needs them.
+pub fn apply_dropping(
+    rules: &mut Vec<SecurityRule>,
+    wanted: &[RuleSpec],
+    service_ips: &[IpAddr],
+    stale: &[IpAddr],
+    scope: &Scope,
+    shared: &Shared,
+) -> Result<bool, ProviderError> {
     let before = normalised(rules);
+    if !stale.is_empty() && matches!(scope, Scope::Any) {
+        for r in rules.iter_mut().filter(|r| is_managed(r)) {
+            let ips = shared.removable(stale, r);
+            remove_destinations(&mut r.properties, &ips);
+        }
+    }
     let wanted_names: BTreeSet<&str> = wanted.iter().map(|w| w.name.as_str()).collect();
     for r in rules.iter_mut() {
         if is_managed(r) && !wanted_names.contains(r.name()) && scope.covers(r) {
@@ -664,16 +709,33 @@ impl SecurityGroup {
         shared: &Shared,
     ) -> Result<(), ProviderError> {
         let access = access(service)?;
-        let wanted = desired_rules(&access, frontend_ips);
+        let scope = scope_of(service);
+        // With floating IP the destinations are the frontend IPs, and the additional public
+        // IPs join them (as upstream); the status's other addresses are stale.
+        let mut destinations = frontend_ips.to_vec();
+        let mut stale = Vec::new();
+        if scope == Scope::Any {
+            if self.config.allow_additional_public_ips {
+                for ip in additional_ips(service)? {
+                    if !destinations.contains(&ip) {
+                        destinations.push(ip);
+                    }
+                }
+            }
+            stale = status_ips(service);
+            stale.retain(|ip| !destinations.contains(ip));
+        }
+        let wanted = desired_rules(&access, &destinations);
         let id = self.id()?.ok_or_else(|| {
             invalid(
                 "securityGroupName",
                 "the cloud config names no network security group; LoadBalancer Services need the cluster's",
             )
         })?;
-        let scope = scope_of(service);
         let w = self
-            .write(&id, |rules| apply_shared(rules, &wanted, frontend_ips, &scope, shared))
+            .write(&id, |rules| {
+                apply_dropping(rules, &wanted, &destinations, &stale, &scope, shared)
+            })
             .await?;
         let svc = service_name(service);
         match w {
@@ -709,6 +771,22 @@ impl SecurityGroup {
     ) -> Result<(), ProviderError> {
         let svc = service_name(service);
         let scope = scope_of(service);
+        // The Service's additional public IPs and the addresses its status lists go too
+        // (read leniently: a bad annotation must not stop the removal).
+        let mut ips = frontend_ips.to_vec();
+        if scope == Scope::Any {
+            let extra = if self.config.allow_additional_public_ips {
+                additional_ips(service).unwrap_or_default()
+            } else {
+                Vec::new()
+            };
+            for ip in extra.into_iter().chain(status_ips(service)) {
+                if !ips.contains(&ip) {
+                    ips.push(ip);
+                }
+            }
+        }
+        let frontend_ips = ips.as_slice();
         if frontend_ips.is_empty() && scope == Scope::Any {
             return Ok(());
         }
@@ -974,6 +1052,38 @@ mod tests {
         assert_eq!(
             rules[0].properties.destination_port_ranges.as_deref(),
             Some(&["30081".to_string()][..])
+        );
+    }
+
+    #[test]
+    fn stale_addresses_leave_every_managed_rule_but_shared_ones_stay_where_needed() {
+        let mut rules = vec![operator_rule(500)];
+        let a = access(&svc(&[], &[], &[(80, "TCP")])).unwrap();
+        let with_extra = [ip("20.0.0.1"), ip("20.1.2.3")];
+        apply(&mut rules, &desired_rules(&a, &with_extra), &with_extra, &Scope::Any).unwrap();
+        assert_eq!(
+            rules[1].properties.destination_address_prefixes.as_ref().map(Vec::len),
+            Some(2)
+        );
+        // The extra address is no longer wanted: it leaves the rule the Service keeps.
+        let frontend = [ip("20.0.0.1")];
+        let stale = [ip("20.1.2.3")];
+        let wanted = desired_rules(&a, &frontend);
+        let none = Shared::default();
+        assert!(
+            apply_dropping(&mut rules, &wanted, &frontend, &stale, &Scope::Any, &none).unwrap()
+        );
+        assert_eq!(rules[1].properties.destination_address_prefix.as_deref(), Some("20.0.0.1"));
+        assert_eq!(rules[0], operator_rule(500), "the operator's rule is untouched");
+        // Stale but shared with another Service on port 80: it stays.
+        apply(&mut rules, &desired_rules(&a, &with_extra), &with_extra, &Scope::Any).unwrap();
+        let shared = Shared { ips: stale.to_vec(), ports: vec![("Tcp".into(), "80".into())] };
+        assert!(
+            !apply_dropping(&mut rules, &wanted, &frontend, &stale, &Scope::Any, &shared).unwrap()
+        );
+        assert_eq!(
+            rules[1].properties.destination_address_prefixes.as_ref().map(Vec::len),
+            Some(2)
         );
     }
 }

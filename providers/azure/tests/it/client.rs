@@ -196,8 +196,9 @@ async fn a_hung_arm_is_a_deadline_error_and_tokens_are_renewed_when_they_expire(
     let issued = f.cloud.tokens_issued();
     tokio::time::sleep(Duration::from_millis(2500)).await;
     // The same client: its token has expired (the emulator rejects it); a new one is asked.
+    // (Read past the VM listing cache: this call must reach ARM.)
     let _: Vec<VirtualMachine> =
-        f.client.list("compute.virtual_machines.list", &vms(&f), COMPUTE, &[]).await.unwrap();
+        f.client.list_fresh("compute.virtual_machines.list", &vms(&f), COMPUTE, &[]).await.unwrap();
     assert!(f.cloud.tokens_issued() > issued, "a new token was issued");
     assert_eq!(f.server.counters().faulted, 0);
 

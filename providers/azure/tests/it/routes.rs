@@ -1,6 +1,7 @@
 //! Routes against the emulator: batched route-table writes (200 nodes → a handful of PUTs),
 //! upstream's route names, next hops of the CIDR's family, operator routes and other tables
-//! untouched, deletes, and ARM failures reported to every waiting caller.
+//! untouched, deletes, ARM failures reported to every waiting caller, and listings within
+//! the route table TTL (deletions confirmed on a fresh read).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -214,4 +215,84 @@ async fn a_stale_etag_is_read_again_and_the_change_applied() {
     r.create_route(CLUSTER, "uid", &route("vm-1", "10.244.1.0/24", &["10.240.0.5"])).await.unwrap();
     assert_eq!(f.server.counters().get(PUT) - puts, 2, "412, then read again and written");
     assert_eq!(routes_of(&f, &format!("{CLUSTER}-routetable")).len(), 2);
+}
+
+#[tokio::test]
+async fn listings_read_the_table_once_per_ttl_and_deletions_are_confirmed_on_a_fresh_read() {
+    let f = fixture::start().await;
+    let table = format!("{CLUSTER}-routetable");
+    let r = routes(&f);
+    let (a, b) = (
+        route("vm-0", "10.244.0.0/24", &["10.240.0.4"]),
+        route("vm-1", "10.244.1.0/24", &["10.240.0.5"]),
+    );
+    r.create_route(CLUSTER, "uid", &a).await.unwrap();
+    r.create_route(CLUSTER, "uid", &b).await.unwrap();
+
+    // The route controller lists every 10 s: 30 listings (5 minutes' worth) read the table
+    // once within the TTL, not 30 times.
+    let gets = f.server.counters().get(GET);
+    for _ in 0..30 {
+        assert_eq!(r.list_routes(CLUSTER).await.unwrap().len(), 2);
+    }
+    assert_eq!(f.server.counters().get(GET) - gets, 1, "one read for 30 listings");
+
+    // Our own write drops the cached table: the next listing shows the new route.
+    r.create_route(CLUSTER, "uid", &route("vm-6", "10.244.6.0/24", &["10.240.0.8"])).await.unwrap();
+    let listed = r.list_routes(CLUSTER).await.unwrap();
+    assert_eq!(listed.len(), 3, "{listed:?}");
+
+    // A change made outside the cluster: vm-1's route now points at another prefix under
+    // the same name. The (cached) listing still shows the old one; a deletion decided on it
+    // finds the route changed in the table read afresh and deletes nothing.
+    let id = table_id(&f, &table);
+    let mut t = f.cloud.resource(&id).unwrap();
+    for rt in t["properties"]["routes"].as_array_mut().unwrap() {
+        if rt["name"] == "vm-1____102441024" {
+            rt["properties"]["addressPrefix"] = json!("10.244.99.0/24");
+        }
+    }
+    f.cloud.put_resource(&id, t).unwrap();
+    let stale = r.list_routes(CLUSTER).await.unwrap();
+    let old = stale.iter().find(|l| l.target_node == "vm-1").cloned().unwrap();
+    assert_eq!(old.destination_cidr, "10.244.1.0/24", "the listing is the cached one");
+    r.delete_route(CLUSTER, &old).await.unwrap();
+    let arm = routes_of(&f, &table);
+    let kept = arm.iter().find(|x| x["name"] == "vm-1____102441024").unwrap();
+    assert_eq!(kept["properties"]["addressPrefix"], "10.244.99.0/24", "not deleted: {arm:?}");
+    // A deletion of a route the fresh table still holds as listed is applied.
+    let a_listed = stale.iter().find(|l| l.target_node == "vm-0").cloned().unwrap();
+    r.delete_route(CLUSTER, &a_listed).await.unwrap();
+    assert!(!routes_of(&f, &table).iter().any(|x| x["name"] == "vm-0____102440024"));
+
+    // disableAPICallCache: every listing reads the table.
+    let g = fixture::start_with(fixture::WORLD, Default::default(), |c| {
+        c.disable_api_call_cache = true
+    })
+    .await;
+    let r = routes(&g);
+    r.create_route(CLUSTER, "uid", &a).await.unwrap();
+    let gets = g.server.counters().get(GET);
+    for _ in 0..5 {
+        r.list_routes(CLUSTER).await.unwrap();
+    }
+    assert_eq!(g.server.counters().get(GET) - gets, 5);
+}
+
+#[tokio::test]
+async fn a_missing_table_is_read_once_per_ttl_and_our_create_is_listed_at_once() {
+    // No route table yet (a cluster before its first route): ARM's 404 is kept as upstream's
+    // cache keeps it, so the route controller's listings every 10 s do not each ask ARM.
+    let f = fixture::start().await;
+    let r = routes(&f);
+    let gets = f.server.counters().get(GET);
+    for _ in 0..6 {
+        assert!(r.list_routes(CLUSTER).await.unwrap().is_empty());
+    }
+    assert_eq!(f.server.counters().get(GET) - gets, 1, "one read for 6 listings");
+    // The batch that creates it reads afresh, and the next listing shows the route.
+    r.create_route(CLUSTER, "uid", &route("vm-0", "10.244.0.0/24", &["10.240.0.4"])).await.unwrap();
+    let listed = r.list_routes(CLUSTER).await.unwrap();
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert_eq!(listed[0].name, "vm-0____102440024");
 }

@@ -22,6 +22,7 @@ use serde_json::{Value, json};
 
 use crate::fixture::{self, CLUSTER, Fixture, NSG};
 use crate::load_balancer::{P, P2, UID, UID2, id, ips, lb, nodes, pip, setup, svc};
+use crate::support::put_upstream_public_ip;
 
 const LB_TYPE: &str = "Microsoft.Network/loadBalancers";
 const PIP_TYPE: &str = "Microsoft.Network/publicIPAddresses";
@@ -112,18 +113,7 @@ fn udp(p: &str) -> (String, Vec<String>) {
 fn upstream_world(f: &Fixture) -> String {
     let addr = "20.9.9.9";
     let pip_id = id(f, PIP_TYPE, &format!("{CLUSTER}-{P}"));
-    f.cloud
-        .put_resource(
-            &pip_id,
-            json!({
-                "sku": {"name": "Standard", "tier": "Regional"},
-                "tags": {"k8s-azure-service": "default/dns-tcp,default/dns-udp",
-                         "k8s-azure-cluster-name": CLUSTER},
-                "properties": {"publicIPAllocationMethod": "Static",
-                               "publicIPAddressVersion": "IPv4", "ipAddress": addr},
-            }),
-        )
-        .unwrap();
+    put_upstream_public_ip(f, &pip_id, "default/dns-tcp,default/dns-udp", addr);
     let lb_id = id(f, LB_TYPE, CLUSTER);
     let fe_id = format!("{lb_id}/frontendIPConfigurations/{P}");
     let pool_id = format!("{lb_id}/backendAddressPools/{CLUSTER}");

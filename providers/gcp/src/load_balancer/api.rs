@@ -14,7 +14,7 @@ use google_cloud_compute_v1::model::{
     instance_groups_list_instances_request::InstanceState,
 };
 
-use crate::client::{Compute, GceClient, GceError, Scope, link};
+use crate::client::{Compute, GceClient, GceError, ListPage, Scope, link};
 
 /// A `…/regions/<r>/…` link (a regional resource).
 pub fn is_regional_link(link: &str) -> bool {
@@ -90,6 +90,22 @@ impl<'a> Api<'a> {
         Box::pin(self.client.call(operation, f)).await
     }
 
+    /// Every item of a paged list ([`GceClient::list_all`]: each page a read), its future
+    /// on the heap.
+    async fn list<P, F, Fut>(
+        &self,
+        operation: &'static str,
+        zone: Option<&str>,
+        page: F,
+    ) -> Result<Vec<P::Item>, GceError>
+    where
+        P: ListPage,
+        F: FnMut(Option<String>) -> Fut,
+        Fut: std::future::Future<Output = google_cloud_gax::Result<P>>,
+    {
+        Box::pin(self.client.list_all(operation, zone, page)).await
+    }
+
     /// A mutation, awaited to its operation's end, its future on the heap.
     async fn write<F, Fut>(&self, operation: &'static str, f: F) -> Result<(), GceError>
     where
@@ -152,26 +168,16 @@ impl<'a> Api<'a> {
     }
 
     pub async fn forwarding_rules(&self) -> Result<Vec<ForwardingRule>, GceError> {
-        let mut out = Vec::new();
-        let mut token = String::new();
-        loop {
-            let page = self
-                .read("compute.forwardingRules.list", || {
-                    self.c
-                        .forwarding_rules
-                        .list()
-                        .set_project(self.project())
-                        .set_region(self.region())
-                        .set_page_token(token.clone())
-                        .send()
-                })
-                .await?;
-            out.extend(page.items);
-            match page.next_page_token {
-                Some(t) if !t.is_empty() => token = t,
-                _ => return Ok(out),
-            }
-        }
+        self.list("compute.forwardingRules.list", None, |token| {
+            self.c
+                .forwarding_rules
+                .list()
+                .set_project(self.project())
+                .set_region(self.region())
+                .set_or_clear_page_token(token)
+                .send()
+        })
+        .await
     }
 
     pub async fn insert_forwarding_rule(&self, fr: &ForwardingRule) -> Result<(), GceError> {
@@ -222,28 +228,19 @@ impl<'a> Api<'a> {
     /// The region's address holding `ip` (upstream's `GetRegionAddressByIP`).
     pub async fn address_by_ip(&self, ip: &str) -> Result<Option<Address>, GceError> {
         let filter = format!("address eq {}", ip.replace('.', "\\."));
-        let mut token = String::new();
-        loop {
-            let page = self
-                .read("compute.addresses.list", || {
-                    self.c
-                        .addresses
-                        .list()
-                        .set_project(self.project())
-                        .set_region(self.region())
-                        .set_filter(filter.clone())
-                        .set_page_token(token.clone())
-                        .send()
-                })
-                .await?;
-            if let Some(a) = page.items.into_iter().find(|a| a.address.as_deref() == Some(ip)) {
-                return Ok(Some(a));
-            }
-            match page.next_page_token {
-                Some(t) if !t.is_empty() => token = t,
-                _ => return Ok(None),
-            }
-        }
+        let all = self
+            .list("compute.addresses.list", None, |token| {
+                self.c
+                    .addresses
+                    .list()
+                    .set_project(self.project())
+                    .set_region(self.region())
+                    .set_filter(filter.clone())
+                    .set_or_clear_page_token(token)
+                    .send()
+            })
+            .await?;
+        Ok(all.into_iter().find(|a| a.address.as_deref() == Some(ip)))
     }
 
     pub async fn insert_address(&self, a: &Address) -> Result<(), GceError> {
@@ -526,27 +523,17 @@ impl<'a> Api<'a> {
     pub async fn network_subnetworks(&self) -> Result<Vec<Subnetwork>, GceError> {
         let name = crate::client::last_segment(&self.scope.network_url).to_string();
         let filter = format!("network eq .*/{name}$");
-        let mut out = Vec::new();
-        let mut token = String::new();
-        loop {
-            let page = self
-                .read("compute.subnetworks.list", || {
-                    self.c
-                        .subnetworks
-                        .list()
-                        .set_project(self.net_project())
-                        .set_region(self.region())
-                        .set_filter(filter.clone())
-                        .set_page_token(token.clone())
-                        .send()
-                })
-                .await?;
-            out.extend(page.items);
-            match page.next_page_token {
-                Some(t) if !t.is_empty() => token = t,
-                _ => return Ok(out),
-            }
-        }
+        self.list("compute.subnetworks.list", None, |token| {
+            self.c
+                .subnetworks
+                .list()
+                .set_project(self.net_project())
+                .set_region(self.region())
+                .set_filter(filter.clone())
+                .set_or_clear_page_token(token)
+                .send()
+        })
+        .await
     }
 
     // Backend services (regional).
@@ -671,31 +658,22 @@ impl<'a> Api<'a> {
         prefix: &str,
     ) -> Result<Vec<InstanceGroup>, GceError> {
         let filter = format!("name eq {prefix}.*");
-        let mut out = Vec::new();
-        let mut token = String::new();
-        loop {
-            let page = self
-                .read("compute.instanceGroups.list", || {
-                    self.c
-                        .instance_groups
-                        .list()
-                        .set_project(self.project())
-                        .set_zone(zone)
-                        .set_filter(filter.clone())
-                        .set_page_token(token.clone())
-                        .send()
-                })
-                .await?;
-            out.extend(
-                page.items
-                    .into_iter()
-                    .filter(|g| g.name.as_deref().is_some_and(|n| n.starts_with(prefix))),
-            );
-            match page.next_page_token {
-                Some(t) if !t.is_empty() => token = t,
-                _ => return Ok(out),
-            }
-        }
+        let all = self
+            .list("compute.instanceGroups.list", None, |token| {
+                self.c
+                    .instance_groups
+                    .list()
+                    .set_project(self.project())
+                    .set_zone(zone)
+                    .set_filter(filter.clone())
+                    .set_or_clear_page_token(token)
+                    .send()
+            })
+            .await?;
+        Ok(all
+            .into_iter()
+            .filter(|g| g.name.as_deref().is_some_and(|n| n.starts_with(prefix)))
+            .collect())
     }
 
     /// The names of the group's instances (any state).
@@ -706,33 +684,24 @@ impl<'a> Api<'a> {
     ) -> Result<Vec<String>, GceError> {
         let mut body = InstanceGroupsListInstancesRequest::default();
         body.instance_state = Some(InstanceState::All);
-        let mut out = Vec::new();
-        let mut token = String::new();
-        loop {
-            let page = self
-                .read("compute.instanceGroups.listInstances", || {
-                    self.c
-                        .instance_groups
-                        .list_instances()
-                        .set_project(self.project())
-                        .set_zone(zone)
-                        .set_instance_group(name)
-                        .set_body(body.clone())
-                        .set_page_token(token.clone())
-                        .send()
-                })
-                .await?;
-            out.extend(
-                page.items
-                    .into_iter()
-                    .filter_map(|i| i.instance)
-                    .map(|l| crate::client::last_segment(&l).to_string()),
-            );
-            match page.next_page_token {
-                Some(t) if !t.is_empty() => token = t,
-                _ => return Ok(out),
-            }
-        }
+        let all = self
+            .list("compute.instanceGroups.listInstances", None, |token| {
+                self.c
+                    .instance_groups
+                    .list_instances()
+                    .set_project(self.project())
+                    .set_zone(zone)
+                    .set_instance_group(name)
+                    .set_body(body.clone())
+                    .set_or_clear_page_token(token)
+                    .send()
+            })
+            .await?;
+        Ok(all
+            .into_iter()
+            .filter_map(|i| i.instance)
+            .map(|l| crate::client::last_segment(&l).to_string())
+            .collect())
     }
 
     pub async fn add_to_instance_group(
@@ -822,59 +791,42 @@ impl<'a> Api<'a> {
 
     /// The instances of `zone` whose names match `filter` (a Compute filter, may be empty).
     pub async fn instances(&self, zone: &str, filter: &str) -> Result<Vec<Instance>, GceError> {
-        let mut out = Vec::new();
-        let mut token = String::new();
-        loop {
-            let page = self
-                .read("compute.instances.list", || {
-                    let mut req = self
-                        .c
-                        .instances
-                        .list()
-                        .set_project(self.project())
-                        .set_zone(zone)
-                        .set_page_token(token.clone());
-                    if !filter.is_empty() {
-                        req = req.set_filter(filter.to_string());
-                    }
-                    req.send()
-                })
-                .await?;
-            out.extend(page.items);
-            match page.next_page_token {
-                Some(t) if !t.is_empty() => token = t,
-                _ => return Ok(out),
-            }
-        }
+        self.list("compute.instances.list", None, |token| {
+            let req = self
+                .c
+                .instances
+                .list()
+                .set_project(self.project())
+                .set_zone(zone)
+                .set_or_clear_page_token(token);
+            let req = if filter.is_empty() { req } else { req.set_filter(filter) };
+            req.send()
+        })
+        .await
     }
 
     /// Every zone of the region (upstream's `ListZonesInRegion`).
     pub async fn region_zones(&self) -> Result<Vec<String>, GceError> {
         let region = self.region();
-        let mut zones = Vec::new();
-        let mut token = String::new();
-        loop {
-            let page = self
-                .read("compute.zones.list", || {
-                    self.c
-                        .zones
-                        .list()
-                        .set_project(self.project())
-                        .set_filter(format!("region eq .*/regions/{region}"))
-                        .set_page_token(token.clone())
-                        .send()
-                })
-                .await?;
-            zones.extend(page.items.into_iter().filter_map(|z| {
-                let in_region =
-                    z.region.as_deref().map(crate::client::last_segment) == Some(region.as_str());
-                z.name.filter(|_| in_region)
-            }));
-            match page.next_page_token {
-                Some(t) if !t.is_empty() => token = t,
-                _ => break,
-            }
-        }
+        let filter = format!("region eq .*/regions/{region}");
+        let all = self
+            .list("compute.zones.list", None, |token| {
+                self.c
+                    .zones
+                    .list()
+                    .set_project(self.project())
+                    .set_filter(filter.clone())
+                    .set_or_clear_page_token(token)
+                    .send()
+            })
+            .await?;
+        let mut zones: Vec<String> = all
+            .into_iter()
+            .filter(|z| {
+                z.region.as_deref().map(crate::client::last_segment) == Some(region.as_str())
+            })
+            .filter_map(|z| z.name)
+            .collect();
         zones.sort();
         Ok(zones)
     }

@@ -87,7 +87,7 @@ pub(crate) async fn ensure(
     if nodes.is_empty() {
         return Err(ProviderError::other("cannot EnsureLoadBalancer() with no hosts").into());
     }
-    let hosts = hosts::hosts(&cx.api, &hosts::node_instance_names(nodes)).await?;
+    let hosts = lbs.hosts(&cx.api, &hosts::node_instance_names(nodes)).await?;
     let tags = hosts::target_tags(&cx.api.scope.node_tags, &hosts).map_err(ProviderError::other)?;
     let mut hold = Hold::default();
     let result = ensure_inner(lbs, cx, conf, existing, &hosts, &tags, &mut hold).await;
@@ -274,7 +274,7 @@ async fn ensure_inner(
 
 /// The node-change path: target-pool members only.
 pub(crate) async fn update(
-    _lbs: &GceLoadBalancer,
+    lbs: &GceLoadBalancer,
     cx: &Ctx<'_>,
     nodes: &[Node],
 ) -> Result<(), LbError> {
@@ -288,7 +288,7 @@ pub(crate) async fn update(
     if annotations::uses_rbs(cx.service) && !ours(cx.service, rule.as_ref()) {
         return Err(ProviderError::ImplementedElsewhere.into());
     }
-    let hosts = hosts::hosts(&cx.api, &hosts::node_instance_names(nodes)).await?;
+    let hosts = lbs.hosts(&cx.api, &hosts::node_instance_names(nodes)).await?;
     update_pool(&cx.api, &cx.lb, &hosts).await
 }
 

@@ -126,7 +126,14 @@ type Fw = Firewall;
 
 /// A 403 on a Shared VPC, where firewalls belong to the host project's administrators.
 fn forbidden_on_xpn(api: &Api<'_>, e: &GceError) -> bool {
-    matches!(e, GceError::Api { status: 403, .. }) && api.scope.network_project != api.scope.project
+    refused_permission(e) && api.scope.network_project != api.scope.project
+}
+
+/// A 403 that refuses the permission: not Compute's throttle, which is a 403 too
+/// (`rateLimitExceeded`, `userRateLimitExceeded`) and reaches here once it outlasted the
+/// call's deadline; that is an error to retry, never "an administrator must do it".
+fn refused_permission(e: &GceError) -> bool {
+    matches!(e, GceError::Api { status: 403, .. }) && !e.is_throttled()
 }
 
 /// Creates `want` when absent, patches it when `equal` says it drifted. A 409 on create
@@ -257,6 +264,22 @@ fn gcloud_args(fw: &Firewall, project: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_throttle_is_not_a_refused_permission() {
+        let api = |status: u16, reason: &str| GceError::Api {
+            operation: "compute.firewalls.insert",
+            status,
+            reason: reason.into(),
+            message: "m".into(),
+        };
+        assert!(refused_permission(&api(403, "forbidden")));
+        assert!(refused_permission(&api(403, "")));
+        assert!(!refused_permission(&api(403, "rateLimitExceeded")));
+        assert!(!refused_permission(&api(403, "userRateLimitExceeded")));
+        assert!(!refused_permission(&api(429, "rateLimitExceeded")));
+        assert!(!refused_permission(&api(404, "notFound")));
+    }
 
     #[test]
     fn gcloud_commands_are_upstream_s() {

@@ -64,12 +64,23 @@ pub struct Timings {
     /// The retry delay after Compute refused an update for a stale fingerprint (412: another
     /// Service changed a shared backend service meanwhile).
     pub conflict_retry: Duration,
+    /// How long the nodes' instances found for one set of node names answer for every load
+    /// balancer given the same names (issue #35: a Node joining K load balancers lists each
+    /// zone's instances once, not K times; see [`GceLoadBalancer::hosts`]).
+    pub hosts_ttl: Duration,
 }
 
 impl Default for Timings {
     fn default() -> Self {
-        Timings { conflict_retry: Duration::from_secs(5) }
+        Timings { conflict_retry: Duration::from_secs(5), hosts_ttl: Duration::from_secs(5) }
     }
+}
+
+/// The nodes' instances last found, for which names and when.
+struct HostsSeen {
+    names: Vec<String>,
+    hosts: Vec<hosts::Host>,
+    at: tokio::time::Instant,
 }
 
 /// What upstream's command line sets for the load balancers.
@@ -162,8 +173,9 @@ pub struct GceLoadBalancer {
     /// firewall, instance groups, shared backend services), as upstream's
     /// `sharedResourceLock`.
     shared: tokio::sync::Mutex<()>,
-    /// Upstream's `GetNodeTags` cache: the tags last computed and for which instance names.
-    tags: Mutex<Option<(Vec<String>, Vec<String>)>>,
+    /// The nodes' instances last found ([`Self::hosts`]); held while they are looked up, so
+    /// the syncs of one node change wait for one lookup instead of each making their own.
+    hosts_seen: tokio::sync::Mutex<Option<HostsSeen>>,
 }
 
 impl std::fmt::Debug for GceLoadBalancer {
@@ -187,8 +199,39 @@ impl GceLoadBalancer {
             events: std::sync::OnceLock::new(),
             auto_subnet: Mutex::new(None),
             shared: tokio::sync::Mutex::new(()),
-            tags: Mutex::new(None),
+            hosts_seen: tokio::sync::Mutex::new(None),
         }
+    }
+
+    /// The instances of the nodes named `names` (upstream's `getInstancesByNames`: each
+    /// managed zone's instances listed until all are found): the answer of a lookup for the
+    /// same names less than [`Timings::hosts_ttl`] old, else a new lookup. The node sync
+    /// gives every load balancer the same nodes, so one Node joining K load balancers costs
+    /// one listing per zone instead of K (issue #35). What it answers only chooses
+    /// target-pool and instance-group members and firewall tags, never a deletion of a
+    /// cloud resource; a lookup that failed is not kept.
+    pub(crate) async fn hosts(
+        &self,
+        api: &Api<'_>,
+        names: &[String],
+    ) -> Result<Vec<hosts::Host>, LbError> {
+        if names.is_empty() {
+            return Ok(vec![]);
+        }
+        let mut seen = self.hosts_seen.lock().await;
+        if let Some(s) = seen.as_ref()
+            && s.names == names
+            && s.at.elapsed() < self.timings.hosts_ttl
+        {
+            return Ok(s.hosts.clone());
+        }
+        let found = hosts::hosts(api, names).await?;
+        *seen = Some(HostsSeen {
+            names: names.to_vec(),
+            hosts: found.clone(),
+            at: tokio::time::Instant::now(),
+        });
+        Ok(found)
     }
 
     /// These load balancers with the command line's `options`.
@@ -280,7 +323,8 @@ impl GceLoadBalancer {
     }
 
     /// Upstream's `GetNodeTags`: `node-tags`, else computed from the instances of `names`
-    /// (cached while the names stay the same).
+    /// as [`Self::hosts`] finds them (a lookup less than [`Timings::hosts_ttl`] old answers,
+    /// so an instance whose network tags change is read again once that has passed).
     pub(crate) async fn node_tags(
         &self,
         api: &Api<'_>,
@@ -289,18 +333,8 @@ impl GceLoadBalancer {
         if !api.scope.node_tags.is_empty() {
             return Ok(api.scope.node_tags.clone());
         }
-        if let Ok(cache) = self.tags.lock()
-            && let Some((n, t)) = cache.as_ref()
-            && n == names
-        {
-            return Ok(t.clone());
-        }
-        let hosts = hosts::hosts(api, names).await?;
-        let tags = hosts::target_tags(&[], &hosts).map_err(ProviderError::other)?;
-        if let Ok(mut cache) = self.tags.lock() {
-            *cache = Some((names.to_vec(), tags.clone()));
-        }
-        Ok(tags)
+        let hosts = self.hosts(api, names).await?;
+        Ok(hosts::target_tags(&[], &hosts).map_err(ProviderError::other)?)
     }
 
     async fn ensure(

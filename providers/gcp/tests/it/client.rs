@@ -7,7 +7,7 @@ use std::time::Duration;
 use ccm_emulators::faults::{Fault, FaultRule};
 use ccm_emulators::gcp::GcpOptions;
 use ccm_emulators::server::ServerOptions;
-use ccm_provider_gcp::client::{GceClient, GceError, link};
+use ccm_provider_gcp::client::{GceClient, GceError, link, operation_outcome};
 use ccm_provider_gcp::config::{Credentials, Global, Secret};
 use google_cloud_compute_v1::model::Address;
 
@@ -79,6 +79,86 @@ async fn mutations_wait_for_their_operation_and_errors_keep_compute_s_reason() {
         .unwrap_err();
     assert!(e.is_not_found(), "{e}");
     assert!(!e.is_already_exists());
+}
+
+/// `start` sends a mutation without waiting for its operation (issue #35 (b): the groundwork
+/// for syncs that requeue instead of holding a worker): while the operation runs the address
+/// is not there and an insert of the same name is Compute's 409 `alreadyExists`; reads of the
+/// operation then show it `DONE`, and a failed operation's outcome names Compute's code.
+#[tokio::test]
+async fn a_started_mutation_is_not_waited_for_and_its_operation_is_read_to_its_outcome() {
+    let f = fixture::start().await;
+    f.cloud.set_pending(Duration::from_millis(800));
+    let c = f.client.compute().await.unwrap();
+    let insert = |name: &'static str| {
+        move || {
+            c.addresses
+                .insert()
+                .set_project(PROJECT)
+                .set_region(REGION)
+                .set_body(Address::new().set_name(name))
+                .send()
+        }
+    };
+    let get = |name: &'static str| {
+        let f = &f;
+        async move {
+            f.client
+                .call("compute.addresses.get", || {
+                    c.addresses
+                        .get()
+                        .set_project(PROJECT)
+                        .set_region(REGION)
+                        .set_address(name)
+                        .send()
+                })
+                .await
+        }
+    };
+    let sent = std::time::Instant::now();
+    let mut op = f.client.start("compute.addresses.insert", insert("a1")).await.unwrap();
+    assert!(sent.elapsed() < Duration::from_millis(800), "start waited for the operation");
+    assert!(operation_outcome("compute.addresses.insert", &op).is_none(), "{op:?}");
+    // Before DONE, Compute shows an inserted address RESERVING (other resources: 404).
+    let reserving = get("a1").await.unwrap();
+    assert_eq!(reserving.status.as_ref().and_then(|s| s.name()), Some("RESERVING"));
+    let again = f.client.start("compute.addresses.insert", insert("a1")).await.unwrap_err();
+    assert!(again.is_already_exists(), "{again}");
+
+    let outcome = loop {
+        if let Some(outcome) = operation_outcome("compute.addresses.insert", &op) {
+            break outcome;
+        }
+        assert!(sent.elapsed() < Duration::from_secs(10), "the operation never ended: {op:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        op = f.client.operation("compute.addresses.insert", &op).await.unwrap();
+    };
+    outcome.unwrap();
+    let done = get("a1").await.unwrap();
+    assert_eq!(done.status.as_ref().and_then(|s| s.name()), Some("RESERVED"));
+    assert!(done.address.is_some_and(|a| !a.is_empty()));
+
+    f.server
+        .admin()
+        .fail_operations(
+            "*/addresses/a2",
+            ccm_emulators::asyncop::Action::Create,
+            1,
+            "QUOTA_EXCEEDED: Quota 'STATIC_ADDRESSES' exceeded.",
+        )
+        .await
+        .unwrap();
+    let mut op = f.client.start("compute.addresses.insert", insert("a2")).await.unwrap();
+    let e = loop {
+        if let Some(outcome) = operation_outcome("compute.addresses.insert", &op) {
+            break outcome.unwrap_err();
+        }
+        assert!(sent.elapsed() < Duration::from_secs(20), "the operation never ended: {op:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        op = f.client.operation("compute.addresses.insert", &op).await.unwrap();
+    };
+    assert!(e.to_string().contains("QUOTA_EXCEEDED"), "{e}");
+    assert!(get("a2").await.is_err_and(|e| e.is_not_found()), "the failed insert made it");
 }
 
 #[tokio::test]

@@ -218,12 +218,37 @@ async fn an_outage_is_an_error_never_gone() {
     assert!(e.to_string().contains("404"), "{e}");
     f.server.admin().clear_faults().await.unwrap();
 
-    // Throttling says "throttled", not "gone".
+    // Throttling says "throttled", not "gone": a few throttles are waited out within the
+    // call (the instance exists)...
+    let gets = f.server.counters().get("compute.instances.get");
     f.server
-        .inject(FaultRule::new("compute.instances.get", Fault::Throttle { retry_after_secs: 0 }))
+        .inject(
+            FaultRule::new("compute.instances.get", Fault::Throttle { retry_after_secs: 0 })
+                .times(3),
+        )
         .unwrap();
-    let e = inst.instance_exists(&nodes[0]).await.unwrap_err();
+    assert!(inst.instance_exists(&nodes[0]).await.unwrap());
+    assert_eq!(
+        f.server.counters().get("compute.instances.get"),
+        gets + 4,
+        "3 throttled, 1 answered"
+    );
+    // ...and throttles outlasting the call's deadline (1 s here: far fewer attempts than the
+    // rule's 1000 fit in it) end as `Throttled`.
+    let short = ccm_provider_gcp::client::ClientOptions {
+        deadline: ccm_core::cloud_call::Deadline::new(Duration::from_secs(1)),
+        ..f.options.clone()
+    };
+    let hasty = GceInstances::new(Arc::new(GceClient::new(&fixture::global(), short).unwrap()));
+    f.server
+        .inject(
+            FaultRule::new("compute.instances.get", Fault::Throttle { retry_after_secs: 0 })
+                .times(1000),
+        )
+        .unwrap();
+    let e = hasty.instance_exists(&nodes[0]).await.unwrap_err();
     assert!(matches!(e, ProviderError::Throttled(_)), "{e}");
+    f.server.admin().clear_faults().await.unwrap();
 }
 
 async fn client_with(f: &fixture::Fixture, global: Global) -> Arc<GceClient> {
@@ -233,10 +258,13 @@ async fn client_with(f: &fixture::Fixture, global: Global) -> Arc<GceClient> {
     }
 }
 
+/// Issue #32 GCP 8: every family the instance has, whatever `stack-type` says (the node-IPAM
+/// controller picks by the service CIDRs): the alias range, and the `/112` of the NIC's
+/// internal IPv6 (`ipv6Address`) or external IPv6 (its `DIRECT_IPV6` access config).
 #[tokio::test]
-async fn pod_cidrs_are_the_alias_ranges_by_stack() {
+async fn pod_cidrs_are_every_family_of_the_instance() {
     let world = format!(
-        "{}\n  - {{ name: node-d, zone: us-central1-a, subnet: subnet-a, private_ips: [10.0.0.20, \"2600:1900:4000:7::\"], tags: {{ gce.alias: 10.64.7.0/24 }} }}\n",
+        "{}\n  - {{ name: node-d, zone: us-central1-a, subnet: subnet-a, private_ips: [10.0.0.20, \"2600:1900:4000:7::\"], tags: {{ gce.alias: 10.64.7.0/24 }} }}\n  - {{ name: node-e, zone: us-central1-a, subnet: subnet-a, private_ips: [10.0.0.21], public_ips: [\"2600:1900:4001:9::\"], tags: {{ gce.alias: 10.64.9.0/24 }} }}\n  - {{ name: node-f, zone: us-central1-a, subnet: subnet-a, private_ips: [\"fd20:0:0:6::\"] }}\n",
         fixture::WORLD.trim_end()
     );
     let opts = GcpOptions { pending: Duration::from_millis(50), ..GcpOptions::default() };
@@ -248,26 +276,36 @@ async fn pod_cidrs_are_the_alias_ranges_by_stack() {
     assert_eq!(s(v4.node_pod_cidrs(&pid("node-a", ZONE_A)).await.unwrap()), ["10.64.0.0/24"]);
     assert_eq!(s(v4.node_pod_cidrs(&pid("node-b", ZONE_B)).await.unwrap()), ["10.64.1.0/24"]);
     assert!(v4.node_pod_cidrs(&pid("node-c", ZONE_B)).await.unwrap().is_empty(), "no alias yet");
-    assert_eq!(s(v4.node_pod_cidrs(&pid("node-d", ZONE_A)).await.unwrap()), ["10.64.7.0/24"]);
+    assert_eq!(
+        s(v4.node_pod_cidrs(&pid("node-d", ZONE_A)).await.unwrap()),
+        ["10.64.7.0/24", "2600:1900:4000:7::/112"]
+    );
+    assert_eq!(
+        s(v4.node_pod_cidrs(&pid("node-e", ZONE_A)).await.unwrap()),
+        ["10.64.9.0/24", "2600:1900:4001:9::/112"],
+        "external IPv6"
+    );
+    assert_eq!(
+        s(v4.node_pod_cidrs(&pid("node-f", ZONE_A)).await.unwrap()),
+        ["fd20:0:0:6::/112"],
+        "IPv6-only instance"
+    );
     assert!(matches!(
         v4.node_pod_cidrs(&pid("nope", ZONE_A)).await,
         Err(ProviderError::InstanceNotFound)
     ));
-
-    let dual = GceInstances::new(
-        client_with(&f, Global { stack_type: StackType::DualStack, ..fixture::global() }).await,
-    );
-    assert_eq!(
-        s(dual.node_pod_cidrs(&pid("node-d", ZONE_A)).await.unwrap()),
-        ["10.64.7.0/24", "2600:1900:4000:7::/112"]
-    );
-    assert!(dual.node_pod_cidrs(&pid("node-a", ZONE_A)).await.unwrap().is_empty(), "IPv4 only");
+    for stack in [StackType::DualStack, StackType::Ipv6] {
+        let other = GceInstances::new(
+            client_with(&f, Global { stack_type: stack, ..fixture::global() }).await,
+        );
+        assert_eq!(
+            s(other.node_pod_cidrs(&pid("node-d", ZONE_A)).await.unwrap()),
+            ["10.64.7.0/24", "2600:1900:4000:7::/112"],
+            "stack-type {stack:?} does not choose the pod CIDRs"
+        );
+    }
     let v6 = GceInstances::new(
         client_with(&f, Global { stack_type: StackType::Ipv6, ..fixture::global() }).await,
-    );
-    assert_eq!(
-        s(v6.node_pod_cidrs(&pid("node-d", ZONE_A)).await.unwrap()),
-        ["2600:1900:4000:7::/112"]
     );
     // IPv6 clusters list the IPv6 address first.
     let m = v6.instance_metadata(&pid("node-d", ZONE_A)).await.unwrap();
@@ -279,6 +317,12 @@ async fn pod_cidrs_are_the_alias_ranges_by_stack() {
     assert_eq!(
         addrs(&m.node_addresses),
         [("InternalIP", "10.0.0.20"), ("InternalIP", "2600:1900:4000:7::")]
+    );
+    let m = v4.instance_metadata(&pid("node-e", ZONE_A)).await.unwrap();
+    assert_eq!(
+        addrs(&m.node_addresses),
+        [("InternalIP", "10.0.0.21"), ("InternalIP", "2600:1900:4001:9::")],
+        "external IPv6 is an InternalIP, as upstream"
     );
 }
 

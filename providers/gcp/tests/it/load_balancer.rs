@@ -1007,3 +1007,72 @@ async fn realistic_operation_times_scaled_converge() {
     t.lb.ensure_load_balancer_deleted("k", &s).await.unwrap();
     assert_eq!(t.names("forwardingRules"), Vec::<String>::new());
 }
+
+/// Issue #35 (a): one Node joining K external load balancers. Each target-pool update used
+/// to list every zone's instances again to find the nodes' (K × zones listings); the node
+/// sync gives every load balancer the same nodes, and the updates now share one lookup:
+/// one listing per zone whatever K, and every pool gets the new instance.
+#[tokio::test]
+async fn a_node_joining_k_target_pools_lists_each_zone_s_instances_once() {
+    use futures::StreamExt;
+    const K: usize = 6;
+    let t = setup().await;
+    let svcs: Vec<Service> = (0..K)
+        .map(|i| svc(&format!("{i:08x}-aaaa-4bbb-8ccc-{i:012x}"), &format!("web{i}"), &[80], &[]))
+        .collect();
+    for s in &svcs {
+        t.ensure(s, &nodes_ab()).await.unwrap();
+    }
+    let three = [node("node-a", ZONE_A), node("node-b", ZONE_B), node("node-c", ZONE_B)];
+    let before = t.f.server.counters();
+    let results: Vec<Result<(), ProviderError>> = futures::stream::iter(&svcs)
+        .map(|s| t.update(s, &three))
+        .buffer_unordered(16)
+        .collect()
+        .await;
+    let after = t.f.server.counters();
+    for r in results {
+        r.unwrap();
+    }
+    let lists = after.get("compute.instances.list") - before.get("compute.instances.list");
+    println!("K = {K}: {lists} compute.instances.list calls");
+    // node-c is in the second zone: both zones listed, once. Before: 2 per load balancer.
+    assert_eq!(lists, 2, "one listing per zone for {K} target pools");
+    let pools = t.f.cloud.resources("targetPools");
+    assert_eq!(pools.len(), K);
+    for tp in &pools {
+        let members: Vec<String> =
+            strs(&tp["instances"]).iter().map(|l| last(l).to_string()).collect();
+        assert_eq!(members, ["node-a", "node-b", "node-c"], "{}", tp["name"]);
+    }
+}
+
+#[tokio::test]
+async fn an_instances_changed_network_tags_are_read_again_after_the_hosts_ttl() {
+    let f = fixture::start().await;
+    let mut g = fixture::global();
+    g.subnetwork_name = Some("subnet-a".into());
+    let client = Arc::new(GceClient::new(&g, f.options.clone()).unwrap());
+    let ttl = std::time::Duration::from_millis(300);
+    let lb = GceLoadBalancer::new(client, Timings { hosts_ttl: ttl, ..Timings::default() });
+    lb.set_cluster_id(CLUSTER_ID);
+    let t = T { f, lb };
+    let name = "gke-pool-1-abcd";
+    let mut inst = fixture::instance(name, ZONE_A, "10.0.0.50");
+    inst.tags.insert("gce.tags".into(), "gke-pool-1".into());
+    t.f.cloud.add_instance(&inst).unwrap();
+    let nodes = [node(name, ZONE_A)];
+    let fw = format!("k8s-fw-{LB}");
+
+    t.ensure(&internal(), &nodes).await.unwrap();
+    assert_eq!(strs(&t.one("firewalls", &fw)["targetTags"]), vec!["gke-pool-1"]);
+
+    // The user re-tags the instance (same name, same zone): the next sync past the TTL
+    // targets the new tag.
+    assert!(t.f.cloud.delete_instance(name));
+    inst.tags.insert("gce.tags".into(), "gke-pool,web".into());
+    t.f.cloud.add_instance(&inst).unwrap();
+    tokio::time::sleep(ttl * 2).await;
+    t.ensure(&internal(), &nodes).await.unwrap();
+    assert_eq!(strs(&t.one("firewalls", &fw)["targetTags"]), vec!["gke-pool"]);
+}

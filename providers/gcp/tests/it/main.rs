@@ -13,5 +13,7 @@ mod instances;
 mod internal_compat;
 mod load_balancer;
 mod mixed_protocols;
+mod node_ipam;
 mod routes;
 mod shared_vpc;
+mod throttle;

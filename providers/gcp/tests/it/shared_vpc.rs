@@ -95,3 +95,41 @@ async fn a_firewall_change_refused_on_a_shared_vpc_raises_an_event_with_the_gclo
     );
     services.delete(&name, &DeleteParams::default()).await.unwrap();
 }
+
+/// A throttle is not a refused permission: Compute answers its rate limit with a 403 too
+/// (`rateLimitExceeded`), and one that outlasts the call's deadline fails the sync as
+/// throttled (retried later), never "the network administrator must create the firewall"
+/// with the load balancer reported built without it.
+#[tokio::test]
+async fn a_throttled_firewall_change_on_a_shared_vpc_is_a_throttle_not_a_manual_change() {
+    let f = fixture::start().await;
+    let mut g = fixture::global();
+    g.node_tags = vec!["k8s-node".into()];
+    g.network_project_id = Some("host-project".into());
+    let options = ccm_provider_gcp::client::ClientOptions {
+        deadline: ccm_core::cloud_call::Deadline::new(std::time::Duration::from_secs(2)),
+        ..f.options.clone()
+    };
+    let lbs =
+        GceLoadBalancer::new(Arc::new(GceClient::new(&g, options).unwrap()), Timings::default());
+    lbs.set_cluster_id("5a4ed5a4ed5a4ed0");
+    // Far more throttles than attempts fit in 2 s.
+    f.server
+        .inject(
+            FaultRule::new("compute.firewalls.insert", Fault::Throttle { retry_after_secs: 0 })
+                .times(1000),
+        )
+        .unwrap();
+    let svc: Service = serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": { "name": "web", "namespace": "default",
+                      "uid": "7e57ab1e-0000-4000-8000-000000000001" },
+        "spec": { "type": "LoadBalancer", "ports": [{ "port": 80, "protocol": "TCP", "nodePort": 30080 }] }
+    }))
+    .unwrap();
+    let node = fixture::node("node-a", Some(&fixture::provider_id(ZONE_A, "node-a")));
+    let e = lbs.ensure_load_balancer("kubernetes", &svc, &[node]).await.unwrap_err();
+    assert!(matches!(e, ccm_core::cloud::ProviderError::Throttled(_)), "{e}");
+    assert!(f.server.counters().get("compute.firewalls.insert") > 1, "retried until the deadline");
+    f.server.admin().clear_faults().await.unwrap();
+}

@@ -299,3 +299,91 @@ async fn a_throttled_create_is_sent_again_and_a_failed_one_is_not() {
     crate::fixture::converge(lb, &svc, &ns).await;
     assert_eq!(lbs(&f).await.len(), 1);
 }
+
+/// Issue #35 (a): one Node joining K load balancers. Each update used to list every load
+/// balancer of the region to find its own by name (K listings of ⌈K/100⌉ pages: O(K²)
+/// calls). Now a provider that has not seen them (a restarted manager) lists them once per
+/// wave of concurrent lookups and reads each by ID; every load balancer gets the new member.
+/// A load balancer deleted behind the provider's back is not taken for present: the next
+/// ensure creates it again.
+#[tokio::test]
+async fn a_node_joining_k_load_balancers_lists_them_once_not_once_per_load_balancer() {
+    use futures::StreamExt;
+    const K: usize = 120;
+    let f = crate::fixture::start_with(
+        ccm_emulators::ibm::IbmOptions {
+            lb_pending: std::time::Duration::from_millis(300),
+            lb_quota: K + 5,
+            ..Default::default()
+        },
+        ccm_provider_ibm::client::ClientOptions::default(),
+    )
+    .await;
+    let creator = f.provider.ibm_load_balancer();
+    let two = nodes(&[("10.240.0.4", "us-south-1"), ("10.240.1.4", "us-south-2")]);
+    let svcs: Vec<Service> = (0..K)
+        .map(|i| service(&format!("{i:08x}-aaaa-4bbb-8ccc-{i:012x}"), &[], &[(80, 30080)], None))
+        .collect();
+    for svc in &svcs {
+        creator.ensure_load_balancer("k", svc, &two).await.unwrap();
+    }
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !creator.client().list_load_balancers().await.unwrap().iter().all(|l| l.is_active()) {
+        assert!(tokio::time::Instant::now() < deadline, "not all active after 60 s");
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+
+    // A restarted manager's node sync: 16 updates at a time, as the service controller's.
+    let restarted = crate::fixture::provider_with_timings(&f, crate::fixture::TIMINGS);
+    let lb = restarted.ibm_load_balancer();
+    let three = nodes(&[
+        ("10.240.0.4", "us-south-1"),
+        ("10.240.1.4", "us-south-2"),
+        ("10.240.0.5", "us-south-1"),
+    ]);
+    let before = f.server.counters();
+    let results: Vec<Result<(), ProviderError>> = futures::stream::iter(&svcs)
+        .map(|svc| lb.update_load_balancer("k", svc, &three))
+        .buffer_unordered(16)
+        .collect()
+        .await;
+    let after = f.server.counters();
+    for r in results {
+        r.unwrap();
+    }
+    let lists = after.get("vpc.load_balancers.list") - before.get("vpc.load_balancers.list");
+    let gets = after.get("vpc.load_balancers.get") - before.get("vpc.load_balancers.get");
+    println!("K = {K}: {lists} vpc.load_balancers.list calls, {gets} vpc.load_balancers.get");
+    // Two pages of 100 per listing; at most two listings for the first wave of lookups
+    // (the one that was running when they began, and one begun after). Before: K × 2 = 240.
+    assert!(lists <= 4, "{lists} listing calls for {K} load balancers (pages of 100)");
+    assert_eq!(
+        after.get("vpc.load_balancer_pool_members.create")
+            - before.get("vpc.load_balancer_pool_members.create"),
+        K as u64,
+        "one new member per load balancer"
+    );
+    let all = lbs(&f).await;
+    assert_eq!(all.len(), K);
+    for v in &all {
+        let got: Vec<String> = members(&v["pools"][0]).into_iter().map(|(ip, _)| ip).collect();
+        assert_eq!(got, ["10.240.0.4", "10.240.0.5", "10.240.1.4"], "{}", v["name"]);
+    }
+
+    // Deleted behind its back: the index's ID is gone, and the ensure creates it again.
+    let svc = &svcs[0];
+    let name = lb.load_balancer_name("k", svc);
+    let id = all.iter().find(|v| v["name"] == name.as_str()).unwrap()["id"].as_str().unwrap();
+    lb.client().delete_load_balancer(id).await.unwrap();
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+    while lb.client().get_load_balancer(id).await.unwrap().is_some() {
+        assert!(tokio::time::Instant::now() < deadline, "{name} not deleted after 30 s");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(lb.get_load_balancer("k", svc).await.unwrap().is_none(), "gone is gone");
+    crate::fixture::converge(lb, svc, &three).await;
+    let again: Vec<Value> =
+        lbs(&f).await.into_iter().filter(|v| v["name"] == name.as_str()).collect();
+    assert_eq!(again.len(), 1);
+    assert_ne!(again[0]["id"].as_str(), Some(id), "a new load balancer");
+}

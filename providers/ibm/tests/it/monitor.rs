@@ -25,6 +25,12 @@ use serde_json::json;
 use crate::controller::{lb_named, lbs, namespace};
 use crate::fixture::{CLUSTER, Fixture, TIMINGS, config_text, converge, iks_labels, node, start};
 
+/// A monitor lists every Service of the shared kube-apiserver and reports on each: a Service
+/// whose load balancer its own emulator lacks is `offline/not_found`, a Warning after two
+/// passes. The tests that run one take turns, so none reads another monitor's Events on its
+/// Services.
+static ONE_MONITOR_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 fn members() -> Vec<Node> {
     let labels = iks_labels("kube-clus1-default-00000101", "10.240.0.4", "us-south-1");
     vec![node("10.240.0.4", &labels, None, None)]
@@ -71,6 +77,7 @@ fn lb_name_of(f: &Fixture, svc: &Service) -> String {
 /// deleted Service of this cluster), not one still pending (left for a later pass).
 #[tokio::test]
 async fn orphans_of_this_cluster_are_deleted_and_nothing_else() {
+    let _turn = ONE_MONITOR_AT_A_TIME.lock().await;
     let cp = ControlPlane::shared().await.unwrap();
     let _logs = cp.log_guard();
     let client = cp.admin_client().await.unwrap();
@@ -168,6 +175,7 @@ async fn orphans_of_this_cluster_are_deleted_and_nothing_else() {
 /// `CloudVPCLoadBalancerNormalEvent`. A healthy load balancer gets no Event.
 #[tokio::test]
 async fn unhealthy_load_balancers_are_warning_events_on_their_service() {
+    let _turn = ONE_MONITOR_AT_A_TIME.lock().await;
     let cp = ControlPlane::shared().await.unwrap();
     let _logs = cp.log_guard();
     let client = cp.admin_client().await.unwrap();
@@ -254,6 +262,7 @@ async fn unhealthy_load_balancers_are_warning_events_on_their_service() {
 /// minutes by default, shortened here) and stops with leadership.
 #[tokio::test]
 async fn the_monitor_runs_every_period_after_initialize() {
+    let _turn = ONE_MONITOR_AT_A_TIME.lock().await;
     let cp = ControlPlane::shared().await.unwrap();
     let _logs = cp.log_guard();
     let client = cp.admin_client().await.unwrap();

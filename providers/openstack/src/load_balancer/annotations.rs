@@ -278,7 +278,7 @@ pub const ANNOTATIONS: &[KeyDoc] = &[
         keys::DEFAULT_TLS_CONTAINER_REF,
         "Barbican container or secret URL (`https://<key-manager>/v1/containers/<uuid>` or `…/v1/secrets/<uuid>`; any text with `[LoadBalancer] container-store = external`), default `[LoadBalancer] default-tls-container-ref`",
         "https://barbican.example.com/v1/containers/a2c1f0e4-0000-4000-8000-000000000009",
-        "TLS termination, as upstream: every listener of the Service is `TERMINATED_HTTPS` with this `default_tls_container_ref` (its pool HTTP, or PROXY/PROXYV2 with `proxy-protocol`); changing it updates the listeners in place, adding or removing it re-creates them. With `container-store = barbican` (the default) the reference must end in `containers/<id>` or `secrets/<id>`; Octavia reads it from Barbican with the user's token, so the project's users (or the user, through the container's ACL) must be able to read it: otherwise Octavia refuses the listener and the error names this annotation.",
+        "TLS termination, as upstream: every listener of the Service is `TERMINATED_HTTPS` with this `default_tls_container_ref` (its pool HTTP, or PROXY/PROXYV2 with `proxy-protocol`); changing it updates the listeners in place, adding or removing it re-creates them. With `container-store = barbican` (the default) the reference must end in `containers/<id>` or `secrets/<id>` and is read from Barbican first (as upstream; metadata only), so the CCM's user must be able to read it (its project with the default ACL, or the container's ACL naming the user): a missing (404) or unreadable (403) reference fails the sync with an error naming this annotation and the reference, before any Octavia call.",
     ),
     kd(
         keys::SOURCE_RANGES,
@@ -452,33 +452,8 @@ impl FloatingSubnetSpec {
     }
 }
 
-/// A whole-string glob match: `*` any run, `?` one character.
-pub fn glob(pattern: &str, s: &str) -> bool {
-    let p: Vec<char> = pattern.chars().collect();
-    let t: Vec<char> = s.chars().collect();
-    let (mut pi, mut ti) = (0usize, 0usize);
-    let (mut star, mut mark) = (None::<usize>, 0usize);
-    while ti < t.len() {
-        if pi < p.len() && (p[pi] == '?' || p[pi] == t[ti]) {
-            pi += 1;
-            ti += 1;
-        } else if pi < p.len() && p[pi] == '*' {
-            star = Some(pi);
-            mark = ti;
-            pi += 1;
-        } else if let Some(sp) = star {
-            pi = sp + 1;
-            mark += 1;
-            ti = mark;
-        } else {
-            return false;
-        }
-    }
-    while pi < p.len() && p[pi] == '*' {
-        pi += 1;
-    }
-    pi == p.len()
-}
+/// A whole-string glob match: `*` any run, `?` one character (ccm-core's shared matcher).
+pub use ccm_core::glob::glob;
 
 /// One Service port.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -983,9 +958,9 @@ impl ServiceConfig {
 }
 
 /// Upstream's check of a `default-tls-container-ref` with `container-store = barbican`: the
-/// reference's last two path segments are `containers/<id>` or `secrets/<id>`. (Upstream
-/// then reads the container or secret from Barbican; here Octavia's own read when it creates
-/// the listener is the check, see the provider README.)
+/// reference's last two path segments are `containers/<id>` or `secrets/<id>`. (The container
+/// or secret is then read from Barbican before any Octavia call, as upstream: the load
+/// balancer's `read_tls_reference`.)
 fn check_barbican_ref(what: &str, service: &str, reference: &str) -> Result<(), ProviderError> {
     let mut segs = reference.trim().rsplit('/');
     let id = segs.next().unwrap_or_default();

@@ -12,7 +12,8 @@
 //! - **VIP**: `port-id`, else `subnet-id` / `network-id` (annotation > class > config), else
 //!   the subnet of the first member node's port holding its address (as upstream).
 //! - **Per port**: a listener (TCP/UDP/SCTP, HTTP with `x-forwarded-for`, `TERMINATED_HTTPS`
-//!   naming the Barbican container of `default-tls-container-ref`; connection limit,
+//!   naming the Barbican container of `default-tls-container-ref`, which is read from
+//!   Barbican first, before any Octavia call, as upstream; connection limit,
 //!   timeouts, `allowed_cidrs` from the source ranges, tagged with the load balancer name),
 //!   its pool (`lb-method`, PROXY/PROXYV2, `SOURCE_IP` persistence for `ClientIP` affinity),
 //!   members = the nodes' `InternalIP` (else `ExternalIP`) of the Service's IP family on the
@@ -21,11 +22,20 @@
 //!   (cloud-provider-openstack#1149); a listener whose protocol changes (X-Forwarded-For) and
 //!   listeners of ports the Service no longer has are deleted with their pools **before** new
 //!   ones are created, so a port is never claimed twice.
-//! - **Every Octavia change waits** for the load balancer to be `ACTIVE` again; a 409 while it
-//!   is pending is waited out and the call sent again; `ERROR` is an error naming the load
-//!   balancer; a wait longer than [`Timings::max_wait`] is a [`ProviderError::RetryAfter`].
-//!   Calls are sent one by one (the single-call "fully populated" create is not used); with
-//!   `provider-requires-serial-api-calls` members too are added and removed one per call.
+//! - **Nothing waits for Octavia inside a sync** (issue #35): a load balancer found
+//!   `PENDING_*`, a change just sent (Octavia makes the load balancer `PENDING_UPDATE` until
+//!   it is applied) and a 409 while it is pending are a [`ProviderError::RetryAfter`], so the
+//!   service controller's worker moves on to the next Service and comes back after the
+//!   delay; the next sync resumes from what exists (listeners, pools, members and monitors
+//!   are found by port and protocol, never created twice). The address is returned only by
+//!   the sync that finds everything in place. `ERROR` is an error naming the load balancer;
+//!   one this cluster created for the Service that went `ERROR` before it had a listener
+//!   (its create failed) is deleted so that the next sync creates it afresh, as upstream.
+//!   Upstream (v1.36) waits in the sync instead (up to ≈5.4 min per step); with
+//!   [`Timings::max_wait`] above zero this provider waits too (tests of the end state use
+//!   it). Calls are sent one by one (the single-call "fully populated" create is not used);
+//!   with `provider-requires-serial-api-calls` members too are added and removed one per
+//!   call.
 //! - **Octavia version** ([`features`]): discovered once, features gated as upstream.
 //! - **Written back** ([`kube_api`]): `load-balancer-id` and `load-balancer-address` on the
 //!   Service, Warning Events; **renamed** on a `--cluster-name` change ([`rename`]).
@@ -90,7 +100,7 @@ use features::{Features, VersionCache};
 use kube_api::KubeHandle;
 use octavia::{Api, FloatingIp, Listener, Pool, Rule};
 
-use crate::client::{ClientError, OpenStackClient};
+use crate::client::{ClientError, OpenStackClient, Service as ClientService};
 use crate::config::Config;
 use crate::instances::parse_provider_id;
 
@@ -116,21 +126,37 @@ pub const OWNER_GONE_KEEP_FIP_TAG: &str = "ccm_owner_deleted_keep_floatingip";
 /// Nodes up to this many have their ports listed one by one; more: one listing of all ports.
 const PORTS_ONE_BY_ONE: usize = 2;
 
-/// How long to wait for a load balancer to become `ACTIVE` (or gone), and how often to ask.
+/// How long a sync may wait for a load balancer to become `ACTIVE` (or gone), and how often
+/// to ask.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Timings {
-    /// Time between `GET /lbaas/loadbalancers/{id}` polls.
+    /// Time between `GET /lbaas/loadbalancers/{id}` polls while waiting; twice it (at least
+    /// 1 s) is the delay of the [`ProviderError::RetryAfter`] a pending load balancer asks for.
     pub poll: Duration,
-    /// The longest wait for one state change; then [`ProviderError::RetryAfter`].
+    /// The longest wait inside one sync for one state change; then
+    /// [`ProviderError::RetryAfter`]. Zero (the default): never wait, a pending load balancer
+    /// is a `RetryAfter` at once and the sync resumes where it stopped.
     pub max_wait: Duration,
 }
 
 impl Default for Timings {
-    /// Poll every 2 s for up to 5 minutes (upstream: 1 s growing ×1.2 for 23 steps, ≈5.4 min).
+    /// Never wait inside a sync; retry a pending load balancer every 4 s (upstream waits in
+    /// the sync: 1 s growing ×1.2 for 23 steps, ≈5.4 min).
     fn default() -> Self {
-        Timings { poll: Duration::from_secs(2), max_wait: Duration::from_secs(300) }
+        Timings { poll: Duration::from_secs(2), max_wait: Duration::ZERO }
     }
 }
+
+impl Timings {
+    /// Whether a sync waits for Octavia (`max_wait` above zero).
+    pub fn waits(&self) -> bool {
+        !self.max_wait.is_zero()
+    }
+}
+
+/// How long the operator tools ([`LoadBalancer::delete_cloud_load_balancer`]) wait for a
+/// load balancer to settle or go: they run outside the service controller's workers.
+const TOOL_WAIT: Duration = Duration::from_secs(300);
 
 /// `s` cut to at most 255 bytes (on a character boundary), as upstream's `Sprintf255`.
 pub fn cut255(mut s: String) -> String {
@@ -392,6 +418,48 @@ impl OctaviaLoadBalancer {
         }
     }
 
+    /// The retry a load balancer that is `PENDING_*` asks for (nothing waits for Octavia).
+    fn pending(&self, lb: &octavia::LoadBalancer) -> ProviderError {
+        self.retry_after(format!(
+            "load balancer {} ({}) is {}: the next step once it is ACTIVE",
+            lb.name, lb.id, lb.provisioning_status
+        ))
+    }
+
+    /// `lb` once it is `ACTIVE`: waited for when the timings allow a wait, else (a pending
+    /// one) a [`ProviderError::RetryAfter`]. `ERROR` is returned as it is.
+    async fn settled(
+        &self,
+        lb: octavia::LoadBalancer,
+    ) -> Result<octavia::LoadBalancer, ProviderError> {
+        if !lb.is_pending() {
+            return Ok(lb);
+        }
+        if self.timings.waits() {
+            let mut settled = self.wait_settled(&lb.id, &lb.name, self.timings.max_wait).await?;
+            // The load balancer asked about (what a later delete acts on), whatever the
+            // reply names.
+            settled.id = lb.id;
+            return Ok(settled);
+        }
+        Err(self.pending(&lb))
+    }
+
+    /// `lb` (pending or not) once `ACTIVE`, as [`Self::settled`]; `ERROR` is an error.
+    async fn until_active(
+        &self,
+        lb: &octavia::LoadBalancer,
+    ) -> Result<octavia::LoadBalancer, ProviderError> {
+        let lb = self.settled(lb.clone()).await?;
+        if lb.provisioning_status == "ERROR" {
+            return Err(ProviderError::other(format!(
+                "load balancer {} ({}) has gone into ERROR state: see `openstack loadbalancer show {}`",
+                lb.name, lb.id, lb.id
+            )));
+        }
+        Ok(lb)
+    }
+
     // ---- ownership ------------------------------------------------------------------------
 
     /// What `service` is to `lb` (named by its `load-balancer-id`), or an error naming the
@@ -467,6 +535,18 @@ impl OctaviaLoadBalancer {
         name: &str,
         legacy: &str,
     ) -> Result<Option<octavia::LoadBalancer>, ProviderError> {
+        self.find_among(lb_id, name, legacy, false).await
+    }
+
+    /// [`Self::find`]; with `deleting`, a load balancer of the name being deleted counts when
+    /// no other has the name (a deletion resumed until it is gone).
+    async fn find_among(
+        &self,
+        lb_id: &str,
+        name: &str,
+        legacy: &str,
+        deleting: bool,
+    ) -> Result<Option<octavia::LoadBalancer>, ProviderError> {
         let api = self.api();
         if !lb_id.is_empty() {
             return Ok(api.get_load_balancer(lb_id).await?);
@@ -475,13 +555,13 @@ impl OctaviaLoadBalancer {
             if n.is_empty() {
                 continue;
             }
-            let found: Vec<_> = api
+            let (gone, found): (Vec<_>, Vec<_>) = api
                 .list_load_balancers(Some(n))
                 .await?
                 .into_iter()
-                .filter(|lb| !lb.is_deleting())
-                .collect();
+                .partition(|lb| lb.is_deleting());
             match found.len() {
+                0 if deleting && !gone.is_empty() => return Ok(gone.into_iter().next()),
                 0 => continue,
                 1 => return Ok(found.into_iter().next()),
                 k => {
@@ -496,11 +576,13 @@ impl OctaviaLoadBalancer {
         Ok(None)
     }
 
-    /// Polls until the load balancer is `ACTIVE` or `ERROR` (returned as it is).
+    /// Polls until the load balancer is `ACTIVE` or `ERROR` (returned as it is), for up to
+    /// `budget`.
     async fn wait_settled(
         &self,
         id: &str,
         name: &str,
+        budget: Duration,
     ) -> Result<octavia::LoadBalancer, ProviderError> {
         let start = tokio::time::Instant::now();
         loop {
@@ -518,7 +600,7 @@ impl OctaviaLoadBalancer {
             if matches!(lb.provisioning_status.as_str(), "ACTIVE" | "ERROR") {
                 return Ok(lb);
             }
-            if start.elapsed() >= self.timings.max_wait {
+            if start.elapsed() >= budget {
                 return Err(self.retry_after(format!(
                     "load balancer {name} ({id}) is still {}",
                     lb.provisioning_status
@@ -528,13 +610,15 @@ impl OctaviaLoadBalancer {
         }
     }
 
-    /// Polls until the load balancer is `ACTIVE`; `ERROR` is an error naming it.
+    /// Polls until the load balancer is `ACTIVE` (for up to `budget`); `ERROR` is an error
+    /// naming it.
     async fn wait_active(
         &self,
         id: &str,
         name: &str,
+        budget: Duration,
     ) -> Result<octavia::LoadBalancer, ProviderError> {
-        let lb = self.wait_settled(id, name).await?;
+        let lb = self.wait_settled(id, name, budget).await?;
         if lb.provisioning_status == "ERROR" {
             return Err(ProviderError::other(format!(
                 "load balancer {name} ({id}) has gone into ERROR state: see `openstack loadbalancer show {id}`"
@@ -543,8 +627,8 @@ impl OctaviaLoadBalancer {
         Ok(lb)
     }
 
-    /// Polls until `GET` answers 404.
-    async fn wait_gone(&self, id: &str, name: &str) -> Result<(), ProviderError> {
+    /// Polls until `GET` answers 404, for up to `budget` (zero: one look).
+    async fn wait_gone(&self, id: &str, name: &str, budget: Duration) -> Result<(), ProviderError> {
         let start = tokio::time::Instant::now();
         loop {
             let Some(lb) = self
@@ -555,7 +639,7 @@ impl OctaviaLoadBalancer {
             else {
                 return Ok(());
             };
-            if start.elapsed() >= self.timings.max_wait {
+            if start.elapsed() >= budget {
                 return Err(self.retry_after(format!(
                     "load balancer {name} ({id}) is still {} after deletion",
                     lb.provisioning_status
@@ -565,8 +649,10 @@ impl OctaviaLoadBalancer {
         }
     }
 
-    /// One Octavia change: sent (again after waiting while the load balancer is pending),
-    /// then waited out until the load balancer is `ACTIVE`.
+    /// One Octavia change: sent, then (when the timings allow a wait) waited out until the
+    /// load balancer is `ACTIVE`, else a [`ProviderError::RetryAfter`]: Octavia applies it
+    /// meanwhile and the next sync goes on from there. A 409 while the load balancer is
+    /// pending is waited out and the change sent again, or (no wait) a `RetryAfter`.
     async fn mutate<T, F, Fut>(
         &self,
         id: &str,
@@ -581,9 +667,14 @@ impl OctaviaLoadBalancer {
         let start = tokio::time::Instant::now();
         loop {
             match call().await {
-                Ok(v) => {
-                    self.wait_active(id, name).await?;
+                Ok(v) if self.timings.waits() => {
+                    self.wait_active(id, name, self.timings.max_wait).await?;
                     return Ok(v);
+                }
+                Ok(_) => {
+                    return Err(self.retry_after(format!(
+                        "load balancer {name} ({id}): {what}: sent; Octavia applies it (PENDING_UPDATE), the next step once it is ACTIVE"
+                    )));
                 }
                 Err(e) if e.is_conflict() => {
                     let pending = pending_conflict(&e)
@@ -605,22 +696,30 @@ impl OctaviaLoadBalancer {
                         what,
                         "OpenStack: load balancer pending, waiting to send again"
                     );
-                    self.wait_active(id, name).await?;
+                    self.wait_active(id, name, self.timings.max_wait).await?;
                 }
                 Err(e) => return Err(ctx(name, what, e)),
             }
         }
     }
 
-    /// Deletes a load balancer (its children with `cascade`) and waits until it is gone.
-    async fn delete_lb(&self, id: &str, name: &str, cascade: bool) -> Result<(), ProviderError> {
+    /// Deletes a load balancer (its children with `cascade`) and waits up to `budget` until
+    /// it is gone (zero: one look; still there: [`ProviderError::RetryAfter`]). A 409 while
+    /// it is pending is waited out within `budget` and the delete sent again.
+    async fn delete_lb(
+        &self,
+        id: &str,
+        name: &str,
+        cascade: bool,
+        budget: Duration,
+    ) -> Result<(), ProviderError> {
         let start = tokio::time::Instant::now();
         loop {
             match self.api().delete_load_balancer(id, cascade).await {
                 Ok(()) => break,
                 Err(e) if e.is_not_found() => return Ok(()),
                 Err(e) if e.is_conflict() => {
-                    if start.elapsed() >= self.timings.max_wait {
+                    if start.elapsed() >= budget {
                         return Err(
                             self.retry_after(format!("load balancer {name} ({id}) is busy: {e}"))
                         );
@@ -639,7 +738,7 @@ impl OctaviaLoadBalancer {
                 Err(e) => return Err(ctx(name, "deleting", e)),
             }
         }
-        self.wait_gone(id, name).await
+        self.wait_gone(id, name, budget).await
     }
 
     // ---- subnets --------------------------------------------------------------------------
@@ -737,23 +836,34 @@ impl OctaviaLoadBalancer {
             body["vip_address"] = json!(conf.load_balancer_ip);
         }
         tracing::info!(service = %conf.service, load_balancer = name, "OpenStack: creating Octavia load balancer");
-        let lb =
-            self.api().create_load_balancer(body).await.map_err(|e| ctx(name, "creating", e))?;
-        let id = lb.id;
-        let lb = self.wait_settled(&id, name).await?;
-        if lb.provisioning_status != "ERROR" {
-            return Ok(lb);
-        }
-        // As upstream: delete it so that the next attempt creates it afresh.
-        tracing::warn!(load_balancer = name, id = %id, "OpenStack: new load balancer went into ERROR state; deleting it");
-        if let Err(d) = self.delete_lb(&id, name, true).await {
+        self.api().create_load_balancer(body).await.map_err(|e| ctx(name, "creating", e))
+    }
+
+    /// A load balancer this cluster created for the Service that went `ERROR` before it was
+    /// populated (no listener, no pool: its create failed): deleted, as upstream deletes a
+    /// new load balancer that lands in `ERROR`, so that the next sync creates it afresh.
+    /// Any other `ERROR` load balancer is an error naming it, nothing touched.
+    async fn replace_errored(
+        &self,
+        lb: &octavia::LoadBalancer,
+        created: bool,
+    ) -> Result<octavia::LoadBalancer, ProviderError> {
+        let (id, name) = (&lb.id, &lb.name);
+        if !created && (!lb.listeners.is_empty() || !lb.pools.is_empty()) {
             return Err(ProviderError::other(format!(
-                "load balancer {name} ({id}) is in ERROR state and deleting it failed: {d}"
+                "load balancer {name} ({id}) is in ERROR state: see `openstack loadbalancer show {id}` (delete it to have it re-created)"
             )));
         }
-        Err(ProviderError::other(format!(
-            "load balancer {name} ({id}) has gone into ERROR state, please check Octavia; it was deleted and its creation will be retried"
-        )))
+        tracing::warn!(load_balancer = %name, id = %id, "OpenStack: new load balancer went into ERROR state; deleting it");
+        match self.delete_lb(id, name, true, self.timings.max_wait).await {
+            // Sent: gone, or Octavia deletes it now (the next sync finds it gone or going).
+            Ok(()) | Err(ProviderError::RetryAfter { .. }) => Err(ProviderError::other(format!(
+                "load balancer {name} ({id}) has gone into ERROR state, please check Octavia; it was deleted and its creation will be retried"
+            ))),
+            Err(d) => Err(ProviderError::other(format!(
+                "load balancer {name} ({id}) is in ERROR state and deleting it failed: {d}"
+            ))),
+        }
     }
 
     // ---- listeners, pools, members, monitors ------------------------------------------------
@@ -1581,6 +1691,53 @@ impl OctaviaLoadBalancer {
     // ---- the three calls ----------------------------------------------------------------------
 
     /// A Warning Event on the Service (logged only while there is no Kubernetes client).
+    /// Upstream's read of the TLS reference before anything is changed (`checkService`):
+    /// with `container-store = barbican`, `GET /v1/containers/{id}` (or `/v1/secrets/{id}`)
+    /// on the catalog's `key-manager` endpoint with the CCM's own token. Metadata only: the
+    /// secrets' payloads are never read. A reference Barbican does not show (404), may not
+    /// show (403, its ACL), or a catalog without `key-manager` is an error naming the
+    /// annotation (or key) and the reference, before any Octavia call.
+    async fn read_tls_reference(
+        &self,
+        conf: &ServiceConfig,
+        service: &Service,
+    ) -> Result<(), ProviderError> {
+        let reference = conf.tls_container_ref.trim();
+        if reference.is_empty() || self.config.load_balancer.container_store != "barbican" {
+            return Ok(());
+        }
+        let what = if annotations::annotation(service, keys::DEFAULT_TLS_CONTAINER_REF).is_some() {
+            keys::DEFAULT_TLS_CONTAINER_REF
+        } else {
+            "[LoadBalancer] default-tls-container-ref"
+        };
+        // The form was checked by `ServiceConfig::parse` (`…/containers/<id>`, `…/secrets/<id>`).
+        let mut segs = reference.rsplit('/');
+        let id = segs.next().unwrap_or_default();
+        let (op, kind, noun) = match segs.next() {
+            Some("secrets") => ("barbican:GetSecret", "secrets", "secret"),
+            _ => ("barbican:GetContainer", "containers", "container"),
+        };
+        match self.client.get(op, ClientService::KeyManager, &[kind, id], &[]).await {
+            Ok(_) => {
+                tracing::debug!(service = %conf.service, reference, "OpenStack: TLS {noun} found");
+                Ok(())
+            }
+            Err(e) => {
+                let message = format!(
+                    "failed to get the TLS {noun} {reference} for Service {} from Barbican: {e}",
+                    conf.service
+                );
+                match e.status() {
+                    // Barbican refused or does not know the reference: the user's to fix.
+                    Some(400..=404) => Err(invalid(what, message)),
+                    Some(429) => Err(e.into()),
+                    _ => Err(ProviderError::with_source(format!("{what}: {message}"), e)),
+                }
+            }
+        }
+    }
+
     async fn warn(&self, service: &Service, reason: &str, message: String) {
         match self.kube.get() {
             Some(k) => k.warn(service, reason, message).await,
@@ -1640,8 +1797,8 @@ impl OctaviaLoadBalancer {
         {
             self.warn(service, reason, message).await;
         }
+        self.read_tls_reference(&conf, service).await?;
         let name = load_balancer_name(cluster, service);
-        self.resolve_subnets(&mut conf, &nodes).await?;
         let api = self.api();
 
         let (found, owner) = if !conf.lb_id.is_empty() {
@@ -1694,26 +1851,35 @@ impl OctaviaLoadBalancer {
         if let Some(lb) = &found {
             written.insert(keys::LOAD_BALANCER_ID, lb.id.clone());
         }
-        let mut lb = match found {
-            Some(lb) if lb.provisioning_status == "ACTIVE" => lb,
-            Some(lb) if lb.provisioning_status == "ERROR" => {
-                return Err(ProviderError::other(format!(
-                    "load balancer {} ({}) is in ERROR state: see `openstack loadbalancer show {}` (delete it to have it re-created)",
-                    lb.name, lb.id, lb.id
-                )));
-            }
+        // A pending load balancer is a retry (or a wait) before anything else is read.
+        let found = match found {
             Some(lb) if lb.is_deleting() => {
                 return Err(self.retry_after(format!(
                     "load balancer {} ({}) is being deleted",
                     lb.name, lb.id
                 )));
             }
-            Some(lb) => self.wait_active(&lb.id, &lb.name).await?,
+            Some(lb) => Some((self.settled(lb).await?, false)),
+            None => None,
+        };
+        self.resolve_subnets(&mut conf, &nodes).await?;
+        let (lb, created) = match found {
+            Some(found) => found,
             None => {
                 let lb = self.create(cluster, &name, &conf).await?;
                 written.insert(keys::LOAD_BALANCER_ID, lb.id.clone());
-                lb
+                (self.settled(lb).await?, true)
             }
+        };
+        let mut lb = match lb.provisioning_status.as_str() {
+            "ERROR" if owner => self.replace_errored(&lb, created).await?,
+            "ERROR" => {
+                return Err(ProviderError::other(format!(
+                    "load balancer {} ({}) is in ERROR state: see `openstack loadbalancer show {}`",
+                    lb.name, lb.id, lb.id
+                )));
+            }
+            _ => lb,
         };
         let lb_name = lb.name.clone();
         if conf.member_subnet_id.is_empty() {
@@ -1846,7 +2012,8 @@ impl OctaviaLoadBalancer {
                 tracing::info!(service = %conf.service, load_balancer = %lb.name, "OpenStack: load balancer being deleted: no update");
                 return Ok(());
             }
-            _ => self.wait_active(&lb.id, &lb.name).await?,
+            // Pending: a retry (the service controller re-queues the Service), or a wait.
+            _ => self.until_active(&lb).await?,
         };
         if conf.member_subnet_id.is_empty() {
             conf.member_subnet_id = lb.vip_subnet_id.clone();
@@ -1894,17 +2061,36 @@ impl OctaviaLoadBalancer {
         let lb_id = annotations::annotation(service, keys::LOAD_BALANCER_ID)
             .map(str::trim)
             .unwrap_or_default();
-        let found = self.find(lb_id, &name, &legacy).await?;
-        match found {
+        // One being deleted counts: the Service keeps its finalizer until it is gone.
+        let found = self.find_among(lb_id, &name, &legacy, true).await?;
+        let result = match found {
             Some(lb) if lb_id.is_empty() && !created_for(&lb, cluster, service) => {
                 // Our name on a load balancer we did not create: never touched.
                 tracing::warn!(service = %key, load_balancer = %lb.name, id = %lb.id, description = %lb.description, "OpenStack: a load balancer with this Service's name was not created for it by this cluster: left alone");
+                Ok(())
             }
-            Some(lb) => self.delete_found(cluster, &key, &name, lb, service).await?,
-            None => {}
+            Some(lb) => self.delete_found(cluster, &key, &name, lb, service).await,
+            None => Ok(()),
+        };
+        match result {
+            // Even when the load balancer is gone already: no orphaned security group.
+            Ok(()) => self.delete_security_group(cluster, service).await,
+            // Octavia is deleting the load balancer (nothing waits for it): its security
+            // group goes now, as the service controller stops calling once Octavia no longer
+            // shows the load balancer. A load balancer still pending before its deletion
+            // keeps it until then.
+            Err(e @ ProviderError::RetryAfter { .. }) => {
+                let going = self
+                    .find_among(lb_id, &name, &legacy, true)
+                    .await?
+                    .is_none_or(|lb| lb.is_deleting());
+                if going {
+                    self.delete_security_group(cluster, service).await?;
+                }
+                Err(e)
+            }
+            Err(e) => Err(e),
         }
-        // Even when the load balancer is gone already: no orphaned security group.
-        self.delete_security_group(cluster, service).await
     }
 
     /// Deletes or disassociates the floating IPs on `lb`'s VIP port: deleted only when created
@@ -1937,7 +2123,7 @@ impl OctaviaLoadBalancer {
     async fn delete_whole(&self, lb: &octavia::LoadBalancer) -> Result<(), ProviderError> {
         let api = self.api();
         if self.config.load_balancer.cascade_delete {
-            return self.delete_lb(&lb.id, &lb.name, true).await;
+            return self.delete_lb(&lb.id, &lb.name, true, self.timings.max_wait).await;
         }
         // Children first, as upstream: monitors, then pools (members go with them) and
         // listeners.
@@ -1956,7 +2142,7 @@ impl OctaviaLoadBalancer {
         for p in pools.clone() {
             self.mutate(&lb.id, &lb.name, "deleting a pool", || api.delete_pool(&p.id)).await?;
         }
-        self.delete_lb(&lb.id, &lb.name, false).await
+        self.delete_lb(&lb.id, &lb.name, false, self.timings.max_wait).await
     }
 
     async fn delete_found(
@@ -1970,8 +2156,11 @@ impl OctaviaLoadBalancer {
         let api = self.api();
         let lb = match lb.provisioning_status.as_str() {
             "ACTIVE" | "ERROR" => lb,
-            "PENDING_DELETE" | "DELETED" => return self.wait_gone(&lb.id, &lb.name).await,
-            _ => self.wait_active(&lb.id, &lb.name).await?,
+            "PENDING_DELETE" | "DELETED" => {
+                return self.wait_gone(&lb.id, &lb.name, self.timings.max_wait).await;
+            }
+            // Pending: a retry (the next sync resumes the deletion), or a wait.
+            _ => self.until_active(&lb).await?,
         };
         // A Service refused the load balancer never had parts on it, but parts tagged with
         // its name (made before sharing was restricted) are still its own to remove.
@@ -2049,7 +2238,11 @@ impl OctaviaLoadBalancer {
         let lb_id = annotations::annotation(service, keys::LOAD_BALANCER_ID)
             .map(str::trim)
             .unwrap_or_default();
-        let Some(lb) = self.find(lb_id, &name, &default_load_balancer_name(service)).await? else {
+        // One being deleted exists until Octavia no longer shows it: the service controller
+        // then calls the delete again (which waits for it to go) before it removes the
+        // Service's finalizer.
+        let legacy = default_load_balancer_name(service);
+        let Some(lb) = self.find_among(lb_id, &name, &legacy, true).await? else {
             return Ok(None);
         };
         // Another Service's address is reported only where sharing is allowed; a load
@@ -2059,7 +2252,7 @@ impl OctaviaLoadBalancer {
         } else {
             self.role(cluster, service, &lb).is_ok()
         };
-        if lb.is_deleting() || !usable {
+        if !usable {
             return Ok(None);
         }
         let mut addr = lb.vip_address.clone();
@@ -2259,10 +2452,11 @@ impl LoadBalancer for OctaviaLoadBalancer {
             ));
         }
         let name = fresh.name.clone();
+        let wait = self.timings.max_wait.max(TOOL_WAIT);
         let fresh = match fresh.provisioning_status.as_str() {
             "ACTIVE" | "ERROR" => fresh,
-            "PENDING_DELETE" | "DELETED" => return self.wait_gone(&fresh.id, &name).await,
-            _ => self.wait_active(&fresh.id, &name).await?,
+            "PENDING_DELETE" | "DELETED" => return self.wait_gone(&fresh.id, &name, wait).await,
+            _ => self.wait_active(&fresh.id, &name, wait).await?,
         };
         let creator_svc = creator(&fresh).map(|c| c.service()).unwrap_or_default();
         let keep = fresh.tags.iter().any(|t| t == OWNER_GONE_KEEP_FIP_TAG);
@@ -2271,7 +2465,7 @@ impl LoadBalancer for OctaviaLoadBalancer {
             api.delete_floating_ip(&f.id).await?;
         }
         tracing::info!(load_balancer = %name, "OpenStack: deleting orphaned load balancer");
-        self.delete_lb(&fresh.id, &name, true).await?;
+        self.delete_lb(&fresh.id, &name, true, wait).await?;
         for r in entry.resources.iter().filter(|r| r.kind == "security group") {
             self.delete_security_group_by_id(&r.id).await?;
         }
@@ -2369,6 +2563,14 @@ mod tests {
         assert!(!fip_created_for(&fip(FIP_DESCRIPTION_PREFIX), "default/web", "k8s"));
         assert_eq!(parse_fip_description(&d), Some(("default/web".into(), "k8s".into())));
         assert_eq!(parse_fip_description("mine"), None);
+    }
+
+    #[test]
+    fn the_managers_timings_never_wait_inside_a_sync() {
+        let t = Timings::default();
+        assert!(!t.waits(), "{t:?}");
+        assert_eq!(t.poll, Duration::from_secs(2));
+        assert!(Timings { max_wait: Duration::from_secs(1), ..t }.waits());
     }
 
     #[test]

@@ -124,7 +124,7 @@ impl OctaviaLoadBalancer {
             "ACTIVE" => lb.clone(),
             "ERROR" => return Err(refuse("it is in ERROR state")),
             _ if lb.is_deleting() => return Err(refuse("it is being deleted")),
-            _ => self.wait_active(&lb.id, &lb.name).await?,
+            _ => self.until_active(lb).await?,
         };
         let old = lb.name.clone();
         let new = load_balancer_name(cluster, service);

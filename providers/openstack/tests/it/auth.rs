@@ -286,3 +286,55 @@ async fn a_clouds_yaml_entry_chosen_by_os_cloud_authenticates() {
     assert_eq!(servers(&c).await.unwrap(), 3);
     assert_eq!(f.cloud.tokens_issued(), 1);
 }
+
+/// `domain-id` (or `domain-name`) without `tenant-id`/`tenant-name`: the token is scoped to
+/// that domain, as upstream's gophercloud clientconfig scopes it — not to the user's default
+/// project (which a scope-less request would get, and which upstream never touches). Nova
+/// refuses a domain-scoped token (403) and the error says the token has no project. A user
+/// without a role on the domain is refused by Keystone (401).
+#[tokio::test]
+async fn a_domain_without_a_project_gets_a_domain_scoped_token() {
+    let mut o = options_with_domain();
+    // The domain user's default project is demo: a scope-less token would reach its servers.
+    if let Some(u) = o.extra_users.iter_mut().find(|u| u.name == DOMAIN_USER) {
+        u.default_project = Some(PROJECT.into());
+    }
+    o.domain_roles.push((DOMAIN_USER.into(), DOMAIN.into()));
+    let f = start_with(WORLD, o, fast_options(), ServerOptions::default()).await;
+    let mut g = bare(&f);
+    g.username = DOMAIN_USER.into();
+    g.password = Secret(DOMAIN_PASSWORD.into());
+    g.domain_id = keystone_domain_id(DOMAIN);
+    let c = OpenStackClient::new(&g, fast_options()).unwrap();
+    let err = servers(&c).await.unwrap_err();
+    assert_eq!(err.status(), Some(403), "{err}");
+    let text = err.to_string();
+    assert!(
+        text.contains(&format!("scoped to the domain {DOMAIN:?}"))
+            && text.contains("tenant-id or tenant-name"),
+        "{text}"
+    );
+    assert_eq!(c.project_id().await.unwrap(), None);
+    // By name: the same domain scope.
+    let mut g = bare(&f);
+    g.username = DOMAIN_USER.into();
+    g.password = Secret(DOMAIN_PASSWORD.into());
+    g.domain_name = DOMAIN.into();
+    let c = OpenStackClient::new(&g, fast_options()).unwrap();
+    let err = servers(&c).await.unwrap_err();
+    assert!(err.to_string().contains("scoped to the domain"), "{err}");
+    // With a project the token is the project's, as before.
+    g.project_name = PROJECT.into();
+    g.project_domain_name = "Default".into();
+    let c = OpenStackClient::new(&g, fast_options()).unwrap();
+    assert_eq!(servers(&c).await.unwrap(), 3);
+    // A user without a role on the domain: Keystone refuses the domain scope.
+    let mut g = bare(&f);
+    g.username = MEMBER_USER.into();
+    g.password = Secret(MEMBER_PASSWORD.into());
+    g.domain_name = "Default".into();
+    let c = OpenStackClient::new(&g, fast_options()).unwrap();
+    let err = servers(&c).await.unwrap_err();
+    assert!(matches!(err, ClientError::Unauthorized { .. }), "{err}");
+    assert!(!err.to_string().contains(MEMBER_PASSWORD));
+}

@@ -3,12 +3,19 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use ccm_core::cloud::CloudProvider;
 use ccm_core::cloud_call::Retry;
+use ccm_core::controllers::{
+    ControllerConfig, ControllerContext, Started, node as node_controller,
+};
+use ccm_core::manager::CancellationToken;
 use ccm_emulators::openstack::{DEFAULT_PASSWORD, DEFAULT_USER, OpenStackCloud, OpenStackOptions};
 use ccm_emulators::server::{Server, ServerOptions};
 use ccm_emulators::world::{Instance, PowerState, World};
+use ccm_provider_openstack::OpenStackProvider;
 use ccm_provider_openstack::client::{ClientOptions, OpenStackClient};
 use ccm_provider_openstack::config::{Config, Global, Secret};
+use ccm_provider_openstack::load_balancer::Timings;
 use k8s_openapi::api::core::v1::{Node, NodeSpec};
 use kube::api::ObjectMeta;
 
@@ -114,4 +121,35 @@ pub fn instance(name: &str, zone: &str, ip: &str) -> Instance {
 /// `openstack:///<id>` of the server named `name`.
 pub fn provider_id(f: &Fixture, name: &str) -> String {
     format!("openstack:///{}", f.cloud.server_id(name).unwrap())
+}
+
+/// Runs the cloud-node controller on a provider made from `config` until the token is
+/// cancelled (the mtls and trunks tests: Nodes initialised against a real API server).
+pub fn run_node_controller(
+    client: &kube::Client,
+    config: &Config,
+) -> (CancellationToken, Arc<dyn CloudProvider>) {
+    let provider = OpenStackProvider::new(
+        config.clone(),
+        fast_options(),
+        Timings { poll: Duration::from_millis(20), max_wait: Duration::from_secs(20) },
+    )
+    .unwrap();
+    let provider: Arc<dyn CloudProvider> = Arc::new(provider);
+    let token = CancellationToken::new();
+    let ctx = ControllerContext {
+        client: client.clone(),
+        cloud: provider.clone(),
+        config: Arc::new(ControllerConfig::default()),
+        metrics: Default::default(),
+        shutdown: token.clone(),
+        nodes: None,
+    };
+    match node_controller::start(&ctx).unwrap() {
+        Started::Running(fut) => {
+            tokio::spawn(fut);
+        }
+        Started::Skipped(why) => panic!("cloud-node controller skipped: {why}"),
+    }
+    (token, provider)
 }

@@ -232,3 +232,52 @@ async fn a_managed_security_group_keeps_only_wanted_rules_and_a_foreign_one_is_r
         "never deleted"
     );
 }
+
+/// An IPv6 VIP (the Service's `subnet-id` names an IPv6 subnet) gets no floating IP: the
+/// Service reports the VIP itself and upstream's `LoadBalancerFloatingIPSkipped` Warning is on
+/// the Service; nothing is allocated on the external network.
+#[tokio::test]
+async fn an_ipv6_vip_skips_the_floating_ip_with_upstreams_event() {
+    const V6_WORLD: &str = r#"
+region: RegionOne
+zones: [az-1]
+networks:
+  - { name: private, cidr: 10.0.0.0/16 }
+  - { name: private-v6, cidr: "fd00:10::/48" }
+subnets:
+  - { name: private-subnet, network: private, zone: az-1, cidr: 10.0.0.0/24 }
+  - { name: private-v6-subnet, network: private-v6, zone: az-1, cidr: "fd00:10::/64" }
+instances:
+  - { name: node-a, zone: az-1, subnet: private-subnet, private_ips: [10.0.0.11] }
+  - { name: node-b, zone: az-1, subnet: private-subnet, private_ips: [10.0.0.12] }
+"#;
+    let cp = ControlPlane::shared().await.unwrap();
+    let _logs = cp.log_guard();
+    let client = cp.admin_client().await.unwrap();
+    let opts = OpenStackOptions { lb_pending: Duration::from_millis(30), ..Default::default() };
+    let f = start_with(V6_WORLD, opts, fast_options(), ServerOptions::default()).await;
+    let subnet = f.cloud.neutron_id("subnets", "private-v6-subnet").unwrap();
+    assert_eq!(
+        f.cloud.objects("subnets").iter().find(|s| s["id"] == subnet.as_str()).unwrap()["ip_version"],
+        6
+    );
+    let lb = lb_with(&f, LoadBalancerOpts::default());
+    lb.set_kube_client(client.clone());
+    let ns = nodes(&f);
+    let name = unique_name("v6");
+    let svc =
+        api_service(&client, &name, &[("loadbalancer.openstack.org/subnet-id", &subnet)]).await;
+    let status = lb.ensure_load_balancer("k8s", &svc, &ns).await.unwrap();
+    let vip = f.cloud.objects("loadbalancers")[0]["vip_address"].as_str().unwrap().to_string();
+    assert!(vip.starts_with("fd00:10::"), "{vip}");
+    assert_eq!(ip(&status), vip);
+    assert!(f.cloud.objects("floatingips").is_empty(), "no floating IP for an IPv6 VIP");
+    let ev = warning(&client, &name, "LoadBalancerFloatingIPSkipped").await;
+    let message = ev.message.unwrap_or_default();
+    assert!(
+        message.contains(&format!("IPv6 Service default/{name}")) && message.contains(&vip),
+        "{message}"
+    );
+    lb.ensure_load_balancer_deleted("k8s", &svc).await.unwrap();
+    assert!(f.cloud.objects("loadbalancers").is_empty());
+}

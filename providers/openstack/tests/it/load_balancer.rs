@@ -702,9 +702,11 @@ async fn an_error_load_balancer_is_an_error_naming_it() {
         f.server.counters().operations
     );
 
-    // An existing one in ERROR: an error naming it, nothing touched.
+    // An existing one in ERROR (populated: it has its listener and pool, as Octavia lists
+    // them): an error naming it, nothing touched.
     lb.ensure_load_balancer(CLUSTER, &svc, &ns).await.unwrap();
-    let mut listed = f.cloud.objects("loadbalancers");
+    let mut listed = f.cloud.octavia_objects("loadbalancers");
+    assert_eq!(listed[0]["listeners"].as_array().map(Vec::len), Some(1), "{listed:?}");
     listed[0]["provisioning_status"] = json!("ERROR");
     let body = json!({"loadbalancers": listed}).to_string();
     f.server

@@ -233,3 +233,36 @@ async fn blackholes_and_repairs_as_upstream() {
     assert_eq!(r.list_routes("k").await.unwrap().len(), 1);
     assert_eq!(router_routes(&f).len(), 1, "the route itself was not added twice");
 }
+
+/// A route to a Node that lists no addresses takes its next hop from the server of its name:
+/// a server of that name that Nova shows but that cannot be read (here its `addresses` is
+/// not an object) is an error naming the server and the field, and no route is made — before,
+/// it was dropped silently and the route went to the other server of the name.
+#[tokio::test]
+async fn an_unreadable_server_of_the_nodes_name_is_an_error_naming_it() {
+    use ccm_emulators::faults::{Fault, FaultRule};
+    let f = start().await;
+    let r = routes(&f);
+    let good = json!({"id": f.cloud.server_id("node-a").unwrap(), "name": "node-a",
+        "status": "ACTIVE", "addresses": {}});
+    let bad = json!({"id": "bad-server-0001", "name": "node-a", "status": "ACTIVE",
+        "addresses": "not-an-object"});
+    let body = json!({"servers": [good, bad]}).to_string();
+    f.server
+        .inject(
+            FaultRule::new("nova.servers.list", Fault::Status { status: 200, body: Some(body) })
+                .times(1),
+        )
+        .unwrap();
+    let err = r
+        .create_route("k", "uid", &route("node-a", None, "10.244.60.0/24"))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("bad-server-0001") && err.contains("node-a"), "{err}");
+    assert!(err.contains("invalid type"), "names what could not be read: {err}");
+    assert!(router_routes(&f).is_empty(), "no route: {:?}", router_routes(&f));
+    // Nova's own answer again: the next hop is node-a's port address.
+    r.create_route("k", "uid", &route("node-a", None, "10.244.60.0/24")).await.unwrap();
+    assert_eq!(router_routes(&f), [("10.244.60.0/24".to_string(), "10.0.0.11".to_string())]);
+}

@@ -1,9 +1,10 @@
 //! Issue #32 OpenStack item 2 on the emulator (Octavia and Barbican) and the testbed's real
 //! kube-apiserver: TLS termination with `loadbalancer.openstack.org/default-tls-container-ref`
 //! (or `[LoadBalancer] default-tls-container-ref`): `TERMINATED_HTTPS` listeners naming the
-//! Barbican container, HTTP pools, the reference changed in place, TLS removed; a container
-//! the user may not read (Barbican ACL) is refused by Octavia and the error names the
-//! annotation; `container-store = external` takes any text.
+//! Barbican container, HTTP pools, the reference changed in place, TLS removed; the container
+//! is read from Barbican first (as upstream): one the user may not read (Barbican ACL, 403) or
+//! that does not exist (404) fails the sync with an error naming the annotation and the
+//! reference, before any Octavia call; `container-store = external` takes any text.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -172,9 +173,9 @@ async fn a_tls_service_gets_a_terminated_https_listener_with_the_barbican_contai
 
 /// `[LoadBalancer] default-tls-container-ref` applies to every Service; a secret reference
 /// works as a container's does; a container the user may not read (another project's,
-/// its ACL naming someone else) is refused by Octavia, the error names the annotation and the reference,
-/// and no listener is left; with `container-store = external` the reference is not checked
-/// by the provider (Octavia still reads it).
+/// its ACL naming someone else) is refused by Barbican's read, the error names the
+/// annotation and the reference, and nothing is created; with `container-store = external`
+/// the reference is not checked by the provider (Octavia still reads it).
 #[tokio::test]
 async fn the_configured_reference_an_unreadable_container_and_an_external_store() {
     let cp = ControlPlane::shared().await.unwrap();
@@ -201,7 +202,7 @@ async fn the_configured_reference_an_unreadable_container_and_an_external_store(
     lb.ensure_load_balancer_deleted("k8s", &svc).await.unwrap();
 
     // Another project's container whose ACL does not name our user: Barbican answers 403
-    // (our user is an admin of its own project only), Octavia 400.
+    // (our user is an admin of its own project only); the sync fails before Octavia.
     let private = f.cloud.barbican.add_certificate_container(
         "another-project",
         "someone-else",
@@ -211,10 +212,12 @@ async fn the_configured_reference_an_unreadable_container_and_an_external_store(
     let private = Barbican::container_ref(&base, &private);
     let name = unique_name("tls-acl");
     let svc = api_service(&client, &name, &[(TLS, &private)]).await;
+    let lbs = f.server.counters().get("octavia.loadbalancers.create");
     let e = lb.ensure_load_balancer("k8s", &svc, &ns).await.unwrap_err().to_string();
     assert!(e.contains(TLS) && e.contains(&private), "{e}");
-    assert!(e.contains("Could not retrieve certificate"), "{e}");
+    assert!(e.contains("HTTP 403") && e.contains("Container retrieval attempt not allowed"), "{e}");
     assert!(listeners(&f).is_empty(), "no listener without its certificate");
+    assert_eq!(f.server.counters().get("octavia.loadbalancers.create"), lbs, "nothing created");
     // A malformed reference is refused before any cloud call.
     let calls = f.server.counters().get("octavia.loadbalancers.list");
     let bad =
@@ -235,5 +238,75 @@ async fn the_configured_reference_an_unreadable_container_and_an_external_store(
     let e = ext.ensure_load_balancer("k8s", &svc, &ns).await.unwrap_err().to_string();
     assert!(e.contains("Could not retrieve certificate: vault:tls/web"), "{e}");
     ext.ensure_load_balancer_deleted("k8s", &svc).await.unwrap();
+    assert!(f.cloud.objects("loadbalancers").is_empty());
+}
+
+/// Upstream reads the TLS container before anything else: a reference naming no container
+/// (404) or one the CCM's user may not read (ACL, 403) fails the sync with an error naming
+/// the annotation and the reference and Barbican's answer (no secret payload is ever read:
+/// only the container's metadata), before any Octavia call; a readable container is read
+/// once per sync; a container shared with the CCM's user through its ACL is readable.
+#[tokio::test]
+async fn the_container_is_read_from_barbican_before_any_octavia_call() {
+    let cp = ControlPlane::shared().await.unwrap();
+    let _logs = cp.log_guard();
+    let client = cp.admin_client().await.unwrap();
+    let f = start().await;
+    let base = f.server.url();
+    let lb = lb_with(&f, LoadBalancerOpts::default());
+    lb.set_kube_client(client.clone());
+    let ns = nodes(&f);
+    let octavia_calls = |f: &Fixture| -> u64 {
+        let c = f.server.counters();
+        ["loadbalancers.list", "loadbalancers.create", "listeners.create"]
+            .iter()
+            .map(|op| c.get(&format!("octavia.{op}")))
+            .sum()
+    };
+
+    // Missing: a well-formed reference to no container.
+    let missing = Barbican::container_ref(&base, "0b5e3c3a-1111-4222-8333-444455556666");
+    let svc = api_service(&client, &unique_name("tls-missing"), &[(TLS, &missing)]).await;
+    let before = octavia_calls(&f);
+    let e = lb.ensure_load_balancer("k8s", &svc, &ns).await.unwrap_err().to_string();
+    assert!(e.contains(TLS) && e.contains(&missing), "{e}");
+    assert!(e.contains("HTTP 404") && e.contains("Secrets container not found"), "{e}");
+    assert_eq!(octavia_calls(&f), before, "no Octavia call before the container is read");
+    assert!(f.cloud.objects("loadbalancers").is_empty());
+    lb.ensure_load_balancer_deleted("k8s", &svc).await.unwrap();
+
+    // Unreadable: another project's container, its ACL naming another user.
+    let other = f.cloud.barbican.add_certificate_container(
+        "another-project",
+        "someone-else",
+        "theirs",
+        Acl { project_access: false, users: vec!["a-third-user".into()] },
+    );
+    let other_ref = Barbican::container_ref(&base, &other);
+    let svc = api_service(&client, &unique_name("tls-403"), &[(TLS, &other_ref)]).await;
+    let e = lb.ensure_load_balancer("k8s", &svc, &ns).await.unwrap_err().to_string();
+    assert!(e.contains(TLS) && e.contains(&other_ref) && e.contains("HTTP 403"), "{e}");
+    assert!(f.cloud.objects("loadbalancers").is_empty());
+    lb.ensure_load_balancer_deleted("k8s", &svc).await.unwrap();
+
+    // Shared with the CCM's user through the ACL: read, and the listener names it.
+    let me = f.client.project_id().await.unwrap().unwrap_or_default();
+    let user = ccm_emulators::openstack::keystone_user_id(ccm_emulators::openstack::DEFAULT_USER);
+    let shared = f.cloud.barbican.add_certificate_container(
+        "another-project",
+        "someone-else",
+        "shared",
+        Acl { project_access: false, users: vec![user] },
+    );
+    let shared_ref = Barbican::container_ref(&base, &shared);
+    assert_ne!(me, "another-project");
+    let svc = api_service(&client, &unique_name("tls-acl-ok"), &[(TLS, &shared_ref)]).await;
+    let reads = f.server.counters().get("barbican.containers.get");
+    lb.ensure_load_balancer("k8s", &svc, &ns).await.unwrap();
+    assert_eq!(f.server.counters().get("barbican.containers.get"), reads + 1, "one read per sync");
+    let l = listeners(&f);
+    assert_eq!(l.len(), 1);
+    assert_eq!(l[0]["default_tls_container_ref"], shared_ref.as_str());
+    lb.ensure_load_balancer_deleted("k8s", &svc).await.unwrap();
     assert!(f.cloud.objects("loadbalancers").is_empty());
 }

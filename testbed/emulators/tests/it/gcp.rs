@@ -131,7 +131,7 @@ async fn compute_needs_an_issued_token_and_answers_google_errors() {
     assert_eq!(g.get("regions/europe-west1").await["zones"].as_array().unwrap().len(), 2);
     let n2 = g.get("zones/europe-west1-c/instances/n-2").await;
     assert_eq!(n2["status"], "TERMINATED");
-    // Throttling in Google's shape.
+    // Throttling in Compute's shape: 403 with reason rateLimitExceeded (661c3e8).
     g.server
         .admin()
         .inject(
@@ -141,7 +141,7 @@ async fn compute_needs_an_issued_token_and_answers_google_errors() {
         .await
         .unwrap();
     let (s, v) = g.call(reqwest::Method::GET, "zones/europe-west1-b/instances", None).await;
-    assert_eq!(s, 429);
+    assert_eq!(s, 403);
     assert_eq!(v["error"]["errors"][0]["reason"], "rateLimitExceeded");
 }
 
@@ -566,4 +566,57 @@ gcp:
         let e = ccm_emulators::gcp::parse_world(bad).unwrap_err().to_string();
         assert!(e.contains(named), "{bad}: {e}");
     }
+}
+
+/// Issue #32 GCP 8: a NIC's IPv6 as Compute shows it: internal (`ipv6Address`,
+/// `ipv6AccessType: INTERNAL`, a /96) or external (a `DIRECT_IPV6` access config,
+/// `ipv6AccessType: EXTERNAL`, no `ipv6Address`); the stack type follows (`IPV6_ONLY` without
+/// IPv4).
+#[tokio::test]
+async fn ipv6_nics_are_internal_or_external_as_compute_shows_them() {
+    let world = World::parse(
+        r#"
+zones: [europe-west1-b]
+instances:
+  - { name: v4, zone: europe-west1-b, private_ips: [10.0.0.2] }
+  - { name: internal, zone: europe-west1-b, private_ips: [10.0.0.3, "fd20:0:0:3::"] }
+  - { name: external, zone: europe-west1-b, private_ips: [10.0.0.4], public_ips: ["2600:1900:4001:4::"] }
+  - { name: only6, zone: europe-west1-b, private_ips: ["fd20:0:0:5::"] }
+"#,
+    )
+    .unwrap();
+    let g = Gcp::start(world, GcpOptions::default()).await;
+    let nic = |v: &Value| v["networkInterfaces"][0].clone();
+    let v4 = nic(&g.get("zones/europe-west1-b/instances/v4").await);
+    assert_eq!(v4["stackType"], "IPV4_ONLY");
+    assert!(v4.get("ipv6AccessType").is_none() && v4.get("ipv6Address").is_none(), "{v4}");
+
+    let internal = nic(&g.get("zones/europe-west1-b/instances/internal").await);
+    assert_eq!(
+        (&internal["stackType"], &internal["ipv6AccessType"], &internal["ipv6Address"]),
+        (&json!("IPV4_IPV6"), &json!("INTERNAL"), &json!("fd20:0:0:3::"))
+    );
+    assert_eq!(internal["internalIpv6PrefixLength"], 96);
+    assert!(internal.get("ipv6AccessConfigs").is_none(), "{internal}");
+
+    let external = nic(&g.get("zones/europe-west1-b/instances/external").await);
+    assert_eq!(
+        (&external["stackType"], &external["ipv6AccessType"]),
+        (&json!("IPV4_IPV6"), &json!("EXTERNAL"))
+    );
+    assert!(external.get("ipv6Address").is_none(), "{external}");
+    let ac = &external["ipv6AccessConfigs"][0];
+    assert_eq!(
+        (&ac["type"], &ac["externalIpv6"]),
+        (&json!("DIRECT_IPV6"), &json!("2600:1900:4001:4::"))
+    );
+    assert_eq!(ac["externalIpv6PrefixLength"], 96);
+    assert!(external["accessConfigs"].is_null(), "no IPv4 NAT for an IPv6 address: {external}");
+
+    let only6 = nic(&g.get("zones/europe-west1-b/instances/only6").await);
+    assert_eq!(
+        (&only6["stackType"], &only6["ipv6Address"]),
+        (&json!("IPV6_ONLY"), &json!("fd20:0:0:5::"))
+    );
+    assert!(only6.get("networkIP").is_none(), "{only6}");
 }
