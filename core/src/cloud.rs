@@ -224,7 +224,10 @@ pub trait InstancesV2: Send + Sync + 'static {
 
     /// The most Nodes the controllers put in one batch call (default 500). A provider that
     /// splits a batch into list calls of `k` items answers best with a multiple of `k`: no
-    /// call for a short remainder.
+    /// call for a short remainder. A whole batch must fit the controller's deadline for one
+    /// call (`instance_call_timeout`, 60 s): a batch that misses it fails every Node in it,
+    /// and the retry costs the same, so a provider that looks Nodes up one by one answers
+    /// with a small batch, and one that lists keeps its listing when a caller gives up.
     fn max_batch(&self) -> usize {
         500
     }

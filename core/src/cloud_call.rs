@@ -206,8 +206,8 @@ impl Retry {
     /// Runs `call` (a fresh attempt each time it is called) under `deadline`, retrying the
     /// errors `classify` calls transient or throttled. Gives up with the last error after
     /// [`Self::attempts`] counted failures, at once on a permanent error, and when the next
-    /// wait would reach the deadline (the only bound on refused calls); an attempt still
-    /// running at the deadline fails with [`DeadlineExceeded`]. Each retry is logged at
+    /// wait and twice the longest attempt so far would reach the deadline (the only bound on
+    /// refused calls); an attempt still running at the deadline fails with [`DeadlineExceeded`]. Each retry is logged at
     /// debug level with the error's `Display` (which must never hold credentials or bodies).
     pub async fn run<T, E, F, Fut>(
         &self,
@@ -245,8 +245,15 @@ impl Retry {
         let started = tokio::time::Instant::now();
         // Attempts made, and those that failed with a counted (not refused) fault.
         let (mut attempt, mut counted) = (1, 0);
+        // The longest attempt so far: a retry is not started when twice that would not fit
+        // before the budget ends (a loaded machine or a slow cloud would have it cut by the
+        // deadline, and the caller would see the deadline instead of why the calls failed).
+        let mut slowest = Duration::ZERO;
         loop {
-            let err = match call().await {
+            let attempt_started = tokio::time::Instant::now();
+            let answer = call().await;
+            slowest = slowest.max(attempt_started.elapsed());
+            let err = match answer {
                 Ok(out) => return Ok(out),
                 Err(err) => err,
             };
@@ -262,7 +269,7 @@ impl Retry {
             if !counts {
                 wait = wait.max(MIN_REFUSED_WAIT);
             }
-            if started.elapsed() + wait >= budget {
+            if started.elapsed() + wait + slowest * 2 >= budget {
                 tracing::debug!(operation = %operation, attempt, ?wait, error = %err, "transient cloud error, no time left to retry");
                 return Err(err);
             }

@@ -17,6 +17,7 @@ pub mod controllers;
 pub mod credential;
 pub mod gcfg;
 pub mod glob;
+pub mod listing;
 pub mod manager;
 pub mod names;
 pub mod ops;

@@ -14,9 +14,15 @@
 //! Scale: a pass over N nodes costs a handful of list calls — VMs per resource group (with
 //! `$expand=instanceView`, as upstream's `ListVMInstanceView`), scale sets per resource
 //! group, VMs and NICs per scale set, NICs and public IPs per resource group — never one GET
-//! per node. Listings are kept for a short time ([`DEFAULT_CACHE_TTL`]) and shared: concurrent
-//! batches wait for the one listing in flight instead of starting their own. They are read
-//! with [`ArmClient::list_fresh`], never from the client's read cache (whose VM listings the
+//! per node. Listings are kept for a short time ([`DEFAULT_CACHE_TTL`], or as long as the
+//! listing took to fetch when that is longer) and shared: concurrent batches wait for the one
+//! listing in flight instead of starting their own. A listing is fetched by a task of its own,
+//! so a batch that reaches its deadline (the node controller gives each batch one) leaves the
+//! fetch running and its retry finds the listing: at thousands of VMs one listing takes tens
+//! of seconds, and when each attempt started it over none ever finished (5000 Nodes: 2000
+//! initialised, then every batch timed out). The NIC and public-IP listings of a batch's
+//! resource groups are fetched beside the VM listing, not after it. Listings are read with
+//! [`ArmClient::list_fresh`], never from the client's read cache (whose VM listings the
 //! load balancers reuse for `vmCacheTTLInSeconds`), and refresh it.
 //!
 //! Deletion safety: `NotFound` only for a node whose providerID names a VM of this
@@ -50,6 +56,7 @@ use crate::client::models::{
 use crate::client::{ArmClient, ArmError, api_version};
 use crate::config::{Config, VmType};
 use crate::provider_id::VmRef;
+use ccm_core::listing::{Fetched, Wanted};
 
 /// Nodes with this label set to `false` are not managed by the provider.
 pub const LABEL_MANAGED: &str = "kubernetes.azure.com/managed";
@@ -63,66 +70,49 @@ pub const DEFAULT_CACHE_TTL: Duration = Duration::from_secs(5);
 
 type Vm = Resource<VirtualMachineProperties>;
 
-/// One listing as fetched, indexed by lower-case ARM ID.
-struct Snapshot<P> {
-    at: Instant,
+/// One listing, indexed by lower-case ARM ID.
+struct Indexed<P> {
     items: Vec<Resource<P>>,
     by_id: HashMap<String, usize>,
 }
 
-impl<P> Snapshot<P> {
-    fn by_id(&self, id: &str) -> Option<&Resource<P>> {
-        self.by_id.get(&id.to_ascii_lowercase()).and_then(|i| self.items.get(*i))
-    }
-}
-
-type Slot<P> = Arc<tokio::sync::Mutex<Option<Arc<Snapshot<P>>>>>;
-
-/// Listings of one kind, by scope (a resource group or a scale set). One fetch per scope at a
-/// time: concurrent lookups wait for it and share its answer.
-struct Listings<P> {
-    slots: std::sync::Mutex<HashMap<String, Slot<P>>>,
-}
-
-impl<P> Default for Listings<P> {
-    fn default() -> Self {
-        Listings { slots: std::sync::Mutex::new(HashMap::new()) }
-    }
-}
-
-impl<P> Listings<P> {
-    /// The listing of `scope`, fetched at or after `fresh_after` (else fetched now).
-    async fn get<F, Fut>(
-        &self,
-        scope: &str,
-        fresh_after: Option<Instant>,
-        fetch: F,
-    ) -> Result<Arc<Snapshot<P>>, ArmError>
-    where
-        F: FnOnce() -> Fut,
-        Fut: Future<Output = Result<Vec<Resource<P>>, ArmError>>,
-    {
-        let slot = {
-            let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
-            slots.entry(scope.to_ascii_lowercase()).or_default().clone()
-        };
-        let mut held = slot.lock().await;
-        if let Some(s) = held.as_ref()
-            && fresh_after.is_none_or(|f| s.at >= f)
-        {
-            return Ok(s.clone());
-        }
-        let at = Instant::now();
-        let items = fetch().await?;
+impl<P> Indexed<P> {
+    fn new(items: Vec<Resource<P>>) -> Self {
         let by_id = items
             .iter()
             .enumerate()
             .filter_map(|(i, r)| r.id.as_ref().map(|id| (id.to_ascii_lowercase(), i)))
             .collect();
-        let snap = Arc::new(Snapshot { at, items, by_id });
-        *held = Some(snap.clone());
-        Ok(snap)
+        Indexed { items, by_id }
     }
+
+    fn by_id(&self, id: &str) -> Option<&Resource<P>> {
+        self.by_id.get(&id.to_ascii_lowercase()).and_then(|i| self.items.get(*i))
+    }
+}
+
+/// A listing as fetched ([`ccm_core::listing`]: shared, outlives a caller's deadline).
+type Snapshot<P> = Fetched<Indexed<P>>;
+
+/// Listings of one kind, by scope (a resource group or a scale set).
+type Listings<P> = ccm_core::listing::Listings<Indexed<P>>;
+
+/// The listing of `scope` through `listings`, fetched by `list` when none `wanted` takes.
+async fn listing<P: Send + Sync + 'static>(
+    listings: &Listings<P>,
+    scope: &str,
+    wanted: Wanted,
+    list: impl Future<Output = Result<Vec<Resource<P>>, ArmError>> + Send + 'static,
+) -> Result<Arc<Snapshot<P>>, ArmError> {
+    let fetch = async move { list.await.map(Indexed::new) };
+    listings
+        .get(scope, wanted, fetch, |message| ArmError::Transport {
+            operation: "listing",
+            resource: scope.to_string(),
+            message,
+            broken: false,
+        })
+        .await
 }
 
 /// Nodes from ARM (see the module docs).
@@ -190,12 +180,11 @@ impl AzureInstances {
         self
     }
 
-    fn fresh_after(&self, pass: Pass, force: bool) -> Option<Instant> {
+    fn wanted(&self, pass: Pass, force: bool) -> Wanted {
         if force {
-            return Some(pass.started);
+            return Wanted::StartedAfter(pass.started);
         }
-        // Also fresh: anything this pass fetched (TTL zero).
-        Instant::now().checked_sub(self.ttl).map(|t| t.min(pass.started))
+        Wanted::recent(pass.started, self.ttl)
     }
 
     fn collection(&self, resource_group: &str, arm_type: &str) -> Result<String, ArmError> {
@@ -209,16 +198,20 @@ impl AzureInstances {
         force: bool,
     ) -> Result<Arc<Snapshot<VirtualMachineProperties>>, ArmError> {
         let path = self.collection(rg, "Microsoft.Compute/virtualMachines")?;
-        self.vms
-            .get(rg, self.fresh_after(pass, force), || {
-                self.client.list_fresh(
-                    "compute.virtual_machines.list",
-                    &path,
-                    api_version::COMPUTE,
-                    &[("$expand", "instanceView")],
-                )
-            })
-            .await
+        listing(&self.vms, rg, self.wanted(pass, force), {
+            let client = Arc::clone(&self.client);
+            async move {
+                client
+                    .list_fresh(
+                        "compute.virtual_machines.list",
+                        &path,
+                        api_version::COMPUTE,
+                        &[("$expand", "instanceView")],
+                    )
+                    .await
+            }
+        })
+        .await
     }
 
     async fn scale_sets(
@@ -228,16 +221,20 @@ impl AzureInstances {
         force: bool,
     ) -> Result<Arc<Snapshot<ScaleSetProperties>>, ArmError> {
         let path = self.collection(rg, "Microsoft.Compute/virtualMachineScaleSets")?;
-        self.scale_sets
-            .get(rg, self.fresh_after(pass, force), || {
-                self.client.list_fresh::<VirtualMachineScaleSet>(
-                    "compute.virtual_machine_scale_sets.list",
-                    &path,
-                    api_version::COMPUTE,
-                    &[],
-                )
-            })
-            .await
+        listing(&self.scale_sets, rg, self.wanted(pass, force), {
+            let client = Arc::clone(&self.client);
+            async move {
+                client
+                    .list_fresh::<VirtualMachineScaleSet>(
+                        "compute.virtual_machine_scale_sets.list",
+                        &path,
+                        api_version::COMPUTE,
+                        &[],
+                    )
+                    .await
+            }
+        })
+        .await
     }
 
     async fn scale_set_vms(
@@ -251,16 +248,20 @@ impl AzureInstances {
             "{}/{scale_set}/virtualMachines",
             self.collection(rg, "Microsoft.Compute/virtualMachineScaleSets")?
         );
-        self.scale_set_vms
-            .get(&format!("{rg}/{scale_set}"), self.fresh_after(pass, force), || {
-                self.client.list_fresh(
-                    "compute.virtual_machine_scale_set_vms.list",
-                    &path,
-                    api_version::COMPUTE,
-                    &[("$expand", "instanceView")],
-                )
-            })
-            .await
+        listing(&self.scale_set_vms, &format!("{rg}/{scale_set}"), self.wanted(pass, force), {
+            let client = Arc::clone(&self.client);
+            async move {
+                client
+                    .list_fresh(
+                        "compute.virtual_machine_scale_set_vms.list",
+                        &path,
+                        api_version::COMPUTE,
+                        &[("$expand", "instanceView")],
+                    )
+                    .await
+            }
+        })
+        .await
     }
 
     async fn nics(
@@ -270,16 +271,20 @@ impl AzureInstances {
         force: bool,
     ) -> Result<Arc<Snapshot<InterfaceProperties>>, ArmError> {
         let path = self.collection(rg, "Microsoft.Network/networkInterfaces")?;
-        self.nics
-            .get(rg, self.fresh_after(pass, force), || {
-                self.client.list_fresh::<NetworkInterface>(
-                    "network.network_interfaces.list",
-                    &path,
-                    api_version::NETWORK,
-                    &[],
-                )
-            })
-            .await
+        listing(&self.nics, rg, self.wanted(pass, force), {
+            let client = Arc::clone(&self.client);
+            async move {
+                client
+                    .list_fresh::<NetworkInterface>(
+                        "network.network_interfaces.list",
+                        &path,
+                        api_version::NETWORK,
+                        &[],
+                    )
+                    .await
+            }
+        })
+        .await
     }
 
     async fn scale_set_nics(
@@ -293,14 +298,19 @@ impl AzureInstances {
             "{}/{scale_set}/networkInterfaces",
             self.collection(rg, "Microsoft.Compute/virtualMachineScaleSets")?
         );
-        self.scale_set_nics
-            .get(&format!("{rg}/{scale_set}"), self.fresh_after(pass, force), || {
-                self.client.list_fresh::<NetworkInterface>(
-                    "network.network_interfaces.list_virtual_machine_scale_set_network_interfaces",
-                    &path,
-                    VMSS_NIC_API_VERSION,
-                    &[],
-                )
+        listing(
+            &self.scale_set_nics,
+            &format!("{rg}/{scale_set}"), self.wanted(pass, force), {
+                let client = Arc::clone(&self.client);
+                async move {
+                    client.list_fresh::<NetworkInterface>(
+                        "network.network_interfaces.list_virtual_machine_scale_set_network_interfaces",
+                        &path,
+                        VMSS_NIC_API_VERSION,
+                        &[],
+                    )
+                    .await
+                }
             })
             .await
     }
@@ -311,16 +321,20 @@ impl AzureInstances {
         rg: &str,
     ) -> Result<Arc<Snapshot<PublicIpProperties>>, ArmError> {
         let path = self.collection(rg, "Microsoft.Network/publicIPAddresses")?;
-        self.public_ips
-            .get(rg, self.fresh_after(pass, false), || {
-                self.client.list_fresh::<PublicIpAddress>(
-                    "network.public_ip_addresses.list",
-                    &path,
-                    api_version::NETWORK,
-                    &[],
-                )
-            })
-            .await
+        listing(&self.public_ips, rg, self.wanted(pass, false), {
+            let client = Arc::clone(&self.client);
+            async move {
+                client
+                    .list_fresh::<PublicIpAddress>(
+                        "network.public_ip_addresses.list",
+                        &path,
+                        api_version::NETWORK,
+                        &[],
+                    )
+                    .await
+            }
+        })
+        .await
     }
 
     /// What `node` is looked up by.
@@ -794,7 +808,25 @@ impl InstancesV2 for AzureInstances {
         nodes: &[Node],
     ) -> Vec<Result<InstanceMetadata, ProviderError>> {
         let pass = Pass { started: Instant::now() };
-        futures::future::join_all(nodes.iter().map(|n| self.metadata_one(pass, n))).await
+        // The NIC listings the lookups will read, fetched beside the VM listings (a lookup
+        // reads its VM first, then its NIC): the resource groups of standalone VMs. A failed
+        // prefetch is left to the lookup that needs the listing, which reports it.
+        let groups: std::collections::BTreeSet<String> = nodes
+            .iter()
+            .filter_map(|n| match self.target(n) {
+                Ok(Target::ById(vm @ VmRef::Vm { .. })) => Some(vm.resource_group().to_string()),
+                Ok(Target::ByName { resource_group, .. })
+                    if self.config.vm_type != VmType::Vmss =>
+                {
+                    Some(resource_group)
+                }
+                _ => None,
+            })
+            .collect();
+        let prefetch =
+            futures::future::join_all(groups.iter().map(|rg| self.nics(pass, rg, false)));
+        let lookups = futures::future::join_all(nodes.iter().map(|n| self.metadata_one(pass, n)));
+        futures::join!(prefetch, lookups).1
     }
 
     async fn instance_status_batch(

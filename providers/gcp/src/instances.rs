@@ -31,7 +31,9 @@
 //! providerIDs outside them), run concurrently, whatever the number of nodes; with
 //! `node-instance-prefix` set (and every node's instance name starting with it) the listing is
 //! filtered by `name eq "<prefix>.*"` as upstream. Smaller batches use upstream's
-//! `instances.get` per node.
+//! `instances.get` per node. Batches share the zone listings: one fetch at a time per zone
+//! and filter, reused for [`LISTING_TTL`] (or as long as it took), fetched again when they
+//! lack a Node's instance ([`ccm_core::listing`]); a listing outlives a batch's deadline.
 //!
 //! **Deletion safety** ([`InstancesV2`]): a node is `NotFound` only when `instances.get` of the
 //! exact project/zone/name of its providerID answers 404 naming that instance (not a 404 for
@@ -44,6 +46,7 @@
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv6Addr};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use ccm_core::cloud::{
@@ -52,6 +55,8 @@ use ccm_core::cloud::{
 use google_cloud_compute_v1::model::{Instance, NetworkInterface};
 use ipnet::{IpNet, Ipv6Net};
 use k8s_openapi::api::core::v1::{Node, NodeAddress};
+
+use ccm_core::listing::{Fetched, Listings, Wanted};
 
 use crate::client::{GceClient, GceError, Scope, last_segment};
 use crate::config::StackType;
@@ -63,6 +68,9 @@ pub const PAGE_SIZE: u32 = 500;
 /// Batches of at most this many nodes use upstream's per-node `instances.get`; larger ones
 /// list the zones.
 pub const SMALL_BATCH: usize = 2;
+/// How long a batch's zone listings answer later batches (at least; a listing is reused for
+/// as long as it took to fetch when that is longer). A Node they lack gets fresh ones.
+pub const LISTING_TTL: Duration = Duration::from_secs(5);
 /// The prefix length of the IPv6 pod range upstream carves from a node's IPv6 address.
 pub const IPV6_POD_PREFIX: u8 = 112;
 
@@ -333,7 +341,10 @@ fn shared_error(context: &str, e: &GceError) -> ProviderError {
 
 /// The zone listings of a batch: instance name → instance, or why the zone could not be
 /// listed.
-type Listing = HashMap<String, Result<HashMap<String, Instance>, Arc<GceError>>>;
+type Listing = HashMap<String, Result<Arc<Fetched<ZoneListing>>, Arc<GceError>>>;
+
+/// One zone's instances by name.
+type ZoneListing = HashMap<String, Instance>;
 
 /// What a key resolved to.
 enum Found {
@@ -348,12 +359,15 @@ enum Found {
 #[derive(Debug, Clone)]
 pub struct GceInstances {
     client: Arc<GceClient>,
+    /// Zone listings (by project, zone and name filter) for metadata batches, shared by
+    /// concurrent batches and reused ([`ccm_core::listing`], [`LISTING_TTL`]).
+    listings: Arc<Listings<ZoneListing>>,
 }
 
 impl GceInstances {
     /// Instances answered through `client`.
     pub fn new(client: Arc<GceClient>) -> Self {
-        GceInstances { client }
+        GceInstances { client, listings: Arc::default() }
     }
 
     fn key(&self, scope: &Scope, node: &Node) -> Result<InstanceKey, ProviderError> {
@@ -394,7 +408,12 @@ impl GceInstances {
 
     /// The listings a batch needs: every managed zone when a node is looked up by name, and
     /// the zones of the providerIDs. Zones are listed concurrently.
-    async fn listing(&self, scope: &Scope, keys: &[Result<InstanceKey, ProviderError>]) -> Listing {
+    async fn listing(
+        &self,
+        scope: &Scope,
+        keys: &[Result<InstanceKey, ProviderError>],
+        wanted: Wanted,
+    ) -> Listing {
         let mut zones: Vec<String> = Vec::new();
         let ok_keys: Vec<&InstanceKey> = keys.iter().filter_map(|k| k.as_ref().ok()).collect();
         if ok_keys.iter().any(|k| matches!(k, InstanceKey::Name(_))) {
@@ -410,16 +429,22 @@ impl GceInstances {
         let filter =
             prefix_filter(scope.node_instance_prefix.as_deref(), ok_keys.iter().map(|k| k.name()));
         let lists = zones.iter().map(|z| {
-            let filter = filter.as_deref();
+            let key = format!("{}/{z}/{}", scope.project, filter.as_deref().unwrap_or_default());
+            let (client, project, zone) =
+                (Arc::clone(&self.client), scope.project.clone(), z.clone());
+            let filter = filter.clone();
+            let fetch = async move {
+                let items = list_instances(&client, &project, &zone, filter.as_deref()).await?;
+                Ok(items.into_iter().filter_map(|i| Some((i.name.clone()?, i))).collect())
+            };
             async move {
-                let r = list_instances(&self.client, &scope.project, z, filter).await;
-                let r = r
-                    .map(|items| {
-                        items
-                            .into_iter()
-                            .filter_map(|i| Some((i.name.clone()?, i)))
-                            .collect::<HashMap<_, _>>()
+                let r = self
+                    .listings
+                    .get(&key, wanted, fetch, |message| GceError::Transport {
+                        operation: "compute.instances.list",
+                        message,
                     })
+                    .await
                     .map_err(|e| {
                         tracing::warn!(zone = %z, error = %e, "GCE: listing the zone's instances failed");
                         Arc::new(e)
@@ -509,7 +534,29 @@ impl GceInstances {
         keys: &[Result<InstanceKey, ProviderError>],
     ) -> Option<Listing> {
         let lookups = keys.iter().filter(|k| k.is_ok()).count();
-        if lookups <= SMALL_BATCH { None } else { Some(self.listing(scope, keys).await) }
+        if lookups <= SMALL_BATCH {
+            return None;
+        }
+        // A listing this batch started, or one reused; fetched again once, started after the
+        // batch began, when it lacks an instance a Node names (a Node newer than the listing).
+        let pass = Instant::now();
+        let listing = self.listing(scope, keys, Wanted::recent(pass, LISTING_TTL)).await;
+        let names: Vec<&str> = keys
+            .iter()
+            .filter_map(|k| match k {
+                Ok(InstanceKey::Name(n)) => Some(n.as_str()),
+                _ => None,
+            })
+            .collect();
+        let stale = listing.values().any(|l| l.as_ref().is_ok_and(|l| l.started < pass));
+        let missing = names
+            .iter()
+            .any(|n| !listing.values().any(|l| l.as_ref().is_ok_and(|l| l.contains_key(*n))));
+        if stale && missing {
+            Some(self.listing(scope, keys, Wanted::StartedAfter(pass)).await)
+        } else {
+            Some(listing)
+        }
     }
 
     async fn lookup_one(&self, node: &Node) -> Result<(Arc<Scope>, Instance), ProviderError> {

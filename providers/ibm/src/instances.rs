@@ -25,9 +25,11 @@
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use ccm_core::cloud::{InstanceMetadata, InstanceStatus, InstancesV2, ProviderError};
+use ccm_core::listing::{Fetched, Listings, Wanted};
 use ccm_core::names;
 use k8s_openapi::api::core::v1::{Node, NodeAddress};
 
@@ -141,6 +143,11 @@ pub fn metadata_from_instance(instance: &Instance, region: &str) -> NodeMetadata
     }
 }
 
+/// How long a batch's listing of the VPC's instances answers later batches (at least; a
+/// listing is reused for as long as it took to fetch when that is longer). A Node the
+/// listing lacks gets a fresh one.
+pub const LISTING_TTL: Duration = Duration::from_secs(5);
+
 /// The `NetworkUnavailable` condition's reason when `[kubernetes] set-network-unavailable`
 /// sets it (upstream's value).
 pub const NO_CNI_REASON: &str = "No CNI present";
@@ -157,6 +164,9 @@ pub struct IbmInstances {
     seen: Mutex<HashSet<String>>,
     /// The manager's Kubernetes client (from `initialize`), for `set-network-unavailable`.
     kube: std::sync::OnceLock<KubeClient>,
+    /// The VPC's instances for metadata batches, shared by concurrent batches and reused
+    /// ([`ccm_core::listing`], [`LISTING_TTL`]).
+    listings: Listings<Vec<Instance>>,
 }
 
 /// The Kubernetes client (`kube::Client` has no `Debug`).
@@ -176,6 +186,7 @@ impl IbmInstances {
             config,
             seen: Mutex::new(HashSet::new()),
             kube: std::sync::OnceLock::new(),
+            listings: Listings::default(),
         }
     }
 
@@ -262,6 +273,38 @@ impl IbmInstances {
         Ok(found)
     }
 
+    /// The VPC's instances for a metadata batch of several Nodes: a listing this batch
+    /// started or one reused within [`LISTING_TTL`] (or as long as it took to fetch), fetched
+    /// again once, started after the batch began, when it lacks a Node's name (a worker
+    /// newer than the listing). Concurrent batches share one listing (at 5000 workers, 50
+    /// pages); it outlives a batch's deadline.
+    async fn list_shared(
+        &self,
+        names: &[&str],
+    ) -> Result<Arc<Fetched<Vec<Instance>>>, ProviderError> {
+        if let Some(why) = self.config.vpc_node_lookup_error() {
+            return Err(ProviderError::other(why));
+        }
+        let pass = Instant::now();
+        let mut wanted = Wanted::recent(pass, LISTING_TTL);
+        loop {
+            let client = Arc::clone(&self.client);
+            let vpc = self.config.vpc_name.clone();
+            let fetch =
+                async move { client.list_instances(&vpc, None).await.map_err(ProviderError::from) };
+            let listed = self
+                .listings
+                .get(&self.config.vpc_name, wanted, fetch, ProviderError::other)
+                .await?;
+            self.remember(&listed);
+            let names_listed: HashSet<&str> = listed.iter().map(|i| i.name.as_str()).collect();
+            if names.iter().all(|n| names_listed.contains(n)) || listed.started >= pass {
+                return Ok(listed);
+            }
+            wanted = Wanted::StartedAfter(pass);
+        }
+    }
+
     fn to_metadata(&self, node: &Node, md: &NodeMetadata) -> InstanceMetadata {
         let provider_id = match node.spec.as_ref().and_then(|s| s.provider_id.as_deref()) {
             Some(p) if !p.is_empty() => p.to_string(),
@@ -342,9 +385,14 @@ impl InstancesV2 for IbmInstances {
         let listed = if lookups.is_empty() {
             None
         } else {
-            let only = (lookups.len() == 1).then(|| lookups[0]);
             tracing::debug!(nodes = lookups.len(), "IBM: looking up unlabelled nodes in the VPC");
-            Some(self.list(only).await)
+            Some(match lookups.as_slice() {
+                [only] => self.list(Some(only)).await.map(|value| {
+                    let now = Instant::now();
+                    Arc::new(Fetched { started: now, done: now, value })
+                }),
+                several => self.list_shared(several).await,
+            })
         };
         nodes
             .iter()

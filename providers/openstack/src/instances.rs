@@ -26,7 +26,9 @@
 //!
 //! **Batches**: a batch of more than [`SMALL_BATCH`] nodes costs one paged `GET
 //! /servers/detail` ([`SERVER_PAGE`] per page) plus, for metadata, one `GET /ports` of the
-//! project, whatever the number of nodes (upstream: 2–3 calls per node). Smaller batches
+//! project, whatever the number of nodes (upstream: 2–3 calls per node). Metadata batches
+//! share that listing: one fetch at a time, reused for [`LISTING_TTL`] (or as long as it
+//! took), fetched again when it lacks a Node's server ([`ccm_core::listing`]). Smaller batches
 //! use upstream's targeted calls (`GET /servers/{id}` or `GET /servers?name=^…$`, `GET
 //! /ports?device_id=`). Trunk sub-ports (*changed*: upstream asks `GET /ports/{id}` and `GET
 //! /networks/{id}` per sub-port): a batch finds them in its port listing and lists the
@@ -45,9 +47,11 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use ccm_core::cloud::{InstanceMetadata, InstanceStatus, InstancesV2, ProviderError};
+use ccm_core::listing::{Fetched, Listings, Wanted};
 use ipnet::IpNet;
 use k8s_openapi::api::core::v1::{Node, NodeAddress};
 use serde::{Deserialize, Deserializer};
@@ -60,6 +64,10 @@ use crate::config::{Config, Networking};
 pub const SERVER_PAGE: usize = 1000;
 /// Batches of at most this many nodes use upstream's per-node calls; larger ones list.
 pub const SMALL_BATCH: usize = 2;
+/// How long a batch's listing of servers and ports answers later batches (at least; a
+/// listing is reused for as long as it took to fetch when that is longer). A Node the
+/// listing lacks gets a fresh one.
+pub const LISTING_TTL: Duration = Duration::from_secs(5);
 /// The provider name in providerIDs.
 pub const PROVIDER_ID_SCHEME: &str = "openstack://";
 
@@ -506,6 +514,26 @@ struct Snapshot {
     networks: HashMap<String, String>,
 }
 
+/// Every server of the project, and with `with_ports` every port (and the networks' names
+/// when a port has trunk sub-ports).
+async fn fetch_snapshot(
+    client: &OpenStackClient,
+    with_ports: bool,
+) -> Result<Snapshot, ClientError> {
+    if with_ports {
+        let (servers, ports) = tokio::try_join!(list_servers(client), list_ports(client, &[]))?;
+        let refs: Vec<&Port> = ports.iter().collect();
+        let networks = if sub_port_ids(&refs).next().is_some() {
+            list_networks(client, &[]).await?.into_iter().map(|n| (n.id, n.name)).collect()
+        } else {
+            HashMap::new()
+        };
+        Ok(Snapshot { servers, ports, networks })
+    } else {
+        Ok(Snapshot { servers: list_servers(client).await?, ..Snapshot::default() })
+    }
+}
+
 /// The InstancesV2 of the OpenStack provider.
 #[derive(Debug)]
 pub struct OpenStackInstances {
@@ -515,6 +543,9 @@ pub struct OpenStackInstances {
     networking: Networking,
     /// Flavor ID → instance type (flavors do not change).
     flavors: Mutex<HashMap<String, String>>,
+    /// The project's servers and ports for metadata batches, shared by concurrent batches
+    /// and reused ([`ccm_core::listing`], [`LISTING_TTL`]).
+    listings: Listings<Snapshot>,
 }
 
 impl OpenStackInstances {
@@ -526,6 +557,7 @@ impl OpenStackInstances {
             regional_provider_id: config.regional_provider_id,
             networking: config.networking.clone(),
             flavors: Mutex::new(HashMap::new()),
+            listings: Listings::default(),
         }
     }
 
@@ -606,22 +638,35 @@ impl OpenStackInstances {
     /// The full listing for a batch: every server (and every port, for metadata, with the
     /// networks' names when a port has trunk sub-ports).
     async fn snapshot(&self, with_ports: bool) -> Result<Snapshot, ClientError> {
-        if with_ports {
-            let (servers, ports) =
-                tokio::try_join!(list_servers(&self.client), list_ports(&self.client, &[]))?;
-            let refs: Vec<&Port> = ports.iter().collect();
-            let networks = if sub_port_ids(&refs).next().is_some() {
-                list_networks(&self.client, &[])
-                    .await?
-                    .into_iter()
-                    .map(|n| (n.id, n.name))
-                    .collect()
-            } else {
-                HashMap::new()
-            };
-            Ok(Snapshot { servers, ports, networks })
-        } else {
-            Ok(Snapshot { servers: list_servers(&self.client).await?, ..Snapshot::default() })
+        fetch_snapshot(&self.client, with_ports).await
+    }
+
+    /// The servers and ports a metadata batch reads: a listing this batch started or one
+    /// reused within [`LISTING_TTL`] (or as long as it took to fetch), fetched again once,
+    /// started after the batch began, when it lacks a server a Node names (a Node newer than
+    /// the listing). Concurrent batches share one listing; it outlives a batch's deadline.
+    async fn metadata_snapshot(
+        &self,
+        names: &[&str],
+    ) -> Result<Arc<Fetched<Snapshot>>, ClientError> {
+        let pass = Instant::now();
+        let mut wanted = Wanted::recent(pass, LISTING_TTL);
+        loop {
+            let client = Arc::clone(&self.client);
+            let fetch = async move { fetch_snapshot(&client, true).await };
+            let snap = self
+                .listings
+                .get("servers and ports", wanted, fetch, |message| ClientError::Transport {
+                    op: "listing the project's servers and ports".into(),
+                    message,
+                })
+                .await?;
+            let listed: BTreeSet<&str> = snap.servers.iter().map(|s| s.name.as_str()).collect();
+            let missing = names.iter().any(|n| !listed.contains(n));
+            if !missing || snap.started >= pass {
+                return Ok(snap);
+            }
+            wanted = Wanted::StartedAfter(pass);
         }
     }
 
@@ -740,7 +785,14 @@ impl InstancesV2 for OpenStackInstances {
             let answers = keys.into_iter().map(|k| async move { self.metadata_small(&k?).await });
             return futures::future::join_all(answers).await;
         }
-        let snap = match self.snapshot(true).await {
+        let names: Vec<&str> = keys
+            .iter()
+            .filter_map(|k| match k {
+                Ok(Key::Name(n)) => Some(n.as_str()),
+                _ => None,
+            })
+            .collect();
+        let snap = match self.metadata_snapshot(&names).await {
             Ok(s) => s,
             Err(e) => {
                 let e = batch_error("listing the project's servers and ports", &e);

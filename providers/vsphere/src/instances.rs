@@ -52,6 +52,14 @@ pub const PROVIDER_ID_PREFIX: &str = "vsphere://";
 /// (upstream searches with 8 workers).
 pub const SEARCH_CONCURRENCY: usize = 8;
 
+/// The most Nodes the node controller puts in one lookup batch. The controller gives a batch
+/// one deadline (`instance_call_timeout`, 60 s) and fails all of it at the end: with the
+/// default 500, a batch cost about 75 s on vcsim at 200 ms a call and every batch timed out,
+/// again on every retry, so none of 1000 joining Nodes was ever initialised (ci/bench, #35).
+/// 32 Nodes at [`SEARCH_CONCURRENCY`] searches per vCenter take seconds, and 60 s only at
+/// ten times that latency.
+pub const LOOKUP_BATCH: usize = 32;
+
 /// How long a vCenter's datacenter list is used before it is listed again (it is also
 /// listed again whenever a lookup finds nothing).
 pub const DATACENTER_REFRESH: Duration = Duration::from_secs(300);
@@ -841,6 +849,12 @@ pub fn select_addresses(
 
 #[async_trait]
 impl InstancesV2 for Instances {
+    /// [`LOOKUP_BATCH`]: vSphere has no listing to share, every Node of a batch is looked up on
+    /// its own (a search, then property and tag reads: about 13 calls).
+    fn max_batch(&self) -> usize {
+        LOOKUP_BATCH
+    }
+
     async fn instance_exists(&self, node: &Node) -> Result<bool, ProviderError> {
         let found = self.locate(node).await?.is_some();
         if !found && self.skip_node_deletion {

@@ -304,7 +304,14 @@ async fn a_nova_without_microversion_2_47_gives_the_flavor_name_by_id_once_per_f
     assert_eq!(types, ["m1.medium", "m1.large", "m1.small"]);
     assert_eq!(f.server.counters().get("nova.servers.list"), 2);
     assert_eq!(f.server.counters().get("nova.flavors.get"), 3);
-    inst.instance_metadata_batch(&nodes).await;
+    // Moments later the same Nodes are answered from the batch's listing (reused for its
+    // TTL); a Node the listing lacks gets one fresh listing, without the refused microversion.
+    let again = inst.instance_metadata_batch(&nodes).await;
+    assert!(again.iter().all(|r| r.is_ok()), "{again:?}");
+    assert_eq!(f.server.counters().get("nova.servers.list"), 2, "the listing is reused");
+    let newer = [node("node-a", None), node("node-b", None), node("node-new", None)];
+    let out = inst.instance_metadata_batch(&newer).await;
+    assert!(matches!(out[2], Err(ProviderError::InstanceNotFound)), "{:?}", out[2]);
     assert_eq!(f.server.counters().get("nova.servers.list"), 3, "no second 406");
     assert_eq!(f.server.counters().get("nova.flavors.get"), 3, "flavor names are cached");
 }
