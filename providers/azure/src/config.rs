@@ -443,7 +443,7 @@ const IGNORED_KEYS: &[&str] = &[
 ];
 
 /// The `doc` of every cache-TTL key in [`IGNORED_KEYS`].
-const CACHE_TTL_IGNORED: &str = "accepted for compatibility, ignored: this provider keeps no such cache (the caches it keeps: `vmCacheTTLInSeconds`, `publicIPCacheTTLInSeconds`, `loadBalancerCacheTTLInSeconds`, `nsgCacheTTLInSeconds`). Scale-set and NIC reads are not reused across syncs; listings for Nodes are reused for 5 seconds only; the route table is listed from its own cache (`routeTableCacheTTLInSeconds`, 120 s by default).";
+const CACHE_TTL_IGNORED: &str = "accepted for compatibility, ignored: this provider keeps no such cache (the caches it keeps: `vmCacheTTLInSeconds`, `publicIPCacheTTLInSeconds`, `loadBalancerCacheTTLInSeconds`, `nsgCacheTTLInSeconds`). Scale-set and NIC reads are not reused across syncs; listings for Nodes are reused for 5 seconds (or as long as one took to fetch); the route table is listed from its own cache (`routeTableCacheTTLInSeconds`, 120 s by default).";
 /// The `doc` of the keys tuning upstream's retries.
 const RETRY_IGNORED: &str = "accepted for compatibility, ignored: retries are the client's own (throttling, 5xx and broken connections, honouring ARM's `Retry-After`), within each call's deadline.";
 /// The `doc` of the keys of multiple standard load balancers.
