@@ -4295,6 +4295,29 @@ mod tests {
 
     /// A cloud whose `private-subnet` is `cidr`, load balancers ACTIVE at once, and Octavia
     /// pages of `octavia_max` objects.
+    /// Floating IPs on `network` until a create is refused (at most 260): that answer.
+    async fn floating_ips_until_refused(
+        c: &OpenStackCloud,
+        t: &str,
+        network: &str,
+    ) -> (StatusCode, Value) {
+        let mut last = (StatusCode::OK, Value::Null);
+        for _ in 0..260 {
+            last = call(
+                c,
+                Method::POST,
+                "/network/v2.0/floatingips",
+                Some(t),
+                Some(json!({"floatingip": {"floating_network_id": network}})),
+            )
+            .await;
+            if last.0 != StatusCode::CREATED {
+                break;
+            }
+        }
+        last
+    }
+
     fn cloud_on(cidr: &str, octavia_max: usize) -> Arc<OpenStackCloud> {
         let world = format!(
             "networks: [{{ name: private, cidr: {cidr} }}]\n\
@@ -4363,37 +4386,12 @@ mod tests {
         );
         // The public subnet (172.24.4.0/24, Neutron's pool .2–.254): 253 addresses.
         let public = c.neutron_id("networks", "public").unwrap_or_default();
-        let mut last = (StatusCode::OK, Value::Null);
-        for _ in 0..260 {
-            last = call(
-                &c,
-                Method::POST,
-                "/network/v2.0/floatingips",
-                Some(&t),
-                Some(json!({"floatingip": {"floating_network_id": public}})),
-            )
-            .await;
-            if last.0 != StatusCode::CREATED {
-                break;
-            }
-        }
+        let mut last = floating_ips_until_refused(&c, &t, &public).await;
         // Neutron's quota (50) comes first; raise it and the pool is what ends it.
         assert_eq!(last.0, StatusCode::CONFLICT, "{}", last.1);
         assert_eq!(last.1["NeutronError"]["type"], "OverQuota", "{}", last.1);
         c.set_floating_ip_quota(1000);
-        for _ in 0..260 {
-            last = call(
-                &c,
-                Method::POST,
-                "/network/v2.0/floatingips",
-                Some(&t),
-                Some(json!({"floatingip": {"floating_network_id": public}})),
-            )
-            .await;
-            if last.0 != StatusCode::CREATED {
-                break;
-            }
-        }
+        last = floating_ips_until_refused(&c, &t, &public).await;
         assert_eq!(last.0, StatusCode::CONFLICT, "{}", last.1);
         assert_eq!(last.1["NeutronError"]["type"], "IpAddressGenerationFailure", "{}", last.1);
         assert_eq!(
