@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use ccm_core::cloud::CloudProvider;
 use ccm_core::manager::CancellationToken;
-use ccm_emulators::azure::{AzureOptions, DEFAULT_CLIENT_ID, DEFAULT_CLIENT_SECRET};
+use ccm_emulators::azure::AzureOptions;
 use ccm_provider_azure::AzureProvider;
 use ccm_testbed::fixtures::load_balancer_service;
 use ccm_testbed::{ControlPlane, unique_name, wait_for};
@@ -19,31 +19,17 @@ use kube::api::{DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostPa
 use kube::{Api, Client};
 use serde_json::json;
 
-use crate::fixture::{self, LOCATION, NSG, RESOURCE_GROUP, SUBNET, SUBSCRIPTION, TENANT, VNET};
+use crate::fixture::{self, NSG, RESOURCE_GROUP};
 
 const ADDITIONAL: &str = "service.beta.kubernetes.io/azure-additional-public-ips";
 const GROUP_LABEL: &str = "ccm-test.example.com/group";
 const FIREWALL_IP: &str = "20.1.2.3";
 
 fn azure_json(url: &str) -> String {
-    json!({
-        "cloudConfigType": "file",
-        "cloud": "AzureStackCloud",
-        "resourceManagerEndpoint": url,
-        "tenantId": TENANT,
-        "subscriptionId": SUBSCRIPTION,
-        "aadClientId": DEFAULT_CLIENT_ID,
-        "aadClientSecret": DEFAULT_CLIENT_SECRET,
-        "resourceGroup": RESOURCE_GROUP,
-        "location": LOCATION,
-        "vnetName": VNET,
-        "subnetName": SUBNET,
-        "securityGroupName": NSG,
-        "loadBalancerSku": "standard",
-        "vmType": "standard",
-        "allowAdditionalPublicIPs": true,
-    })
-    .to_string()
+    crate::support::azure_json(
+        url,
+        json!({ "vmType": "standard", "allowAdditionalPublicIPs": true }),
+    )
 }
 
 /// The service controller on `provider`, scoped to `ns` and to Nodes labelled `group`.

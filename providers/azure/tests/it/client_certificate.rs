@@ -148,22 +148,10 @@ instances:
     let _logs = cp.log_guard();
     let admin = cp.admin_client().await.unwrap();
     // Upstream's keys, with a certificate and no secret.
-    let azure_json = json!({
-        "cloud": "AzureStackCloud",
-        "resourceManagerEndpoint": f.server.url(),
-        "tenantId": fixture::TENANT,
-        "subscriptionId": fixture::SUBSCRIPTION,
-        "aadClientId": DEFAULT_CLIENT_ID,
-        "aadClientCertPath": cert_path,
-        "resourceGroup": RESOURCE_GROUP,
-        "location": fixture::LOCATION,
-        "vnetName": fixture::VNET,
-        "subnetName": fixture::SUBNET,
-        "securityGroupName": fixture::NSG,
-        "loadBalancerSku": "standard",
-        "cloudConfigType": "file",
-    })
-    .to_string();
+    let azure_json = crate::support::azure_json(
+        &f.server.url(),
+        json!({ "aadClientCertPath": cert_path, "aadClientSecret": null }),
+    );
     let manager =
         crate::support::Manager::start(cp, azure_json, f.options.clone(), "cloud-node", &[]);
 

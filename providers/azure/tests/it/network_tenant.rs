@@ -164,24 +164,13 @@ async fn a_cluster_whose_network_is_in_another_tenant_initialises_nodes_and_gets
 
     // The manager with the cloud-node and service controllers, on upstream's azure.json
     // keys.
-    let azure_json = json!({
-        "cloud": "AzureStackCloud",
-        "resourceManagerEndpoint": f.server.url(),
-        "tenantId": fixture::TENANT,
-        "subscriptionId": SUBSCRIPTION,
-        "networkResourceSubscriptionID": NET_SUBSCRIPTION,
-        "networkResourceTenantID": NET_TENANT,
-        "aadClientId": ccm_emulators::azure::DEFAULT_CLIENT_ID,
-        "aadClientSecret": ccm_emulators::azure::DEFAULT_CLIENT_SECRET,
-        "resourceGroup": RESOURCE_GROUP,
-        "location": fixture::LOCATION,
-        "vnetName": fixture::VNET,
-        "subnetName": fixture::SUBNET,
-        "securityGroupName": fixture::NSG,
-        "loadBalancerSku": "standard",
-        "cloudConfigType": "file",
-    })
-    .to_string();
+    let azure_json = crate::support::azure_json(
+        &f.server.url(),
+        json!({
+            "networkResourceSubscriptionID": NET_SUBSCRIPTION,
+            "networkResourceTenantID": NET_TENANT,
+        }),
+    );
     let manager = crate::support::Manager::start(
         cp,
         azure_json,
@@ -335,24 +324,15 @@ async fn a_certificate_login_reaches_the_network_tenants_subscription() {
     let (pem, der, _) = crate::client_certificate::certificate("ccm-sp");
     assert!(f.cloud.register_client_certificate(ccm_emulators::azure::DEFAULT_CLIENT_ID, &der));
     let cert_path = crate::client_certificate::write(&dir, "sp.pem", pem.as_bytes());
-    let azure_json = json!({
-        "cloud": "AzureStackCloud",
-        "resourceManagerEndpoint": f.server.url(),
-        "tenantId": fixture::TENANT,
-        "subscriptionId": SUBSCRIPTION,
-        "networkResourceSubscriptionID": NET_SUBSCRIPTION,
-        "networkResourceTenantID": NET_TENANT,
-        "aadClientId": ccm_emulators::azure::DEFAULT_CLIENT_ID,
-        "aadClientCertPath": cert_path,
-        "resourceGroup": RESOURCE_GROUP,
-        "location": fixture::LOCATION,
-        "vnetName": fixture::VNET,
-        "subnetName": fixture::SUBNET,
-        "securityGroupName": fixture::NSG,
-        "loadBalancerSku": "standard",
-        "cloudConfigType": "file",
-    })
-    .to_string();
+    let azure_json = crate::support::azure_json(
+        &f.server.url(),
+        json!({
+            "networkResourceSubscriptionID": NET_SUBSCRIPTION,
+            "networkResourceTenantID": NET_TENANT,
+            "aadClientCertPath": cert_path,
+            "aadClientSecret": null,
+        }),
+    );
     // The emulator of `start` keeps the network in the network tenant's subscription.
     let provider = AzureProvider::new(Some(azure_json.as_bytes()), f.options.clone())
         .expect("a certificate-only config with another network tenant starts");

@@ -122,3 +122,35 @@ pub fn put_upstream_public_ip(f: &Fixture, id: &str, services: &str, addr: &str)
         )
         .unwrap();
 }
+
+/// `azure.json` with upstream's keys for the emulator at `url`: the fixture's tenant,
+/// subscription, resource group, location and network, the emulator's default client and
+/// secret, a standard load balancer. `changes` adds keys, or removes them with `null`.
+pub fn azure_json(url: &str, changes: serde_json::Value) -> String {
+    use crate::fixture::{LOCATION, NSG, RESOURCE_GROUP, SUBNET, SUBSCRIPTION, TENANT, VNET};
+    let mut config = json!({
+        "cloudConfigType": "file",
+        "cloud": "AzureStackCloud",
+        "resourceManagerEndpoint": url,
+        "tenantId": TENANT,
+        "subscriptionId": SUBSCRIPTION,
+        "aadClientId": ccm_emulators::azure::DEFAULT_CLIENT_ID,
+        "aadClientSecret": ccm_emulators::azure::DEFAULT_CLIENT_SECRET,
+        "resourceGroup": RESOURCE_GROUP,
+        "location": LOCATION,
+        "vnetName": VNET,
+        "subnetName": SUBNET,
+        "securityGroupName": NSG,
+        "loadBalancerSku": "standard",
+    });
+    if let (Some(config), Some(changes)) = (config.as_object_mut(), changes.as_object()) {
+        for (key, value) in changes {
+            if value.is_null() {
+                config.remove(key);
+            } else {
+                config.insert(key.clone(), value.clone());
+            }
+        }
+    }
+    config.to_string()
+}

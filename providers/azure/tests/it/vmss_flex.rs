@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use ccm_core::cloud::CloudProvider;
 use ccm_core::manager::CancellationToken;
-use ccm_emulators::azure::{AzureOptions, DEFAULT_CLIENT_ID, DEFAULT_CLIENT_SECRET};
+use ccm_emulators::azure::AzureOptions;
 use ccm_emulators::world::World;
 use ccm_provider_azure::AzureProvider;
 use ccm_testbed::fixtures::load_balancer_service;
@@ -20,9 +20,7 @@ use kube::api::{DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::{Value, json};
 
-use crate::fixture::{
-    self, CLUSTER, Fixture, LOCATION, NSG, RESOURCE_GROUP, SUBNET, SUBSCRIPTION, TENANT, VNET,
-};
+use crate::fixture::{self, CLUSTER, Fixture, RESOURCE_GROUP};
 
 /// Label that gives this test its own Nodes on the shared control plane.
 const GROUP_LABEL: &str = "ccm-test.example.com/group";
@@ -42,23 +40,7 @@ instances:
 
 /// `azure.json` for the emulator with `vmType`.
 fn azure_json(url: &str, vm_type: &str) -> String {
-    json!({
-        "cloudConfigType": "file",
-        "cloud": "AzureStackCloud",
-        "resourceManagerEndpoint": url,
-        "tenantId": TENANT,
-        "subscriptionId": SUBSCRIPTION,
-        "aadClientId": DEFAULT_CLIENT_ID,
-        "aadClientSecret": DEFAULT_CLIENT_SECRET,
-        "resourceGroup": RESOURCE_GROUP,
-        "location": LOCATION,
-        "vnetName": VNET,
-        "subnetName": SUBNET,
-        "securityGroupName": NSG,
-        "loadBalancerSku": "standard",
-        "vmType": vm_type,
-    })
-    .to_string()
+    crate::support::azure_json(url, json!({ "vmType": vm_type }))
 }
 
 fn id(f: &Fixture, ty: &str, name: &str) -> String {
