@@ -303,6 +303,12 @@ fn is_ipv6(addr: &str) -> bool {
     addr.parse::<std::net::IpAddr>().is_ok_and(|a| a.is_ipv6())
 }
 
+/// Whether a reconcile's error is a failure (the cached Octavia version is then asked again):
+/// a load balancer still pending asks for a retry without having failed.
+fn failed(e: &ProviderError) -> bool {
+    !matches!(e, ProviderError::RetryAfter { .. })
+}
+
 fn invalid(what: &str, message: impl Into<String>) -> ProviderError {
     ProviderError::Invalid { what: what.to_string(), message: message.into() }
 }
@@ -1748,7 +1754,8 @@ impl OctaviaLoadBalancer {
     /// Upstream's `ensureOctaviaLoadBalancer` with its deferred Service patch: the
     /// `load-balancer-id` recorded once the load balancer is found or created is written
     /// back even when a later step fails; `load-balancer-address` after success. A failed
-    /// reconcile also drops the cached Octavia version (asked again next time).
+    /// reconcile also drops the cached Octavia version (asked again next time); a load
+    /// balancer still pending (`RetryAfter`) has not failed and keeps it.
     async fn ensure(
         &self,
         cluster: &str,
@@ -1757,7 +1764,7 @@ impl OctaviaLoadBalancer {
     ) -> Result<LoadBalancerStatus, ProviderError> {
         let mut written = BTreeMap::new();
         let result = self.ensure_inner(cluster, service, nodes, &mut written).await;
-        if result.is_err() {
+        if result.as_ref().is_err_and(failed) {
             self.version.forget();
         }
         let patched = match self.kube.get() {
@@ -1966,7 +1973,7 @@ impl OctaviaLoadBalancer {
         nodes: &[Node],
     ) -> Result<(), ProviderError> {
         let result = self.update_inner(cluster, service, nodes).await;
-        if result.is_err() {
+        if result.as_ref().is_err_and(failed) {
             self.version.forget();
         }
         result
