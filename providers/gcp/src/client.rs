@@ -152,6 +152,17 @@ pub enum GceError {
     /// The call (with its retries, or the wait for its operation) ran out of time.
     #[error(transparent)]
     Deadline(#[from] DeadlineExceeded),
+    /// Not a failure: the mutation was accepted and its operation is still running; it was
+    /// not waited for ([`GceClient::mutate_within`]), and the caller resumes once it is done.
+    #[error("{operation}: operation {name} still running")]
+    Running {
+        /// The mutation.
+        operation: &'static str,
+        /// The operation's name.
+        name: String,
+        /// The operation, as last read.
+        op: Box<Operation>,
+    },
 }
 
 impl GceError {
@@ -705,6 +716,64 @@ impl GceClient {
         // As upstream: the call's latency includes waiting for its operation.
         self.record_call(operation, None, started, &result);
         result
+    }
+
+    /// A mutation sent as [`Self::mutate`] sends it, its operation polled for at most
+    /// `inline` (from the send): `Ok` when it finished in that time, [`GceError::Running`]
+    /// (carrying the operation) when it is still running then, [`GceError::Operation`] when
+    /// it failed. Compute takes seconds to minutes per operation; a caller that has other
+    /// work (the next Service) parks the operation and reads it again later
+    /// ([`Self::operation`]).
+    pub async fn mutate_within<F, Fut>(
+        &self,
+        operation: &'static str,
+        inline: Duration,
+        f: F,
+    ) -> Result<(), GceError>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = google_cloud_gax::Result<Operation>>,
+    {
+        let started = std::time::Instant::now();
+        let result = async {
+            let mut op = self.send_mutation(operation, f).await?;
+            let mut interval = self.options.poll_interval;
+            loop {
+                if let Some(outcome) = operation_outcome(operation, &op) {
+                    return outcome;
+                }
+                let left = inline.saturating_sub(started.elapsed());
+                if left.is_zero() {
+                    let name = op.name.clone().unwrap_or_default();
+                    return Err(GceError::Running { operation, name, op: Box::new(op) });
+                }
+                tokio::time::sleep(interval.min(left)).await;
+                interval = (interval * 2).min(self.options.poll_interval * 4);
+                op = self.operation(operation, &op).await?;
+            }
+        }
+        .await;
+        // Only a finished call counts: a running one is recorded when it is read to its end.
+        if !matches!(result, Err(GceError::Running { .. })) {
+            self.record_call(operation, None, started, &result);
+        }
+        result
+    }
+
+    /// How long an operation is waited for at most ([`ClientOptions::operation_timeout`]).
+    pub fn operation_timeout(&self) -> Duration {
+        self.options.operation_timeout
+    }
+
+    /// Records a mutation whose operation [`Self::mutate_within`] left running, once a later
+    /// read found it finished: its latency runs from `started` (the send), as a waited one's.
+    pub fn record_finished(
+        &self,
+        operation: &'static str,
+        started: std::time::Instant,
+        result: &Result<(), GceError>,
+    ) {
+        self.record_call(operation, None, started, result);
     }
 
     /// A mutation sent as [`Self::mutate`] sends it (retried only when Compute throttled

@@ -831,6 +831,13 @@ impl GcpCloud {
         self.ops.set_pending_for(d);
     }
 
+    /// Ends every running operation now (its change takes effect at the next request), so a
+    /// test can hold operations running (a long [`Self::set_pending`]), look at what a
+    /// client does meanwhile, then let Compute finish without waiting.
+    pub fn complete_pending(&self) {
+        self.ops.finish_pending();
+    }
+
     /// Sets the largest page.
     pub fn set_max_results(&self, n: usize) {
         lock(&self.opts).max_results = n.max(1);

@@ -1,10 +1,13 @@
 //! The Compute calls of the load balancers, one function per call: every read through
 //! [`GceClient::call`] (a 404 is `None`), every mutation through [`GceClient::mutate`] (its
-//! `Operation` awaited). Regional resources live in the cluster's project and region;
+//! `Operation` awaited) — except, while parking is on, a mutation of the Service's own
+//! resources, whose operation is parked when still running after a moment (`parked`). Regional resources live in the cluster's project and region;
 //! firewalls, networks and subnetworks in the network project (upstream's project router);
 //! health checks, legacy HTTP health checks and firewalls are global.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 use google_cloud_compute_v1::model::{
     Address, BackendService, Firewall, ForwardingRule, HealthCheck, HttpHealthCheck, Instance,
@@ -14,6 +17,7 @@ use google_cloud_compute_v1::model::{
     instance_groups_list_instances_request::InstanceState,
 };
 
+use super::parked::Parked;
 use crate::client::{Compute, GceClient, GceError, ListPage, Scope, link};
 
 /// A `…/regions/<r>/…` link (a regional resource).
@@ -59,6 +63,27 @@ pub struct Api<'a> {
     /// `gcloud` commands for firewall changes Compute refused on a Shared VPC, for the
     /// Service's `LoadBalancerManualChange` Events.
     manual_changes: std::sync::Mutex<Vec<String>>,
+    /// Where the Service's own mutations park a running operation ([`Self::parking`]).
+    park: Option<Park>,
+    /// Whether they do now (the external load balancer's code turns it on).
+    parking: AtomicBool,
+}
+
+/// Where [`Api::write_owned`] parks an operation still running after `inline`.
+struct Park {
+    parked: Arc<Parked>,
+    /// The load balancer's name: a resource whose name contains it is the Service's own.
+    lb: String,
+    inline: Duration,
+}
+
+/// Parking on while it lives ([`Api::parking`]).
+pub struct ParkingOn<'b>(&'b AtomicBool);
+
+impl Drop for ParkingOn<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Relaxed);
+    }
 }
 
 impl<'a> Api<'a> {
@@ -66,7 +91,29 @@ impl<'a> Api<'a> {
     pub async fn new(client: &'a GceClient) -> Result<Api<'a>, GceError> {
         let scope = client.scope().await?;
         let c = client.compute().await?;
-        Ok(Api { client, c, scope, manual_changes: std::sync::Mutex::new(Vec::new()) })
+        Ok(Api {
+            client,
+            c,
+            scope,
+            manual_changes: std::sync::Mutex::new(Vec::new()),
+            park: None,
+            parking: AtomicBool::new(false),
+        })
+    }
+
+    /// The calls of one Service's load balancer `lb`: while [`Self::parking`] is on, a
+    /// mutation of its own resources waits at most `inline` for its operation and parks it
+    /// in `parked` when it is still running ([`GceError::Running`]).
+    pub fn with_parking(mut self, parked: Arc<Parked>, lb: &str, inline: Duration) -> Self {
+        self.park = Some(Park { parked, lb: lb.to_string(), inline });
+        self
+    }
+
+    /// Turns parking on until the guard is dropped (the external load balancer's syncs; the
+    /// internal one's still wait, as their address holds span the whole sync).
+    pub fn parking(&self) -> ParkingOn<'_> {
+        self.parking.store(true, Ordering::Relaxed);
+        ParkingOn(&self.parking)
     }
 
     /// Remembers a firewall change only the network project's administrators can make.
@@ -115,6 +162,36 @@ impl<'a> Api<'a> {
             >,
     {
         Box::pin(self.client.mutate(operation, f)).await
+    }
+
+    /// A mutation of resource `name`: when it is the Service's own and parking is on,
+    /// [`GceClient::mutate_within`] (a still-running operation parked, the error
+    /// [`GceError::Running`]); otherwise [`Self::write`] (waited for).
+    async fn write_owned<F, Fut>(
+        &self,
+        name: &str,
+        operation: &'static str,
+        f: F,
+    ) -> Result<(), GceError>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<
+                Output = google_cloud_gax::Result<google_cloud_compute_v1::model::Operation>,
+            >,
+    {
+        let park = self
+            .park
+            .as_ref()
+            .filter(|p| self.parking.load(Ordering::Relaxed) && name.contains(p.lb.as_str()));
+        let Some(p) = park else { return self.write(operation, f).await };
+        let started = Instant::now();
+        match Box::pin(self.client.mutate_within(operation, p.inline, f)).await {
+            Err(GceError::Running { operation, name, op }) => {
+                p.parked.park(&p.lb, operation, (*op).clone(), started);
+                Err(GceError::Running { operation, name, op })
+            }
+            other => other,
+        }
     }
 
     fn project(&self) -> String {
@@ -181,21 +258,25 @@ impl<'a> Api<'a> {
     }
 
     pub async fn insert_forwarding_rule(&self, fr: &ForwardingRule) -> Result<(), GceError> {
-        self.write("compute.forwardingRules.insert", || {
-            self.c
-                .forwarding_rules
-                .insert()
-                .set_project(self.project())
-                .set_region(self.region())
-                .set_body(fr.clone())
-                .send()
-        })
+        self.write_owned(
+            fr.name.as_deref().unwrap_or_default(),
+            "compute.forwardingRules.insert",
+            || {
+                self.c
+                    .forwarding_rules
+                    .insert()
+                    .set_project(self.project())
+                    .set_region(self.region())
+                    .set_body(fr.clone())
+                    .send()
+            },
+        )
         .await
     }
 
     pub async fn delete_forwarding_rule(&self, name: &str) -> Result<bool, GceError> {
         gone(
-            self.write("compute.forwardingRules.delete", || {
+            self.write_owned(name, "compute.forwardingRules.delete", || {
                 self.c
                     .forwarding_rules
                     .delete()
@@ -244,7 +325,7 @@ impl<'a> Api<'a> {
     }
 
     pub async fn insert_address(&self, a: &Address) -> Result<(), GceError> {
-        self.write("compute.addresses.insert", || {
+        self.write_owned(a.name.as_deref().unwrap_or_default(), "compute.addresses.insert", || {
             self.c
                 .addresses
                 .insert()
@@ -272,7 +353,7 @@ impl<'a> Api<'a> {
             return Ok(false);
         }
         gone(
-            self.write("compute.addresses.delete", || {
+            self.write_owned(name, "compute.addresses.delete", || {
                 self.c
                     .addresses
                     .delete()
@@ -303,21 +384,25 @@ impl<'a> Api<'a> {
     }
 
     pub async fn insert_target_pool(&self, tp: &TargetPool) -> Result<(), GceError> {
-        self.write("compute.targetPools.insert", || {
-            self.c
-                .target_pools
-                .insert()
-                .set_project(self.project())
-                .set_region(self.region())
-                .set_body(tp.clone())
-                .send()
-        })
+        self.write_owned(
+            tp.name.as_deref().unwrap_or_default(),
+            "compute.targetPools.insert",
+            || {
+                self.c
+                    .target_pools
+                    .insert()
+                    .set_project(self.project())
+                    .set_region(self.region())
+                    .set_body(tp.clone())
+                    .send()
+            },
+        )
         .await
     }
 
     pub async fn delete_target_pool(&self, name: &str) -> Result<bool, GceError> {
         gone(
-            self.write("compute.targetPools.delete", || {
+            self.write_owned(name, "compute.targetPools.delete", || {
                 self.c
                     .target_pools
                     .delete()
@@ -333,7 +418,7 @@ impl<'a> Api<'a> {
     pub async fn add_to_target_pool(&self, name: &str, links: &[String]) -> Result<(), GceError> {
         let mut body = TargetPoolsAddInstanceRequest::default();
         body.instances = refs(links);
-        self.write("compute.targetPools.addInstance", || {
+        self.write_owned(name, "compute.targetPools.addInstance", || {
             self.c
                 .target_pools
                 .add_instance()
@@ -353,7 +438,7 @@ impl<'a> Api<'a> {
     ) -> Result<(), GceError> {
         let mut body = TargetPoolsRemoveInstanceRequest::default();
         body.instances = refs(links);
-        self.write("compute.targetPools.removeInstance", || {
+        self.write_owned(name, "compute.targetPools.removeInstance", || {
             self.c
                 .target_pools
                 .remove_instance()
@@ -383,20 +468,24 @@ impl<'a> Api<'a> {
     }
 
     pub async fn insert_http_health_check(&self, hc: &HttpHealthCheck) -> Result<(), GceError> {
-        self.write("compute.httpHealthChecks.insert", || {
-            self.c
-                .http_health_checks
-                .insert()
-                .set_project(self.project())
-                .set_body(hc.clone())
-                .send()
-        })
+        self.write_owned(
+            hc.name.as_deref().unwrap_or_default(),
+            "compute.httpHealthChecks.insert",
+            || {
+                self.c
+                    .http_health_checks
+                    .insert()
+                    .set_project(self.project())
+                    .set_body(hc.clone())
+                    .send()
+            },
+        )
         .await
     }
 
     pub async fn update_http_health_check(&self, hc: &HttpHealthCheck) -> Result<(), GceError> {
         let name = hc.name.clone().unwrap_or_default();
-        self.write("compute.httpHealthChecks.update", || {
+        self.write_owned(&name, "compute.httpHealthChecks.update", || {
             self.c
                 .http_health_checks
                 .update()
@@ -758,7 +847,7 @@ impl<'a> Api<'a> {
     }
 
     pub async fn insert_firewall(&self, fw: &Firewall) -> Result<(), GceError> {
-        self.write("compute.firewalls.insert", || {
+        self.write_owned(fw.name.as_deref().unwrap_or_default(), "compute.firewalls.insert", || {
             self.c.firewalls.insert().set_project(self.net_project()).set_body(fw.clone()).send()
         })
         .await
@@ -766,7 +855,7 @@ impl<'a> Api<'a> {
 
     pub async fn patch_firewall(&self, fw: &Firewall) -> Result<(), GceError> {
         let name = fw.name.clone().unwrap_or_default();
-        self.write("compute.firewalls.patch", || {
+        self.write_owned(&name, "compute.firewalls.patch", || {
             self.c
                 .firewalls
                 .patch()
@@ -780,7 +869,7 @@ impl<'a> Api<'a> {
 
     pub async fn delete_firewall(&self, name: &str) -> Result<bool, GceError> {
         gone(
-            self.write("compute.firewalls.delete", || {
+            self.write_owned(name, "compute.firewalls.delete", || {
                 self.c.firewalls.delete().set_project(self.net_project()).set_firewall(name).send()
             })
             .await,

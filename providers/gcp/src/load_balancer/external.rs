@@ -26,6 +26,7 @@ use super::api::Api;
 use super::firewall::{self, PRIORITY};
 use super::hosts::{self, Host, comparable_path};
 use super::{Ctx, GceLoadBalancer, LbError, naming, status};
+use crate::client::GceError;
 
 /// Upstream's `maxTargetPoolCreateInstances`.
 const CREATE_INSTANCES: usize = 200;
@@ -71,6 +72,9 @@ struct Hold {
     user_owned: bool,
     /// Release `<lb>` at the end (upstream's `isSafeToReleaseIP`).
     release: bool,
+    /// This sync, or an earlier one of the same chain whose operations were parked, reserved
+    /// `<lb>` (upstream's "did not exist before": the later syncs find it existing).
+    ours: bool,
 }
 
 pub(crate) async fn ensure(
@@ -89,20 +93,38 @@ pub(crate) async fn ensure(
     }
     let hosts = lbs.hosts(&cx.api, &hosts::node_instance_names(nodes)).await?;
     let tags = hosts::target_tags(&cx.api.scope.node_tags, &hosts).map_err(ProviderError::other)?;
-    let mut hold = Hold::default();
+    let _parking = cx.api.parking();
+    let mut hold = Hold { ours: lbs.parked.reserved_address(&cx.lb), ..Hold::default() };
     let result = ensure_inner(lbs, cx, conf, existing, &hosts, &tags, &mut hold).await;
-    if hold.release && !hold.user_owned {
+    if matches!(result, Err(LbError::Gce(GceError::Running { .. }))) {
+        // An operation was parked: the sync resumes later, the address stays until then.
+        lbs.parked.set_reserved_address(&cx.lb, hold.ours && !hold.user_owned);
+        return result;
+    }
+    // Upstream releases an address this sync reserved; a chain of syncs releases it once
+    // the forwarding rule exists (the one that succeeds).
+    let release = hold.release || (result.is_ok() && hold.ours);
+    if release && !hold.user_owned {
         match cx.api.delete_address(&cx.lb).await {
             Ok(true) => {
-                tracing::info!(load_balancer = %cx.lb, "GCE: released the static IP (the forwarding rule keeps it)")
+                tracing::info!(load_balancer = %cx.lb, "GCE: released the static IP (the forwarding rule keeps it)");
+                lbs.parked.set_reserved_address(&cx.lb, false);
             }
-            Ok(false) => {}
+            Ok(false) => lbs.parked.set_reserved_address(&cx.lb, false),
+            Err(GceError::Running { .. }) => {
+                tracing::info!(load_balancer = %cx.lb, "GCE: releasing the static IP (the forwarding rule keeps it); its operation is read at the next sync");
+                lbs.parked.set_reserved_address(&cx.lb, false);
+            }
             Err(e) => {
-                tracing::error!(load_balancer = %cx.lb, error = %e, "GCE: failed to release the static IP")
+                tracing::error!(load_balancer = %cx.lb, error = %e, "GCE: failed to release the static IP");
+                lbs.parked.set_reserved_address(&cx.lb, hold.ours);
             }
         }
-    } else if hold.release {
-        tracing::debug!(load_balancer = %cx.lb, "GCE: the IP is the user's; kept");
+    } else {
+        if release {
+            tracing::debug!(load_balancer = %cx.lb, "GCE: the IP is the user's; kept");
+        }
+        lbs.parked.set_reserved_address(&cx.lb, hold.ours && !hold.user_owned);
     }
     result
 }
@@ -200,9 +222,15 @@ async fn ensure_inner(
     }
     if !hold.user_owned {
         if rule_recreate {
-            let (reserved, existed) = ensure_static_ip(api, lb, conf, &rule_ip).await?;
+            let reserving = ensure_static_ip(api, lb, conf, &rule_ip).await;
+            if matches!(reserving, Err(LbError::Gce(GceError::Running { .. }))) {
+                // The insert was accepted and runs: the address is this chain's.
+                hold.ours = true;
+            }
+            let (reserved, existed) = reserving?;
             tracing::info!(load_balancer = lb, ip = %reserved, tier = conf.tier.compute(), "GCE: ensured the static IP");
-            hold.release = !existed;
+            hold.ours |= !existed;
+            hold.release = hold.ours;
             ip = reserved;
         } else {
             ip = rule_ip.clone();
@@ -289,6 +317,7 @@ pub(crate) async fn update(
         return Err(ProviderError::ImplementedElsewhere.into());
     }
     let hosts = lbs.hosts(&cx.api, &hosts::node_instance_names(nodes)).await?;
+    let _parking = cx.api.parking();
     update_pool(&cx.api, &cx.lb, &hosts).await
 }
 
@@ -351,7 +380,8 @@ async fn verify_requested_ip(
 }
 
 /// Upstream's `ensureStaticIP`: reserves `<lb>` (promoting the rule's IP when it has one); a
-/// 409/400 means it exists. Returns the IP and whether it existed.
+/// 409/400 means it exists, unless no such address can then be read (the 400 was a refusal,
+/// e.g. an invalid IP, and is the error). Returns the IP and whether it existed.
 async fn ensure_static_ip(
     api: &Api<'_>,
     lb: &str,
@@ -365,9 +395,11 @@ async fn ensure_static_ip(
     if !rule_ip.is_empty() {
         a.address = Some(rule_ip.to_string());
     }
-    let existed = match api.insert_address(&a).await {
-        Ok(()) => false,
-        Err(crate::client::GceError::Api { status: 409 | 400, .. }) => true,
+    // A 409 (or a 400 for an address in use) means it exists; which one is decided by the
+    // read below: when no address is there, the insert's own refusal is the error.
+    let (existed, refusal) = match api.insert_address(&a).await {
+        Ok(()) => (false, None),
+        Err(e @ crate::client::GceError::Api { status: 409 | 400, .. }) => (true, Some(e)),
         Err(e) => return Err(e.into()),
     };
     let got = if rule_ip.is_empty() {
@@ -377,10 +409,13 @@ async fn ensure_static_ip(
     };
     match got.and_then(|a| a.address) {
         Some(ip) if !ip.is_empty() => Ok((ip, existed)),
-        _ => Err(ProviderError::other(format!(
-            "static IP address {lb} not found after reserving it"
-        ))
-        .into()),
+        _ => match refusal {
+            Some(e) => Err(e.into()),
+            None => Err(ProviderError::other(format!(
+                "static IP address {lb} not found after reserving it"
+            ))
+            .into()),
+        },
     }
 }
 
@@ -614,7 +649,9 @@ pub(crate) async fn delete_for_service(lbs: &GceLoadBalancer, cx: &Ctx<'_>) -> R
         vec![cx.lb.clone(), naming::nodes_health_check(&cx.cluster_id)]
     };
     let _guard = lbs.shared.lock().await;
+    let _parking = cx.api.parking();
     delete(&cx.api, &cx.lb, &cx.cluster_id, &hcs).await?;
+    lbs.parked.forget(&cx.lb);
     tracing::info!(load_balancer = %cx.lb, service = %annotations::service_key(cx.service), "GCE: deleted the external load balancer");
     Ok(())
 }

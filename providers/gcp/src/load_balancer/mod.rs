@@ -11,6 +11,7 @@
 //! | `firewall` | firewall objects, upstream's drift checks, create/patch/delete |
 //! | `hosts` | the nodes' instances and network tags |
 //! | `api` | one function per Compute call (reads via `call`, mutations via `mutate`) |
+//! | `parked` | the external load balancers' operations left running, read again by the next sync |
 //!
 //! - **Which Services**: `spec.loadBalancerClass` other than upstream's two legacy classes →
 //!   [`ProviderError::ImplementedElsewhere`] (delete: nothing to do). External Services with
@@ -30,6 +31,12 @@
 //! - Errors name the load balancer and the Service; a 412 (a stale fingerprint: a shared
 //!   backend service changed meanwhile) is [`ProviderError::RetryAfter`]
 //!   ([`Timings::conflict_retry`]); a throttled call is [`ProviderError::Throttled`].
+//! - **Nothing waits for Compute** (issue #35 (b); upstream waits for every operation in
+//!   the sync, holding its worker): an external load balancer's own resource whose operation
+//!   still runs after [`Timings::operation_inline`] is parked and the sync is a
+//!   [`ProviderError::RetryAfter`] ([`Timings::operation_retry`]); the next sync reads the
+//!   operation first and resumes from what exists (`parked`). Shared resources and the
+//!   internal load balancers are still waited for.
 
 pub mod annotations;
 mod api;
@@ -40,6 +47,7 @@ mod hosts;
 mod internal;
 mod kube_api;
 pub mod naming;
+mod parked;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -68,11 +76,21 @@ pub struct Timings {
     /// balancer given the same names (issue #35: a Node joining K load balancers lists each
     /// zone's instances once, not K times; see [`GceLoadBalancer::hosts`]).
     pub hosts_ttl: Duration,
+    /// How long a mutation of an external load balancer's own resources waits for its
+    /// operation before the sync parks it and moves on (`parked`: issue #35 (b)).
+    pub operation_inline: Duration,
+    /// The retry delay while a parked operation runs.
+    pub operation_retry: Duration,
 }
 
 impl Default for Timings {
     fn default() -> Self {
-        Timings { conflict_retry: Duration::from_secs(5), hosts_ttl: Duration::from_secs(5) }
+        Timings {
+            conflict_retry: Duration::from_secs(5),
+            hosts_ttl: Duration::from_secs(5),
+            operation_inline: Duration::from_secs(1),
+            operation_retry: Duration::from_secs(5),
+        }
     }
 }
 
@@ -176,6 +194,8 @@ pub struct GceLoadBalancer {
     /// The nodes' instances last found ([`Self::hosts`]); held while they are looked up, so
     /// the syncs of one node change wait for one lookup instead of each making their own.
     hosts_seen: tokio::sync::Mutex<Option<HostsSeen>>,
+    /// The external load balancers' operations left running (`parked`).
+    parked: Arc<parked::Parked>,
 }
 
 impl std::fmt::Debug for GceLoadBalancer {
@@ -200,6 +220,7 @@ impl GceLoadBalancer {
             auto_subnet: Mutex::new(None),
             shared: tokio::sync::Mutex::new(()),
             hosts_seen: tokio::sync::Mutex::new(None),
+            parked: Arc::new(parked::Parked::default()),
         }
     }
 
@@ -299,6 +320,10 @@ impl GceLoadBalancer {
                 message: format!("load balancer {lb} ({service}): {e}"),
                 delay: self.timings.conflict_retry,
             },
+            LbError::Gce(e @ GceError::Running { .. }) => ProviderError::RetryAfter {
+                message: format!("load balancer {lb} ({service}): {e}"),
+                delay: self.timings.operation_retry,
+            },
             LbError::Gce(e) => {
                 ProviderError::with_source(format!("load balancer {lb} ({service}): {e}"), e)
             }
@@ -312,14 +337,16 @@ impl GceLoadBalancer {
 
     async fn ctx<'a>(&'a self, service: &'a Service) -> Result<Ctx<'a>, LbError> {
         let cluster_id = self.cluster_id.get().await?;
-        let api = Api::new(&self.client).await?;
-        Ok(Ctx {
-            api,
-            lb: default_load_balancer_name(service),
-            cluster_id,
-            service,
-            hc_sources: &self.options.health_check_sources,
-        })
+        let lb = default_load_balancer_name(service);
+        let api = Api::new(&self.client).await?.with_parking(
+            self.parked.clone(),
+            &lb,
+            self.timings.operation_inline,
+        );
+        // What an earlier sync left running is read first: still running, a retry without
+        // any other call; failed, this sync's error; done, the sync runs from fresh reads.
+        self.parked.resume(&self.client, &lb).await?;
+        Ok(Ctx { api, lb, cluster_id, service, hc_sources: &self.options.health_check_sources })
     }
 
     /// Upstream's `GetNodeTags`: `node-tags`, else computed from the instances of `names`

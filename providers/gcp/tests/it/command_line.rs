@@ -9,9 +9,7 @@ use ccm_core::cloud::LoadBalancer;
 use ccm_core::manager::parse_flags;
 use ccm_provider_gcp::client::GceClient;
 use ccm_provider_gcp::command_line;
-use ccm_provider_gcp::load_balancer::{
-    GceLoadBalancer, L4_HEALTH_CHECK_RANGES, LbOptions, Timings, naming,
-};
+use ccm_provider_gcp::load_balancer::{GceLoadBalancer, L4_HEALTH_CHECK_RANGES, LbOptions, naming};
 use ccm_testbed::{ControlPlane, unique_name};
 use k8s_openapi::api::core::v1::{Node, Service, ServicePort, ServiceSpec};
 use kube::Api;
@@ -35,7 +33,7 @@ async fn lbs(f: &Fixture, options: LbOptions) -> GceLoadBalancer {
     g.node_tags = vec!["k8s-node".into()];
     g.subnetwork_name = Some("subnet-a".into());
     let client = Arc::new(GceClient::new(&g, f.options.clone()).unwrap());
-    let lb = GceLoadBalancer::new(client, Timings::default()).with_options(options);
+    let lb = GceLoadBalancer::new(client, crate::fixture::timings()).with_options(options);
     lb.set_cluster_id(CLUSTER_ID);
     lb
 }

@@ -9,6 +9,7 @@ use ccm_emulators::server::{Server, ServerOptions};
 use ccm_emulators::world::{Instance, PowerState, World};
 use ccm_provider_gcp::client::{ClientOptions, GceClient};
 use ccm_provider_gcp::config::{Config, Global};
+use ccm_provider_gcp::load_balancer::Timings;
 use k8s_openapi::api::core::v1::{Node, NodeSpec};
 use kube::api::ObjectMeta;
 
@@ -113,4 +114,11 @@ pub fn instance(name: &str, zone: &str, ip: &str) -> Instance {
         public_ips: vec![],
         tags: Default::default(),
     }
+}
+
+/// The load balancers' timings for tests not about parked operations: every operation waited
+/// for (30 s inline, as before parking), so a loaded machine never turns a 50 ms operation
+/// into a retry.
+pub fn timings() -> Timings {
+    Timings { operation_inline: Duration::from_secs(30), ..Timings::default() }
 }

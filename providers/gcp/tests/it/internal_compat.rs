@@ -13,7 +13,7 @@ use ccm_emulators::gcp::{GcpCloud, GcpOptions, parse_world};
 use ccm_emulators::server::{Server, ServerOptions};
 use ccm_provider_gcp::client::GceClient;
 use ccm_provider_gcp::config::Global;
-use ccm_provider_gcp::load_balancer::{AlphaFeatures, GceLoadBalancer, Timings};
+use ccm_provider_gcp::load_balancer::{AlphaFeatures, GceLoadBalancer};
 use google_cloud_compute_v1::model::{HTTPHealthCheck, HealthCheck, InstanceGroup};
 use k8s_openapi::api::core::v1::{LoadBalancerStatus, Node, Service, ServicePort, ServiceSpec};
 use kube::api::ObjectMeta;
@@ -31,9 +31,9 @@ const AUTO_WORLD: &str = r#"
 region: us-central1
 zones: [us-central1-a, us-central1-b]
 instances:
-  - { name: node-a, zone: us-central1-a, private_ips: [10.128.0.10] }
-  - { name: node-b, zone: us-central1-b, private_ips: [10.128.0.11] }
-  - { name: node-c, zone: us-central1-b, private_ips: [10.128.0.12] }
+  - {name: node-a, zone: us-central1-a, private_ips: [10.128.0.10] }
+  - {name: node-b, zone: us-central1-b, private_ips: [10.128.0.11] }
+  - {name: node-c, zone: us-central1-b, private_ips: [10.128.0.12] }
 gcp:
   auto_mode_networks: [default]
 "#;
@@ -50,7 +50,7 @@ impl T {
     /// Load balancers of this cluster with `alpha` gates.
     fn lbs(&self, alpha: AlphaFeatures) -> GceLoadBalancer {
         let client = Arc::new(GceClient::new(&self.global, self.options.clone()).unwrap());
-        let lb = GceLoadBalancer::new(client, Timings::default()).with_alpha_features(alpha);
+        let lb = GceLoadBalancer::new(client, crate::fixture::timings()).with_alpha_features(alpha);
         lb.set_cluster_id(CLUSTER_ID);
         lb
     }

@@ -43,7 +43,7 @@ async fn setup_with(tweak: impl FnOnce(&mut Global)) -> T {
     let mut g = fixture::global();
     tweak(&mut g);
     let client = Arc::new(GceClient::new(&g, f.options.clone()).unwrap());
-    let lb = GceLoadBalancer::new(client, Timings::default());
+    let lb = GceLoadBalancer::new(client, crate::fixture::timings());
     lb.set_cluster_id(CLUSTER_ID);
     T { f, lb }
 }
@@ -850,7 +850,7 @@ async fn orphans_never_delete_a_load_balancer_without_this_cluster_s_proof() {
     g.node_tags = vec!["k8s-node".into()];
     let other = GceLoadBalancer::new(
         Arc::new(GceClient::new(&g, t.f.options.clone()).unwrap()),
-        Timings::default(),
+        crate::fixture::timings(),
     );
     other.set_cluster_id("0ther0000000000c");
     let s = svc(UID2, "api", &[80], &[]);
@@ -1054,7 +1054,7 @@ async fn an_instances_changed_network_tags_are_read_again_after_the_hosts_ttl() 
     g.subnetwork_name = Some("subnet-a".into());
     let client = Arc::new(GceClient::new(&g, f.options.clone()).unwrap());
     let ttl = std::time::Duration::from_millis(300);
-    let lb = GceLoadBalancer::new(client, Timings { hosts_ttl: ttl, ..Timings::default() });
+    let lb = GceLoadBalancer::new(client, Timings { hosts_ttl: ttl, ..crate::fixture::timings() });
     lb.set_cluster_id(CLUSTER_ID);
     let t = T { f, lb };
     let name = "gke-pool-1-abcd";
@@ -1075,4 +1075,206 @@ async fn an_instances_changed_network_tags_are_read_again_after_the_hosts_ttl() 
     tokio::time::sleep(ttl * 2).await;
     t.ensure(&internal(), &nodes).await.unwrap();
     assert_eq!(strs(&t.one("firewalls", &fw)["targetTags"]), vec!["gke-pool"]);
+}
+
+/// Load balancers whose syncs wait at most 100 ms for an operation of the Service's own
+/// resources, on an emulator that holds every operation running until the test ends it.
+async fn held() -> T {
+    let t = setup().await;
+    let client = Arc::new(GceClient::new(&held_global(), t.f.options.clone()).unwrap());
+    let timings = Timings {
+        operation_inline: std::time::Duration::from_millis(100),
+        operation_retry: std::time::Duration::from_millis(200),
+        ..Timings::default()
+    };
+    let lb = GceLoadBalancer::new(client, timings);
+    lb.set_cluster_id(CLUSTER_ID);
+    T { f: t.f, lb }
+}
+
+/// A load balancer built before the test holds operations: the nodes' shared health check
+/// and its firewall exist (their changes are waited for, under the shared lock), and stay
+/// while its target pool uses them. Then every operation is held running.
+async fn warm_up(t: &T) -> Service {
+    let warm = svc("9f9f9f9f-0000-4000-8000-000000000009", "warm", &[82], &[]);
+    let nodes = nodes_ab();
+    let (status, _) = until_done(t, || t.ensure(&warm, &nodes)).await;
+    status.unwrap();
+    t.f.cloud.complete_pending();
+    t.f.cloud.set_pending(std::time::Duration::from_secs(600));
+    warm
+}
+
+/// Deletes the warm-up load balancer (operations short again) and checks nothing is left.
+async fn cool_down(t: &T, warm: &Service) {
+    t.f.cloud.complete_pending();
+    t.f.cloud.set_pending(std::time::Duration::from_millis(50));
+    let (deleted, _) = until_done(t, || t.delete(warm)).await;
+    deleted.unwrap();
+    t.f.cloud.complete_pending();
+    t.assert_empty();
+}
+
+fn held_global() -> Global {
+    let mut g = fixture::global();
+    g.node_tags = vec!["k8s-node".into()];
+    g.subnetwork_name = Some("subnet-a".into());
+    g
+}
+
+/// Runs `sync` until it is not a retry, letting Compute finish whatever is running before
+/// each next try; the result and how many retries it took.
+async fn until_done<R, F, Fut>(t: &T, mut sync: F) -> (Result<R, ProviderError>, usize)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<R, ProviderError>>,
+{
+    for retries in 0..20 {
+        match sync().await {
+            Err(ProviderError::RetryAfter { .. }) => t.f.cloud.complete_pending(),
+            other => return (other, retries),
+        }
+    }
+    panic!("still a retry after 20 syncs");
+}
+
+/// Issue #35 (b): Compute takes seconds to minutes per operation, and a sync that waited for
+/// each held its worker (with upstream's one worker, 100 Services created at once took 100
+/// times one). An operation of the Service's own resources still running after a moment is
+/// parked and the sync is a retry (`RetryAfter`): meanwhile another Service's sync starts its
+/// own; a retry while it runs sends nothing but a read of the operation; once it is done the
+/// sync resumes from what exists. The end state is the one a waiting sync builds: each
+/// resource inserted once, the static IP released once the forwarding rule holds it.
+#[tokio::test]
+async fn a_running_operation_is_parked_and_the_sync_resumes_from_what_exists() {
+    let t = held().await;
+    let warm = warm_up(&t).await;
+    let base = t.muts();
+    let s = web(&[]);
+    let other = svc(UID2, "other", &[81], &[]);
+    let nodes = nodes_ab();
+
+    let e = t.ensure(&s, &nodes_ab()).await.unwrap_err();
+    assert!(
+        matches!(&e, ProviderError::RetryAfter { message, .. } if message.contains("compute.addresses.insert")),
+        "the address insert runs: {e}"
+    );
+    assert_eq!(diff(&base, &t.muts()), ops(&[("compute.addresses.insert", 1)]));
+    // Another Service is not held up by it.
+    let e = t.ensure(&other, &nodes_ab()).await.unwrap_err();
+    assert!(matches!(e, ProviderError::RetryAfter { .. }), "{e}");
+    assert_eq!(diff(&base, &t.muts()), ops(&[("compute.addresses.insert", 2)]));
+    // A retry while the operation runs sends nothing.
+    let before = t.f.server.counters();
+    let e = t.ensure(&s, &nodes_ab()).await.unwrap_err();
+    assert!(matches!(e, ProviderError::RetryAfter { .. }), "{e}");
+    let after = t.f.server.counters();
+    assert_eq!(diff(&mutations(&before), &mutations(&after)), BTreeMap::new());
+    assert_eq!(
+        after.matching("compute.*") - before.matching("compute.*"),
+        1,
+        "one read of the operation: {:?}",
+        after.operations
+    );
+
+    // Compute finishes each operation before the next try: the sync goes on from there.
+    let (status, retries) = until_done(&t, || t.ensure(&s, &nodes)).await;
+    let addr = ip(&status.unwrap());
+    assert!(retries >= 3, "the firewall, the target pool and the rule were parked too: {retries}");
+    let fr = t.one("forwardingRules", LB);
+    assert_eq!(fr["IPAddress"], addr.as_str());
+    assert_eq!(fr["target"], link(&format!("regions/{REGION}/targetPools/{LB}")));
+    assert_eq!(t.one("firewalls", &format!("k8s-fw-{LB}"))["destinationRanges"][0], addr.as_str());
+    // The release of the static IP was started by the sync that succeeded.
+    t.f.cloud.complete_pending();
+    assert_eq!(
+        t.names("addresses").into_iter().filter(|n| n == LB).count(),
+        0,
+        "the static IP is released once the rule holds it"
+    );
+    let m = diff(&base, &t.muts());
+    for (op, n) in [
+        ("compute.forwardingRules.insert", 1),
+        ("compute.targetPools.insert", 1),
+        ("compute.firewalls.insert", 1),
+        ("compute.addresses.delete", 1),
+    ] {
+        assert_eq!(m.get(op).copied(), Some(n), "{op} sent {n} time(s): {m:?}");
+    }
+    assert_eq!(m.get("compute.httpHealthChecks.insert"), None, "the shared check existed");
+    // The next sync reads the release's operation and changes nothing.
+    let before = t.muts();
+    assert_eq!(ip(&t.ensure(&s, &nodes_ab()).await.unwrap()), addr);
+    assert_eq!(diff(&before, &t.muts()), BTreeMap::new());
+
+    // A node change's membership update is parked the same way, and a retry resumes it.
+    let only_a = [node("node-a", ZONE_A)];
+    let (updated, _) = until_done(&t, || t.update(&s, &only_a)).await;
+    updated.unwrap();
+    assert_eq!(
+        strs(&t.one("targetPools", LB)["instances"]),
+        vec![link(&format!("zones/{ZONE_A}/instances/node-a"))]
+    );
+
+    // The other Service's load balancer is finished too, and deleting both leaves nothing.
+    let (status, _) = until_done(&t, || t.ensure(&other, &nodes)).await;
+    assert_ne!(ip(&status.unwrap()), addr);
+    for x in [&s, &other] {
+        let (deleted, _) = until_done(&t, || t.delete(x)).await;
+        deleted.unwrap();
+    }
+    cool_down(&t, &warm).await;
+}
+
+/// A parked operation that fails is the next sync's error, naming Compute's code; the sync
+/// after it sends the mutation again and converges. A Service deleted while its operation
+/// runs waits for it (retries), then deletes everything.
+#[tokio::test]
+async fn a_parked_operation_that_fails_is_an_error_and_a_delete_waits_for_it() {
+    let t = held().await;
+    let warm = warm_up(&t).await;
+    let base = t.muts();
+    t.f.server
+        .admin()
+        .fail_operations(
+            "*/targetPools/*",
+            ccm_emulators::asyncop::Action::Create,
+            1,
+            "QUOTA_EXCEEDED: Quota 'TARGET_POOLS' exceeded.  Limit: 50.0 in region us-central1.",
+        )
+        .await
+        .unwrap();
+    let s = web(&[]);
+    let nodes = nodes_ab();
+    let mut failed = None;
+    for _ in 0..20 {
+        match t.ensure(&s, &nodes_ab()).await {
+            Err(ProviderError::RetryAfter { .. }) => t.f.cloud.complete_pending(),
+            Err(e) => {
+                failed = Some(e);
+                break;
+            }
+            Ok(_) => panic!("the target pool's insert failed; the sync cannot succeed"),
+        }
+    }
+    let e = failed.expect("the failure reached a sync");
+    assert!(e.to_string().contains("QUOTA_EXCEEDED"), "{e}");
+    assert!(!matches!(e, ProviderError::RetryAfter { .. }), "a failure, not a retry: {e}");
+    assert!(!t.names("targetPools").contains(&LB.to_string()), "the failed insert made nothing");
+
+    // The next syncs insert the pool again and finish.
+    let (status, _) = until_done(&t, || t.ensure(&s, &nodes)).await;
+    status.unwrap();
+    assert_eq!(diff(&base, &t.muts())["compute.targetPools.insert"], 2);
+
+    // A change whose operation runs, then the Service is deleted: the delete is a retry
+    // until the operation is done, then removes everything.
+    t.f.cloud.complete_pending();
+    let wider = svc(UID, "web", &[80, 443], &[]);
+    assert!(matches!(t.ensure(&wider, &nodes_ab()).await, Err(ProviderError::RetryAfter { .. })));
+    let e = t.delete(&wider).await.unwrap_err();
+    assert!(matches!(e, ProviderError::RetryAfter { .. }), "the delete waits for it: {e}");
+    let (deleted, _) = until_done(&t, || t.delete(&wider)).await;
+    deleted.unwrap();
+    cool_down(&t, &warm).await;
 }

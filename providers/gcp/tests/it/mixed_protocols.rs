@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use ccm_core::cloud::LoadBalancer;
 use ccm_provider_gcp::client::GceClient;
-use ccm_provider_gcp::load_balancer::{GceLoadBalancer, Timings};
+use ccm_provider_gcp::load_balancer::GceLoadBalancer;
 use ccm_testbed::{ControlPlane, unique_name};
 use k8s_openapi::api::core::v1::{Event, Node, Service, ServicePort};
 use kube::Api;
@@ -73,7 +73,7 @@ async fn mixed_protocols_set_the_ports_error_condition_and_an_event_and_updates_
     g.node_tags = vec!["k8s-node".into()];
     let lbs = GceLoadBalancer::new(
         Arc::new(GceClient::new(&g, f.options.clone()).unwrap()),
-        Timings::default(),
+        crate::fixture::timings(),
     );
     lbs.set_kube_client(admin.clone());
     lbs.set_cluster_id("ba5eba11ba5eba11");
@@ -83,9 +83,9 @@ async fn mixed_protocols_set_the_ports_error_condition_and_an_event_and_updates_
     let services: Api<Service> = Api::namespaced(admin.clone(), ns);
     let mut svc: Service = serde_json::from_value(serde_json::json!({
         "apiVersion": "v1", "kind": "Service",
-        "metadata": { "name": name, "namespace": ns },
-        "spec": { "type": "LoadBalancer", "selector": { "app": "dns" },
-                  "ports": [{ "name": "dns-tcp", "port": 53, "protocol": "TCP" }] }
+        "metadata": {"name": name, "namespace": ns },
+        "spec": {"type": "LoadBalancer", "selector": {"app": "dns" },
+                  "ports": [{"name": "dns-tcp", "port": 53, "protocol": "TCP" }] }
     }))
     .unwrap();
     svc = services.create(&PostParams::default(), &svc).await.unwrap();

@@ -14,7 +14,6 @@ use ccm_emulators::gcp::GcpOptions;
 use ccm_emulators::server::ServerOptions;
 use ccm_provider_gcp::GcpProvider;
 use ccm_provider_gcp::config::Config;
-use ccm_provider_gcp::load_balancer::Timings;
 use ccm_testbed::{ControlPlane, unique_name, wait_for};
 use ipnet::IpNet;
 use k8s_openapi::api::core::v1::{Event, Node, NodeSpec};
@@ -53,7 +52,7 @@ fn start(
     let provider = GcpProvider::new(
         Config { global: fixture::global() },
         f.options.clone(),
-        Timings::default(),
+        crate::fixture::timings(),
     )
     .unwrap();
     let config = ControllerConfig {

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use ccm_core::cloud::LoadBalancer;
 use ccm_emulators::faults::{Fault, FaultRule};
 use ccm_provider_gcp::client::GceClient;
-use ccm_provider_gcp::load_balancer::{GceLoadBalancer, Timings};
+use ccm_provider_gcp::load_balancer::GceLoadBalancer;
 use ccm_testbed::{ControlPlane, unique_name};
 use k8s_openapi::api::core::v1::{Event, Service};
 use kube::Api;
@@ -28,7 +28,7 @@ async fn a_firewall_change_refused_on_a_shared_vpc_raises_an_event_with_the_gclo
     g.network_project_id = Some("host-project".into());
     let lbs = GceLoadBalancer::new(
         Arc::new(GceClient::new(&g, f.options.clone()).unwrap()),
-        Timings::default(),
+        crate::fixture::timings(),
     );
     lbs.set_kube_client(admin.clone());
     lbs.set_cluster_id("5a4ed5a4ed5a4ed0");
@@ -42,9 +42,9 @@ async fn a_firewall_change_refused_on_a_shared_vpc_raises_an_event_with_the_gclo
     let services: Api<Service> = Api::namespaced(admin.clone(), ns);
     let svc: Service = serde_json::from_value(serde_json::json!({
         "apiVersion": "v1", "kind": "Service",
-        "metadata": { "name": name, "namespace": ns },
-        "spec": { "type": "LoadBalancer", "selector": { "app": "web" },
-                  "ports": [{ "port": 80, "protocol": "TCP" }] }
+        "metadata": {"name": name, "namespace": ns },
+        "spec": {"type": "LoadBalancer", "selector": {"app": "web" },
+                  "ports": [{"port": 80, "protocol": "TCP" }] }
     }))
     .unwrap();
     let svc = services.create(&PostParams::default(), &svc).await.unwrap();
@@ -110,8 +110,10 @@ async fn a_throttled_firewall_change_on_a_shared_vpc_is_a_throttle_not_a_manual_
         deadline: ccm_core::cloud_call::Deadline::new(std::time::Duration::from_secs(2)),
         ..f.options.clone()
     };
-    let lbs =
-        GceLoadBalancer::new(Arc::new(GceClient::new(&g, options).unwrap()), Timings::default());
+    let lbs = GceLoadBalancer::new(
+        Arc::new(GceClient::new(&g, options).unwrap()),
+        crate::fixture::timings(),
+    );
     lbs.set_cluster_id("5a4ed5a4ed5a4ed0");
     // Far more throttles than attempts fit in 2 s.
     f.server
@@ -122,9 +124,9 @@ async fn a_throttled_firewall_change_on_a_shared_vpc_is_a_throttle_not_a_manual_
         .unwrap();
     let svc: Service = serde_json::from_value(serde_json::json!({
         "apiVersion": "v1", "kind": "Service",
-        "metadata": { "name": "web", "namespace": "default",
+        "metadata": {"name": "web", "namespace": "default",
                       "uid": "7e57ab1e-0000-4000-8000-000000000001" },
-        "spec": { "type": "LoadBalancer", "ports": [{ "port": 80, "protocol": "TCP", "nodePort": 30080 }] }
+        "spec": {"type": "LoadBalancer", "ports": [{"port": 80, "protocol": "TCP", "nodePort": 30080 }] }
     }))
     .unwrap();
     let node = fixture::node("node-a", Some(&fixture::provider_id(ZONE_A, "node-a")));
