@@ -538,12 +538,23 @@ impl AsyncOps {
     /// [`OpControls`] matches its target and action; then it fails with that rule's message
     /// once it finishes. Its pending time is that of the current timing selection.
     pub fn start(&self, target: impl Into<String>, action: Action) -> Operation {
+        self.start_timed(target, action, action)
+    }
+
+    /// [`Self::start`], pending as long as a `timed_as` operation (an Octavia listener
+    /// created on a load balancer is an update of the load balancer, not a second create).
+    pub fn start_timed(
+        &self,
+        target: impl Into<String>,
+        action: Action,
+        timed_as: Action,
+    ) -> Operation {
         let target = target.into();
         let failure = OpControls::current().and_then(|c| c.take_failure(&target, action));
         if let Some(m) = &failure {
             tracing::info!(%target, ?action, message = %m, "emulator operation will fail (armed)");
         }
-        self.start_inner(target, action, failure)
+        self.start_inner(target, action, timed_as, failure)
     }
 
     /// Starts an operation that fails with `message` once it finishes.
@@ -553,10 +564,16 @@ impl AsyncOps {
         action: Action,
         message: impl Into<String>,
     ) -> Operation {
-        self.start_inner(target.into(), action, Some(message.into()))
+        self.start_inner(target.into(), action, action, Some(message.into()))
     }
 
-    fn start_inner(&self, target: String, action: Action, failure: Option<String>) -> Operation {
+    fn start_inner(
+        &self,
+        target: String,
+        action: Action,
+        timed_as: Action,
+        failure: Option<String>,
+    ) -> Operation {
         let id = {
             let mut n = lock(&self.next);
             *n += 1;
@@ -568,7 +585,7 @@ impl AsyncOps {
             target,
             action,
             started: Instant::now(),
-            pending_for: self.timing(sel).of(action),
+            pending_for: self.timing(sel).of(timed_as),
             failure,
             canceled: false,
         };

@@ -3840,9 +3840,12 @@ impl OpenStackCloud {
 
     /// Starts an operation on a child of `lb` (target `loadbalancer/<lb>/<kind>/<id>`, kind
     /// `listener`, `pool`, `healthmonitor` or `member`): the load balancer is `PENDING_UPDATE`
-    /// meanwhile; a failure leaves the child `ERROR` and the load balancer `ACTIVE`.
+    /// meanwhile, for as long as an update of it takes whatever the child's action (Octavia
+    /// pushes the amphora's configuration; only the load balancer's own create boots one);
+    /// a failure leaves the child `ERROR` and the load balancer `ACTIVE`.
     fn touch_child(&self, st: &mut State, lb: &str, kind: &str, id: &str, action: Action) {
-        let op = self.ops.start(format!("loadbalancer/{lb}/{kind}/{id}"), action);
+        let op =
+            self.ops.start_timed(format!("loadbalancer/{lb}/{kind}/{id}"), action, Action::Update);
         st.child_ops.insert(id.to_string(), op.clone());
         st.lb_ops.insert(lb.to_string(), op);
     }
@@ -4697,6 +4700,25 @@ mod tests {
         );
         tokio::time::sleep(Duration::from_millis(400)).await;
         assert_eq!(status_of(format!("loadbalancers/{lb3}"), "loadbalancer").await, "ACTIVE");
+        // A listener created on it is an update of the load balancer (100 ms at 0.01), not a
+        // second create (450 ms): Octavia pushes the amphora's configuration.
+        let (s, v) = call(
+            reqwest::Method::POST,
+            "listeners",
+            Some(json!({"listener": {"loadbalancer_id": lb3, "protocol": "TCP", "protocol_port": 80}})),
+        )
+        .await;
+        assert_eq!(s, 201, "{v}");
+        assert_eq!(
+            status_of(format!("loadbalancers/{lb3}"), "loadbalancer").await,
+            "PENDING_UPDATE"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert_eq!(
+            status_of(format!("loadbalancers/{lb3}"), "loadbalancer").await,
+            "ACTIVE",
+            "a child's create takes an update's time"
+        );
     }
 
     #[test]
