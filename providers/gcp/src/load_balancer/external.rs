@@ -222,7 +222,17 @@ async fn ensure_inner(
     }
     if !hold.user_owned {
         if rule_recreate {
-            let reserving = ensure_static_ip(api, lb, conf, &rule_ip).await;
+            // An earlier sync of this chain reserved `<lb>`: read it (upstream's insert would
+            // only be refused with 409, a write of the slow kind, on every resumed sync).
+            let reserved = if hold.ours && rule_ip.is_empty() {
+                api.address(lb).await?.and_then(|a| a.address).filter(|a| !a.is_empty())
+            } else {
+                None
+            };
+            let reserving = match reserved {
+                Some(ip) => Ok((ip, true)),
+                None => ensure_static_ip(api, lb, conf, &rule_ip).await,
+            };
             if matches!(reserving, Err(LbError::Gce(GceError::Running { .. }))) {
                 // The insert was accepted and runs: the address is this chain's.
                 hold.ours = true;

@@ -88,7 +88,7 @@ impl Default for Timings {
         Timings {
             conflict_retry: Duration::from_secs(5),
             hosts_ttl: Duration::from_secs(5),
-            operation_inline: Duration::from_secs(1),
+            operation_inline: Duration::from_millis(500),
             operation_retry: Duration::from_secs(5),
         }
     }
