@@ -624,24 +624,26 @@ async fn delete_pool_and_checks(
     Ok(())
 }
 
-/// Everything of an external load balancer: traffic firewall, address, forwarding rule, then
-/// target pool and the health checks `hcs` with their firewalls. All are attempted; the first
-/// error is returned.
+/// Everything of an external load balancer: the forwarding rule, then the target pool and the
+/// health checks `hcs` with their firewalls, then the traffic firewall and the address (both
+/// attempted; the first error is returned). Those two go last because they are what
+/// `get_load_balancer` takes for an unfinished load balancer once the rule is gone: a delete
+/// whose operations are parked spans several syncs, and the service controller asks whether
+/// the load balancer still exists before each (upstream deletes them alongside the rule, in
+/// one sync).
 pub(crate) async fn delete(
     api: &Api<'_>,
     lb: &str,
     cluster_id: &str,
     hcs: &[String],
 ) -> Result<(), LbError> {
+    api.delete_forwarding_rule(lb).await?;
+    delete_pool_and_checks(api, lb, cluster_id, hcs).await?;
     let fw_name = naming::firewall(lb);
     let fw = firewall::delete(api, &fw_name);
     let addr = async { api.delete_address(lb).await.map(|_| ()).map_err(LbError::from) };
-    let rest = async {
-        api.delete_forwarding_rule(lb).await?;
-        delete_pool_and_checks(api, lb, cluster_id, hcs).await
-    };
-    let (a, b, c) = futures::join!(fw, addr, rest);
-    a.and(b).and(c)
+    let (a, b) = futures::join!(fw, addr);
+    a.and(b)
 }
 
 /// Deletes the Service's external load balancer (upstream's

@@ -1278,3 +1278,65 @@ async fn a_parked_operation_that_fails_is_an_error_and_a_delete_waits_for_it() {
     deleted.unwrap();
     cool_down(&t, &warm).await;
 }
+
+/// Compute's realistic operation times (scaled): every operation of one Service's load
+/// balancer parked in turn, creating and then deleting it (each retry after the delay it
+/// asked for) leaves nothing, the shared health check and its firewall included.
+#[tokio::test]
+async fn parked_operations_at_realistic_times_create_and_delete_everything() {
+    let t = held().await;
+    t.f.server
+        .admin()
+        .set_timing(ccm_emulators::asyncop::TimingProfile::Realistic, 0.05)
+        .await
+        .unwrap();
+    let s = web(&[]);
+    let nodes = nodes_ab();
+    let mut retries = 0;
+    let status = loop {
+        match t.ensure(&s, &nodes).await {
+            Err(ProviderError::RetryAfter { delay, .. }) => {
+                retries += 1;
+                assert!(retries < 60, "still a retry after 60 syncs");
+                tokio::time::sleep(delay).await;
+            }
+            other => break other.unwrap(),
+        }
+    };
+    assert!(retries >= 4, "the operations were parked: {retries} retries");
+    assert_eq!(t.one("forwardingRules", LB)["IPAddress"], ip(&status).as_str());
+    // A port change re-creates the rule; the Service is deleted while its new rule's insert
+    // still runs (the change's chain unfinished, its address still held).
+    let s = svc(UID, "web", &[8080, 443], &[]);
+    for _ in 0..60 {
+        match t.ensure(&s, &nodes).await {
+            Err(ProviderError::RetryAfter { message, delay })
+                if !message.contains("compute.forwardingRules.insert") =>
+            {
+                tokio::time::sleep(delay).await
+            }
+            Err(ProviderError::RetryAfter { .. }) => break,
+            other => panic!("the rule's insert was to be parked: {other:?}"),
+        }
+    }
+    // As the service controller deletes: it asks whether the load balancer still exists
+    // before each try and stops (removing its finalizer) once it does not, so "gone" must
+    // mean nothing is left, the shared health check and its firewall included.
+    let mut retries = 0;
+    while t.lb.get_load_balancer("kubernetes", &s).await.unwrap().is_some() {
+        match t.delete(&s).await {
+            Err(ProviderError::RetryAfter { delay, .. }) => {
+                retries += 1;
+                assert!(retries < 60, "still a retry after 60 syncs");
+                tokio::time::sleep(delay).await;
+            }
+            other => {
+                other.unwrap();
+                break;
+            }
+        }
+    }
+    assert!(retries >= 2, "the deletes were parked: {retries} retries");
+    t.f.cloud.complete_pending();
+    t.assert_empty();
+}
