@@ -166,6 +166,11 @@ pub enum GceError {
 }
 
 impl GceError {
+    /// [`GceError::Running`] for `op` of mutation `operation`.
+    pub fn running(operation: &'static str, op: Operation) -> Self {
+        GceError::Running { operation, name: op.name.clone().unwrap_or_default(), op: Box::new(op) }
+    }
+
     fn reason(&self) -> Option<(u16, &str)> {
         match self {
             GceError::Api { status, reason, .. } => Some((*status, reason.as_str())),
@@ -736,20 +741,10 @@ impl GceClient {
     {
         let started = std::time::Instant::now();
         let result = async {
-            let mut op = self.send_mutation(operation, f).await?;
-            let mut interval = self.options.poll_interval;
-            loop {
-                if let Some(outcome) = operation_outcome(operation, &op) {
-                    return outcome;
-                }
-                let left = inline.saturating_sub(started.elapsed());
-                if left.is_zero() {
-                    let name = op.name.clone().unwrap_or_default();
-                    return Err(GceError::Running { operation, name, op: Box::new(op) });
-                }
-                tokio::time::sleep(interval.min(left)).await;
-                interval = (interval * 2).min(self.options.poll_interval * 4);
-                op = self.operation(operation, &op).await?;
+            let op = self.send_mutation(operation, f).await?;
+            match self.poll(operation, op, started, inline).await? {
+                None => Ok(()),
+                Some(op) => Err(GceError::running(operation, op)),
             }
         }
         .await;
@@ -825,22 +820,43 @@ impl GceClient {
     }
 
     /// Polls `op` until it is `DONE` (bounded by [`ClientOptions::operation_timeout`]).
-    pub async fn wait(&self, operation: &'static str, mut op: Operation) -> Result<(), GceError> {
+    pub async fn wait(&self, operation: &'static str, op: Operation) -> Result<(), GceError> {
         let deadline = Deadline::new(self.options.operation_timeout);
-        let name = op.name.clone().unwrap_or_default();
         deadline
             .try_run(operation, async {
-                let mut interval = self.options.poll_interval;
-                loop {
-                    if op.status == Some(OpStatus::Done) {
-                        return operation_result(operation, &op);
-                    }
-                    tokio::time::sleep(interval).await;
-                    interval = (interval * 2).min(self.options.poll_interval * 4);
-                    op = self.get_operation(&op, &name).await?;
+                // No window of its own: it reads until DONE, and the deadline ends it first.
+                match self.poll(operation, op, std::time::Instant::now(), Duration::MAX).await? {
+                    None => Ok(()),
+                    Some(op) => Err(GceError::running(operation, op)),
                 }
             })
             .await
+    }
+
+    /// Reads `op` again, from the poll interval backing off to four times it, until it is
+    /// `DONE` (`Ok(None)`, or [`GceError::Operation`] when it failed) or `window` has passed
+    /// since `since` (`Ok(Some(op))`, as last read).
+    async fn poll(
+        &self,
+        operation: &'static str,
+        mut op: Operation,
+        since: std::time::Instant,
+        window: Duration,
+    ) -> Result<Option<Operation>, GceError> {
+        let name = op.name.clone().unwrap_or_default();
+        let mut interval = self.options.poll_interval;
+        loop {
+            if let Some(outcome) = operation_outcome(operation, &op) {
+                return outcome.map(|()| None);
+            }
+            let left = window.saturating_sub(since.elapsed());
+            if left.is_zero() {
+                return Ok(Some(op));
+            }
+            tokio::time::sleep(interval.min(left)).await;
+            interval = (interval * 2).min(self.options.poll_interval * 4);
+            op = self.get_operation(&op, &name).await?;
+        }
     }
 
     async fn get_operation(&self, op: &Operation, name: &str) -> Result<Operation, GceError> {

@@ -104,28 +104,30 @@ pub(crate) async fn ensure(
     // Upstream releases an address this sync reserved; a chain of syncs releases it once
     // the forwarding rule exists (the one that succeeds).
     let release = hold.release || (result.is_ok() && hold.ours);
-    if release && !hold.user_owned {
+    // Whether the chain still holds `<lb>` after this sync.
+    let still_reserved = if release && !hold.user_owned {
         match cx.api.delete_address(&cx.lb).await {
             Ok(true) => {
                 tracing::info!(load_balancer = %cx.lb, "GCE: released the static IP (the forwarding rule keeps it)");
-                lbs.parked.set_reserved_address(&cx.lb, false);
+                false
             }
-            Ok(false) => lbs.parked.set_reserved_address(&cx.lb, false),
+            Ok(false) => false,
             Err(GceError::Running { .. }) => {
                 tracing::info!(load_balancer = %cx.lb, "GCE: releasing the static IP (the forwarding rule keeps it); its operation is read at the next sync");
-                lbs.parked.set_reserved_address(&cx.lb, false);
+                false
             }
             Err(e) => {
                 tracing::error!(load_balancer = %cx.lb, error = %e, "GCE: failed to release the static IP");
-                lbs.parked.set_reserved_address(&cx.lb, hold.ours);
+                hold.ours
             }
         }
     } else {
         if release {
             tracing::debug!(load_balancer = %cx.lb, "GCE: the IP is the user's; kept");
         }
-        lbs.parked.set_reserved_address(&cx.lb, hold.ours && !hold.user_owned);
-    }
+        hold.ours && !hold.user_owned
+    };
+    lbs.parked.set_reserved_address(&cx.lb, still_reserved);
     result
 }
 

@@ -135,11 +135,7 @@ impl Parked {
         let first_running = running.first().map(|p| (p.operation, p.op.clone()));
         self.with(lb, |e| e.ops.extend(running));
         match (first_running, failure) {
-            (Some((operation, op)), _) => Err(GceError::Running {
-                operation,
-                name: op.name.clone().unwrap_or_default(),
-                op: Box::new(op),
-            }),
+            (Some((operation, op)), _) => Err(GceError::running(operation, op)),
             (None, Some(e)) => Err(e),
             (None, None) => Ok(()),
         }
