@@ -102,18 +102,25 @@ impl<T> std::fmt::Debug for Listings<T> {
 
 impl<T: Send + Sync + 'static> Listings<T> {
     /// The listing of `scope` that `wanted` accepts: the stored one, or the one in flight
-    /// (waited for), else `fetch` run now as a task of its own, which stores its answer even
-    /// when this caller is gone by then. A failed fetch stores nothing; `abandoned` makes the
-    /// error for a fetch task that ended without an answer (it panicked).
-    pub async fn get<E, Fut>(
+    /// (waited for), else the future `fetch` makes, run now as a task of its own, which
+    /// stores its answer even when this caller is gone by then. A failed fetch stores
+    /// nothing; `abandoned` makes the error for a fetch task that ended without an answer
+    /// (it panicked).
+    ///
+    /// `fetch` is a maker, called only by the caller that fetches: a listing future (pages,
+    /// HTTP, decoding) weighs kilobytes, and every waiting lookup holding one of its own
+    /// made a batch of 500 Nodes weigh megabytes (Azure at 5000 Nodes: 142 MB of waiting
+    /// lookups, #35).
+    pub async fn get<E, F, Fut>(
         &self,
         scope: &str,
         wanted: Wanted,
-        fetch: Fut,
+        fetch: F,
         abandoned: impl FnOnce(String) -> E,
     ) -> Result<Arc<Fetched<T>>, E>
     where
         E: Send + 'static,
+        F: FnOnce() -> Fut,
         Fut: Future<Output = Result<T, E>> + Send + 'static,
     {
         let slot = {
@@ -126,6 +133,7 @@ impl<T: Send + Sync + 'static> Listings<T> {
         {
             return Ok(Arc::clone(listing));
         }
+        let fetch = fetch();
         let task = tokio::spawn(async move {
             let started = Instant::now();
             let value = fetch.await?;
@@ -187,7 +195,7 @@ mod tests {
         let (finished_tx, finished_rx) = tokio::sync::oneshot::channel::<()>();
         let fetch = |finished: Option<tokio::sync::oneshot::Sender<()>>| {
             let started = Arc::clone(&started);
-            async move {
+            move || async move {
                 started.fetch_add(1, Ordering::SeqCst);
                 tokio::time::sleep(Duration::from_secs(2)).await;
                 if let Some(tx) = finished {
@@ -222,7 +230,7 @@ mod tests {
         let calls = Arc::new(AtomicUsize::new(0));
         let fetch = |answer: Result<u32, String>| {
             let calls = Arc::clone(&calls);
-            async move {
+            move || async move {
                 calls.fetch_add(1, Ordering::SeqCst);
                 tokio::time::sleep(Duration::from_millis(200)).await;
                 answer

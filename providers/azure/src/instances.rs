@@ -98,13 +98,19 @@ type Snapshot<P> = Fetched<Indexed<P>>;
 type Listings<P> = ccm_core::listing::Listings<Indexed<P>>;
 
 /// The listing of `scope` through `listings`, fetched by `list` when none `wanted` takes.
-async fn listing<P: Send + Sync + 'static>(
+async fn listing<P: Send + Sync + 'static, Fut>(
     listings: &Listings<P>,
     scope: &str,
     wanted: Wanted,
-    list: impl Future<Output = Result<Vec<Resource<P>>, ArmError>> + Send + 'static,
-) -> Result<Arc<Snapshot<P>>, ArmError> {
-    let fetch = async move { list.await.map(Indexed::new) };
+    list: impl FnOnce() -> Fut,
+) -> Result<Arc<Snapshot<P>>, ArmError>
+where
+    Fut: Future<Output = Result<Vec<Resource<P>>, ArmError>> + Send + 'static,
+{
+    let fetch = move || {
+        let list = list();
+        async move { list.await.map(Indexed::new) }
+    };
     listings
         .get(scope, wanted, fetch, |message| ArmError::Transport {
             operation: "listing",
@@ -200,7 +206,7 @@ impl AzureInstances {
         let path = self.collection(rg, "Microsoft.Compute/virtualMachines")?;
         listing(&self.vms, rg, self.wanted(pass, force), {
             let client = Arc::clone(&self.client);
-            async move {
+            move || async move {
                 client
                     .list_fresh(
                         "compute.virtual_machines.list",
@@ -223,7 +229,7 @@ impl AzureInstances {
         let path = self.collection(rg, "Microsoft.Compute/virtualMachineScaleSets")?;
         listing(&self.scale_sets, rg, self.wanted(pass, force), {
             let client = Arc::clone(&self.client);
-            async move {
+            move || async move {
                 client
                     .list_fresh::<VirtualMachineScaleSet>(
                         "compute.virtual_machine_scale_sets.list",
@@ -250,7 +256,7 @@ impl AzureInstances {
         );
         listing(&self.scale_set_vms, &format!("{rg}/{scale_set}"), self.wanted(pass, force), {
             let client = Arc::clone(&self.client);
-            async move {
+            move || async move {
                 client
                     .list_fresh(
                         "compute.virtual_machine_scale_set_vms.list",
@@ -273,7 +279,7 @@ impl AzureInstances {
         let path = self.collection(rg, "Microsoft.Network/networkInterfaces")?;
         listing(&self.nics, rg, self.wanted(pass, force), {
             let client = Arc::clone(&self.client);
-            async move {
+            move || async move {
                 client
                     .list_fresh::<NetworkInterface>(
                         "network.network_interfaces.list",
@@ -302,7 +308,7 @@ impl AzureInstances {
             &self.scale_set_nics,
             &format!("{rg}/{scale_set}"), self.wanted(pass, force), {
                 let client = Arc::clone(&self.client);
-                async move {
+                move || async move {
                     client.list_fresh::<NetworkInterface>(
                         "network.network_interfaces.list_virtual_machine_scale_set_network_interfaces",
                         &path,
@@ -323,7 +329,7 @@ impl AzureInstances {
         let path = self.collection(rg, "Microsoft.Network/publicIPAddresses")?;
         listing(&self.public_ips, rg, self.wanted(pass, false), {
             let client = Arc::clone(&self.client);
-            async move {
+            move || async move {
                 client
                     .list_fresh::<PublicIpAddress>(
                         "network.public_ip_addresses.list",
@@ -407,15 +413,15 @@ impl AzureInstances {
                             Ok(s) => s,
                             // The scale set itself is missing: ask for exactly this VM.
                             Err(e) if e.is_not_found() => {
-                                let got: Result<Vm, ArmError> = self
-                                    .client
-                                    .get(
-                                        "compute.virtual_machine_scale_set_vms.get",
-                                        &vm.arm_id(),
-                                        api_version::COMPUTE,
-                                        &[("$expand", "instanceView")],
-                                    )
-                                    .await;
+                                // Boxed: a call's future is kilobytes, and every waiting
+                                // lookup of a batch would carry it inline (#35).
+                                let got: Result<Vm, ArmError> = Box::pin(self.client.get(
+                                    "compute.virtual_machine_scale_set_vms.get",
+                                    &vm.arm_id(),
+                                    api_version::COMPUTE,
+                                    &[("$expand", "instanceView")],
+                                ))
+                                .await;
                                 return match got {
                                     Ok(v) => Ok(Some(Found { vm: v, scale_set: scope })),
                                     Err(e) if arm_says_absent(&e) => Ok(None),
@@ -858,6 +864,31 @@ impl Zones for AzureInstances {
 mod tests {
     use super::*;
     use crate::client::models::{InstanceViewStatus, Sku};
+
+    /// A batch of 500 Nodes is 500 lookups waiting for the same listing at once (ten such
+    /// batches at 5000 Nodes): each must weigh little while it waits. With the listing's
+    /// future and a call's held inline, each weighed tens of kilobytes, 142 MB in all (#35).
+    #[test]
+    fn a_waiting_lookup_weighs_a_few_kilobytes() {
+        let config = Config {
+            cloud: Some("AzureStackCloud".into()),
+            resource_manager_endpoint: Some("https://arm.example".into()),
+            tenant_id: Some("t".into()),
+            subscription_id: Some("8ecadfc9-0000-0000-0000-00000000abcd".into()),
+            aad_client_id: Some("c".into()),
+            aad_client_secret: Some("s".into()),
+            resource_group: Some("rg".into()),
+            ..Config::default()
+        };
+        let client = ArmClient::new(&config, Default::default()).unwrap();
+        let i = AzureInstances::new(Arc::new(client), Arc::new(config));
+        let node = Node::default();
+        let pass = Pass { started: Instant::now() };
+        let metadata = std::mem::size_of_val(&i.metadata_one(pass, &node));
+        let status = std::mem::size_of_val(&i.status_one(pass, &node));
+        assert!(metadata <= 4096, "a metadata lookup weighs {metadata} bytes");
+        assert!(status <= 2048, "a status lookup weighs {status} bytes");
+    }
 
     fn vm(json: serde_json::Value) -> Vm {
         serde_json::from_value(json).unwrap()

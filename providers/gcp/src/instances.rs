@@ -433,7 +433,7 @@ impl GceInstances {
             let (client, project, zone) =
                 (Arc::clone(&self.client), scope.project.clone(), z.clone());
             let filter = filter.clone();
-            let fetch = async move {
+            let fetch = move || async move {
                 let items = list_instances(&client, &project, &zone, filter.as_deref()).await?;
                 Ok(items.into_iter().filter_map(|i| Some((i.name.clone()?, i))).collect())
             };
@@ -477,7 +477,9 @@ impl GceInstances {
                 }
                 // Not listed (or absent from the listing): only the answer for this exact
                 // instance decides.
-                match get_instance(&self.client, project, zone, name).await? {
+                // Boxed, as the other calls of a lookup: the batch's lookups are made at
+                // once, and a call's future held inline by each weighs kilobytes (#35).
+                match Box::pin(get_instance(&self.client, project, zone, name)).await? {
                     Some(i) => Ok(Found::Instance(Box::new(i))),
                     None => Ok(Found::Gone),
                 }
@@ -485,7 +487,8 @@ impl GceInstances {
             InstanceKey::Name(name) => {
                 let Some(listing) = listing else {
                     let found =
-                        find_by_name(&self.client, &scope.project, &scope.zones, name).await?;
+                        Box::pin(find_by_name(&self.client, &scope.project, &scope.zones, name))
+                            .await?;
                     return Ok(found.map_or(Found::NoneByName, |i| Found::Instance(Box::new(i))));
                 };
                 for zone in &scope.zones {

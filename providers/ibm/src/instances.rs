@@ -290,8 +290,9 @@ impl IbmInstances {
         loop {
             let client = Arc::clone(&self.client);
             let vpc = self.config.vpc_name.clone();
-            let fetch =
-                async move { client.list_instances(&vpc, None).await.map_err(ProviderError::from) };
+            let fetch = move || async move {
+                client.list_instances(&vpc, None).await.map_err(ProviderError::from)
+            };
             let listed = self
                 .listings
                 .get(&self.config.vpc_name, wanted, fetch, ProviderError::other)
@@ -468,7 +469,7 @@ impl InstancesV2 for IbmInstances {
                     Some(id) if self.is_vpc_instance_id(&id) => {
                         // The listing does not have it: ask for this exact ID. Only IBM's
                         // typed "not found" for it says gone (`ClientError::is_not_found`).
-                        match self.client.get_instance(&id).await? {
+                        match Box::pin(self.client.get_instance(&id)).await? {
                             None => {
                                 tracing::info!(node = node_name(node), instance = %id, "IBM: VPC instance is gone");
                                 Ok(InstanceStatus::NotFound)

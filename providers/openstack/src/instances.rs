@@ -193,25 +193,8 @@ pub struct FixedIp {
 fn decode<T: for<'de> Deserialize<'de>>(op: &str, what: &str, v: Value) -> Result<T, ClientError> {
     serde_json::from_value(v).map_err(|e| ClientError::Decode {
         op: op.into(),
-        message: format!("{what}: {}", strip_values(&e.to_string())),
+        message: format!("{what}: {}", crate::client::strip_values(&e.to_string())),
     })
-}
-
-/// serde messages may quote a value: keep the shape only.
-fn strip_values(message: &str) -> String {
-    let mut out = String::new();
-    let mut in_quote = false;
-    for c in message.chars() {
-        if c == '"' {
-            if !in_quote {
-                out.push_str("\"…\"");
-            }
-            in_quote = !in_quote;
-        } else if !in_quote {
-            out.push(c);
-        }
-    }
-    out
 }
 
 /// All servers of the project: one paged `GET /servers/detail`.
@@ -226,9 +209,7 @@ async fn list_servers_where(
     const OP: &str = "nova:ListServers";
     let mut query = filters.to_vec();
     query.push(("limit", SERVER_PAGE.to_string()));
-    let items =
-        client.list(OP, Service::Compute, &["servers", "detail"], &query, "servers").await?;
-    items.into_iter().map(|v| decode(OP, "a server", v)).collect()
+    client.list(OP, Service::Compute, &["servers", "detail"], &query, "servers").await
 }
 
 /// `GET /servers/{id}`; `Ok(None)` when Nova answers 404 `itemNotFound` for this ID.
@@ -250,8 +231,7 @@ pub async fn list_ports(
     filters: &[(&str, String)],
 ) -> Result<Vec<Port>, ClientError> {
     const OP: &str = "neutron:ListPorts";
-    let items = client.list(OP, Service::Network, &["ports"], filters, "ports").await?;
-    items.into_iter().map(|v| decode(OP, "a port", v)).collect()
+    client.list(OP, Service::Network, &["ports"], filters, "ports").await
 }
 
 /// Neutron networks, one paged `GET /networks` with `filters`.
@@ -260,8 +240,7 @@ pub async fn list_networks(
     filters: &[(&str, String)],
 ) -> Result<Vec<Network>, ClientError> {
     const OP: &str = "neutron:ListNetworks";
-    let items = client.list(OP, Service::Network, &["networks"], filters, "networks").await?;
-    items.into_iter().map(|v| decode(OP, "a network", v)).collect()
+    client.list(OP, Service::Network, &["networks"], filters, "networks").await
 }
 
 /// The sub-port IDs of `ports`' trunks, in port order.
@@ -602,7 +581,10 @@ impl OpenStackInstances {
         if let Some(t) = self.flavors.lock().ok().and_then(|m| m.get(id).cloned()) {
             return Ok(t);
         }
-        let v = self.client.get("nova:GetFlavor", Service::Compute, &["flavors", id], &[]).await;
+        // Boxed: the lookups of a batch are made at once; a call held inline weighs kilobytes.
+        let v =
+            Box::pin(self.client.get("nova:GetFlavor", Service::Compute, &["flavors", id], &[]))
+                .await;
         let v = v.map_err(|e| {
             ProviderError::other(format!(
                 "server {} ({}): flavor {id}: {e}",
@@ -653,7 +635,7 @@ impl OpenStackInstances {
         let mut wanted = Wanted::recent(pass, LISTING_TTL);
         loop {
             let client = Arc::clone(&self.client);
-            let fetch = async move { fetch_snapshot(&client, true).await };
+            let fetch = move || async move { fetch_snapshot(&client, true).await };
             let snap = self
                 .listings
                 .get("servers and ports", wanted, fetch, |message| ClientError::Transport {
@@ -820,7 +802,7 @@ impl InstancesV2 for OpenStackInstances {
                 Key::Id(id) => match by_id.get(id.as_str()) {
                     Some(s) if !is_deleted(&s.status) => (*s).clone(),
                     // Not in the listing (or listed as deleted): ask for this exact ID.
-                    _ => match get_server(&self.client, &id).await? {
+                    _ => match Box::pin(get_server(&self.client, &id)).await? {
                         Some(s) if !is_deleted(&s.status) => s,
                         _ => return Err(ProviderError::InstanceNotFound),
                     },
@@ -875,7 +857,7 @@ impl InstancesV2 for OpenStackInstances {
                     Some(s) if !is_deleted(&s.status) => Ok(status_of(s)),
                     // Absent from the listing, or listed as deleted: only the answer for this
                     // exact ID decides.
-                    _ => match get_server(&self.client, &id).await? {
+                    _ => match Box::pin(get_server(&self.client, &id)).await? {
                         None => {
                             tracing::info!(node = node_name(n), server = %id, "OpenStack: Nova has no server with this ID");
                             Ok(InstanceStatus::NotFound)

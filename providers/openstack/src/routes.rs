@@ -299,7 +299,8 @@ async fn list_servers_named(
 ) -> Result<Vec<crate::instances::Server>, ProviderError> {
     const OP: &str = "nova:ListServers";
     let q = [("name", exact_name_filter(name))];
-    let items = client.list(OP, Service::Compute, &["servers", "detail"], &q, "servers").await?;
+    let items: Vec<Value> =
+        client.list(OP, Service::Compute, &["servers", "detail"], &q, "servers").await?;
     // The server chooses a route's next hop: one Nova shows that cannot be read is an error
     // naming it (and what could not be read), never skipped for another of the name.
     let mut servers = Vec::with_capacity(items.len());

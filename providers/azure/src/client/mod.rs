@@ -741,6 +741,16 @@ impl ReadCache {
 }
 
 /// Whether a listing's query is one the cache keeps: none, or `$expand=instanceView` only.
+/// One page of an ARM listing.
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Page<T> {
+    // Required: a 2xx reply without `value` (a proxy's, or a resource instead of a
+    // collection) is not an empty listing, and an empty listing says "gone".
+    value: Vec<T>,
+    next_link: Option<String>,
+}
+
 fn cacheable_query(query: &[(&str, &str)]) -> Option<bool> {
     match query {
         [] => Some(false),
@@ -1247,13 +1257,17 @@ impl ArmClient {
         if let Some(expanded) = cacheable_query(query)
             && let Some(body) = self.cache.lookup(collection, ttl, expanded)
         {
-            return Self::decode(operation, collection, &body);
+            let pages: Vec<Page<T>> = Self::decode(operation, collection, &body)?;
+            return Ok(pages.into_iter().flat_map(|p| p.value).collect());
         }
         self.list_fresh(operation, collection, api_version, query).await
     }
 
     /// [`ArmClient::list`] from ARM whatever the cache holds (what decides that a node's VM
-    /// is gone is never older than the pass); the reply refreshes the cache.
+    /// is gone is never older than the pass); the reply refreshes the cache. Each page is
+    /// decoded straight into `T`s, and the cache keeps the pages' bodies as they came (a
+    /// listing of 5000 VMs held as JSON values, then serialised again for the cache, was
+    /// the better part of the manager's heap, #35).
     pub async fn list_fresh<T: DeserializeOwned>(
         &self,
         operation: &'static str,
@@ -1262,43 +1276,33 @@ impl ArmClient {
         query: &[(&str, &str)],
     ) -> Result<Vec<T>, ArmError> {
         let since = self.cache.generation();
-        let items: Vec<serde_json::Value> =
-            self.list_pages(operation, collection, api_version, query).await?;
         let ttl = self.cache.ttls.of_list(collection);
-        if let Some(expanded) = cacheable_query(query)
-            && !ttl.is_zero()
-            && let Ok(bytes) = serde_json::to_vec(&items)
-        {
-            self.cache.store(collection, ttl, bytes, expanded, since);
+        let keep = cacheable_query(query).filter(|_| !ttl.is_zero());
+        let mut bodies = keep.map(|_| Vec::new());
+        let items =
+            self.list_pages(operation, collection, api_version, query, bodies.as_mut()).await?;
+        if let (Some(expanded), Some(mut bodies)) = (keep, bodies) {
+            // The pages as one JSON array of page objects (what `list` decodes).
+            if bodies.is_empty() {
+                bodies.push(b'[');
+            }
+            bodies.push(b']');
+            self.cache.store(collection, ttl, bodies, expanded, since);
         }
-        items
-            .into_iter()
-            .map(|v| {
-                serde_json::from_value(v).map_err(|e| ArmError::Decode {
-                    operation,
-                    resource: collection.to_string(),
-                    message: e.to_string(),
-                })
-            })
-            .collect()
+        Ok(items)
     }
 
     /// Every page of a listing.
+    /// `bodies`: where each page's body is appended as it came, as the elements of a JSON
+    /// array (`[` before the first, `,` between; the caller closes it).
     async fn list_pages<T: DeserializeOwned>(
         &self,
         operation: &'static str,
         collection: &str,
         api_version: &str,
         query: &[(&str, &str)],
+        mut bodies: Option<&mut Vec<u8>>,
     ) -> Result<Vec<T>, ArmError> {
-        #[derive(serde::Deserialize)]
-        #[serde(rename_all = "camelCase")]
-        struct Page<T> {
-            // Required: a 2xx reply without `value` (a proxy's, or a resource instead of a
-            // collection) is not an empty listing, and an empty listing says "gone".
-            value: Vec<T>,
-            next_link: Option<String>,
-        }
         let mut out = Vec::new();
         let mut next =
             Some(self.url(collection, api_version, query).map_err(|m| invalid_path(operation, m))?);
@@ -1312,7 +1316,7 @@ impl ArmClient {
                     message: "more than 10000 pages: nextLink loops".into(),
                 });
             }
-            let page: Page<T> = self
+            let (page, body): (Page<T>, Vec<u8>) = self
                 .options
                 .retry
                 .run(&self.options.deadline, operation, classify_read, || {
@@ -1320,10 +1324,14 @@ impl ArmClient {
                     async move {
                         let (_, _, body) =
                             self.send(operation, collection, Method::Get, url, None, None).await?;
-                        Self::decode(operation, collection, &body)
+                        Ok((Self::decode(operation, collection, &body)?, body))
                     }
                 })
                 .await?;
+            if let Some(all) = bodies.as_deref_mut() {
+                all.push(if all.is_empty() { b'[' } else { b',' });
+                all.extend_from_slice(&body);
+            }
             out.extend(page.value);
             if let Some(link) = page.next_link.filter(|l| !l.is_empty()) {
                 let url =

@@ -25,10 +25,6 @@ fn decode<T: DeserializeOwned>(op: &str, v: Value) -> Result<T, ClientError> {
         .map_err(|e| ClientError::Decode { op: op.into(), message: e.to_string() })
 }
 
-fn decode_all<T: DeserializeOwned>(op: &str, items: Vec<Value>) -> Result<Vec<T>, ClientError> {
-    items.into_iter().map(|v| decode(op, v)).collect()
-}
-
 fn single<T: DeserializeOwned>(op: &str, mut v: Value, key: &str) -> Result<T, ClientError> {
     match v.get_mut(key).map(Value::take) {
         Some(inner) if inner.is_object() => decode(op, inner),
@@ -382,9 +378,7 @@ impl Api<'_> {
         const OP: &str = "octavia:ListLoadBalancers";
         let query: Vec<(&str, String)> =
             name.map(|n| ("name", n.to_string())).into_iter().collect();
-        let items =
-            self.client.list(OP, LB, &["lbaas", "loadbalancers"], &query, "loadbalancers").await?;
-        decode_all(OP, items)
+        self.client.list(OP, LB, &["lbaas", "loadbalancers"], &query, "loadbalancers").await
     }
 
     /// One load balancer; `None` on 404.
@@ -430,8 +424,7 @@ impl Api<'_> {
     pub async fn list_listeners(&self, lb: &str) -> Result<Vec<Listener>, ClientError> {
         const OP: &str = "octavia:ListListeners";
         let q = [("loadbalancer_id", lb.to_string())];
-        let items = self.client.list(OP, LB, &["lbaas", "listeners"], &q, "listeners").await?;
-        decode_all(OP, items)
+        self.client.list(OP, LB, &["lbaas", "listeners"], &q, "listeners").await
     }
 
     /// Creates a listener.
@@ -463,8 +456,7 @@ impl Api<'_> {
     pub async fn list_pools(&self, lb: &str) -> Result<Vec<Pool>, ClientError> {
         const OP: &str = "octavia:ListPools";
         let q = [("loadbalancer_id", lb.to_string())];
-        let items = self.client.list(OP, LB, &["lbaas", "pools"], &q, "pools").await?;
-        decode_all(OP, items)
+        self.client.list(OP, LB, &["lbaas", "pools"], &q, "pools").await
     }
 
     /// Creates a pool.
@@ -489,9 +481,7 @@ impl Api<'_> {
     /// The members of a pool.
     pub async fn list_members(&self, pool: &str) -> Result<Vec<Member>, ClientError> {
         const OP: &str = "octavia:ListMembers";
-        let items =
-            self.client.list(OP, LB, &["lbaas", "pools", pool, "members"], &[], "members").await?;
-        decode_all(OP, items)
+        self.client.list(OP, LB, &["lbaas", "pools", pool, "members"], &[], "members").await
     }
 
     /// Replaces all members of a pool (one `PUT /pools/{id}/members`).
@@ -564,8 +554,7 @@ impl Api<'_> {
         filters: &[(&str, String)],
     ) -> Result<Vec<FloatingIp>, ClientError> {
         const OP: &str = "neutron:ListFloatingIPs";
-        let items = self.client.list(OP, NET, &["floatingips"], filters, "floatingips").await?;
-        decode_all(OP, items)
+        self.client.list(OP, NET, &["floatingips"], filters, "floatingips").await
     }
 
     /// Creates a floating IP.
@@ -621,8 +610,7 @@ impl Api<'_> {
     pub async fn list_external_networks(&self) -> Result<Vec<Network>, ClientError> {
         const OP: &str = "neutron:ListNetworks";
         let q = [("router:external", "true".to_string())];
-        let items = self.client.list(OP, NET, &["networks"], &q, "networks").await?;
-        let nets: Vec<Network> = decode_all(OP, items)?;
+        let nets: Vec<Network> = self.client.list(OP, NET, &["networks"], &q, "networks").await?;
         // A Neutron without the filter answers every network: keep the external ones.
         Ok(nets.into_iter().filter(|n| n.external).collect())
     }
@@ -633,8 +621,7 @@ impl Api<'_> {
         filters: &[(&str, String)],
     ) -> Result<Vec<Subnet>, ClientError> {
         const OP: &str = "neutron:ListSubnets";
-        let items = self.client.list(OP, NET, &["subnets"], filters, "subnets").await?;
-        decode_all(OP, items)
+        self.client.list(OP, NET, &["subnets"], filters, "subnets").await
     }
 
     /// One subnet; `None` on 404.
@@ -650,8 +637,7 @@ impl Api<'_> {
     /// Ports matching `filters` (`device_id`, `security_groups`; none: all of the project).
     pub async fn list_ports(&self, filters: &[(&str, String)]) -> Result<Vec<Port>, ClientError> {
         const OP: &str = "neutron:ListPorts";
-        let items = self.client.list(OP, NET, &["ports"], filters, "ports").await?;
-        decode_all(OP, items)
+        self.client.list(OP, NET, &["ports"], filters, "ports").await
     }
 
     /// Sets a port's security groups.
@@ -677,9 +663,7 @@ impl Api<'_> {
         const OP: &str = "neutron:ListSecurityGroups";
         let query: Vec<(&str, String)> =
             name.map(|n| ("name", n.to_string())).into_iter().collect();
-        let items =
-            self.client.list(OP, NET, &["security-groups"], &query, "security_groups").await?;
-        decode_all(OP, items)
+        self.client.list(OP, NET, &["security-groups"], &query, "security_groups").await
     }
 
     /// Creates a security group.
@@ -704,11 +688,7 @@ impl Api<'_> {
     pub async fn list_rules(&self, group: &str) -> Result<Vec<Rule>, ClientError> {
         const OP: &str = "neutron:ListSecurityGroupRules";
         let q = [("security_group_id", group.to_string())];
-        let items = self
-            .client
-            .list(OP, NET, &["security-group-rules"], &q, "security_group_rules")
-            .await?;
-        decode_all(OP, items)
+        self.client.list(OP, NET, &["security-group-rules"], &q, "security_group_rules").await
     }
 
     /// Creates a rule (already there — 409 — is `Ok`, as upstream).

@@ -50,7 +50,13 @@ fn bare(f: &Fixture) -> Global {
 
 /// The servers the client sees (a Nova listing): proves the token is scoped to `demo`.
 async fn servers(c: &OpenStackClient) -> Result<usize, ClientError> {
-    let v = c.list("nova:ListServers", Service::Compute, &["servers", "detail"], &[], "servers");
+    let v = c.list::<serde_json::Value>(
+        "nova:ListServers",
+        Service::Compute,
+        &["servers", "detail"],
+        &[],
+        "servers",
+    );
     v.await.map(|s| s.len())
 }
 

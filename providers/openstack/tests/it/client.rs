@@ -180,7 +180,13 @@ async fn a_hung_call_ends_at_its_deadline_naming_the_call() {
     let started = std::time::Instant::now();
     let err = f
         .client
-        .list("nova:ListServers", Service::Compute, &["servers", "detail"], &[], "servers")
+        .list::<serde_json::Value>(
+            "nova:ListServers",
+            Service::Compute,
+            &["servers", "detail"],
+            &[],
+            "servers",
+        )
         .await
         .unwrap_err();
     assert!(matches!(err, ClientError::Deadline { .. }), "{err}");
@@ -206,7 +212,7 @@ async fn lists_follow_the_next_links_to_the_end() {
             .add_server(instance(&format!("bulk-{i:02}"), "az-1", &format!("10.0.0.{}", 100 + i)))
             .unwrap();
     }
-    let all = f
+    let all: Vec<serde_json::Value> = f
         .client
         .list(
             "nova:ListServers",
@@ -219,7 +225,7 @@ async fn lists_follow_the_next_links_to_the_end() {
         .unwrap();
     assert_eq!(all.len(), 28);
     assert_eq!(f.server.counters().get("nova.servers.list"), 3, "pages of 10");
-    let ports = f
+    let ports: Vec<serde_json::Value> = f
         .client
         .list("neutron:ListPorts", Service::Network, &["ports"], &[("limit", "7".into())], "ports")
         .await
