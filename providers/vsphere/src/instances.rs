@@ -36,6 +36,7 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use base64::Engine as _;
 use ccm_core::cloud::{InstanceMetadata, InstanceStatus, InstancesV2, ProviderError};
+use ccm_core::listing::{Fetched, Listings, Wanted};
 use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::{Node, NodeAddress};
 use tokio::sync::{Mutex, Semaphore};
@@ -59,6 +60,13 @@ pub const SEARCH_CONCURRENCY: usize = 8;
 /// 32 Nodes at [`SEARCH_CONCURRENCY`] searches per vCenter take seconds, and 60 s only at
 /// ten times that latency.
 pub const LOOKUP_BATCH: usize = 32;
+
+/// How long the tags found up from a host or a resource pool (their own and their
+/// ancestors') answer the lookups of other VMs there: every VM of a host shares them, and
+/// reading them again per VM was 10 of a Node's 13 calls (ci/bench, #35). A tag moved or
+/// renamed within this time labels a Node that joins meanwhile with the old zone; the tags
+/// the VM itself carries are always read afresh.
+pub const TOPOLOGY_TTL: Duration = Duration::from_secs(5);
 
 /// How long a vCenter's datacenter list is used before it is listed again (it is also
 /// listed again whenever a lookup finds nothing).
@@ -94,6 +102,8 @@ pub struct VCenterConn {
     datacenters: Mutex<Option<Arc<Datacenters>>>,
     searches: Semaphore,
     categories: Mutex<BTreeMap<String, String>>,
+    /// Tags up from shared objects (hosts, resource pools), by object and category IDs.
+    walks: Listings<BTreeMap<String, String>>,
 }
 
 impl VCenterConn {
@@ -114,6 +124,7 @@ impl VCenterConn {
             datacenters: Mutex::new(None),
             searches: Semaphore::new(SEARCH_CONCURRENCY),
             categories: Mutex::new(BTreeMap::new()),
+            walks: Listings::default(),
         }
     }
 
@@ -508,7 +519,7 @@ impl Instances {
     /// category. None does: an error (the Node is retried), never an empty zone.
     async fn topology(
         &self,
-        vc: &VCenterConn,
+        vc: &Arc<VCenterConn>,
         vm: &VmInfo,
     ) -> Result<(String, String), ProviderError> {
         let wanted: Vec<&str> = [&self.labels.zone, &self.labels.region]
@@ -528,17 +539,42 @@ impl Instances {
                 });
             }
         }
-        let starts = [vm.host.clone(), vm.resource_pool.clone(), Some(vm.moref.clone())];
+        // The host's and the resource pool's walks are shared (TOPOLOGY_TTL); the VM's own.
+        // When none completes and a shared one was older than this lookup, they are walked
+        // again (a tag added since the cached walk completes it: the Node's retry must not
+        // meet the walk that failed it).
+        let pass = Instant::now();
         let mut seen: BTreeSet<String> = BTreeSet::new();
-        for start in starts.into_iter().flatten() {
-            let found = self.tags_up_from(vc, start, &category_names, wanted.len()).await?;
-            if found.len() == wanted.len() {
-                let get = |c: &Option<String>| {
-                    c.as_ref().and_then(|c| found.get(c)).cloned().unwrap_or_default()
+        for fresh in [false, true] {
+            let wanted_walk =
+                if fresh { Wanted::StartedAfter(pass) } else { Wanted::recent(pass, TOPOLOGY_TTL) };
+            let mut reused = false;
+            // The VM's own walk is never shared: the second round leaves it out.
+            let own = (!fresh).then(|| (Some(vm.moref.clone()), false));
+            let starts =
+                [(vm.host.clone(), true), (vm.resource_pool.clone(), true)].into_iter().chain(own);
+            for (start, shared) in starts {
+                let Some(start) = start else { continue };
+                let found = if shared {
+                    let walk =
+                        shared_tags_up_from(vc, start, &category_names, wanted.len(), wanted_walk)
+                            .await?;
+                    reused |= walk.started < pass;
+                    walk.value.clone()
+                } else {
+                    tags_up_from(vc, start, &category_names, wanted.len()).await?
                 };
-                return Ok((get(&self.labels.zone), get(&self.labels.region)));
+                if found.len() == wanted.len() {
+                    let get = |c: &Option<String>| {
+                        c.as_ref().and_then(|c| found.get(c)).cloned().unwrap_or_default()
+                    };
+                    return Ok((get(&self.labels.zone), get(&self.labels.region)));
+                }
+                seen.extend(found.into_keys());
             }
-            seen.extend(found.into_keys());
+            if !reused {
+                break;
+            }
         }
         let missing: Vec<&str> = wanted.iter().copied().filter(|w| !seen.contains(*w)).collect();
         let missing = if missing.is_empty() { wanted.clone() } else { missing };
@@ -550,44 +586,6 @@ impl Instances {
             if missing.len() == 1 { "y" } else { "ies" },
             missing.join(", ")
         )))
-    }
-
-    /// Category name → tag name, nearest to `start` first, walking up the `parent` chain.
-    async fn tags_up_from(
-        &self,
-        vc: &VCenterConn,
-        start: MoRef,
-        category_names: &BTreeMap<String, String>,
-        wanted: usize,
-    ) -> Result<BTreeMap<String, String>, ProviderError> {
-        let mut found = BTreeMap::new();
-        let mut next = Some(start);
-        let mut depth = 0;
-        while let Some(object) = next {
-            let mut tag_ids = vc
-                .tagging
-                .attached_tags(&object)
-                .await
-                .map_err(|e| client_error(&format!("listing tags of {object}"), e))?;
-            tag_ids.sort();
-            for id in tag_ids {
-                let tag =
-                    vc.tagging.tag(&id).await.map_err(|e| client_error("reading a tag", e))?;
-                if let Some(cat) = category_names.get(&tag.category_id) {
-                    found.entry(cat.clone()).or_insert(tag.name);
-                }
-            }
-            depth += 1;
-            if found.len() == wanted || depth > 32 {
-                break;
-            }
-            next = vc
-                .vim
-                .parent(&object)
-                .await
-                .map_err(|e| client_error(&format!("reading the parent of {object}"), e))?;
-        }
-        Ok(found)
     }
 
     async fn metadata(&self, node: &Node) -> Result<InstanceMetadata, ProviderError> {
@@ -622,6 +620,59 @@ impl Instances {
             additional_labels: BTreeMap::new(),
         })
     }
+}
+
+/// [`tags_up_from`] through the vCenter's shared walks: one walk per object at a time,
+/// reused while `wanted` takes it (keyed by the category IDs too: categories read again
+/// after a rename never meet a walk made with the old ones).
+async fn shared_tags_up_from(
+    vc: &Arc<VCenterConn>,
+    start: MoRef,
+    category_names: &BTreeMap<String, String>,
+    wanted: usize,
+    wanted_walk: Wanted,
+) -> Result<Arc<Fetched<BTreeMap<String, String>>>, ProviderError> {
+    let ids: Vec<&str> = category_names.keys().map(String::as_str).collect();
+    let key = format!("{start} {}", ids.join(","));
+    let (conn, categories) = (Arc::clone(vc), category_names.clone());
+    let fetch = move || async move { tags_up_from(&conn, start, &categories, wanted).await };
+    vc.walks.get(&key, wanted_walk, fetch, ProviderError::other).await
+}
+
+/// Category name → tag name, nearest to `start` first, walking up the `parent` chain.
+async fn tags_up_from(
+    vc: &VCenterConn,
+    start: MoRef,
+    category_names: &BTreeMap<String, String>,
+    wanted: usize,
+) -> Result<BTreeMap<String, String>, ProviderError> {
+    let mut found = BTreeMap::new();
+    let mut next = Some(start);
+    let mut depth = 0;
+    while let Some(object) = next {
+        let mut tag_ids = vc
+            .tagging
+            .attached_tags(&object)
+            .await
+            .map_err(|e| client_error(&format!("listing tags of {object}"), e))?;
+        tag_ids.sort();
+        for id in tag_ids {
+            let tag = vc.tagging.tag(&id).await.map_err(|e| client_error("reading a tag", e))?;
+            if let Some(cat) = category_names.get(&tag.category_id) {
+                found.entry(cat.clone()).or_insert(tag.name);
+            }
+        }
+        depth += 1;
+        if found.len() == wanted || depth > 32 {
+            break;
+        }
+        next = vc
+            .vim
+            .parent(&object)
+            .await
+            .map_err(|e| client_error(&format!("reading the parent of {object}"), e))?;
+    }
+    Ok(found)
 }
 
 /// The instance type: `vsphere-vm.cpu-<n>.mem-<GiB, rounded down>gb.os-<os>`, `<os>` the
@@ -850,7 +901,8 @@ pub fn select_addresses(
 #[async_trait]
 impl InstancesV2 for Instances {
     /// [`LOOKUP_BATCH`]: vSphere has no listing to share, every Node of a batch is looked up on
-    /// its own (a search, then property and tag reads: about 13 calls).
+    /// its own (a search and a property read; the tags up from its host and resource pool
+    /// are shared, [`TOPOLOGY_TTL`]).
     fn max_batch(&self) -> usize {
         LOOKUP_BATCH
     }

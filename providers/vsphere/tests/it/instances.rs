@@ -53,9 +53,11 @@ async fn nodes_get_provider_id_addresses_type_and_zone_from_host_or_cluster_tags
     assert_eq!(meta.provider_id, format!("vsphere://{}", sim.vm("DC0_C0_RP0_VM0").uuid));
     assert_eq!((meta.zone.as_str(), meta.region.as_str()), ("zone-cluster", "region-1"));
 
-    // A host-level tag beats the cluster's for VMs on that host.
+    // A host-level tag beats the cluster's for VMs on that host, once the walks up from
+    // the host that earlier lookups cached are over (TOPOLOGY_TTL).
     let host_of_c0 = sim.vm("DC0_C0_RP0_VM0").host.clone();
     sim.tag("k8s-zone", "zone-host", &host_of_c0);
+    tokio::time::sleep(ccm_provider_vsphere::instances::TOPOLOGY_TTL).await;
     let meta = instances.instance_metadata(&node("node-c0", None)).await.unwrap();
     assert_eq!((meta.zone.as_str(), meta.region.as_str()), ("zone-host", "region-1"));
     // vcsim places cluster VMs on random hosts: the other VM sees the host tag only if it
