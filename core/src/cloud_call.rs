@@ -315,6 +315,25 @@ pub fn parse_retry_after(value: &str) -> Option<Duration> {
     Some(Duration::from_secs(secs.min(3600)))
 }
 
+/// A decoding error's message with every quoted value left out (serde's `invalid type:
+/// string "…", expected u64`): what a cloud's reply did not decode is named by its shape,
+/// never by a value it carried (a secret in a body must not reach errors or logs).
+pub fn strip_quoted_values(message: &str) -> String {
+    let mut out = String::new();
+    let mut in_quote = false;
+    for c in message.chars() {
+        if c == '"' {
+            if !in_quote {
+                out.push_str("\"…\"");
+            }
+            in_quote = !in_quote;
+        } else if !in_quote {
+            out.push(c);
+        }
+    }
+    out
+}
+
 /// A number in `[0, 1)`, different on each call (std's per-instance random hash keys).
 fn jitter() -> f64 {
     let bits = std::collections::hash_map::RandomState::new().hash_one(Instant::now());
@@ -400,6 +419,20 @@ impl Drop for StallWatch {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_decoding_message_keeps_its_shape_and_loses_its_values() {
+        #[derive(Debug, serde::Deserialize)]
+        #[allow(dead_code)]
+        struct Reply {
+            count: u64,
+        }
+        let e = serde_json::from_str::<Reply>(r#"{"count": "hunter2"}"#).unwrap_err();
+        let m = strip_quoted_values(&e.to_string());
+        assert!(!m.contains("hunter2"), "{m}");
+        assert!(m.starts_with("invalid type: string \"…\", expected u64"), "{m}");
+        assert_eq!(strip_quoted_values(r#"a "x" b "y""#), r#"a "…" b "…""#);
+    }
 
     #[tokio::test]
     async fn a_call_that_never_answers_fails_naming_the_operation_and_deadline() {

@@ -408,7 +408,10 @@ impl IbmClient {
         }
         let reply: Reply = serde_json::from_slice(&bytes).map_err(|e| ClientError::Decode {
             call: CALL.into(),
-            message: format!("token reply: {}", strip_values(&e.to_string())),
+            message: format!(
+                "token reply: {}",
+                ccm_core::cloud_call::strip_quoted_values(&e.to_string())
+            ),
         })?;
         // The lifetime from `expires_in`, else `expiration` (Unix seconds) against our clock.
         let lifetime = match (reply.expires_in, reply.expiration) {
@@ -541,7 +544,10 @@ impl IbmClient {
             for item in list {
                 items.push(T::deserialize(item).map_err(|e| ClientError::Decode {
                     call: call.into(),
-                    message: format!("an item of {items_key:?}: {}", strip_values(&e.to_string())),
+                    message: format!(
+                        "an item of {items_key:?}: {}",
+                        ccm_core::cloud_call::strip_quoted_values(&e.to_string())
+                    ),
                 })?);
             }
             let next = page.get("next").and_then(|n| n.get("href")).and_then(Value::as_str);
@@ -944,7 +950,7 @@ async fn read_body(call: &str, mut resp: reqwest::Response) -> Result<Vec<u8>, C
 fn decode<T: DeserializeOwned>(call: &str, bytes: &[u8]) -> Result<T, ClientError> {
     serde_json::from_slice(bytes).map_err(|e| ClientError::Decode {
         call: call.into(),
-        message: strip_values(&e.to_string()),
+        message: ccm_core::cloud_call::strip_quoted_values(&e.to_string()),
     })
 }
 
@@ -957,25 +963,8 @@ fn items<T: DeserializeOwned>(call: &str, v: &Value, key: &str) -> Result<Vec<T>
     };
     Vec::<T>::deserialize(list).map_err(|e| ClientError::Decode {
         call: call.into(),
-        message: format!("{key:?}: {}", strip_values(&e.to_string())),
+        message: format!("{key:?}: {}", ccm_core::cloud_call::strip_quoted_values(&e.to_string())),
     })
-}
-
-/// serde messages may quote a value (`invalid type: string "..."`): keep the shape only.
-fn strip_values(message: &str) -> String {
-    let mut out = String::new();
-    let mut in_quote = false;
-    for c in message.chars() {
-        if c == '"' {
-            if !in_quote {
-                out.push_str("\"…\"");
-            }
-            in_quote = !in_quote;
-        } else if !in_quote {
-            out.push(c);
-        }
-    }
-    out
 }
 
 use serde::Deserialize as _;
@@ -1062,7 +1051,9 @@ mod tests {
     #[test]
     fn decode_errors_do_not_quote_values() {
         assert_eq!(
-            strip_values(r#"invalid type: string "abc", expected i64"#),
+            ccm_core::cloud_call::strip_quoted_values(
+                r#"invalid type: string "abc", expected i64"#
+            ),
             "invalid type: string \"…\", expected i64"
         );
         assert_eq!(seg("a b/c"), "a%20b%2Fc");

@@ -1492,29 +1492,12 @@ fn decode_page<T: DeserializeOwned>(
     let mut de = serde_json::Deserializer::from_slice(bytes);
     seed.deserialize(&mut de).and_then(|page| de.end().map(|()| page)).map_err(|e| {
         let message = if e.is_data() {
-            format!("a {key:?} page: {}", strip_values(&e.to_string()))
+            format!("a {key:?} page: {}", ccm_core::cloud_call::strip_quoted_values(&e.to_string()))
         } else {
             format!("not JSON ({} bytes): line {}, column {}", bytes.len(), e.line(), e.column())
         };
         ClientError::Decode { op: op.into(), message }
     })
-}
-
-/// serde messages may quote a value: keep the shape only.
-pub(crate) fn strip_values(message: &str) -> String {
-    let mut out = String::new();
-    let mut in_quote = false;
-    for c in message.chars() {
-        if c == '"' {
-            if !in_quote {
-                out.push_str("\"…\"");
-            }
-            in_quote = !in_quote;
-        } else if !in_quote {
-            out.push(c);
-        }
-    }
-    out
 }
 
 #[cfg(test)]

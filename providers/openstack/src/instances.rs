@@ -193,7 +193,7 @@ pub struct FixedIp {
 fn decode<T: for<'de> Deserialize<'de>>(op: &str, what: &str, v: Value) -> Result<T, ClientError> {
     serde_json::from_value(v).map_err(|e| ClientError::Decode {
         op: op.into(),
-        message: format!("{what}: {}", crate::client::strip_values(&e.to_string())),
+        message: format!("{what}: {}", ccm_core::cloud_call::strip_quoted_values(&e.to_string())),
     })
 }
 
