@@ -26,7 +26,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::controllers::backoff::WatchBackoff;
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{Node, NodeSystemInfo};
 use kube::Resource;
 use kube::api::Api;
 use kube::runtime::WatchStreamExt;
@@ -139,17 +139,31 @@ pub(crate) fn prune_meta<K: Resource>(obj: &mut K) {
     obj.meta_mut().managed_fields = None;
 }
 
-/// [`prune_meta`] and, for Nodes, the image list and the volume lists (no controller reads
-/// them; a Node's image list alone is often tens of kilobytes). Labels, annotations, spec,
-/// addresses and conditions are kept: the controllers read them, and the cloud-node
-/// controller's Node update is built from the cached object (a PUT without `managedFields`
-/// keeps the server's; the status is not written by a PUT of the Node).
+/// [`prune_meta`] and, for Nodes, the status no controller or provider reads: the image
+/// and volume lists, capacity, allocatable, the daemon endpoints, runtime handlers,
+/// features, config and every `nodeInfo` field but `systemUUID` (vSphere finds a Node's VM by
+/// it). A kubelet's Node carries tens of kilobytes of these; at 5000 Nodes what was left
+/// after the images and managed fields was still most of the cache (#35). Labels,
+/// annotations, spec, addresses and conditions are kept: the controllers read them, and the
+/// cloud-node controller's Node update is built from the cached object (a PUT without
+/// `managedFields` keeps the server's; a PUT of a Node never writes its status, and the
+/// status writes are merge patches of the addresses and conditions alone).
 pub(crate) fn prune_node(node: &mut Node) {
     prune_meta(node);
     if let Some(status) = node.status.as_mut() {
         status.images = None;
         status.volumes_attached = None;
         status.volumes_in_use = None;
+        status.capacity = None;
+        status.allocatable = None;
+        status.daemon_endpoints = None;
+        status.runtime_handlers = None;
+        status.features = None;
+        status.config = None;
+        if let Some(info) = status.node_info.as_mut() {
+            let system_uuid = std::mem::take(&mut info.system_uuid);
+            *info = NodeSystemInfo { system_uuid, ..NodeSystemInfo::default() };
+        }
     }
 }
 
@@ -450,6 +464,7 @@ mod tests {
 
     #[test]
     fn pruning_drops_managed_fields_and_images_and_keeps_what_controllers_read() {
+        use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
         let mut n = node("a", "1");
         n.metadata.managed_fields = Some(vec![Default::default()]);
         n.metadata.labels = Some([("l".to_string(), "v".to_string())].into());
@@ -458,6 +473,14 @@ mod tests {
             images: Some(vec![Default::default()]),
             addresses: Some(vec![Default::default()]),
             conditions: Some(vec![Default::default()]),
+            capacity: Some([("cpu".to_string(), Quantity("4".into()))].into()),
+            allocatable: Some([("cpu".to_string(), Quantity("4".into()))].into()),
+            node_info: Some(NodeSystemInfo {
+                system_uuid: "4210-ab".into(),
+                kubelet_version: "v1.36.3".into(),
+                os_image: "Debian GNU/Linux 12 (bookworm)".into(),
+                ..Default::default()
+            }),
             ..Default::default()
         });
         prune_node(&mut n);
@@ -468,5 +491,10 @@ mod tests {
             .map(|s| (s.images.is_none(), s.addresses.is_some(), s.conditions.is_some()));
         assert_eq!(s, Some((true, true, true)));
         assert!(n.metadata.labels.is_some() && n.metadata.annotations.is_some());
+        let status = n.status.unwrap_or_default();
+        assert!(status.capacity.is_none() && status.allocatable.is_none());
+        let info = status.node_info.unwrap_or_default();
+        assert_eq!(info.system_uuid, "4210-ab", "vSphere's lookup key is kept");
+        assert!(info.kubelet_version.is_empty() && info.os_image.is_empty());
     }
 }
