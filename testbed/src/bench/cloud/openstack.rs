@@ -1,8 +1,8 @@
 //! OpenStack: the OpenStack emulator (`ccm-emulator openstack`: Keystone, Nova, Neutron,
 //! Octavia on one URL) with N servers over two availability zones in one tenant network;
 //! password authentication as the emulator's `admin` in project `demo` (a `cloud.conf` that
-//! upstream's v1.36.0 reads too). Nova lists every server in one page: the emulator has no
-//! `osapi_max_limit` (Nova's default 1000), so the page is counted as 1000.
+//! upstream's v1.36.0 reads too). Nova pages its server list at the emulator's `[api]
+//! max_limit` (Nova's default, 1000), so the page is counted as 1000.
 
 use super::{Admin, Setup, World};
 
@@ -56,7 +56,7 @@ pub async fn start(s: &Setup<'_>) -> anyhow::Result<World> {
         args: Vec::new(),
         page: Some(1000),
         notes: vec![
-            "OpenStack emulator (Keystone, Nova, Neutron, Octavia); Nova answers every server in one page (no osapi_max_limit modelled; Nova's default is 1000)".into(),
+            "OpenStack emulator (Keystone, Nova, Neutron, Octavia); Nova pages servers at its [api] max_limit (Nova's default, 1000)".into(),
         ],
         aws: None,
         spare,
