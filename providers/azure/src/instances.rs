@@ -48,10 +48,9 @@ use ccm_core::cloud::{
 use k8s_openapi::api::core::v1::{Node, NodeAddress, NodeSpec};
 use kube::api::ObjectMeta;
 
-use crate::client::models::{
-    InstanceView, InterfaceProperties, NetworkInterface, PublicIpAddress, PublicIpProperties, Ref,
-    Resource, ScaleSetProperties, VirtualMachineProperties, VirtualMachineScaleSet,
-    scale_set_instance_id,
+use crate::client::views::{
+    IdRef, InstanceView, Listed, NicProperties, NicView, PublicIpProperties, PublicIpView,
+    ScaleSetProperties, ScaleSetView, VmProperties, VmView,
 };
 use crate::client::{ArmClient, ArmError, api_version};
 use crate::config::{Config, VmType};
@@ -68,16 +67,16 @@ pub const VMSS_NIC_API_VERSION: &str = "2018-10-01";
 /// How long a listing answers lookups before it is fetched again.
 pub const DEFAULT_CACHE_TTL: Duration = Duration::from_secs(5);
 
-type Vm = Resource<VirtualMachineProperties>;
+type Vm = VmView;
 
 /// One listing, indexed by lower-case ARM ID.
 struct Indexed<P> {
-    items: Vec<Resource<P>>,
+    items: Vec<Listed<P>>,
     by_id: HashMap<String, usize>,
 }
 
 impl<P> Indexed<P> {
-    fn new(items: Vec<Resource<P>>) -> Self {
+    fn new(items: Vec<Listed<P>>) -> Self {
         let by_id = items
             .iter()
             .enumerate()
@@ -86,7 +85,7 @@ impl<P> Indexed<P> {
         Indexed { items, by_id }
     }
 
-    fn by_id(&self, id: &str) -> Option<&Resource<P>> {
+    fn by_id(&self, id: &str) -> Option<&Listed<P>> {
         self.by_id.get(&id.to_ascii_lowercase()).and_then(|i| self.items.get(*i))
     }
 }
@@ -105,7 +104,7 @@ async fn listing<P: Send + Sync + 'static, Fut>(
     list: impl FnOnce() -> Fut,
 ) -> Result<Arc<Snapshot<P>>, ArmError>
 where
-    Fut: Future<Output = Result<Vec<Resource<P>>, ArmError>> + Send + 'static,
+    Fut: Future<Output = Result<Vec<Listed<P>>, ArmError>> + Send + 'static,
 {
     let fetch = move || {
         let list = list();
@@ -126,12 +125,12 @@ pub struct AzureInstances {
     client: Arc<ArmClient>,
     config: Arc<Config>,
     ttl: Duration,
-    vms: Listings<VirtualMachineProperties>,
-    nics: Listings<InterfaceProperties>,
+    vms: Listings<VmProperties>,
+    nics: Listings<NicProperties>,
     public_ips: Listings<PublicIpProperties>,
     scale_sets: Listings<ScaleSetProperties>,
-    scale_set_vms: Listings<VirtualMachineProperties>,
-    scale_set_nics: Listings<InterfaceProperties>,
+    scale_set_vms: Listings<VmProperties>,
+    scale_set_nics: Listings<NicProperties>,
 }
 
 impl std::fmt::Debug for AzureInstances {
@@ -202,13 +201,13 @@ impl AzureInstances {
         pass: Pass,
         rg: &str,
         force: bool,
-    ) -> Result<Arc<Snapshot<VirtualMachineProperties>>, ArmError> {
+    ) -> Result<Arc<Snapshot<VmProperties>>, ArmError> {
         let path = self.collection(rg, "Microsoft.Compute/virtualMachines")?;
         listing(&self.vms, rg, self.wanted(pass, force), {
             let client = Arc::clone(&self.client);
             move || async move {
                 client
-                    .list_fresh(
+                    .list_fresh::<VmView>(
                         "compute.virtual_machines.list",
                         &path,
                         api_version::COMPUTE,
@@ -231,7 +230,7 @@ impl AzureInstances {
             let client = Arc::clone(&self.client);
             move || async move {
                 client
-                    .list_fresh::<VirtualMachineScaleSet>(
+                    .list_fresh::<ScaleSetView>(
                         "compute.virtual_machine_scale_sets.list",
                         &path,
                         api_version::COMPUTE,
@@ -249,7 +248,7 @@ impl AzureInstances {
         rg: &str,
         scale_set: &str,
         force: bool,
-    ) -> Result<Arc<Snapshot<VirtualMachineProperties>>, ArmError> {
+    ) -> Result<Arc<Snapshot<VmProperties>>, ArmError> {
         let path = format!(
             "{}/{scale_set}/virtualMachines",
             self.collection(rg, "Microsoft.Compute/virtualMachineScaleSets")?
@@ -258,7 +257,7 @@ impl AzureInstances {
             let client = Arc::clone(&self.client);
             move || async move {
                 client
-                    .list_fresh(
+                    .list_fresh::<VmView>(
                         "compute.virtual_machine_scale_set_vms.list",
                         &path,
                         api_version::COMPUTE,
@@ -275,13 +274,13 @@ impl AzureInstances {
         pass: Pass,
         rg: &str,
         force: bool,
-    ) -> Result<Arc<Snapshot<InterfaceProperties>>, ArmError> {
+    ) -> Result<Arc<Snapshot<NicProperties>>, ArmError> {
         let path = self.collection(rg, "Microsoft.Network/networkInterfaces")?;
         listing(&self.nics, rg, self.wanted(pass, force), {
             let client = Arc::clone(&self.client);
             move || async move {
                 client
-                    .list_fresh::<NetworkInterface>(
+                    .list_fresh::<NicView>(
                         "network.network_interfaces.list",
                         &path,
                         api_version::NETWORK,
@@ -299,7 +298,7 @@ impl AzureInstances {
         rg: &str,
         scale_set: &str,
         force: bool,
-    ) -> Result<Arc<Snapshot<InterfaceProperties>>, ArmError> {
+    ) -> Result<Arc<Snapshot<NicProperties>>, ArmError> {
         let path = format!(
             "{}/{scale_set}/networkInterfaces",
             self.collection(rg, "Microsoft.Compute/virtualMachineScaleSets")?
@@ -309,7 +308,7 @@ impl AzureInstances {
             &format!("{rg}/{scale_set}"), self.wanted(pass, force), {
                 let client = Arc::clone(&self.client);
                 move || async move {
-                    client.list_fresh::<NetworkInterface>(
+                    client.list_fresh::<NicView>(
                         "network.network_interfaces.list_virtual_machine_scale_set_network_interfaces",
                         &path,
                         VMSS_NIC_API_VERSION,
@@ -331,7 +330,7 @@ impl AzureInstances {
             let client = Arc::clone(&self.client);
             move || async move {
                 client
-                    .list_fresh::<PublicIpAddress>(
+                    .list_fresh::<PublicIpView>(
                         "network.public_ip_addresses.list",
                         &path,
                         api_version::NETWORK,
@@ -431,7 +430,8 @@ impl AzureInstances {
                             Err(e) => return Err(e.into()),
                         };
                     let hit = snap.items.iter().find(|v| {
-                        scale_set_instance_id(v)
+                        v.instance_id
+                            .as_deref()
                             .or_else(|| v.id().rsplit('/').next())
                             .is_some_and(|i| i.eq_ignore_ascii_case(&id))
                     });
@@ -660,7 +660,7 @@ impl AzureInstances {
     async fn public_ip(
         &self,
         pass: Pass,
-        reference: Option<&Ref>,
+        reference: Option<&IdRef>,
     ) -> Result<Option<String>, ProviderError> {
         let Some(r) = reference.filter(|r| !r.id.is_empty()) else { return Ok(None) };
         if r.id.to_ascii_lowercase().contains("/virtualmachinescalesets/") {
@@ -863,7 +863,7 @@ impl Zones for AzureInstances {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::client::models::{InstanceViewStatus, Sku};
+    use crate::client::views::{SkuName, Status};
 
     /// A batch of 500 Nodes is 500 lookups waiting for the same listing at once (ten such
     /// batches at 5000 Nodes): each must weigh little while it waits. With the listing's
@@ -900,10 +900,7 @@ mod tests {
             let mut v =
                 vm(serde_json::json!({"id": "x", "properties": {"provisioningState": prov}}));
             v.properties.instance_view = Some(InstanceView {
-                statuses: vec![InstanceViewStatus {
-                    code: Some(format!("PowerState/{power}")),
-                    ..Default::default()
-                }],
+                statuses: vec![Status { code: Some(format!("PowerState/{power}")) }],
                 ..Default::default()
             });
             status_of(&v)
@@ -947,7 +944,7 @@ mod tests {
             "azure:///subscriptions/S/resourceGroups/myrg/providers/Microsoft.Compute/virtualMachineScaleSets/pool/virtualMachines/3"
         );
         let mut f = Found { vm: v, scale_set: Some(("myrg".into(), "pool".into())) };
-        f.vm.sku = Some(Sku { name: Some("Standard_B".into()), ..Default::default() });
+        f.vm.sku = Some(SkuName { name: Some("Standard_B".into()) });
         assert_eq!(instance_type_of(&f), "Standard_B");
         f.scale_set = None;
         assert_eq!(instance_type_of(&f), "Standard_A");

@@ -513,7 +513,7 @@ async fn run_one(
     futures::stream::iter(nodes.iter().cloned())
         .map(|(name, ip)| {
             let api = api.clone();
-            async move { register(&api, &name, &ip, minimal).await }
+            async move { register(&api, &name, &ip, world.system_uuids.get(&name), minimal).await }
         })
         .buffer_unordered(32)
         .collect::<Vec<_>>()
@@ -899,23 +899,32 @@ async fn set_latency(
 
 /// Registers one Node as a kubelet does: created as the `kubelet` field manager, then its
 /// first status update (conditions, images) patched into `nodes/status`; or the old minimal
-/// Node in one create.
+/// Node in one create. `system_uuid`: what its kubelet reports, where the world knows it
+/// ([`cloud::World::system_uuids`]).
 async fn register(
     api: &kube::Api<Node>,
     name: &str,
     ip: &str,
+    system_uuid: Option<&String>,
     minimal: bool,
 ) -> anyhow::Result<()> {
     use ccm_testbed::bench::node;
+    let with_uuid = |mut n: Node| {
+        if let Some(uuid) = system_uuid {
+            let status = n.status.get_or_insert_with(Default::default);
+            status.node_info.get_or_insert_with(Default::default).system_uuid = uuid.clone();
+        }
+        n
+    };
     if minimal {
-        let n = ccm_testbed::fixtures::kubelet_node(name, ip, "True");
+        let n = with_uuid(ccm_testbed::fixtures::kubelet_node(name, ip, "True"));
         api.create(&PostParams::default(), &n)
             .await
             .with_context(|| format!("registering {name}"))?;
         return Ok(());
     }
     let pp = PostParams { field_manager: Some(node::FIELD_MANAGER.into()), ..Default::default() };
-    api.create(&pp, &node::kubelet_node(name, ip))
+    api.create(&pp, &with_uuid(node::kubelet_node(name, ip)))
         .await
         .with_context(|| format!("registering {name}"))?;
     let patch = kube::api::PatchParams {
@@ -1077,7 +1086,7 @@ async fn lb_phase(
                     ));
                 } else {
                     let before = cloud_counters(admin).await?;
-                    register(&api, name, ip, args.minimal_nodes)
+                    register(&api, name, ip, world.system_uuids.get(name), args.minimal_nodes)
                         .await
                         .context("registering the joining Node")?;
                     progress(format!(
@@ -1207,7 +1216,9 @@ async fn node_joins_aws(
     let elb = ccm_provider_aws::testing::elb(&aws.moto).await;
     let before = cloud_counters(admin).await?;
     let api: kube::Api<Node> = kube::Api::all(client.clone());
-    register(&api, &dns, &ip, args.minimal_nodes).await.context("registering the new Node")?;
+    register(&api, &dns, &ip, None, args.minimal_nodes)
+        .await
+        .context("registering the new Node")?;
     progress(format!("[{label}] Node {dns} ({id}) added with {} load balancers", names.len()));
     let (elb, names, id) = (&elb, &names, &id);
     let reached = std::sync::atomic::AtomicUsize::new(0);

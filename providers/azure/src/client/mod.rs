@@ -16,6 +16,7 @@ pub mod auth;
 pub mod certificate;
 pub mod models;
 pub mod names;
+pub mod views;
 
 use std::sync::Arc;
 use std::time::Duration;

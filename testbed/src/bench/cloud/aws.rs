@@ -81,6 +81,7 @@ pub async fn start(s: &Setup<'_>) -> anyhow::Result<World> {
         aws: Some(Extra { moto: moto.url.clone(), ec2, sg }),
         spare: None,
         _keep: vec![Box::new(proxy), Box::new(moto)],
+        system_uuids: Default::default(),
     })
 }
 

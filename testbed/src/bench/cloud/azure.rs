@@ -71,5 +71,6 @@ pub async fn start(s: &Setup<'_>) -> anyhow::Result<World> {
         aws: None,
         spare: None,
         _keep: vec![Box::new(emu)],
+        system_uuids: Default::default(),
     })
 }

@@ -92,6 +92,11 @@ pub struct World {
     /// load-balancer phase (the Node that joins): name and internal IP. None on AWS (the
     /// phase runs a new instance) and where the phase does not run.
     pub spare: Option<(String, String)>,
+    /// Node name → the `systemUUID` its kubelet reports, where the world knows the
+    /// instance's (vSphere: the VM's BIOS UUID, which a kubelet on a VM with
+    /// `disk.EnableUUID` reports and the managers look the VM up by). Other Nodes report a
+    /// made-up one ([`crate::bench::node::kubelet_node`]).
+    pub system_uuids: std::collections::HashMap<String, String>,
 }
 
 /// The kit's admin API at `url` (HTTPS when `ca` names the CA to trust).

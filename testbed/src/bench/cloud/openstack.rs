@@ -61,5 +61,6 @@ pub async fn start(s: &Setup<'_>) -> anyhow::Result<World> {
         aws: None,
         spare,
         _keep: vec![Box::new(emu)],
+        system_uuids: Default::default(),
     })
 }

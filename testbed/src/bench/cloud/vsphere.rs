@@ -2,8 +2,10 @@
 //! host `DC0_H0`, half in the cluster `DC0_C0`) with each VM's guest host name set to its
 //! Node's name and one address, zone tags on the host and the cluster and a region tag on
 //! the datacenter, behind the fault proxy (`--protocol vim-soap`, TLS with its own CA; the
-//! managers keep `insecureFlag`). vSphere has no instance list the managers page through:
-//! each Node is looked up by name (SearchIndex), so the call target is per Node.
+//! managers keep `insecureFlag`). Each Node reports its VM's BIOS UUID as `systemUUID`, as a
+//! kubelet on a VM with `disk.EnableUUID` does. vSphere has no instance list the managers
+//! page through: each Node is looked up by that UUID (`SearchIndex.FindByUuid`), so the call
+//! target is per Node.
 
 use anyhow::Context as _;
 use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _};
@@ -21,6 +23,8 @@ struct Hello {
 #[derive(serde::Deserialize)]
 struct Vm {
     name: String,
+    /// The VM's BIOS UUID (`config.uuid`).
+    uuid: String,
 }
 
 /// The simulator process; it exits when its stdin (held here) closes.
@@ -70,12 +74,16 @@ pub async fn start(s: &Setup<'_>) -> anyhow::Result<World> {
     cmd(serde_json::json!({"op": "tag", "category": "k8s-zone", "tag": "zone-a", "object": "DC0_H0"})).await?;
     cmd(serde_json::json!({"op": "tag", "category": "k8s-zone", "tag": "zone-b", "object": "DC0_C0"})).await?;
     let mut nodes = Vec::with_capacity(s.nodes);
+    let mut system_uuids = std::collections::HashMap::with_capacity(s.nodes);
     for (i, vm) in hello.vms.iter().take(s.nodes).enumerate() {
         let node = format!("node-{i}");
         let ip = super::ip("10.0", 0, i);
         cmd(serde_json::json!({"op": "guest", "vm": vm.name, "hostName": node,
             "nics": [{"network": "VM Network", "ips": [ip]}]}))
         .await?;
+        // As a kubelet reads it from the VM's SMBIOS (`disk.EnableUUID`, a documented
+        // prerequisite): the VM's BIOS UUID, in the upper case dmidecode prints.
+        system_uuids.insert(node.clone(), vm.uuid.to_uppercase());
         nodes.push((node, ip));
         if (i + 1) % 500 == 0 {
             crate::progress(format!("vcsim guests: {}/{}", i + 1, s.nodes));
@@ -124,11 +132,12 @@ pub async fn start(s: &Setup<'_>) -> anyhow::Result<World> {
         args: Vec::new(),
         page: None,
         notes: vec![format!(
-            "vcsim (govmomi simulator, {} VMs) behind the fault proxy; each Node is looked up by name through SearchIndex",
+            "vcsim (govmomi simulator, {} VMs) behind the fault proxy; each Node reports its VM's BIOS UUID and is looked up through SearchIndex",
             hello.vms.len()
         )],
         aws: None,
         spare: None,
+        system_uuids,
         _keep: vec![Box::new(proxy), Box::new(Sim { _child: child, _stdin: stdin })],
     })
 }
