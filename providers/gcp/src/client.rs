@@ -610,8 +610,25 @@ impl GceClient {
         &self,
         operation: &'static str,
         zone: Option<&str>,
-        mut page: F,
+        page: F,
     ) -> Result<Vec<P::Item>, GceError>
+    where
+        P: ListPage,
+        F: FnMut(Option<String>) -> Fut,
+        Fut: Future<Output = google_cloud_gax::Result<P>>,
+    {
+        self.list_all_map(operation, zone, page, Some).await
+    }
+
+    /// [`Self::list_all`], each page's items passed through `keep` as the page arrives (what
+    /// is kept of thousands of instances is all the listing holds, #35); `None` drops one.
+    pub async fn list_all_map<P, F, Fut, T>(
+        &self,
+        operation: &'static str,
+        zone: Option<&str>,
+        mut page: F,
+        mut keep: impl FnMut(P::Item) -> Option<T>,
+    ) -> Result<Vec<T>, GceError>
     where
         P: ListPage,
         F: FnMut(Option<String>) -> Fut,
@@ -622,7 +639,7 @@ impl GceClient {
         loop {
             let (items, next) =
                 Box::pin(self.call_in(operation, zone, || page(token.clone()))).await?.into_page();
-            out.extend(items);
+            out.extend(items.into_iter().filter_map(&mut keep));
             match next.filter(|t| !t.is_empty()) {
                 None => return Ok(out),
                 Some(t) if token.as_ref() == Some(&t) => {

@@ -281,21 +281,37 @@ pub async fn list_instances(
     zone: &str,
     filter: Option<&str>,
 ) -> Result<Vec<Instance>, GceError> {
+    list_instances_map(client, project, zone, filter, Some).await
+}
+
+/// [`list_instances`], keeping of each instance what `keep` makes of it, page by page.
+async fn list_instances_map<T>(
+    client: &GceClient,
+    project: &str,
+    zone: &str,
+    filter: Option<&str>,
+    keep: impl FnMut(Instance) -> Option<T>,
+) -> Result<Vec<T>, GceError> {
     let c = client.compute().await?;
     client
-        .list_all("compute.instances.list", Some(zone), |token| {
-            let b = c
-                .instances
-                .list()
-                .set_project(project)
-                .set_zone(zone)
-                .set_max_results(PAGE_SIZE)
-                .set_or_clear_page_token(token);
-            match filter {
-                Some(f) => b.set_filter(f).send(),
-                None => b.send(),
-            }
-        })
+        .list_all_map(
+            "compute.instances.list",
+            Some(zone),
+            |token| {
+                let b = c
+                    .instances
+                    .list()
+                    .set_project(project)
+                    .set_zone(zone)
+                    .set_max_results(PAGE_SIZE)
+                    .set_or_clear_page_token(token);
+                match filter {
+                    Some(f) => b.set_filter(f).send(),
+                    None => b.send(),
+                }
+            },
+            keep,
+        )
         .await
 }
 
@@ -502,8 +518,10 @@ impl GceInstances {
                 (Arc::clone(&self.client), scope.project.clone(), z.clone());
             let filter = filter.clone();
             let fetch = move || async move {
-                let items = list_instances(&client, &project, &zone, filter.as_deref()).await?;
-                Ok(items.into_iter().filter_map(Listed::of).collect())
+                let items =
+                    list_instances_map(&client, &project, &zone, filter.as_deref(), Listed::of)
+                        .await?;
+                Ok(items.into_iter().collect())
             };
             async move {
                 let r = self
