@@ -660,13 +660,9 @@ pub struct InstanceViewStatus {
 /// `Microsoft.Compute/virtualMachineScaleSets`.
 pub type VirtualMachineScaleSet = Resource<ScaleSetProperties>;
 /// `…/virtualMachineScaleSets/{ss}/virtualMachines/{id}` (uniform orchestration). The
-/// top-level `instanceId` is in `extra` ([`scale_set_instance_id`]).
+/// top-level `instanceId` is in `extra` (the Node lookups read it from
+/// [`super::views::Listed::instance_id`]).
 pub type VirtualMachineScaleSetVm = Resource<VirtualMachineProperties>;
-
-/// The instance ID (`"0"`, `"1"`, …) of a scale-set VM.
-pub fn scale_set_instance_id(vm: &VirtualMachineScaleSetVm) -> Option<&str> {
-    vm.extra.get("instanceId").and_then(Value::as_str)
-}
 
 /// A scale set's properties.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

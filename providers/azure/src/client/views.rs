@@ -265,7 +265,10 @@ mod tests {
         assert_eq!(view.name(), model.name());
         assert_eq!(view.location, model.location);
         assert_eq!(view.zones, model.zones);
-        assert_eq!(view.instance_id.as_deref(), models::scale_set_instance_id(&model));
+        assert_eq!(
+            view.instance_id.as_deref(),
+            model.extra.get("instanceId").and_then(serde_json::Value::as_str)
+        );
         assert_eq!(view.sku.and_then(|s| s.name), model.sku.and_then(|s| s.name));
         let (v, m) = (view.properties, model.properties);
         assert_eq!(
