@@ -8,6 +8,10 @@
 //!   then byte-swapped), then the node name: `FindAllByDnsName` (the guest host name VMware
 //!   Tools reports; several VMs with that name are an error, no pick) or, when the name is
 //!   an IP address, `FindByIp`.
+//! - Batches (joining Nodes): a Node whose first key is a BIOS UUID is taken from one
+//!   listing of every VM's UUID per vCenter ([`UUID_LISTING_TTL`], shared by concurrent
+//!   batches) when exactly one VM has it, and the batch's VMs are read in one property read;
+//!   every other Node is looked up as above. "Gone" never rests on the listing.
 //! - Datacenters: listed per vCenter and cached for [`DATACENTER_REFRESH`]; a lookup that
 //!   finds nothing (or hits a datacenter that no longer exists) lists them again before
 //!   answering, so a VM in a datacenter created after start is found and a deleted one is
@@ -55,11 +59,13 @@ pub const SEARCH_CONCURRENCY: usize = 8;
 
 /// The most Nodes the node controller puts in one lookup batch. The controller gives a batch
 /// one deadline (`instance_call_timeout`, 60 s) and fails all of it at the end: with the
-/// default 500, a batch cost about 75 s on vcsim at 200 ms a call and every batch timed out,
-/// again on every retry, so none of 1000 joining Nodes was ever initialised (ci/bench, #35).
-/// 32 Nodes at [`SEARCH_CONCURRENCY`] searches per vCenter take seconds, and 60 s only at
-/// ten times that latency.
-pub const LOOKUP_BATCH: usize = 32;
+/// default 500, a batch of Nodes looked up one by one cost about 75 s on vcsim at 200 ms a
+/// call and every batch timed out, again on every retry (ci/bench, #35). A batch is now
+/// answered from the shared UUID listing and one property read per vCenter (a page of the
+/// read: [`crate::client::vim25::DEFAULT_PAGE_SIZE`] VMs); when that cannot answer, its Nodes
+/// are searched one by one, [`SEARCH_CONCURRENCY`] at a time: 100 Nodes, two calls each, take
+/// 5 s at 200 ms a call, and reach 60 s only at twelve times that latency.
+pub const LOOKUP_BATCH: usize = 100;
 
 /// How long the tags found up from a host or a resource pool (their own and their
 /// ancestors') answer the lookups of other VMs there: every VM of a host shares them, and
@@ -67,6 +73,11 @@ pub const LOOKUP_BATCH: usize = 32;
 /// renamed within this time labels a Node that joins meanwhile with the old zone; the tags
 /// the VM itself carries are always read afresh.
 pub const TOPOLOGY_TTL: Duration = Duration::from_secs(5);
+
+/// How long a listing of every VM's BIOS UUID answers the lookups of later batches (or as
+/// long as it took to list, when longer; `ccm_core::listing`). A Node whose UUID it lacks is
+/// searched for as before, so a VM created since is found all the same.
+pub const UUID_LISTING_TTL: Duration = Duration::from_secs(10);
 
 /// How long a vCenter's datacenter list is used before it is listed again (it is also
 /// listed again whenever a lookup finds nothing).
@@ -104,7 +115,16 @@ pub struct VCenterConn {
     categories: Mutex<BTreeMap<String, String>>,
     /// Tags up from shared objects (hosts, resource pools), by object and category IDs.
     walks: Listings<BTreeMap<String, String>>,
+    /// Every VM's BIOS UUID in the datacenters searched (for batches of Nodes).
+    uuids: Listings<UuidIndex>,
 }
+
+/// Lower-cased BIOS UUID → the VM with it; `None` when several VMs have it (a clone's
+/// duplicate: left to the search, which answers as upstream does).
+type UuidIndex = std::collections::HashMap<String, Option<MoRef>>;
+
+/// Nodes of a batch (by index) and the VMs a vCenter's UUID listing gives them.
+type ListedGroup = (Arc<VCenterConn>, Vec<(usize, MoRef)>);
 
 impl VCenterConn {
     /// Bundles the clients of one vCenter.
@@ -125,6 +145,7 @@ impl VCenterConn {
             searches: Semaphore::new(SEARCH_CONCURRENCY),
             categories: Mutex::new(BTreeMap::new()),
             walks: Listings::default(),
+            uuids: Listings::default(),
         }
     }
 
@@ -283,6 +304,34 @@ impl VCenterConn {
             });
         }
         Ok(found)
+    }
+}
+
+impl VCenterConn {
+    /// Every VM's BIOS UUID in the datacenters this vCenter searches, listed once for the
+    /// batches that want it (one `RetrievePropertiesEx` per datacenter and its pages).
+    async fn uuid_index(
+        self: &Arc<Self>,
+        wanted: Wanted,
+    ) -> Result<Arc<Fetched<UuidIndex>>, ProviderError> {
+        let conn = Arc::clone(self);
+        let fetch = move || async move {
+            let list = conn.datacenters(None).await?;
+            let mut index = UuidIndex::new();
+            for (name, dc) in &list.found {
+                let vms = conn.vim.vm_uuids(dc).await.map_err(|e| {
+                    client_error(&format!("listing the VMs' BIOS UUIDs in datacenter {name}"), e)
+                })?;
+                for (uuid, vm) in vms {
+                    index
+                        .entry(uuid.to_ascii_lowercase())
+                        .and_modify(|seen| *seen = None)
+                        .or_insert(Some(vm));
+                }
+            }
+            Ok(index)
+        };
+        self.uuids.get("vms", wanted, fetch, ProviderError::other).await
     }
 }
 
@@ -498,6 +547,51 @@ impl Instances {
         Ok(None)
     }
 
+    /// The Nodes of a batch (by index) whose first lookup key is a BIOS UUID that the
+    /// vCenters' UUID listings give to exactly one VM, grouped by vCenter. Empty when a
+    /// vCenter is not connected or any listing failed (the Nodes are then searched for).
+    async fn listed_vms(&self, nodes: &[Node], pass: Instant) -> Vec<ListedGroup> {
+        let uuids: Vec<(usize, String)> = nodes
+            .iter()
+            .enumerate()
+            .filter_map(|(i, n)| match node_keys(n).ok()?.into_iter().next()? {
+                Key::Uuid(u) => Some((i, u)),
+                _ => None,
+            })
+            .collect();
+        if uuids.len() < 2 || !self.waiting.read().unwrap_or_else(|e| e.into_inner()).is_empty() {
+            return Vec::new();
+        }
+        let vcenters = self.vcenters.read().unwrap_or_else(|e| e.into_inner()).clone();
+        let wanted = Wanted::recent(pass, UUID_LISTING_TTL);
+        let mut indexes = Vec::with_capacity(vcenters.len());
+        for vc in &vcenters {
+            match vc.uuid_index(wanted).await {
+                Ok(index) => indexes.push((Arc::clone(vc), index)),
+                Err(e) => {
+                    tracing::debug!(vcenter = %vc.name, error = %e,
+                        "listing the VMs' UUIDs failed; searching for each Node");
+                    return Vec::new();
+                }
+            }
+        }
+        let mut groups: Vec<ListedGroup> =
+            indexes.iter().map(|(vc, _)| (Arc::clone(vc), Vec::new())).collect();
+        for (i, uuid) in uuids {
+            let hits: Vec<(usize, &MoRef)> = indexes
+                .iter()
+                .enumerate()
+                .filter_map(|(v, (_, index))| Some((v, index.get(&uuid)?.as_ref()?)))
+                .collect();
+            let in_one = indexes.iter().filter(|(_, index)| index.contains_key(&uuid)).count() == 1;
+            if let ([(v, vm)], true) = (hits.as_slice(), in_one) {
+                groups[*v].1.push((i, (*vm).clone()));
+            }
+        }
+        groups.retain(|(_, g)| !g.is_empty());
+        groups
+    }
+
     async fn vm(&self, node: &Node) -> Result<Option<(Arc<VCenterConn>, VmInfo)>, ProviderError> {
         let Some((vc, vm)) = self.locate(node).await? else { return Ok(None) };
         let info =
@@ -592,6 +686,15 @@ impl Instances {
         let Some((vc, vm)) = self.vm(node).await? else {
             return Err(ProviderError::InstanceNotFound);
         };
+        self.metadata_of(&vc, &vm).await
+    }
+
+    /// The metadata of a VM found for a Node.
+    async fn metadata_of(
+        &self,
+        vc: &Arc<VCenterConn>,
+        vm: &VmInfo,
+    ) -> Result<InstanceMetadata, ProviderError> {
         if vm.uuid.is_empty() {
             return Err(ProviderError::other(format!(
                 "vSphere: VM {} in vCenter {} has no BIOS UUID",
@@ -610,10 +713,10 @@ impl Instances {
             &preferred,
         )
         .map_err(vm_error)?;
-        let (zone, region) = self.topology(&vc, &vm).await?;
+        let (zone, region) = self.topology(vc, vm).await?;
         Ok(InstanceMetadata {
             provider_id: format!("{PROVIDER_ID_PREFIX}{}", vm.uuid.to_ascii_lowercase()),
-            instance_type: instance_type(&vm),
+            instance_type: instance_type(vm),
             node_addresses,
             zone,
             region,
@@ -900,9 +1003,8 @@ pub fn select_addresses(
 
 #[async_trait]
 impl InstancesV2 for Instances {
-    /// [`LOOKUP_BATCH`]: vSphere has no listing to share, every Node of a batch is looked up on
-    /// its own (a search and a property read; the tags up from its host and resource pool
-    /// are shared, [`TOPOLOGY_TTL`]).
+    /// [`LOOKUP_BATCH`]: a batch shares the vCenters' UUID listings and one property read
+    /// (the tags up from its hosts and resource pools are shared too, [`TOPOLOGY_TTL`]).
     fn max_batch(&self) -> usize {
         LOOKUP_BATCH
     }
@@ -925,6 +1027,51 @@ impl InstancesV2 for Instances {
 
     async fn instance_metadata(&self, node: &Node) -> Result<InstanceMetadata, ProviderError> {
         self.metadata(node).await
+    }
+
+    /// Nodes whose first lookup is a BIOS UUID (a providerID, or a kubelet's systemUUID) are
+    /// found in one listing of every VM's UUID per vCenter (shared by concurrent batches,
+    /// [`UUID_LISTING_TTL`]) and their VMs read in one property read per vCenter, where each
+    /// costs a search and a read alone. Only a UUID that exactly one VM of one vCenter has,
+    /// with every vCenter listed, is taken from the listing; every other Node (a UUID the
+    /// listing lacks or shows twice, a VM gone before the read, a failed listing) is looked
+    /// up alone as before, so the answer is the one the search gives and "not found" still
+    /// rests on the searches only.
+    async fn instance_metadata_batch(
+        &self,
+        nodes: &[Node],
+    ) -> Vec<Result<InstanceMetadata, ProviderError>> {
+        let pass = Instant::now();
+        let mut out: Vec<Option<Result<InstanceMetadata, ProviderError>>> =
+            nodes.iter().map(|_| None).collect();
+        let listed = self.listed_vms(nodes, pass).await;
+        for (vc, wanted) in listed {
+            let morefs: Vec<MoRef> = wanted.iter().map(|(_, vm)| vm.clone()).collect();
+            let infos = match vc.vim.vm_infos(&morefs).await {
+                Ok(infos) => infos,
+                Err(e) => {
+                    tracing::debug!(vcenter = %vc.name, error = %e,
+                        "reading the VMs of a batch failed; looking them up one by one");
+                    continue;
+                }
+            };
+            for (i, vm) in wanted {
+                let Some(info) = infos.iter().find(|info| info.moref == vm) else { continue };
+                out[i] = Some(self.metadata_of(&vc, info).await);
+            }
+        }
+        let rest: Vec<usize> = (0..nodes.len()).filter(|i| out[*i].is_none()).collect();
+        let lookups: Vec<_> = rest.iter().map(|&i| self.metadata(&nodes[i])).collect();
+        let alone: Vec<_> =
+            futures::stream::iter(lookups).buffered(SEARCH_CONCURRENCY).collect().await;
+        for (i, r) in rest.into_iter().zip(alone) {
+            out[i] = Some(r);
+        }
+        out.into_iter()
+            .map(|r| {
+                r.unwrap_or_else(|| Err(ProviderError::other("vSphere: no answer for the node")))
+            })
+            .collect()
     }
 
     async fn instance_status_batch(

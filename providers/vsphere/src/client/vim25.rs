@@ -38,6 +38,9 @@ const MAX_PAGES: usize = 10_000;
 /// Objects per `RetrievePropertiesEx` page unless [`Vim25Client::with_page_size`] says
 /// otherwise.
 pub const DEFAULT_PAGE_SIZE: u32 = 100;
+/// Objects per page of the BIOS UUID listing ([`Vim25Client::vm_uuids`]), in pages of the
+/// client's size: one short property each, so ten times as many (1000 by default).
+pub const UUID_PAGE_FACTOR: u32 = 10;
 
 /// The methods that may be sent again after a busy answer or a broken connection: they
 /// read, or (`Login`) open a session that a lost answer merely leaves to expire.
@@ -529,12 +532,21 @@ impl Vim25Client {
     /// `ContinueRetrievePropertiesEx` while the answer carries a `token`: every
     /// `ObjectContent` of every page.
     pub async fn retrieve(&self, spec_set: &str) -> Result<Vec<Element>, ClientError> {
+        self.retrieve_pages(spec_set, self.page_size).await
+    }
+
+    /// [`Self::retrieve`] asking for `page_size` objects a page (vCenter may send fewer).
+    async fn retrieve_pages(
+        &self,
+        spec_set: &str,
+        page_size: u32,
+    ) -> Result<Vec<Element>, ClientError> {
         let sc = self.service_content().await?;
         let body = format!(
             "<RetrievePropertiesEx xmlns=\"urn:vim25\">{}{spec_set}<options><maxObjects>{}</maxObjects>\
              </options></RetrievePropertiesEx>",
             this(&sc.property_collector),
-            self.page_size
+            page_size
         );
         let resp = self.invoke("RetrievePropertiesEx", &body).await?;
         let mut objects = Vec::new();
@@ -547,7 +559,7 @@ impl Vim25Client {
             if pages > MAX_PAGES {
                 return Err(self.decode_err(
                     "ContinueRetrievePropertiesEx",
-                    format!("more than {MAX_PAGES} pages of {} objects", self.page_size),
+                    format!("more than {MAX_PAGES} pages of {page_size} objects"),
                 ));
             }
             let body = format!(
@@ -568,50 +580,117 @@ impl Vim25Client {
         let Some(props) = self.properties(vm, VM_PROPERTIES).await? else {
             return Ok(None);
         };
-        let text = |name: &str| props.get(name).map(|e| e.text.clone()).unwrap_or_default();
-        let power_state = match text("runtime.powerState").as_str() {
-            "poweredOn" => PowerState::PoweredOn,
-            "poweredOff" => PowerState::PoweredOff,
-            "suspended" => PowerState::Suspended,
-            _ => PowerState::Unknown,
-        };
-        let nics = props
-            .get("guest.net")
-            .map(|val| val.children_named("GuestNicInfo").map(guest_nic).collect())
-            .unwrap_or_default();
-        let guestinfo = props
-            .get("config.extraConfig")
-            .map(|val| {
-                val.children_named("OptionValue")
-                    .filter_map(|o| {
-                        let key = o.child_text("key")?;
-                        let value = o.child_text("value").unwrap_or_default();
-                        key.starts_with("guestinfo.metadata")
-                            .then(|| (key.to_string(), value.to_string()))
-                    })
-                    .collect()
+        Ok(Some(vm_info_from(vm, &props)))
+    }
+
+    /// [`Self::vm_info`] of several VMs in one `RetrievePropertiesEx` (paged like any
+    /// retrieve): the VMs the answer lists, by reference. One VM that no longer exists fails
+    /// the whole call with `ManagedObjectNotFound` (the caller reads them one by one then).
+    pub async fn vm_infos(&self, vms: &[MoRef]) -> Result<Vec<VmInfo>, ClientError> {
+        if vms.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut spec = String::from("<specSet><propSet><type>VirtualMachine</type>");
+        for p in VM_PROPERTIES {
+            let _ = write!(spec, "<pathSet>{}</pathSet>", escape(p));
+        }
+        spec.push_str("</propSet>");
+        for vm in vms {
+            let _ = write!(spec, "<objectSet>{}<skip>false</skip></objectSet>", obj("obj", vm));
+        }
+        spec.push_str("</specSet>");
+        let objects = self.retrieve(&spec).await?;
+        Ok(objects
+            .iter()
+            .filter_map(|content| {
+                let moref = content.child("obj").map(element_moref)?;
+                Some(vm_info_from(&moref, &prop_map(content)))
             })
-            .unwrap_or_default();
-        Ok(Some(VmInfo {
-            moref: vm.clone(),
-            name: text("name"),
-            uuid: text("config.uuid"),
-            guest_id: text("config.guestId"),
-            num_cpu: text("summary.config.numCpu").parse().unwrap_or(0),
-            memory_mb: text("summary.config.memorySizeMB").parse().unwrap_or(0),
-            power_state,
-            host: props.get("runtime.host").map(element_moref),
-            resource_pool: props.get("resourcePool").map(element_moref),
-            guestinfo,
-            guest_host_name: text("guest.hostName"),
-            nics,
-        }))
+            .collect())
+    }
+
+    /// Every VM's BIOS UUID (`config.uuid`, as vCenter has it) under the datacenter's VM
+    /// folder, its subfolders and vApps: one `RetrievePropertiesEx` and its pages, where a
+    /// `SearchIndex.FindByUuid` per VM is one call each. The datacenter's own name is read too
+    /// (and dropped) so that a lost session shows as a fault rather than an empty answer.
+    pub async fn vm_uuids(&self, datacenter: &MoRef) -> Result<Vec<(String, MoRef)>, ClientError> {
+        let spec = format!(
+            "<specSet>\
+             <propSet><type>VirtualMachine</type><pathSet>config.uuid</pathSet></propSet>\
+             <propSet><type>Datacenter</type><pathSet>name</pathSet></propSet>\
+             <objectSet>{}<skip>false</skip>\
+             <selectSet xsi:type=\"TraversalSpec\"><name>vmFolder</name><type>Datacenter</type>\
+             <path>vmFolder</path><skip>false</skip><selectSet><name>folders</name></selectSet>\
+             </selectSet>\
+             <selectSet xsi:type=\"TraversalSpec\"><name>folders</name><type>Folder</type>\
+             <path>childEntity</path><skip>false</skip><selectSet><name>folders</name></selectSet>\
+             <selectSet><name>vapps</name></selectSet></selectSet>\
+             <selectSet xsi:type=\"TraversalSpec\"><name>vapps</name><type>VirtualApp</type>\
+             <path>vm</path><skip>false</skip></selectSet>\
+             </objectSet></specSet>",
+            obj("obj", datacenter)
+        );
+        let objects =
+            self.retrieve_pages(&spec, self.page_size.saturating_mul(UUID_PAGE_FACTOR)).await?;
+        Ok(objects
+            .iter()
+            .filter_map(|content| {
+                let moref = content.child("obj").map(element_moref)?;
+                if moref.kind != "VirtualMachine" {
+                    return None;
+                }
+                let uuid = prop_map(content).get("config.uuid").map(|e| e.text.clone())?;
+                Some((uuid, moref)).filter(|(u, _)| !u.is_empty())
+            })
+            .collect())
     }
 
     /// The object's inventory parent (`parent`); `None` at the root or when it is gone.
     pub async fn parent(&self, object: &MoRef) -> Result<Option<MoRef>, ClientError> {
         let props = self.properties(object, &["parent"]).await?;
         Ok(props.and_then(|p| p.get("parent").map(element_moref)))
+    }
+}
+
+/// A [`VmInfo`] from the properties of [`VM_PROPERTIES`] read for `vm`.
+fn vm_info_from(vm: &MoRef, props: &BTreeMap<String, Element>) -> VmInfo {
+    let text = |name: &str| props.get(name).map(|e| e.text.clone()).unwrap_or_default();
+    let power_state = match text("runtime.powerState").as_str() {
+        "poweredOn" => PowerState::PoweredOn,
+        "poweredOff" => PowerState::PoweredOff,
+        "suspended" => PowerState::Suspended,
+        _ => PowerState::Unknown,
+    };
+    let nics = props
+        .get("guest.net")
+        .map(|val| val.children_named("GuestNicInfo").map(guest_nic).collect())
+        .unwrap_or_default();
+    let guestinfo = props
+        .get("config.extraConfig")
+        .map(|val| {
+            val.children_named("OptionValue")
+                .filter_map(|o| {
+                    let key = o.child_text("key")?;
+                    let value = o.child_text("value").unwrap_or_default();
+                    key.starts_with("guestinfo.metadata")
+                        .then(|| (key.to_string(), value.to_string()))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    VmInfo {
+        moref: vm.clone(),
+        name: text("name"),
+        uuid: text("config.uuid"),
+        guest_id: text("config.guestId"),
+        num_cpu: text("summary.config.numCpu").parse().unwrap_or(0),
+        memory_mb: text("summary.config.memorySizeMB").parse().unwrap_or(0),
+        power_state,
+        host: props.get("runtime.host").map(element_moref),
+        resource_pool: props.get("resourcePool").map(element_moref),
+        guestinfo,
+        guest_host_name: text("guest.hostName"),
+        nics,
     }
 }
 

@@ -240,3 +240,68 @@ async fn property_reads_follow_continuation_tokens() {
     );
     assert_eq!(vim.vm_info(&vm).await.unwrap().unwrap().name, "DC0_H0_VM0");
 }
+
+fn by_system_uuid(name: &str, uuid: &str) -> k8s_openapi::api::core::v1::Node {
+    let mut n = node(name, None);
+    n.status = Some(NodeStatus {
+        node_info: Some(NodeSystemInfo { system_uuid: uuid.to_uppercase(), ..Default::default() }),
+        ..Default::default()
+    });
+    n
+}
+
+/// Issue #35: a batch of Nodes whose kubelets reported their VMs' UUIDs is answered from
+/// one listing of every VM's UUID and one property read, not a `FindByUuid` search and a
+/// read per Node; a Node the listing does not have is searched for as before (and is not
+/// found), and a VM deleted after the listing is not answered from it.
+#[tokio::test]
+async fn a_batch_is_found_in_one_uuid_listing_and_one_property_read() {
+    let sim = Vcsim::start();
+    let proxy = proxy(&sim).await;
+    let names: Vec<String> = sim.vms.iter().map(|vm| vm.name.clone()).collect();
+    assert!(names.len() >= 4, "{names:?}");
+    for (i, vm) in names.iter().enumerate() {
+        sim.guest(vm, &format!("node-{i}"), &[("VM Network", &[&format!("10.0.0.{}", 10 + i)])]);
+    }
+    let instances = provider(&config(proxy.port(), ""));
+    let nodes: Vec<_> = names
+        .iter()
+        .enumerate()
+        .map(|(i, vm)| by_system_uuid(&format!("node-{i}"), &sim.vm(vm).uuid))
+        .collect();
+    let meta = instances.instance_metadata_batch(&nodes).await;
+    for (i, vm) in names.iter().enumerate() {
+        let m = meta[i].as_ref().unwrap();
+        assert_eq!(m.provider_id, format!("vsphere://{}", sim.vm(vm).uuid));
+        let ip = format!("10.0.0.{}", 10 + i);
+        assert!(crate::addresses(m).contains(&("InternalIP".to_string(), ip)), "{m:?}");
+    }
+    let c = proxy.admin().counters().await.unwrap();
+    assert_eq!(c.get("vim25:FindByUuid"), 0, "no Node of the batch is searched for: {c:?}");
+    assert_eq!(
+        c.get("vim25:RetrievePropertiesEx"),
+        3,
+        "the datacenters, the UUID listing, one read of the batch's VMs: {c:?}"
+    );
+
+    // A Node the listing lacks is searched for as before (its UUID, then swapped): not found.
+    let stranger = by_system_uuid("stranger", "4223d7e4-0000-0000-0000-000000000001");
+    let meta = instances.instance_metadata_batch(&[stranger, nodes[0].clone()]).await;
+    assert!(matches!(meta[0], Err(ProviderError::InstanceNotFound)), "{meta:?}");
+    assert_eq!(
+        meta[1].as_ref().unwrap().provider_id,
+        format!("vsphere://{}", sim.vm(&names[0]).uuid)
+    );
+    let c = proxy.admin().counters().await.unwrap();
+    assert_eq!(c.get("vim25:FindByUuid"), 2, "{c:?}");
+
+    // A VM deleted after the listing: the listing is still used for the others, but the
+    // deleted one is not answered from it (its read fails, it is searched for: not found).
+    let gone = names[1].clone();
+    sim.destroy(&gone);
+    let meta = instances.instance_metadata_batch(&nodes).await;
+    assert!(matches!(meta[1], Err(ProviderError::InstanceNotFound)), "{:?}", meta[1]);
+    for (i, vm) in names.iter().enumerate().filter(|(i, _)| *i != 1) {
+        assert_eq!(meta[i].as_ref().unwrap().provider_id, format!("vsphere://{}", sim.vm(vm).uuid));
+    }
+}

@@ -3,9 +3,9 @@
 //! Node's name and one address, zone tags on the host and the cluster and a region tag on
 //! the datacenter, behind the fault proxy (`--protocol vim-soap`, TLS with its own CA; the
 //! managers keep `insecureFlag`). Each Node reports its VM's BIOS UUID as `systemUUID`, as a
-//! kubelet on a VM with `disk.EnableUUID` does. vSphere has no instance list the managers
-//! page through: each Node is looked up by that UUID (`SearchIndex.FindByUuid`), so the call
-//! target is per Node.
+//! kubelet on a VM with `disk.EnableUUID` does. Our manager finds a batch's VMs in one
+//! property-collector listing of every VM's `config.uuid` (1000 VMs a page, the page of the
+//! call target); upstream searches each Node's UUID (`SearchIndex.FindByUuid`).
 
 use anyhow::Context as _;
 use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _};
@@ -130,9 +130,9 @@ pub async fn start(s: &Setup<'_>) -> anyhow::Result<World> {
         config,
         env: Vec::new(),
         args: Vec::new(),
-        page: None,
+        page: Some(1000),
         notes: vec![format!(
-            "vcsim (govmomi simulator, {} VMs) behind the fault proxy; each Node reports its VM's BIOS UUID and is looked up through SearchIndex",
+            "vcsim (govmomi simulator, {} VMs) behind the fault proxy; each Node reports its VM's BIOS UUID, which a batch finds in one listing of every VM's UUID (pages of 1000)",
             hello.vms.len()
         )],
         aws: None,
