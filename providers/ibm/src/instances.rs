@@ -23,7 +23,7 @@
 //! uncertain call is an error (the node is kept), and a providerID of another cloud,
 //! account or cluster is an error.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -395,6 +395,18 @@ impl InstancesV2 for IbmInstances {
                 several => self.list_shared(several).await,
             })
         };
+        // Each Node's instance by name from an index built once per batch, not a scan of
+        // the listing per Node (10 000 Nodes: 10^8 comparisons, ci/bench #35).
+        let by_name: HashMap<&str, Vec<&Instance>> = match &listed {
+            Some(Ok(list)) => {
+                let mut index: HashMap<&str, Vec<&Instance>> = HashMap::new();
+                for i in list.iter() {
+                    index.entry(i.name.as_str()).or_default().push(i);
+                }
+                index
+            }
+            _ => HashMap::new(),
+        };
         nodes
             .iter()
             .zip(from_labels)
@@ -404,8 +416,8 @@ impl InstancesV2 for IbmInstances {
                 if let Some(md) = md {
                     return Ok(self.to_metadata(node, &md));
                 }
-                let instances = match &listed {
-                    Some(Ok(list)) => list,
+                match &listed {
+                    Some(Ok(_)) => {}
                     Some(Err(e)) => {
                         return Err(ProviderError::other(format!(
                             "looking up node {} in VPC {}: {e}",
@@ -415,9 +427,8 @@ impl InstancesV2 for IbmInstances {
                     }
                     None => return Err(ProviderError::other("internal: no VPC listing")),
                 };
-                let named: Vec<&Instance> =
-                    instances.iter().filter(|i| i.name == node_name(node)).collect();
-                match named.as_slice() {
+                let named = by_name.get(node_name(node)).map(Vec::as_slice).unwrap_or_default();
+                match named {
                     [] => Err(ProviderError::InstanceNotFound),
                     [one] => {
                         let md = metadata_from_instance(one, &self.config.region);
@@ -456,12 +467,19 @@ impl InstancesV2 for IbmInstances {
                 return nodes.iter().map(|_| Err(ProviderError::other(message.clone()))).collect();
             }
         };
+        // Indexes built once per batch (the first instance of a name, as a scan finds it).
+        let mut ids: HashMap<&str, &Instance> = HashMap::new();
+        let mut names: HashMap<&str, &Instance> = HashMap::new();
+        for i in list.iter() {
+            ids.entry(i.id.as_str()).or_insert(i);
+            names.entry(i.name.as_str()).or_insert(i);
+        }
         let answers = nodes.iter().map(|node| {
-            let list = &list;
+            let (ids, names) = (&ids, &names);
             async move {
                 let worker = self.worker_id(node)?;
-                let by_id = worker.as_deref().and_then(|w| list.iter().find(|i| i.id == w));
-                let by_name = || list.iter().find(|i| i.name == node_name(node));
+                let by_id = worker.as_deref().and_then(|w| ids.get(w).copied());
+                let by_name = || names.get(node_name(node)).copied();
                 if let Some(found) = by_id.or_else(by_name) {
                     return Ok(Self::status_of(found));
                 }
