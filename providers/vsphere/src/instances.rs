@@ -305,9 +305,7 @@ impl VCenterConn {
         }
         Ok(found)
     }
-}
 
-impl VCenterConn {
     /// Every VM's BIOS UUID in the datacenters this vCenter searches, listed once for the
     /// batches that want it (one `RetrievePropertiesEx` per datacenter and its pages).
     async fn uuid_index(
@@ -578,14 +576,14 @@ impl Instances {
         let mut groups: Vec<ListedGroup> =
             indexes.iter().map(|(vc, _)| (Arc::clone(vc), Vec::new())).collect();
         for (i, uuid) in uuids {
-            let hits: Vec<(usize, &MoRef)> = indexes
+            // In one vCenter's listing only, and one VM there (`None`: several).
+            let hits: Vec<(usize, &Option<MoRef>)> = indexes
                 .iter()
                 .enumerate()
-                .filter_map(|(v, (_, index))| Some((v, index.get(&uuid)?.as_ref()?)))
+                .filter_map(|(v, (_, index))| Some((v, index.get(&uuid)?)))
                 .collect();
-            let in_one = indexes.iter().filter(|(_, index)| index.contains_key(&uuid)).count() == 1;
-            if let ([(v, vm)], true) = (hits.as_slice(), in_one) {
-                groups[*v].1.push((i, (*vm).clone()));
+            if let [(v, Some(vm))] = hits.as_slice() {
+                groups[*v].1.push((i, vm.clone()));
             }
         }
         groups.retain(|(_, g)| !g.is_empty());
@@ -1042,10 +1040,10 @@ impl InstancesV2 for Instances {
         nodes: &[Node],
     ) -> Vec<Result<InstanceMetadata, ProviderError>> {
         let pass = Instant::now();
-        let mut out: Vec<Option<Result<InstanceMetadata, ProviderError>>> =
+        // The VM each Node's listing gave, read in one call per vCenter.
+        let mut read: Vec<Option<(Arc<VCenterConn>, VmInfo)>> =
             nodes.iter().map(|_| None).collect();
-        let listed = self.listed_vms(nodes, pass).await;
-        for (vc, wanted) in listed {
+        for (vc, wanted) in self.listed_vms(nodes, pass).await {
             let morefs: Vec<MoRef> = wanted.iter().map(|(_, vm)| vm.clone()).collect();
             let infos = match vc.vim.vm_infos(&morefs).await {
                 Ok(infos) => infos,
@@ -1055,23 +1053,24 @@ impl InstancesV2 for Instances {
                     continue;
                 }
             };
+            let infos: std::collections::HashMap<MoRef, VmInfo> =
+                infos.into_iter().map(|info| (info.moref.clone(), info)).collect();
             for (i, vm) in wanted {
-                let Some(info) = infos.iter().find(|info| info.moref == vm) else { continue };
-                out[i] = Some(self.metadata_of(&vc, info).await);
+                read[i] = infos.get(&vm).map(|info| (Arc::clone(&vc), info.clone()));
             }
         }
-        let rest: Vec<usize> = (0..nodes.len()).filter(|i| out[*i].is_none()).collect();
-        let lookups: Vec<_> = rest.iter().map(|&i| self.metadata(&nodes[i])).collect();
-        let alone: Vec<_> =
-            futures::stream::iter(lookups).buffered(SEARCH_CONCURRENCY).collect().await;
-        for (i, r) in rest.into_iter().zip(alone) {
-            out[i] = Some(r);
-        }
-        out.into_iter()
-            .map(|r| {
-                r.unwrap_or_else(|| Err(ProviderError::other("vSphere: no answer for the node")))
+        // Then every Node, SEARCH_CONCURRENCY at a time: from its VM as read, else alone.
+        let lookups: Vec<_> = nodes
+            .iter()
+            .zip(read)
+            .map(|(node, read)| async move {
+                match read {
+                    Some((vc, info)) => self.metadata_of(&vc, &info).await,
+                    None => self.metadata(node).await,
+                }
             })
-            .collect()
+            .collect();
+        futures::stream::iter(lookups).buffered(SEARCH_CONCURRENCY).collect().await
     }
 
     async fn instance_status_batch(

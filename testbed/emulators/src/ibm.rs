@@ -1043,9 +1043,8 @@ fn page_with<V>(
     path: &str,
     key: &str,
     items: Vec<(String, V)>,
-    render: impl FnMut(V) -> Value,
+    mut render: impl FnMut(V) -> Value,
 ) -> Res<Value> {
-    let mut render = render;
     let limit = match q.get("limit") {
         None => 50,
         Some(s) => match s.parse::<usize>() {
